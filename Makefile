@@ -1,0 +1,28 @@
+# The README's two commands: `make demo` (the main job) and `make test`.
+# Both create or refresh .venv on a fresh machine. torch is pinned through
+# constraints.txt to the CPU wheel on this machine's disk; the library asks torch>=2.4.
+PY ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: venv test demo bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -c constraints.txt -e '.[dev,torch,ray]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest
+
+demo: $(STAMP)
+	$(VENV)/bin/hb demo
+
+bench: $(STAMP)
+	$(VENV)/bin/python -m pytest --benchmark-only --benchmark-enable tests
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .benchmarks

@@ -1,0 +1,103 @@
+"""The shared training adapter (SPEC §6): one protocol for synthetic environments and
+the real GRPO trainer, so that exactly one loop (`hbsim.loop`) talks to policies.
+
+An adapter owns everything about training on harnesses; it never sees the policy. The
+loop asks the policy for an `Allocation`, hands it to `train_step`, and feeds the
+returned `StepResult` back to the policy as `Feedback`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import pandas as pd
+
+from policies import Allocation
+
+#: Phases of the per-step wall-clock ledger (SPEC §2.2). Adapters may leave some at 0.
+SECOND_PHASES = ("rollout", "tools", "backward", "sketch", "scheduler", "optimizer")
+
+#: Columns of an eval frame returned by `TrainingAdapter.evaluate` (SPEC §7); the loop
+#: adds run_id, policy, seed and step.
+EVAL_COLUMNS = ("suite", "task", "category", "harness", "attempt", "reward", "success")
+
+
+@dataclass
+class CostLedger:
+    """Cost of one optimizer step (SPEC §2.2). Counts are in groups of G rollouts.
+
+    groups_generated: groups sampled (over-sampling included)
+    groups_scored: groups whose rollouts were scored by the checker / reward
+    groups_retained: scored groups with non-zero reward variance (dynamic sampling)
+    groups_optimized: groups in the optimizer batch (leftovers included)
+    leftover_used: optimized groups taken from the harness's leftover buffer
+    leftover_age: mean age in steps of the leftover groups used (nan if none)
+    leftover_size: groups left in the buffers after the step (all harnesses)
+    tokens: tokens generated (0 for synthetic environments)
+    seconds: phase -> seconds, phases from SECOND_PHASES
+    """
+
+    groups_generated: int = 0
+    groups_scored: int = 0
+    groups_retained: int = 0
+    groups_optimized: int = 0
+    leftover_used: int = 0
+    leftover_age: float = float("nan")
+    leftover_size: int = 0
+    tokens: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def as_row(self) -> dict:
+        row = {k: getattr(self, k) for k in ("groups_generated", "groups_scored", "groups_retained",
+                                            "groups_optimized", "leftover_used", "leftover_age",
+                                            "leftover_size", "tokens")}
+        for phase in SECOND_PHASES:
+            row[f"seconds_{phase}"] = float(self.seconds.get(phase, 0.0))
+        for phase, value in self.seconds.items():
+            row.setdefault(f"seconds_{phase}", float(value))
+        return row
+
+
+@dataclass
+class StepResult:
+    """What one optimizer step produced.
+
+    learnability: raw L of the batch (SPEC §2.3); None when no group was retained
+    sketch: (d,) float32 gradient sketch taken before optimizer.step(), or None
+    update_sketch: (d,) float32 sketch of the parameter update, or None
+    reward: mean reward of the optimized batch (nan if empty)
+    cost: the cost ledger
+    extras: env-specific per-step columns (e.g. oracle_arm, regret, true_p_<harness>)
+    """
+
+    learnability: float | None
+    sketch: np.ndarray | None
+    update_sketch: np.ndarray | None
+    reward: float
+    cost: CostLedger
+    extras: dict[str, float] = field(default_factory=dict)
+
+
+@runtime_checkable
+class TrainingAdapter(Protocol):
+    """Implemented by every synthetic environment (hbsim) and by real_runs.GRPOAdapter.
+
+    harnesses: names of the TRAINING harnesses, index = arm
+    train_step(allocation): run one optimizer step on the allocation's groups
+    evaluate(): held-out evaluation, a DataFrame with EVAL_COLUMNS (one row per attempt)
+    config(): the resolved configuration (for run.json)
+    state_dict() / load_state_dict(): exact resume, every RNG included
+    """
+
+    harnesses: list[str]
+
+    def train_step(self, allocation: Allocation) -> StepResult: ...
+
+    def evaluate(self) -> pd.DataFrame: ...
+
+    def config(self) -> dict: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...

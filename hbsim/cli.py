@@ -1,0 +1,82 @@
+"""`hb`: the command-line entry point.
+
+Subcommands live in the package that owns them and are found through a registry of
+module names, imported only when used, so `hb policies` does not import torch and the
+packages keep their one-way dependencies (policies <- hbsim <- ablations, real_runs;
+reports reads only files). A subcommand module provides
+
+    add_arguments(parser: argparse.ArgumentParser) -> None
+    main(args: argparse.Namespace) -> int
+
+Errors meant for users (ValueError, UsageError, FileNotFoundError of an input) become
+one line on stderr and exit code 2; nothing else is printed (set HB_DEBUG=1 to
+see the traceback instead).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+#: subcommand -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "policies": ("policies.cli", "list every scheduling policy with its default knobs"),
+    "sim": ("hbsim.sim_cli", "compare policies on a synthetic environment"),
+    "grid": ("ablations.cli", "plan, run, inspect and collect ablation grids"),
+    "report": ("reports.cli", "paired per-task significance report of a grid or run directory"),
+    "real": ("real_runs.cli", "real GRPO training of a transformer, scheduled by a policy"),
+    "demo": ("ablations.demo", "the main job: paper-design grid on the bernoulli env + report"),
+}
+
+
+class UsageError(Exception):
+    """A user error: printed as one line, exit code 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports errors as one line and exits with code 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="hb", description="HarnessBandit: study harness-scheduling policies for multi-harness GRPO.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        sub.add_parser(name, help=help_text, description=help_text, add_help=False)
+    return parser
+
+
+def _load(name: str, argv: list[str]):
+    module_name, help_text = SUBCOMMANDS[name]
+    module = importlib.import_module(module_name)
+    parser = ArgumentParser(prog=f"hb {name}", description=help_text)
+    module.add_arguments(parser)
+    return module, parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        if not argv or argv[0] in ("-h", "--help"):
+            parser.print_help()
+            return 0
+        if argv[0] not in SUBCOMMANDS:
+            raise UsageError(f"hb: unknown command {argv[0]!r}; valid commands: {', '.join(SUBCOMMANDS)}")
+        module, args = _load(argv[0], argv[1:])
+        return int(module.main(args) or 0)
+    except (UsageError, ValueError, FileNotFoundError, FileExistsError, PermissionError) as exc:
+        if os.environ.get("HB_DEBUG"):
+            raise
+        print(f"error: {exc}".splitlines()[0], file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Shared types of the policy interface (SPEC §5): `Feedback`, `Allocation`, `Policy`.
+
+Every scheduling policy is a small stateful object with a validated configuration, its
+learned state in plain numpy arrays, and the six methods of SPEC §5. A policy never
+touches global random state: each owns a `numpy.random.Generator` seeded at
+construction, and its state (the generator included) round-trips through
+`state_dict()` / `load_state_dict()` exactly.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """How the next optimizer batch is split over harnesses.
+
+    counts: (H,) int, groups drawn from each harness; sums to the batch size.
+    """
+
+    counts: np.ndarray
+
+    @property
+    def arm(self) -> int | None:
+        """The harness of a pure batch; None when more than one harness has groups."""
+        nonzero = np.flatnonzero(self.counts)
+        return int(nonzero[0]) if nonzero.size == 1 else None
+
+    @property
+    def is_pure(self) -> bool:
+        return self.arm is not None
+
+    @classmethod
+    def pure(cls, arm: int, n_arms: int, batch_groups: int) -> "Allocation":
+        counts = np.zeros(n_arms, dtype=np.int64)
+        counts[arm] = batch_groups
+        return cls(counts)
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """What a policy observes after one optimizer step.
+
+    arm: the harness of the step (None for a mixed batch; then `counts` says the split).
+    learnability: raw L_h (SPEC §2.3); None or non-finite means missing.
+    sketch: (d,) raw gradient sketch (SPEC §2.4); None means absent.
+    update_sketch: (d,) sketch of the optimizer update on the same coordinates, or None.
+    reward: mean reward of the step's batch, or None.
+    cost: a scalar cost of the step (e.g. groups generated per optimized group), or None.
+    counts: (H,) groups per harness of a mixed batch, or None.
+    """
+
+    arm: int | None
+    learnability: float | None = None
+    sketch: np.ndarray | None = None
+    update_sketch: np.ndarray | None = None
+    reward: float | None = None
+    cost: float | None = None
+    counts: np.ndarray | None = None
+
+
+def check_range(name: str, value: Any, low: float, high: float, *, low_open: bool = False,
+                high_open: bool = False, integer: bool = False) -> None:
+    """Raise ValueError naming the argument, the value and the allowed range."""
+    if integer:
+        ok_type = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    else:
+        ok_type = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    lo_b, hi_b = ("(" if low_open else "["), (")" if high_open else "]")
+    allowed = f"{'an integer' if integer else 'a number'} in {lo_b}{low}, {high}{hi_b}"
+    if not ok_type or not np.isfinite(value):
+        raise ValueError(f"{name}={value!r} is not allowed: expected {allowed}")
+    too_low = value <= low if low_open else value < low
+    too_high = value >= high if high_open else value > high
+    if too_low or too_high:
+        raise ValueError(f"{name}={value!r} is out of range: expected {allowed}")
+
+
+class Policy:
+    """Base class: config attributes are set by the constructor, learned state lives in
+    `self._state` (a dict of numpy arrays / scalars), randomness in `self._rng`."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    mixed: ClassVar[bool] = False
+
+    def __init__(self, n_arms: int, seed: int = 0):
+        check_range("n_arms", n_arms, 1, 10**6, integer=True)
+        check_range("seed", seed, 0, 2**63 - 1, integer=True)
+        self.n_arms = int(n_arms)
+        self.seed = int(seed)
+        self._rng = np.random.default_rng(self.seed)
+        self.t = 0
+
+    # -- the interface -------------------------------------------------------------
+    def probabilities(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def select(self, batch_groups: int = 8) -> Allocation:
+        check_range("batch_groups", batch_groups, 1, 10**9, integer=True)
+        p = self.probabilities()
+        arm = int(self._rng.choice(self.n_arms, p=p))
+        return Allocation.pure(arm, self.n_arms, batch_groups)
+
+    def update(self, feedback: Feedback) -> None:
+        raise NotImplementedError
+
+    def diagnostics(self) -> dict:
+        raise NotImplementedError
+
+    def config(self) -> dict:
+        """The resolved constructor arguments (knobs) of this policy."""
+        return {"n_arms": self.n_arms, "seed": self.seed}
+
+    def state_dict(self) -> dict:
+        return {"name": self.name, "t": self.t, "rng": copy.deepcopy(self._rng.bit_generator.state),
+                "state": copy.deepcopy(self._extra_state())}
+
+    def load_state_dict(self, d: dict) -> None:
+        if d.get("name") != self.name:
+            raise ValueError(f"state_dict name={d.get('name')!r} does not match policy {self.name!r}")
+        self.t = int(d["t"])
+        self._rng.bit_generator.state = copy.deepcopy(d["rng"])
+        self._load_extra_state(copy.deepcopy(d["state"]))
+
+    def _extra_state(self) -> dict:
+        return {}
+
+    def _load_extra_state(self, state: dict) -> None:
+        pass
+
+    def _check_arm(self, arm: Any) -> int:
+        if not isinstance(arm, (int, np.integer)) or isinstance(arm, bool) or not 0 <= arm < self.n_arms:
+            raise ValueError(f"feedback.arm={arm!r} is not allowed: expected an integer in [0, {self.n_arms - 1}]")
+        return int(arm)
