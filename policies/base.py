@@ -95,6 +95,8 @@ class Policy:
         self.seed = int(seed)
         self._rng = np.random.default_rng(self.seed)
         self.t = 0
+        self._visits = np.zeros(self.n_arms, dtype=np.int64)   # steps with groups on each arm
+        self._last_arm = -1
 
     # -- the interface -------------------------------------------------------------
     def probabilities(self) -> np.ndarray:
@@ -102,9 +104,44 @@ class Policy:
 
     def select(self, batch_groups: int = 8) -> Allocation:
         check_range("batch_groups", batch_groups, 1, 10**9, integer=True)
-        p = self.probabilities()
-        arm = int(self._rng.choice(self.n_arms, p=p))
-        return Allocation.pure(arm, self.n_arms, batch_groups)
+        return Allocation.pure(self._draw(self.probabilities()), self.n_arms, batch_groups)
+
+    def _draw(self, p: np.ndarray) -> int:
+        """One draw from p with the policy's generator (inverse CDF); a one-hot law
+        (warm-up, round-robin) consumes no randomness."""
+        top = int(np.argmax(p))
+        if p[top] == 1.0:
+            return top
+        cdf = np.cumsum(p)
+        return min(int(np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right")), self.n_arms - 1)
+
+    @classmethod
+    def knobs(cls) -> dict:
+        """Default values of the constructor's knobs (beyond n_arms and seed)."""
+        return dict(getattr(cls, "KNOBS", {}))
+
+    @classmethod
+    def build(cls, n_arms: int, seed: int = 0, **knobs) -> "Policy":
+        unknown = sorted(set(knobs) - set(cls.knobs()))
+        if unknown:
+            valid = ", ".join(cls.knobs()) or "none"
+            raise ValueError(f"policy {cls.name!r} has no knob {unknown[0]!r}; valid knobs: {valid}")
+        return cls(n_arms, seed, **knobs)
+
+    def _record(self, feedback: "Feedback") -> None:
+        """Count a visit for a pure arm, or for every harness of a mixed batch."""
+        if feedback.arm is not None:
+            self._last_arm = self._check_arm(feedback.arm)
+            self._visits[self._last_arm] += 1
+        elif feedback.counts is not None:
+            counts = np.asarray(feedback.counts)
+            if counts.shape != (self.n_arms,):
+                raise ValueError(f"feedback.counts has shape {counts.shape}: expected ({self.n_arms},)")
+            self._visits += counts > 0
+            self._last_arm = -1
+        else:
+            raise ValueError("feedback.arm=None is only allowed with feedback.counts (a mixed batch)")
+        self.t += 1
 
     def update(self, feedback: Feedback) -> None:
         raise NotImplementedError
@@ -117,13 +154,18 @@ class Policy:
         return {"n_arms": self.n_arms, "seed": self.seed}
 
     def state_dict(self) -> dict:
-        return {"name": self.name, "t": self.t, "rng": copy.deepcopy(self._rng.bit_generator.state),
-                "state": copy.deepcopy(self._extra_state())}
+        return {"name": self.name, "n_arms": self.n_arms, "t": self.t,
+                "rng": copy.deepcopy(self._rng.bit_generator.state), "visits": self._visits.copy(),
+                "last_arm": self._last_arm, "state": copy.deepcopy(self._extra_state())}
 
     def load_state_dict(self, d: dict) -> None:
         if d.get("name") != self.name:
             raise ValueError(f"state_dict name={d.get('name')!r} does not match policy {self.name!r}")
+        if int(d.get("n_arms", self.n_arms)) != self.n_arms:
+            raise ValueError(f"state_dict n_arms={d.get('n_arms')!r} does not match this policy's n_arms={self.n_arms}")
         self.t = int(d["t"])
+        self._visits = np.asarray(d["visits"]).copy()
+        self._last_arm = int(d["last_arm"])
         self._rng.bit_generator.state = copy.deepcopy(d["rng"])
         self._load_extra_state(copy.deepcopy(d["state"]))
 

@@ -1,14 +1,22 @@
-"""Name -> policy class, and `make`."""
+"""Name -> policy class (`POLICIES`), and `make`."""
 from __future__ import annotations
 
 from policies.base import Policy
+from policies.mixed import Mixed
+from policies.scored import LearnabilityOnly, MinFusion, ProductFusion, ScoredPolicy, TransferOnly
 from policies.simple import RoundRobin, Uniform
 
-POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (Uniform, RoundRobin)}
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls
+    for cls in (Uniform, RoundRobin, LearnabilityOnly, TransferOnly, ScoredPolicy, ProductFusion, MinFusion, Mixed)
+}
 
 
 def make(name: str, n_arms: int, seed: int = 0, **knobs) -> Policy:
-    """Build a registered policy; unknown names or knobs raise ValueError listing valid ones."""
+    """Build a registered policy. Unknown names or knobs raise ValueError listing the valid ones.
+
+    `make("harnessbandit", n_arms=6, seed=0, tau=0.1)`; `make("mixed", n_arms=6, arms=[0, 4])`.
+    """
     if name not in POLICIES:
         raise ValueError(f"policy name={name!r} is unknown; valid names: {', '.join(POLICIES)}")
     return POLICIES[name].build(n_arms=n_arms, seed=seed, **knobs)

@@ -1,26 +1,31 @@
-"""Policies without learned scores: uniform, round-robin (mixed lives in mixed.py)."""
+"""Policies without learned scores: uniform and round-robin (mixed lives in mixed.py)."""
 from __future__ import annotations
 
 import numpy as np
 
 from policies.base import Feedback, Policy
+from policies.mixed import nan_diagnostics
 
 
 class Uniform(Policy):
     name = "uniform"
     summary = "pure batch; arm drawn uniformly at random each step"
+    KNOBS: dict = {}
 
     def probabilities(self) -> np.ndarray:
         return np.full(self.n_arms, 1.0 / self.n_arms)
 
     def update(self, feedback: Feedback) -> None:
-        self._check_arm(feedback.arm)
-        self.t += 1
+        self._record(feedback)
+
+    def diagnostics(self) -> dict:
+        return nan_diagnostics(self)
 
 
 class RoundRobin(Policy):
     name = "round_robin"
     summary = "pure batch; arm t mod H"
+    KNOBS: dict = {}
 
     def probabilities(self) -> np.ndarray:
         p = np.zeros(self.n_arms)
@@ -28,5 +33,7 @@ class RoundRobin(Policy):
         return p
 
     def update(self, feedback: Feedback) -> None:
-        self._check_arm(feedback.arm)
-        self.t += 1
+        self._record(feedback)
+
+    def diagnostics(self) -> dict:
+        return nan_diagnostics(self)

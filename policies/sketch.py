@@ -1,0 +1,108 @@
+"""Gradient-sketch coordinate planner (SPEC §2.4), numpy only.
+
+`plan_sketch(shapes, d, seed)` fixes, once per run, which flat coordinates of which
+parameter tensors make up the d-dimensional sketch:
+
+* each tensor gets a quota proportional to its element count, rounded by the largest
+  remainder method so that the quotas sum to d exactly (ties broken by name order);
+* within a tensor the quota's coordinates are drawn uniformly without replacement;
+* if the whole set has at most d elements, every coordinate is taken.
+
+Tensors are visited in sorted-name order with one generator seeded from `seed`, so
+the plan depends only on (names, shapes, d, seed), not on dict order. The sketch
+vector is the concatenation of the per-tensor coordinate lists in that order, each
+list sorted ascending. `real_runs.sketch` maps the plan onto torch parameters.
+
+`select_parameters(names, ...)` picks the parameter set by name: the last
+`last_blocks` transformer blocks (block index parsed with `block_pattern`), minus
+names matching any `exclude` pattern (embeddings and output head by default).
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from policies.base import check_range
+
+DEFAULT_BLOCK_PATTERN = r"(?:^|\.)(?:blocks|layers|h|layer)\.(\d+)\."
+DEFAULT_EXCLUDE = (r"embed", r"wte", r"wpe", r"lm_head", r"head\.")
+
+
+def largest_remainder_quotas(sizes: np.ndarray, d: int) -> np.ndarray:
+    """Integer quotas proportional to `sizes` (n,) that sum to min(d, sum(sizes)).
+
+    floor(d * size / total) each, then one more for the largest fractional parts
+    (ties: lower index first). Never exceeds a tensor's size.
+    """
+    sizes = np.asarray(sizes, dtype=np.int64)
+    total = int(sizes.sum())
+    if total <= d:
+        return sizes.copy()
+    exact = sizes.astype(np.float64) * d / total
+    quotas = np.floor(exact).astype(np.int64)
+    # exact integer arithmetic for the fractional parts: (size * d) mod total
+    frac_num = (sizes.astype(object) * d) % total
+    remaining = d - int(quotas.sum())
+    order = sorted(range(len(sizes)), key=lambda i: (-int(frac_num[i]), i))
+    for i in order[:remaining]:
+        quotas[i] += 1
+    return np.minimum(quotas, sizes)
+
+
+def plan_sketch(shapes: Mapping[str, Iterable[int]], d: int = 65536, seed: int = 0) -> dict[str, np.ndarray]:
+    """name -> sorted int64 flat coordinates, quotas summing to min(d, total elements).
+
+    shapes: name -> tensor shape. d: sketch dimension (> 0). seed: plan seed (>= 0).
+    """
+    check_range("d", d, 1, 2**40, integer=True)
+    check_range("seed", seed, 0, 2**63 - 1, integer=True)
+    if not shapes:
+        raise ValueError("shapes={} is not allowed: the sketch needs at least one parameter tensor")
+    names = sorted(shapes)
+    sizes = np.array([int(np.prod(tuple(shapes[n]), dtype=np.int64)) for n in names], dtype=np.int64)
+    quotas = largest_remainder_quotas(sizes, d)
+    rng = np.random.default_rng(seed)
+    plan = {}
+    for name, size, quota in zip(names, sizes, quotas):
+        if quota == size:
+            coords = np.arange(size, dtype=np.int64)
+        else:
+            coords = np.sort(rng.choice(int(size), size=int(quota), replace=False).astype(np.int64))
+        plan[name] = coords
+    return plan
+
+
+def plan_size(plan: Mapping[str, np.ndarray]) -> int:
+    return int(sum(len(c) for c in plan.values()))
+
+
+def select_parameters(names: Iterable[str], last_blocks: int | None = 4, blocks: Iterable[int] | None = None,
+                      block_pattern: str = DEFAULT_BLOCK_PATTERN, include: Iterable[str] = (),
+                      exclude: Iterable[str] = DEFAULT_EXCLUDE) -> list[str]:
+    """The parameter names the sketch covers, in the given order.
+
+    blocks: explicit block indices; otherwise the last `last_blocks` block indices found
+    (None: all blocks). include: extra regexes of names always taken (outside blocks too).
+    exclude: regexes of names never taken.
+    """
+    names = list(names)
+    pattern = re.compile(block_pattern)
+    index = {n: int(m.group(1)) for n in names if (m := pattern.search(n))}
+    found = sorted(set(index.values()))
+    if blocks is not None:
+        wanted = set(int(b) for b in blocks)
+    elif last_blocks is None:
+        wanted = set(found)
+    else:
+        check_range("last_blocks", last_blocks, 1, 10**6, integer=True)
+        wanted = set(found[-last_blocks:])
+    inc = [re.compile(p) for p in include]
+    exc = [re.compile(p) for p in exclude]
+    chosen = [n for n in names
+              if (index.get(n) in wanted or any(p.search(n) for p in inc)) and not any(p.search(n) for p in exc)]
+    if not chosen:
+        raise ValueError(f"no parameter matched the sketch selection (blocks={sorted(wanted)}, "
+                         f"block_pattern={block_pattern!r}); found block indices {found}")
+    return chosen
