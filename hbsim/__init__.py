@@ -1,0 +1,24 @@
+"""hbsim: the offline laboratory -- GRPO maths, the one training loop, synthetic
+environments, run records and `hb sim`.
+
+Heavy pieces are imported lazily so `python -m hbsim.cli` stays quick.
+"""
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {
+    "Loop": "hbsim.loop", "RunResult": "hbsim.loop", "run": "hbsim.loop",
+    "write_run": "hbsim.records", "read_run": "hbsim.records", "config_hash": "hbsim.records",
+    "run_config": "hbsim.experiment", "resolve_config": "hbsim.experiment",
+    "make_env": "hbsim.envs", "ENVS": "hbsim.envs",
+    "summary_table": "hbsim.summary",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'hbsim' has no attribute {name!r}")

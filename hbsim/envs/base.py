@@ -1,0 +1,407 @@
+"""Base class of the synthetic environments: one `TrainingAdapter` (hbsim/adapter.py) whose
+sampling, dynamic sampling, leftover buffers, cost ledger, common random numbers, ground
+truth logging and held-out evaluation are shared; a subclass only writes its model.
+
+What a subclass implements
+--------------------------
+    kind: ClassVar[str]                         registry name ("bernoulli", ...)
+    KNOBS: ClassVar[dict[str, Knob]]            its own knobs (defaults + validation + doc);
+                                                COMMON_KNOBS below are added by the base
+    _build(rng)                                 build the ground truth and the initial learned
+                                                state from `rng` (the "structure" stream)
+    success_matrix() -> (n_tasks + n_heldout_tasks, n_harnesses + 1) float in [0, 1]
+                                                current TRUE success probability of every task
+                                                (training rows first, then held-out rows) on
+                                                every harness (training columns first, the
+                                                held-out harness last)
+    _learn(batch, rng) -> (sketch, update_sketch)
+                                                apply one optimizer step built from the
+                                                optimized `Batch` (its advantages!), mutate the
+                                                model, return the (d,) float32 gradient sketch
+                                                (or None) and the update sketch (or None);
+                                                `rng` is the env's "learn" noise stream
+    expected_gains(candidates) -> (C,) float    candidates (C, H) int group counts; the true
+                                                expected one-step change of the mean training
+                                                success (all training tasks x all training
+                                                harnesses) if that allocation were optimized
+                                                from the CURRENT state; must not mutate state
+    _model_state() -> dict / _load_model_state(d)
+                                                the learned state (numpy arrays), exact
+  optional:
+    _check_knobs(knobs)                         cross-knob validation (raise ValueError)
+    rewards_from_uniform(p, u) -> (m, G)        rewards in [0, 1] from success probabilities
+                                                p (m,) and uniforms u (m, G); default binary
+    step_extras() -> dict                       extra per-step columns (floats)
+
+The base provides `self.knobs` (resolved), `self.harnesses`, `self.heldout_harness`,
+`self.task_ids` (all tasks, training first), `self.task_category` (n_all,) int index into
+CATEGORIES, `self.n_tasks`, `self.n_heldout`, `self.H`, `self.G`, `self.step_count`.
+
+Randomness (common random numbers): every stream is a Generator built from
+`SeedSequence(seed, spawn_key=(STREAM, index))`, so a policy's choices on one harness never
+shift another harness's streams, the eval noise, or the structure. Streams: structure, per
+harness task order and reward noise, learn noise, and one stateless eval stream per
+env step. Same seed -> same tasks, task order, initial success matrix and eval uniforms
+for every policy.
+
+Dynamic sampling (SPEC §2.2): for each harness with c groups in the allocation, retained
+groups of its leftover buffer are used first (oldest first); then up to `max_rounds`
+rounds each generate ceil(missing * oversample) groups, drop zero-variance groups and keep
+what is needed; retained groups beyond the batch go to the harness's buffer with their
+birth step. A batch can come out short (fewer optimized groups) when rounds run out.
+
+Ground truth per step (extras): `oracle_arm` (pure harness with the largest expected
+one-step gain from the pre-step state), `regret` (max over the pure candidates and the
+chosen allocation of the expected gain, minus the chosen one's; >= 0 by construction),
+`gain` (expected gain of the chosen allocation) and `true_<harness>` (mean true success
+over training tasks AFTER the step, training harnesses and the held-out harness).
+"""
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from hbsim.adapter import EVAL_COLUMNS, CostLedger, StepResult
+from hbsim import grpo
+
+#: PinchBench-like task categories; `task_category` indexes this tuple.
+CATEGORIES = ("skills", "integrations", "memory", "csv", "coding")
+
+#: spawn-key stream ids of the common random numbers
+STREAM_STRUCTURE, STREAM_TASKS, STREAM_REWARDS, STREAM_LEARN, STREAM_EVAL = 0, 1, 2, 3, 4
+
+SUITES = ("heldout_tasks", "heldout_harness")
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One environment knob: default, type, allowed range or choices, and its doc line."""
+
+    default: Any
+    doc: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple | None = None
+
+    def check(self, name: str, value: Any) -> Any:
+        """Return the value coerced to the default's type, or raise ValueError."""
+        kind = type(self.default)
+        allowed = self.allowed()
+        if kind is bool:
+            ok = isinstance(value, (bool, np.bool_))
+        elif kind is int:
+            ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+        elif kind is float:
+            ok = (isinstance(value, (int, float, np.integer, np.floating))
+                  and not isinstance(value, (bool, np.bool_)) and math.isfinite(float(value)))
+        else:
+            ok = isinstance(value, str)
+        if not ok:
+            raise ValueError(f"env knob {name}={value!r} is not allowed: expected {allowed}")
+        value = kind(value)
+        if self.choices is not None and value not in self.choices:
+            raise ValueError(f"env knob {name}={value!r} is not allowed: expected {allowed}")
+        if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+            raise ValueError(f"env knob {name}={value!r} is out of range: expected {allowed}")
+        return value
+
+    def allowed(self) -> str:
+        kind = type(self.default).__name__
+        if self.choices is not None:
+            return f"one of {', '.join(map(str, self.choices))}"
+        lo = "-inf" if self.low is None else self.low
+        hi = "inf" if self.high is None else self.high
+        return f"{'an' if kind == 'int' else 'a'} {kind} in [{lo}, {hi}]"
+
+
+#: knobs every synthetic environment has
+COMMON_KNOBS: dict[str, Knob] = {
+    "n_harnesses": Knob(6, "training harnesses (arms); one held-out harness is added", 1, 64),
+    "n_tasks": Knob(200, "training tasks, each available on every training harness", 1, 100_000),
+    "n_heldout_tasks": Knob(50, "held-out tasks of both eval suites", 1, 100_000),
+    "group_size": Knob(8, "G: rollouts per group", 2, 1024),
+    "oversample": Knob(1.5, "groups generated per missing group in a sampling round", 1.0, 16.0),
+    "max_rounds": Knob(4, "sampling rounds per harness and step before a batch stays short", 1, 100),
+    "leftover_max_age": Knob(0, "drop leftover groups older than this many steps (0 = keep)", 0, 10**6),
+    "advantage": Knob("loo", "advantage kind (SPEC §2.1)", choices=tuple(grpo.ADVANTAGES)),
+    "k_attempts": Knob(3, "attempts per held-out task in each eval suite", 1, 1000),
+}
+
+
+@dataclass
+class Batch:
+    """The optimized groups of one step. tasks (n,) int task rows, harnesses (n,) int
+    harness columns, rewards (n, G), advantages (n, G), p (n,) true success probabilities
+    when the groups were generated, born (n,) step each group was generated at."""
+
+    tasks: np.ndarray
+    harnesses: np.ndarray
+    rewards: np.ndarray
+    advantages: np.ndarray
+    p: np.ndarray
+    born: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.tasks.shape[0])
+
+
+def _stream(seed: int, stream: int, index: int = 0) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(stream, index)))
+
+
+class SyntheticEnv:
+    """A synthetic multi-harness GRPO environment (see the module docstring)."""
+
+    kind: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    KNOBS: ClassVar[dict[str, Knob]] = {}
+
+    # -- knobs ---------------------------------------------------------------------
+    @classmethod
+    def knob_specs(cls) -> dict[str, Knob]:
+        return {**COMMON_KNOBS, **cls.KNOBS}
+
+    @classmethod
+    def knobs(cls) -> dict[str, Any]:
+        """Default value of every knob."""
+        return {name: spec.default for name, spec in cls.knob_specs().items()}
+
+    @classmethod
+    def resolve_knobs(cls, **knobs) -> dict[str, Any]:
+        """Validate `knobs` and fill the defaults; unknown or bad knobs raise ValueError."""
+        specs = cls.knob_specs()
+        unknown = sorted(set(knobs) - set(specs))
+        if unknown:
+            raise ValueError(f"env knob {unknown[0]!r} is unknown for kind={cls.kind!r}; "
+                             f"valid knobs: {', '.join(specs)}")
+        resolved = {name: spec.check(name, knobs.get(name, spec.default)) for name, spec in specs.items()}
+        cls._check_knobs(resolved)
+        return resolved
+
+    @classmethod
+    def _check_knobs(cls, knobs: dict) -> None:
+        """Cross-knob validation; subclasses raise ValueError."""
+
+    # -- construction --------------------------------------------------------------
+    def __init__(self, seed: int = 0, **knobs):
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+            raise ValueError(f"seed={seed!r} is not allowed: expected an integer >= 0")
+        self.seed = int(seed)
+        self.knobs = self.resolve_knobs(**knobs)
+        k = self.knobs
+        self.H, self.G = k["n_harnesses"], k["group_size"]
+        self.n_tasks, self.n_heldout = k["n_tasks"], k["n_heldout_tasks"]
+        self.harnesses = [f"h{i}" for i in range(self.H)]
+        self.heldout_harness = "hx"
+        self.task_ids = np.array([f"t{i:04d}" for i in range(self.n_tasks)]
+                                 + [f"e{i:04d}" for i in range(self.n_heldout)])
+        structure = _stream(self.seed, STREAM_STRUCTURE)
+        self.task_category = structure.integers(len(CATEGORIES), size=self.n_tasks + self.n_heldout)
+        self._task_rngs = [_stream(self.seed, STREAM_TASKS, h) for h in range(self.H)]
+        self._reward_rngs = [_stream(self.seed, STREAM_REWARDS, h) for h in range(self.H)]
+        self._learn_rng = _stream(self.seed, STREAM_LEARN)
+        self._pools = [rng.permutation(self.n_tasks) for rng in self._task_rngs]
+        self._cursors = [0] * self.H
+        empty = self._empty_groups()
+        self._buffers = [dict(empty) for _ in range(self.H)]
+        self.step_count = 0
+        self._build(structure)
+
+    # -- subclass hooks ------------------------------------------------------------
+    def _build(self, rng: np.random.Generator) -> None:
+        raise NotImplementedError
+
+    def success_matrix(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _learn(self, batch: Batch, rng: np.random.Generator) -> tuple[np.ndarray | None, np.ndarray | None]:
+        raise NotImplementedError
+
+    def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _model_state(self) -> dict:
+        raise NotImplementedError
+
+    def _load_model_state(self, state: dict) -> None:
+        raise NotImplementedError
+
+    def rewards_from_uniform(self, p: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """Binary rewards: success where u < p. p (m,), u (m, G) -> (m, G) float."""
+        return (u < p[:, None]).astype(np.float64)
+
+    def step_extras(self) -> dict:
+        return {}
+
+    # -- the adapter ---------------------------------------------------------------
+    def config(self) -> dict:
+        return {"kind": self.kind, **self.knobs}
+
+    def train_step(self, allocation) -> StepResult:
+        counts = self._check_counts(allocation)
+        t0 = time.perf_counter()
+        before = self.success_matrix()
+        ledger = CostLedger()
+        parts, used, ages = [], 0, []
+        for h in np.flatnonzero(counts):
+            part, stats = self._fill(int(h), int(counts[h]), before[: self.n_tasks, h])
+            parts.append(part)
+            used += stats["leftover_used"]
+            ages.extend(stats["ages"])
+            ledger.groups_generated += stats["generated"]
+            ledger.groups_retained += stats["retained"]
+        batch = self._assemble(parts)
+        t1 = time.perf_counter()
+        candidates = np.vstack([np.eye(self.H, dtype=np.int64) * counts.sum(), counts[None, :]])
+        gains = self.expected_gains(candidates)
+        t2 = time.perf_counter()
+        sketch, update_sketch = self._learn(batch, self._learn_rng) if len(batch) else (None, None)
+        t3 = time.perf_counter()
+        self.step_count += 1
+        self._expire_leftovers()
+        ledger.groups_scored = ledger.groups_generated
+        ledger.groups_optimized = len(batch)
+        ledger.leftover_used = used
+        ledger.leftover_age = float(np.mean(ages)) if ages else float("nan")
+        ledger.leftover_size = int(sum(len(b["tasks"]) for b in self._buffers))
+        ledger.seconds = {"rollout": t1 - t0, "oracle": t2 - t1, "backward": t3 - t2}
+        L = grpo.learnability(batch.advantages) if len(batch) else None
+        reward = float(batch.rewards.mean()) if len(batch) else float("nan")
+        return StepResult(learnability=L, sketch=sketch, update_sketch=update_sketch, reward=reward,
+                          cost=ledger, extras=self._ground_truth(gains, counts))
+
+    def evaluate(self) -> pd.DataFrame:
+        """Both held-out suites, k attempts per task, with uniforms from the stateless eval
+        stream of the current step (identical across policies at the same step)."""
+        k = self.knobs["k_attempts"]
+        s = self.success_matrix()[self.n_tasks:]                  # (n_heldout, H + 1)
+        u = _stream(self.seed, STREAM_EVAL, self.step_count).random((self.n_heldout, self.H + 1, k))
+        p = s[:, :, None]                                          # (n_heldout, H + 1, 1)
+        rewards = self.rewards_from_uniform(p.reshape(-1), u.reshape(-1, k)).reshape(u.shape)
+        base = self.task_ids[self.n_tasks:]
+        cats = np.array(CATEGORIES)[self.task_category[self.n_tasks:]]
+        names = np.array(self.harnesses + [self.heldout_harness])
+        tt = np.broadcast_to(base[:, None, None], u.shape)
+        hh = np.broadcast_to(names[None, :, None], u.shape)
+        suite = np.where(hh == self.heldout_harness, "heldout_harness", "heldout_tasks")
+        task = np.where(suite == "heldout_tasks", np.char.add(np.char.add(tt.astype(str), "@"), hh), tt)
+        frame = pd.DataFrame({
+            "suite": suite.reshape(-1), "task": task.reshape(-1),
+            "category": np.broadcast_to(cats[:, None, None], u.shape).reshape(-1),
+            "harness": hh.reshape(-1),
+            "attempt": np.broadcast_to(np.arange(k)[None, None, :], u.shape).reshape(-1).astype(np.int64),
+            "reward": rewards.reshape(-1), "success": (rewards >= 1.0).reshape(-1)})
+        order = np.argsort(frame["suite"].to_numpy() == "heldout_harness", kind="stable")
+        return frame.iloc[order].reset_index(drop=True)[list(EVAL_COLUMNS)]
+
+    def state_dict(self) -> dict:
+        return copy.deepcopy({
+            "kind": self.kind, "seed": self.seed, "knobs": self.knobs, "step_count": self.step_count,
+            "task_rngs": [r.bit_generator.state for r in self._task_rngs],
+            "reward_rngs": [r.bit_generator.state for r in self._reward_rngs],
+            "learn_rng": self._learn_rng.bit_generator.state,
+            "pools": self._pools, "cursors": self._cursors, "buffers": self._buffers,
+            "model": self._model_state()})
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("kind") != self.kind or state.get("knobs") != self.knobs:
+            raise ValueError(f"state_dict of kind={state.get('kind')!r} with other knobs does not "
+                             f"match this {self.kind!r} environment")
+        state = copy.deepcopy(state)
+        self.step_count = int(state["step_count"])
+        for rng, st in zip(self._task_rngs, state["task_rngs"]):
+            rng.bit_generator.state = st
+        for rng, st in zip(self._reward_rngs, state["reward_rngs"]):
+            rng.bit_generator.state = st
+        self._learn_rng.bit_generator.state = state["learn_rng"]
+        self._pools, self._cursors, self._buffers = state["pools"], state["cursors"], state["buffers"]
+        self._load_model_state(state["model"])
+
+    # -- sampling ------------------------------------------------------------------
+    def _check_counts(self, allocation) -> np.ndarray:
+        counts = np.asarray(getattr(allocation, "counts", allocation))
+        if counts.shape != (self.H,) or not np.issubdtype(counts.dtype, np.integer) or (counts < 0).any() \
+                or counts.sum() < 1:
+            raise ValueError(f"allocation counts={counts.tolist()!r} is not allowed: expected {self.H} "
+                             f"non-negative integers with a positive sum")
+        return counts.astype(np.int64)
+
+    def _empty_groups(self) -> dict:
+        return {"tasks": np.zeros(0, np.int64), "rewards": np.zeros((0, self.G)),
+                "p": np.zeros(0), "born": np.zeros(0, np.int64)}
+
+    def _draw_tasks(self, h: int, m: int) -> np.ndarray:
+        """Next m tasks of harness h's shuffled pool (reshuffled when exhausted)."""
+        out = []
+        while m > 0:
+            pool, cur = self._pools[h], self._cursors[h]
+            take = pool[cur: cur + m]
+            out.append(take)
+            m -= take.size
+            self._cursors[h] = cur + take.size
+            if self._cursors[h] >= pool.size:
+                self._pools[h] = self._task_rngs[h].permutation(self.n_tasks)
+                self._cursors[h] = 0
+        return np.concatenate(out) if len(out) > 1 else out[0]
+
+    def _fill(self, h: int, need: int, p_h: np.ndarray) -> tuple[dict, dict]:
+        """Fill `need` groups of harness h: leftovers first, then sampling rounds."""
+        buf = self._buffers[h]
+        n_old = min(need, len(buf["tasks"]))
+        take = {key: v[:n_old] for key, v in buf.items()}
+        self._buffers[h] = {key: v[n_old:] for key, v in buf.items()}
+        ages = (self.step_count - take["born"]).tolist()
+        got, generated, retained = [take], 0, 0
+        missing = need - n_old
+        for _ in range(self.knobs["max_rounds"]):
+            if missing <= 0:
+                break
+            m = int(math.ceil(missing * self.knobs["oversample"]))
+            tasks = self._draw_tasks(h, m)
+            p = p_h[tasks]
+            rewards = self.rewards_from_uniform(p, self._reward_rngs[h].random((m, self.G)))
+            keep = grpo.keep_mask(rewards)
+            generated += m
+            retained += int(keep.sum())
+            new = {"tasks": tasks[keep], "rewards": rewards[keep], "p": p[keep],
+                   "born": np.full(int(keep.sum()), self.step_count, np.int64)}
+            use = min(missing, len(new["tasks"]))
+            got.append({key: v[:use] for key, v in new.items()})
+            extra = {key: v[use:] for key, v in new.items()}
+            if len(extra["tasks"]):
+                self._buffers[h] = {key: np.concatenate([self._buffers[h][key], extra[key]]) for key in extra}
+            missing -= use
+        part = {key: np.concatenate([g[key] for g in got]) for key in take}
+        part["harnesses"] = np.full(len(part["tasks"]), h, np.int64)
+        return part, {"leftover_used": n_old, "ages": ages, "generated": generated, "retained": retained}
+
+    def _assemble(self, parts: list[dict]) -> Batch:
+        cat = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+        adv = grpo.advantages(cat["rewards"], self.knobs["advantage"])
+        return Batch(tasks=cat["tasks"], harnesses=cat["harnesses"], rewards=cat["rewards"],
+                     advantages=adv, p=cat["p"], born=cat["born"])
+
+    def _expire_leftovers(self) -> None:
+        max_age = self.knobs["leftover_max_age"]
+        if max_age <= 0:
+            return
+        for h, buf in enumerate(self._buffers):
+            fresh = self.step_count - buf["born"] <= max_age
+            if not fresh.all():
+                self._buffers[h] = {key: v[fresh] for key, v in buf.items()}
+
+    def _ground_truth(self, gains: np.ndarray, counts: np.ndarray) -> dict:
+        pure, chosen = gains[: self.H], float(gains[-1])
+        extras = {"oracle_arm": int(np.argmax(pure)), "gain": chosen,
+                  "regret": float(max(pure.max(), chosen) - chosen)}
+        truth = self.success_matrix()[: self.n_tasks].mean(axis=0)
+        for name, value in zip(self.harnesses + [self.heldout_harness], truth):
+            extras[f"true_{name}"] = float(value)
+        extras.update(self.step_extras())
+        return extras
