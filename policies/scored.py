@@ -40,7 +40,8 @@ class ScoredPolicy(Policy):
     fusion="mean": one of FUSIONS (mean, product, min, learnability, transfer)
     degenerate=0.5: normalised value when the window holds < 2 values or has zero range
     transfer_source="gradient": "gradient" or "update" (which sketch T uses)
-    max_memory_age=None: ignore other memories older than this many steps (None: no limit)
+    max_memory_age=None: ignore other memories last updated more than this many steps before
+        the current step (None: no limit)
     """
 
     name = "harnessbandit"
@@ -85,9 +86,16 @@ class ScoredPolicy(Policy):
         self._fuse = FUSIONS[fusion]
         self._reset_state()
 
+    #: knobs that do not exist for this variant (its fusion never reads them)
+    UNUSED: tuple[str, ...] = ()
+
+    @classmethod
+    def knobs(cls) -> dict:
+        return {k: v for k, v in cls.KNOBS.items() if k not in cls.UNUSED}
+
     def config(self) -> dict:
         cfg = super().config()
-        cfg.update({k: getattr(self, k) for k in self.KNOBS})
+        cfg.update({k: getattr(self, k) for k in self.knobs()})
         return cfg
 
     def _reset_state(self) -> None:
@@ -176,7 +184,8 @@ class ScoredPolicy(Policy):
             return _NAN
         eligible = None
         if self.max_memory_age is not None:
-            eligible = (self.t - self.last_update) <= self.max_memory_age
+            # last_update holds (step index + 1) of each memory's update; the current step is t
+            eligible = (self.t + 1 - self.last_update) <= self.max_memory_age
         transfer = transfer_and_update(self.memory, self.has_memory, self.memory_norm, self.last_update,
                                        arm, sketch, self.eta, self.t + 1, eligible, self._scratch, g_norm)
         if math.isnan(transfer):
@@ -215,21 +224,25 @@ class LearnabilityOnly(ScoredPolicy):
     name = "learnability"
     summary = "SPEC §3 with S = L~ only (T never computed)"
     fixed_fusion = "learnability"
+    UNUSED = ("fusion", "alpha", "eta", "transfer_source", "max_memory_age")
 
 
 class TransferOnly(ScoredPolicy):
     name = "transfer"
     summary = "SPEC §3 with S = T~ only (no Q update while T is missing)"
     fixed_fusion = "transfer"
+    UNUSED = ("fusion", "alpha")
 
 
 class ProductFusion(ScoredPolicy):
     name = "product"
     summary = "SPEC §3 with S = L~ * T~ (one present -> that one)"
     fixed_fusion = "product"
+    UNUSED = ("fusion", "alpha")
 
 
 class MinFusion(ScoredPolicy):
     name = "min"
     summary = "SPEC §3 with S = min(L~, T~) (one present -> that one)"
     fixed_fusion = "min"
+    UNUSED = ("fusion", "alpha")

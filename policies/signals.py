@@ -61,7 +61,8 @@ def sketch_norm(sketch: np.ndarray | None) -> float:
     """
     if sketch is None or sketch.size == 0:
         return float("nan")
-    sq = float(np.dot(sketch, sketch))
+    with np.errstate(over="ignore", invalid="ignore"):
+        sq = float(np.dot(sketch, sketch))
     if math.isfinite(sq):
         return math.sqrt(sq)
     if not np.isfinite(sketch).all():
