@@ -1,0 +1,172 @@
+"""The grid directory on disk, with atomic cells.
+
+    DIR/grid.json                 name of the grid (+ every name admitted by --force-mixed) and its spec
+    DIR/cells/<id>/               a complete run directory: train.parquet, eval.parquet, run.json, log.txt
+    DIR/cells/.tmp-<id>-<pid>/    a cell being written (never read; removed by the next run)
+    DIR/failed/<id>/log.txt       the traceback of a failed cell
+    DIR/train.parquet, DIR/eval.parquet   after `hb grid collect`
+
+A cell is written into its temporary directory and renamed into place only when
+complete, so `cells/<id>/` either holds a complete result or does not exist, whatever
+moment the runner or a worker is killed at.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+GRID_JSON = "grid.json"
+CELLS = "cells"
+FAILED = "failed"
+TMP_PREFIX = ".tmp-"
+
+
+def cells_dir(root: str | os.PathLike) -> Path:
+    return Path(root) / CELLS
+
+
+def done_ids(root: str | os.PathLike) -> set[str]:
+    """Ids of the complete cells (hidden temporary directories excluded)."""
+    d = cells_dir(root)
+    if not d.is_dir():
+        return set()
+    return {p.name for p in d.iterdir() if not p.name.startswith(".") and p.is_dir()}
+
+
+def failed_ids(root: str | os.PathLike) -> set[str]:
+    """Ids with a failure log and no complete result."""
+    d = Path(root) / FAILED
+    if not d.is_dir():
+        return set()
+    return {p.name for p in d.iterdir() if not p.name.startswith(".") and p.is_dir()} - done_ids(root)
+
+
+def failure_log(root: str | os.PathLike, cell_id: str) -> Path:
+    return Path(root) / FAILED / cell_id / "log.txt"
+
+
+def failure_reason(root: str | os.PathLike, cell_id: str) -> str:
+    """The last non-empty line of a failure's log (the exception line of a traceback)."""
+    try:
+        lines = [ln for ln in failure_log(root, cell_id).read_text().splitlines() if ln.strip()]
+    except OSError:
+        return "(no log)"
+    return lines[-1].strip() if lines else "(empty log)"
+
+
+def check_writable(root: str | os.PathLike) -> None:
+    """Raise ValueError unless `root` is (or can be created as) a writable directory.
+
+    Touches nothing that stays: a probe file is created and removed in the nearest
+    existing directory.
+    """
+    root = Path(root)
+    probe = root
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise ValueError(f"--out {root}: {probe} is not a directory")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".hb-probe-", dir=probe)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
+        raise ValueError(f"--out {root}: directory is not writable ({exc.strerror or exc})") from None
+
+
+def read_grid_json(root: str | os.PathLike) -> dict | None:
+    path = Path(root) / GRID_JSON
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: unreadable grid record ({exc})") from None
+
+
+def write_json_atomic(path: Path, obj: dict) -> None:
+    tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bool = False) -> None:
+    """Create DIR (if needed) and record the grid; refuse a different grid's DIR.
+
+    Call only after every input has been validated: this is the first write to DIR.
+    """
+    root = Path(root)
+    record = read_grid_json(root)
+    if record is not None:
+        names = record.get("names", [record.get("name")])
+        if name not in names and not force_mixed:
+            raise ValueError(f"--out {root}: holds cells of grid {record.get('name')!r}, not {name!r}; "
+                             "use another --out or pass --force-mixed")
+    elif root.exists() and any(p for p in (root / CELLS).glob("[!.]*")):
+        if not force_mixed:
+            raise ValueError(f"--out {root}: holds cells but no {GRID_JSON}; pass --force-mixed to add to it")
+    root.mkdir(parents=True, exist_ok=True)
+    (root / CELLS).mkdir(exist_ok=True)
+    names = list(record.get("names", [record.get("name")])) if record else []
+    if name not in names:
+        names.append(name)
+    new = {"name": names[0], "names": names, "spec": spec}
+    if new != record:
+        write_json_atomic(root / GRID_JSON, new)
+
+
+def clean_tmp(root: str | os.PathLike) -> int:
+    """Remove temporary cell directories left by killed runs; returns how many."""
+    d = cells_dir(root)
+    if not d.is_dir():
+        return 0
+    stale = [p for p in d.iterdir() if p.name.startswith(TMP_PREFIX)]
+    for p in stale:
+        shutil.rmtree(p, ignore_errors=True)
+    return len(stale)
+
+
+def write_cell(root: str | os.PathLike, cell_id: str, write_into, log: str = "") -> bool:
+    """Write a cell atomically: `write_into(tmp_dir)` fills a temporary directory, which
+    is then renamed to `cells/<cell_id>`. Returns False if the cell already existed
+    (another worker finished it first); the temporary directory is removed either way.
+    """
+    d = cells_dir(root)
+    final = d / cell_id
+    tmp = d / f"{TMP_PREFIX}{cell_id}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    try:
+        write_into(tmp)
+        (tmp / "log.txt").write_text(log)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if final.is_dir():
+                return False
+            raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    clear_failure(root, cell_id)
+    return True
+
+
+def write_failure(root: str | os.PathLike, cell_id: str, text: str) -> Path:
+    """Record a failed cell's log (atomic replace); returns the log path."""
+    d = Path(root) / FAILED / cell_id
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / "log.txt"
+    tmp = d / f"{TMP_PREFIX}log-{os.getpid()}"
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+def clear_failure(root: str | os.PathLike, cell_id: str) -> None:
+    shutil.rmtree(Path(root) / FAILED / cell_id, ignore_errors=True)

@@ -1,0 +1,26 @@
+"""A test-only policy registered through the grid's `plugins` hook.
+
+`explode` behaves like `uniform` but raises in `update` at step `fail_step` when its
+seed equals `fail_seed`: valid at plan time (validation builds it with seed 0), so only
+the chosen cells fail while the grid runs.
+"""
+from policies import POLICIES
+from policies.simple import Uniform
+
+
+class Explode(Uniform):
+    name = "explode"
+    summary = "uniform, but raises in update() for one seed (tests only)"
+    KNOBS = {"fail_seed": -1, "fail_step": 2}
+
+    def __init__(self, n_arms, seed=0, fail_seed=-1, fail_step=2):
+        super().__init__(n_arms, seed)
+        self.fail_seed, self.fail_step = int(fail_seed), int(fail_step)
+
+    def update(self, feedback):
+        if self.seed == self.fail_seed and self.t == self.fail_step:
+            raise RuntimeError(f"planted failure at step {self.t} for seed {self.seed}")
+        super().update(feedback)
+
+
+POLICIES.setdefault(Explode.name, Explode)
