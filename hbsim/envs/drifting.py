@@ -1,0 +1,374 @@
+"""Drifting-gradient bandit (SPEC §6): per-harness true gradients = shared component +
+harness-specific component + batch noise, drifting over time, with SGD or Adam
+preconditioning so that raw-gradient and update-direction cosines can disagree (the reading
+note's §4.2).
+
+Model (C = 5 categories, H training harnesses + 1 held-out harness, column H, parameters
+theta in R^dim, theta_0 = 0):
+
+    w[c, h]   = sqrt(shared) s + sqrt(category_share) e_c + sqrt(1 - shared - category_share) c_h
+    p[t, h]   = sigmoid(<theta, w[c_t, h]> + b[t, h])
+
+s, e_c, c_h are orthonormal unit vectors (one shared direction, one per category, one per
+harness), so `shared` is the fraction of a target's squared norm that every harness shares.
+b[t, h] = bias_h + d_t + eps_th: harness offsets spaced evenly in [bias_low, bias_high]
+(permuted per seed; the held-out harness has heldout_bias), task difficulty d_t ~
+N(0, task_spread^2), pair jitter eps ~ N(0, pair_spread^2). A conflicting pair (a, b) of
+`conflict_pairs` has c_b = gamma c_a + sqrt(1 - gamma^2) c_b', gamma chosen so that
+cos(w[c, a], w[c, b]) = conflict_cos exactly.
+
+Gradient of one step (loss = minus reward; n optimized groups, group g = task t_g on harness
+h_g, advantages A, binary rewards r, CURRENT success probability p_g):
+
+    sig_g = mean_i A_gi (r_gi - p_g)                   (REINFORCE signal on the logit)
+    grad  = - sum_g sig_g w[c_g, h_g] / n  +  noise * (sigma o xi) / sqrt(dim * n)
+
+xi ~ N(0, I) from a stateless per-step stream; sigma (dim,) are fixed per-coordinate noise
+scales exp(noise_spread * N(0, 1)) normalised to mean square 1, so Adam's second moment is
+anisotropic. The update is Delta theta = -lr * grad (sgd) or Adam's -lr m_hat / (sqrt(v_hat)
++ eps) (adam, see `preconditioned_direction`). StepResult carries both sketches on a fixed
+coordinate subset of size sketch_dim (all coordinates when sketch_dim >= dim): the loss
+gradient and the update Delta theta.
+
+Drift (a function of the step counter only, identical for every policy): before step t+1
+every free direction rotates by `rotation` radians in its own fixed random plane, takes a
+random-walk step of norm ~ `walk`, and the directions are re-orthonormalised; at the steps
+listed in `phase_steps` every harness-specific direction is resampled (a phase change).
+
+Oracle: the expected one-step gain of an allocation. Per task, E[sig | p] is exact for
+binary rewards (sum over k successes of Binom(k; G, p) sig(k)); retained groups are drawn
+in proportion to their keep probability; the candidate's expected gradient goes through
+the optimizer from the current state (Adam applied to the expected gradient, no noise).
+Drift is common to all candidates and left out.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import comb, expit
+
+from hbsim import grpo
+from hbsim.envs.base import CATEGORIES, Batch, Knob, SyntheticEnv, _stream
+
+#: spawn-key stream ids of this module (the base uses 0-4)
+STREAM_DRIFT, STREAM_NOISE = 10, 11
+
+OPTIMIZERS = ("sgd", "adam")
+
+
+# -- pure maths ------------------------------------------------------------------------
+def expected_group_signal(p: np.ndarray, group_size: int, kind: str = "loo") -> tuple[np.ndarray, np.ndarray]:
+    """Exact expectations for one group of G binary rollouts with success probability p.
+
+    p: any shape. Returns (E[sig], keep), both p's shape: sig = mean_i A_i (r_i - p) with
+    A = grpo.advantages(r, kind), keep = P(the group has non-zero variance)
+    = 1 - p^G - (1-p)^G. For kind="loo", E[sig] = p (1 - p).
+    """
+    G = int(group_size)
+    p = np.asarray(p, dtype=np.float64)
+    ks = np.arange(G + 1, dtype=np.float64)
+    canon = (np.arange(G)[None, :] < ks[:, None]).astype(np.float64)          # (G+1, G), k ones
+    adv = grpo.advantages(canon, kind)
+    s_y, s_1 = (adv * canon).mean(axis=1), adv.mean(axis=1)                     # (G+1,)
+    pk = p[..., None]
+    pmf = comb(G, ks) * pk ** ks * (1.0 - pk) ** (G - ks)                        # (..., G+1)
+    signal = pmf @ s_y - p * (pmf @ s_1)
+    keep = 1.0 - pmf[..., 0] - pmf[..., G]
+    return signal, keep
+
+
+def preconditioned_direction(grad: np.ndarray, m: np.ndarray, v: np.ndarray, t: int,
+                             beta1: float, beta2: float, eps: float) -> np.ndarray:
+    """Adam's direction d for loss gradient `grad` from state (m, v, t) BEFORE the step:
+    the update is Delta theta = -lr d, d = m_hat / (sqrt(v_hat) + eps) with
+    m' = beta1 m + (1-beta1) grad, v' = beta2 v + (1-beta2) grad^2, hats = bias-corrected
+    at t' = t + 1. Broadcasts over leading axes of grad."""
+    t1 = t + 1
+    m1 = beta1 * m + (1.0 - beta1) * grad
+    v1 = beta2 * v + (1.0 - beta2) * grad * grad
+    return (m1 / (1.0 - beta1 ** t1)) / (np.sqrt(v1 / (1.0 - beta2 ** t1)) + eps)
+
+
+class Optimizer:
+    """SGD (Delta theta = -lr grad) or Adam over a dim-vector; state m, v, t.
+
+    `peek(grad)` returns the update without changing the state; `step(grad)` applies it.
+    """
+
+    def __init__(self, kind: str, dim: int, lr: float, beta1: float = 0.9, beta2: float = 0.999,
+                 eps: float = 1e-8):
+        if kind not in OPTIMIZERS:
+            raise ValueError(f"env knob optimizer={kind!r} is not allowed: expected one of {', '.join(OPTIMIZERS)}")
+        self.kind, self.lr, self.beta1, self.beta2, self.eps = kind, lr, beta1, beta2, eps
+        self.m, self.v, self.t = np.zeros(dim), np.zeros(dim), 0
+
+    def direction(self, grad: np.ndarray) -> np.ndarray:
+        if self.kind == "sgd":
+            return np.asarray(grad, dtype=np.float64)
+        return preconditioned_direction(grad, self.m, self.v, self.t, self.beta1, self.beta2, self.eps)
+
+    def peek(self, grad: np.ndarray) -> np.ndarray:
+        return -self.lr * self.direction(grad)
+
+    def step(self, grad: np.ndarray) -> np.ndarray:
+        delta = self.peek(grad)
+        if self.kind == "adam":
+            self.m = self.beta1 * self.m + (1.0 - self.beta1) * grad
+            self.v = self.beta2 * self.v + (1.0 - self.beta2) * grad * grad
+            self.t += 1
+        return delta
+
+    def state_dict(self) -> dict:
+        return {"m": self.m.copy(), "v": self.v.copy(), "t": self.t}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.m, self.v = np.array(state["m"], dtype=np.float64), np.array(state["v"], dtype=np.float64)
+        self.t = int(state["t"])
+
+
+def orthonormal_rows(F: np.ndarray) -> np.ndarray:
+    """Gram-Schmidt of the rows of F (K, D), K <= D: orthonormal rows, row k spanning the
+    same first-k subspace as F's and pointing the same way (sign-fixed QR)."""
+    q, r = np.linalg.qr(F.T)
+    return (q * np.where(np.diag(r) < 0, -1.0, 1.0)).T
+
+
+# -- list-valued knobs ---------------------------------------------------------------
+class IntListKnob(Knob):
+    """A knob holding a list of non-negative integers (or of integer pairs when `pairs`),
+    written as a string ("50,100"; pairs "0-1,2-3"; "" = none) or a list. Resolves to the
+    canonical string, so configs stay flat scalars for TOML, `--set` and hashing."""
+
+    def __init__(self, default: str, doc: str, pairs: bool = False):
+        super().__init__(default, doc)
+        object.__setattr__(self, "choices", None)
+        object.__setattr__(self, "_pairs", pairs)
+
+    def allowed(self) -> str:
+        if self._pairs:
+            return 'pairs of harness indices like "0-1,2-3" (or [[0, 1], [2, 3]]; "" = none)'
+        return 'non-negative integers like "50,100" (or [50, 100]; "" = none)'
+
+    def parse(self, name: str, value) -> list:
+        try:
+            if isinstance(value, str):
+                items = [s.strip() for s in value.split(",") if s.strip()]
+                if self._pairs:
+                    items = [tuple(int(x) for x in s.split("-")) for s in items]
+                else:
+                    items = [int(s) for s in items]
+            else:
+                items = [tuple(int(x) for x in it) if self._pairs else int(it) for it in value]
+                if not all(isinstance(x, (int, np.integer)) for it in value
+                           for x in (it if self._pairs else [it])):
+                    raise TypeError
+        except (TypeError, ValueError):
+            raise ValueError(f"env knob {name}={value!r} is not allowed: expected {self.allowed()}") from None
+        flat = [x for it in items for x in (it if self._pairs else (it,))]
+        if any(x < 0 for x in flat) or (self._pairs and any(len(it) != 2 for it in items)):
+            raise ValueError(f"env knob {name}={value!r} is not allowed: expected {self.allowed()}")
+        return items
+
+    def check(self, name: str, value):
+        items = self.parse(name, value)
+        if self._pairs:
+            return ",".join(f"{a}-{b}" for a, b in items)
+        return ",".join(str(x) for x in sorted(set(items)))
+
+
+def _optimizer_knobs(lr: float) -> dict[str, Knob]:
+    return {
+        "optimizer": Knob("adam", "preconditioning of the update", choices=OPTIMIZERS),
+        "lr": Knob(lr, "learning rate", 1e-12, 100.0),
+        "beta1": Knob(0.9, "Adam first-moment decay (0 = the update uses the current gradient only)", 0.0, 0.999999),
+        "beta2": Knob(0.999, "Adam second-moment decay", 0.0, 0.999999),
+        "eps": Knob(1e-8, "Adam epsilon", 1e-30, 1.0),
+        "sketch_dim": Knob(64, "d: sketch coordinates (a fixed uniform subset; all when d >= dim)", 1, 10**7),
+    }
+
+
+def sketch_coordinates(rng: np.random.Generator, dim: int, d: int) -> np.ndarray:
+    """Fixed sketch coordinates: all of 0..dim-1 when d >= dim, else d drawn without
+    replacement, sorted."""
+    if d >= dim:
+        return np.arange(dim)
+    return np.sort(rng.choice(dim, size=d, replace=False))
+
+
+# -- the environment -------------------------------------------------------------------
+class DriftingEnv(SyntheticEnv):
+    """Drifting-gradient bandit; see the module docstring for the model. Knobs (beyond the
+    common ones of hbsim.envs.base): `DriftingEnv.KNOBS` (name -> default, doc, range)."""
+
+    kind = "drifting"
+    summary = "shared + harness-specific drifting gradient directions, SGD/Adam, conflicting pairs"
+    KNOBS = {
+        "dim": Knob(128, "parameter dimension (>= n_harnesses + 7)", 2, 10**6),
+        "shared": Knob(0.2, "share of every target's squared norm along the shared direction", 0.0, 1.0),
+        "category_share": Knob(0.1, "share of every target's squared norm along its category direction", 0.0, 1.0),
+        "conflict_pairs": IntListKnob("0-1", "harness pairs (a-b) whose targets have cosine conflict_cos", pairs=True),
+        "conflict_cos": Knob(-0.3, "cosine of a conflicting pair's targets (>= 2(shared+category_share)-1)", -1.0, 1.0),
+        "rotation": Knob(0.01, "radians every direction rotates per step (in its own random plane)", 0.0, 3.2),
+        "walk": Knob(0.02, "norm of every direction's random-walk step per step", 0.0, 10.0),
+        "phase_steps": IntListKnob("", "steps at which the harness-specific directions are resampled"),
+        "noise": Knob(1.0, "norm of one group's gradient noise (a batch of n: noise/sqrt(n))", 0.0, 1e6),
+        "noise_spread": Knob(1.0, "log-std of the per-coordinate noise scales (Adam anisotropy)", 0.0, 10.0),
+        "bias_low": Knob(-3.0, "lowest training-harness logit offset", -50.0, 50.0),
+        "bias_high": Knob(1.5, "highest training-harness logit offset", -50.0, 50.0),
+        "heldout_bias": Knob(-0.5, "held-out harness logit offset", -50.0, 50.0),
+        "task_spread": Knob(1.0, "std of the task difficulty offset", 0.0, 50.0),
+        "pair_spread": Knob(0.5, "std of the per-(task, harness) offset jitter", 0.0, 50.0),
+        **_optimizer_knobs(0.005),
+    }
+
+    @classmethod
+    def _check_knobs(cls, knobs: dict) -> None:
+        H = knobs["n_harnesses"]
+        if knobs["dim"] < H + 1 + len(CATEGORIES) + 1:
+            raise ValueError(f"env knob dim={knobs['dim']} is not allowed: expected >= n_harnesses + "
+                             f"{len(CATEGORIES) + 2} = {H + len(CATEGORIES) + 2} (orthonormal directions)")
+        if knobs["shared"] + knobs["category_share"] > 1.0:
+            raise ValueError(f"env knobs shared={knobs['shared']} + category_share={knobs['category_share']} "
+                             f"are not allowed: expected a sum <= 1")
+        if knobs["bias_low"] > knobs["bias_high"]:
+            raise ValueError(f"env knob bias_low={knobs['bias_low']} is not allowed: expected <= "
+                             f"bias_high={knobs['bias_high']}")
+        pairs = cls.KNOBS["conflict_pairs"].parse("conflict_pairs", knobs["conflict_pairs"])
+        flat = [x for pair in pairs for x in pair]
+        if any(x >= H for x in flat) or len(set(flat)) != len(flat):
+            raise ValueError(f"env knob conflict_pairs={knobs['conflict_pairs']!r} is not allowed: expected "
+                             f"disjoint pairs of distinct harness indices in [0, {H - 1}]")
+        if pairs:
+            _conflict_gamma(knobs)
+
+
+    # -- structure -----------------------------------------------------------------
+    def _build(self, rng: np.random.Generator) -> None:
+        k, H, C, D = self.knobs, self.H, len(CATEGORIES), self.knobs["dim"]
+        n_all = self.n_tasks + self.n_heldout
+        self.n_dirs = 1 + C + H + 1
+        bias = np.append(rng.permutation(np.linspace(k["bias_low"], k["bias_high"], H)), k["heldout_bias"])
+        self.b = (bias[None, :] + rng.normal(0.0, k["task_spread"], n_all)[:, None]
+                  + rng.normal(0.0, k["pair_spread"], (n_all, H + 1)))             # (n_all, H+1)
+        scales = np.exp(k["noise_spread"] * rng.standard_normal(D))
+        self.noise_scale = scales / np.sqrt(np.mean(scales ** 2))                   # (D,)
+        self.coords = sketch_coordinates(rng, D, k["sketch_dim"])
+        self.pairs = self.KNOBS["conflict_pairs"].parse("conflict_pairs", k["conflict_pairs"])
+        self.gamma = _conflict_gamma(k) if self.pairs else 0.0
+        self.phases = set(self.KNOBS["phase_steps"].parse("phase_steps", k["phase_steps"]))
+        self.F, self.P = self._fresh_directions(rng, self.n_dirs)                 # (K, D) each
+        self.drift_step = 0
+        self.theta = np.zeros(D)
+        self.opt = Optimizer(k["optimizer"], D, k["lr"], k["beta1"], k["beta2"], k["eps"])
+        self._W = self._targets()
+
+    def _fresh_directions(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """n unit directions and, for each, a unit partner orthogonal to it (its rotation plane)."""
+        F = rng.standard_normal((n, self.knobs["dim"]))
+        F /= np.linalg.norm(F, axis=1, keepdims=True)
+        P = rng.standard_normal(F.shape)
+        P -= np.sum(P * F, axis=1, keepdims=True) * F
+        return F, P / np.linalg.norm(P, axis=1, keepdims=True)
+
+    def _targets(self) -> np.ndarray:
+        """w (C, H+1, D) from the current free directions (see the module docstring)."""
+        k, C = self.knobs, len(CATEGORIES)
+        B = orthonormal_rows(self.F)
+        s, e, c = B[0], B[1: 1 + C], B[1 + C:].copy()                              # c: (H+1, D)
+        for a, b in self.pairs:
+            c[b] = self.gamma * c[a] + np.sqrt(1.0 - self.gamma ** 2) * c[b]
+        own = max(1.0 - k["shared"] - k["category_share"], 0.0)
+        return (np.sqrt(k["shared"]) * s[None, None, :] + np.sqrt(k["category_share"]) * e[:, None, :]
+                + np.sqrt(own) * c[None, :, :])
+
+    def _sync(self) -> None:
+        """Advance the drift to the current step counter (a function of the step only)."""
+        k, C = self.knobs, len(CATEGORIES)
+        moved = False
+        while self.drift_step < self.step_count:
+            t = self.drift_step + 1
+            rng = _stream(self.seed, STREAM_DRIFT, t)
+            if k["rotation"] > 0:
+                cos, sin = np.cos(k["rotation"]), np.sin(k["rotation"])
+                self.F, self.P = cos * self.F + sin * self.P, cos * self.P - sin * self.F
+            if k["walk"] > 0:
+                F = self.F + k["walk"] / np.sqrt(k["dim"]) * rng.standard_normal(self.F.shape)
+                self.F = F / np.linalg.norm(F, axis=1, keepdims=True)
+                P = self.P - np.sum(self.P * self.F, axis=1, keepdims=True) * self.F
+                self.P = P / np.linalg.norm(P, axis=1, keepdims=True)
+            if t in self.phases:
+                self.F[1 + C:], self.P[1 + C:] = self._fresh_directions(rng, self.H + 1)
+            self.drift_step, moved = t, True
+        if moved:
+            self._W = self._targets()
+
+    # -- truth ---------------------------------------------------------------------
+    def _logits(self, theta: np.ndarray) -> np.ndarray:
+        """theta (..., D) -> logits (..., n_all, H+1)."""
+        wt = np.einsum("chd,...d->...ch", self._W, theta)                         # (..., C, H+1)
+        return wt[..., self.task_category, :] + self.b
+
+    def success_matrix(self) -> np.ndarray:
+        self._sync()
+        return expit(self._logits(self.theta))
+
+    def true_gradients(self) -> np.ndarray:
+        """(H+1, D) expected reward-ascent direction per harness (per retained group), the
+        quantity whose cosines the transfer signal estimates."""
+        self._sync()
+        p = self.success_matrix()[: self.n_tasks]
+        sig, keep = expected_group_signal(p, self.G, self.knobs["advantage"])
+        S = np.zeros((len(CATEGORIES), self.H + 1))
+        np.add.at(S, self.task_category[: self.n_tasks], sig)
+        total = keep.sum(axis=0)
+        S = np.divide(S, total, out=np.zeros_like(S), where=total > 1e-300)
+        return np.einsum("ch,chd->hd", S, self._W)
+
+    # -- learning ------------------------------------------------------------------
+    def _learn(self, batch: Batch, rng: np.random.Generator):
+        self._sync()
+        k, n = self.knobs, len(batch)
+        cats = self.task_category[batch.tasks]
+        p_now = expit(self._logits(self.theta)[batch.tasks, batch.harnesses])
+        sig = (batch.advantages * (batch.rewards - p_now[:, None])).mean(axis=1)   # (n,)
+        signal = sig @ self._W[cats, batch.harnesses] / n                          # (D,)
+        xi = _stream(self.seed, STREAM_NOISE, self.step_count).standard_normal(k["dim"])
+        grad = -signal + k["noise"] * self.noise_scale * xi / np.sqrt(k["dim"] * n)
+        delta = self.opt.step(grad)
+        self.theta = self.theta + delta
+        return grad[self.coords].astype(np.float32), delta[self.coords].astype(np.float32)
+
+    def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
+        self._sync()
+        H = self.H
+        cand = np.asarray(candidates, dtype=np.float64)                            # (K, H)
+        frac = cand / cand.sum(axis=1, keepdims=True)
+        g = self.true_gradients()[:H]                                               # (H, D)
+        p = self.success_matrix()[: self.n_tasks, :H]
+        grad = -(frac @ g)                                                          # (K, D)
+        delta = self.opt.peek(grad)
+        moved = np.any(grad != 0.0, axis=1)
+        p_new = expit(self._logits(self.theta[None, :] + delta)[:, : self.n_tasks, :H])
+        return np.where(moved, p_new.mean(axis=(1, 2)) - p.mean(), 0.0)
+
+    # -- state ---------------------------------------------------------------------
+    def _model_state(self) -> dict:
+        return {"theta": self.theta.copy(), "opt": self.opt.state_dict(), "F": self.F.copy(),
+                "P": self.P.copy(), "drift_step": self.drift_step}
+
+    def _load_model_state(self, state: dict) -> None:
+        self.theta = np.array(state["theta"], dtype=np.float64)
+        self.opt.load_state_dict(state["opt"])
+        self.F, self.P = np.array(state["F"], dtype=np.float64), np.array(state["P"], dtype=np.float64)
+        self.drift_step = int(state["drift_step"])
+        self._W = self._targets()
+
+
+def _conflict_gamma(knobs: dict) -> float:
+    """cos(c_a, c_b) that gives cos(w[c, a], w[c, b]) = conflict_cos; ValueError if unreachable."""
+    common = knobs["shared"] + knobs["category_share"]
+    own = 1.0 - common
+    lowest = 2.0 * common - 1.0
+    if own <= 0.0 or knobs["conflict_cos"] < lowest - 1e-12:
+        raise ValueError(f"env knob conflict_cos={knobs['conflict_cos']} is not allowed with shared + "
+                         f"category_share={common:g}: expected >= {lowest:g} and < 1")
+    return float(np.clip((knobs["conflict_cos"] - common) / own, -1.0, 1.0))
