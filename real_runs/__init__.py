@@ -1,0 +1,43 @@
+"""real_runs: real GRPO training of a small transformer on multi-harness tool-use tasks,
+scheduled by the same policy objects as the synthetic bandits.
+
+    from real_runs import make_adapter, adapter_knobs, GRPOAdapter
+    adapter = make_adapter(seed=0, preset="tiny", lr=1e-3)    # a hbsim TrainingAdapter
+    hbsim.run(policies.make("harnessbandit", n_arms=len(adapter.harnesses), seed=0), adapter, steps=3)
+
+torch is imported only when the trainer is used, so `real_runs.tasks` stays light.
+"""
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {"GRPOAdapter": "real_runs.adapter", "RealConfig": "real_runs.presets",
+         "PRESETS": "real_runs.presets", "resolve": "real_runs.presets"}
+
+__all__ = ["GRPOAdapter", "RealConfig", "PRESETS", "adapter_knobs", "make_adapter", "resolve"]
+
+
+def adapter_knobs() -> dict:
+    """Default knobs of `[env] kind = "real"` (None = the preset's value)."""
+    from real_runs.presets import knob_defaults
+    return knob_defaults()
+
+
+def make_adapter(seed: int = 0, **knobs):
+    """A `GRPOAdapter` for `seed` with the given knobs (`preset` selects the base sizes).
+
+    Unknown knobs raise ValueError naming the valid ones. The key `kind` (from a grid's
+    env table) is accepted and must be "real".
+    """
+    from real_runs.adapter import GRPOAdapter
+    from real_runs.presets import resolve
+    kind = knobs.pop("kind", "real")
+    if kind != "real":
+        raise ValueError(f"env kind={kind!r} is not allowed here: expected 'real'")
+    return GRPOAdapter(resolve(**knobs), seed=seed)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'real_runs' has no attribute {name!r}")
