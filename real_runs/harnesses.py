@@ -40,6 +40,7 @@ from real_runs.tasks import Task
 from real_runs.workspace import ENDS_EPISODE, Call, Result
 
 STOP = "\n"
+MAX_REPLY = 96     # bytes a turn may take: sample at most this many; longer replies fail to parse
 LOOPS = ("single", "multi")
 
 
@@ -63,6 +64,7 @@ class Harness:
     prefix: str = ""
     stop: str = STOP
     show_contents: bool = False
+    max_reply: int = MAX_REPLY
 
     def __post_init__(self):
         if self.loop not in LOOPS:
@@ -70,8 +72,13 @@ class Harness:
         if self.loop == "single" and self.max_turns != 1:
             raise ValueError(f"max_turns={self.max_turns} is invalid for single-turn harness "
                              f"{self.name}: allowed is 1")
-        if self.max_turns < 1 or self.max_calls < 1:
-            raise ValueError(f"max_turns={self.max_turns}, max_calls={self.max_calls}: allowed are >= 1")
+        for key in ("max_turns", "max_calls", "max_reply"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key}={getattr(self, key)} is invalid for harness {self.name}: "
+                                 "allowed is an integer >= 1")
+        if not self.stop:
+            raise ValueError(f"stop={self.stop!r} is invalid for harness {self.name}: allowed is a "
+                             "non-empty string")
 
     def render(self, task: Task) -> str:
         """The prompt (before any model turn), ending with ``prefix``."""
@@ -82,6 +89,8 @@ class Harness:
     def parse_turn(self, text: str) -> list[Call | None]:
         """The calls of one reply (``text`` without the stop marker); a None entry
         marks an unreadable call (always the last entry)."""
+        if len(text) > self.max_reply:
+            return [None]
         if self.loop == "multi":
             return [self.syntax.parse(text)]
         calls = self.syntax.parse_many(text)
@@ -209,3 +218,11 @@ HARNESSES: dict[str, Harness] = {h.name: h for h in (
 
 TRAIN_HARNESSES: list[str] = ["json", "xml", "func", "shell", "sexp", "kv"]
 HELDOUT_HARNESSES: list[str] = ["react"]
+
+
+def get_harness(name: str) -> Harness:
+    """The registered harness ``name``; an unknown name raises ValueError listing them."""
+    try:
+        return HARNESSES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"harness={name!r} is unknown: allowed are {sorted(HARNESSES)}") from None

@@ -31,8 +31,13 @@ class Syntax:
             raise ValueError(f"names={sorted(unknown)} are not tools: allowed are {list(TOOLS)}")
         self.names = {t: names.get(t, t) for t in TOOLS}
         self.tools = {v: k for k, v in self.names.items()}
+        self._schema = self.render_schema()
 
     def schema(self) -> str:
+        """The tool list in this notation (computed once)."""
+        return self._schema
+
+    def render_schema(self) -> str:
         return " ".join(self.item.format(tool=self.names[t], args=self.arg_sep.join(a))
                         .replace(" )", ")") for t, a in TOOLS.items())
 
@@ -103,7 +108,7 @@ class XmlSyntax(Syntax):
             return f"<{tag}{attrs}>{call.args[-1]}</{tag}>"
         return f"<{tag}{attrs}/>"
 
-    def schema(self):
+    def render_schema(self):
         parts = []
         for t, a in TOOLS.items():
             attrs = "".join(" " + k for k in a if k != "text")
@@ -239,6 +244,10 @@ class BracketSyntax(Syntax):
         return self._positional(m.group(1), args)
 
 
+_SH_TOKEN = re.compile(r"""'([^']*)'|"([^"]*)"|([^\s'"]+)""")
+_SH_LINE = re.compile(r"""\s*(?:(?:'[^']*'|"[^"]*"|[^\s'"]+)(?:\s+|$))*""")
+
+
 class ShellSyntax(Syntax):
     """Shell commands: ``echo x > a``, ``echo x >> a``, ``mv a b``, ``cp a b``, ``rm a``,
     ``cat a``, ``answer x``, ``exit``. Single-turn replies join commands with ``&&``."""
@@ -248,10 +257,10 @@ class ShellSyntax(Syntax):
             "finish": "exit"}
 
     def __init__(self):
-        super().__init__()
         self._rev = {v: k for k, v in self._cmd.items()}
+        super().__init__()
 
-    def schema(self):
+    def render_schema(self):
         return "echo T > F, echo T >> F, mv F G, cp F G, rm F, cat F, answer X, exit"
 
     def format(self, call):
@@ -263,10 +272,9 @@ class ShellSyntax(Syntax):
         return " ".join([self._cmd[call.tool]] + q)
 
     def parse(self, text):
-        try:
-            toks = shlex.split(text)
-        except ValueError:
+        if _SH_LINE.fullmatch(text) is None:
             return None
+        toks = [a or b or c for a, b, c in _SH_TOKEN.findall(text)]
         if not toks:
             return None
         if toks[0] == "echo":

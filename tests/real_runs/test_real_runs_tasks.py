@@ -295,3 +295,64 @@ def test_benchmark_episode_throughput(benchmark):
         return total
 
     assert benchmark(go) == len(pairs)
+
+
+def test_seed_zero_is_pinned():
+    """The generator's output is part of the experiment: pin the first tasks of seed 0."""
+    t0, t4, h0 = TRAIN[0], TRAIN[4], HELDOUT[0]
+    assert (t0.id, t0.instruction, t0.files) == (
+        "t0000-create", "Create fu.txt containing ice.", (("pi.txt", "cat"),))
+    assert (t4.instruction, t4.files, t4.answer) == (
+        "What is port in ge.log?", (("ge.log", "size=78\nport=94\nmin=51"),), "94")
+    assert (h0.id, h0.instruction, h0.goal) == (
+        "h0000-create", "Overwrite ki.log with cow.", (("ki.log", "cow"),))
+
+
+def test_rows_and_demonstration_rows():
+    from real_runs.episode import demonstration_rows
+    h = HARNESSES["json"]
+    t = TRAIN[4]                      # lookup: read, then answer
+    rows = demonstration_rows(h, t)
+    assert [c for _, c in rows] == h.demonstration(t)
+    assert rows[0][0] == h.render(t)
+    ep = run_demo(h, t)
+    assert rows[1][0] == rows[0][0] + rows[0][1] + '{"ok":true,"out":"size=78\\nport=94\\nmin=51"}\n> '
+    assert ep.context() == rows[1][0] + rows[1][1]
+    # a truncated completion is stored with the stop marker added
+    ep = Episode(h, t)
+    ep.feed('{"tool":"re')
+    assert ep.rows() == [(h.render(t), '{"tool":"re\n')]
+    single = demonstration_rows(HARNESSES["xml"], t)
+    assert single == [(HARNESSES["xml"].render(t), "<answer>94</answer>\n")]
+
+
+def test_get_harness_and_overlong_reply():
+    from real_runs.harnesses import MAX_REPLY, get_harness
+    assert get_harness("shell") is HARNESSES["shell"]
+    with pytest.raises(ValueError, match="allowed are"):
+        get_harness("bash")
+    h = HARNESSES["shell"]
+    long_ok = "echo " + "a" * 40 + " > b.md"
+    assert h.parse_turn(long_ok) == [Call("write", ("b.md", "a" * 40))]
+    assert h.parse_turn("echo " + "a" * MAX_REPLY + " > b.md") == [None]
+
+
+def test_shell_quoting_and_tokens():
+    sh = HARNESSES["shell"].syntax
+    assert sh.parse("echo 'a b' > x.md") == Call("write", ("x.md", "a b"))
+    assert sh.parse('  cp "x.md"   y.md ') == Call("copy", ("x.md", "y.md"))
+    assert sh.parse("exit") == Call("finish")
+    assert sh.parse("answer 7") == Call("answer", ("7",))
+    for bad in ("", "cp x.md", "cp 'x.md y.md", "mv a'b' c", "echo a > b c", "exit now"):
+        assert sh.parse(bad) is None, bad
+    assert sh.format(Call("write", ("x.md", "a b"))) == "echo 'a b' > x.md"
+
+
+@pytest.mark.parametrize("name", list(HARNESSES))
+def test_every_tool_round_trips(name):
+    syn = HARNESSES[name].syntax
+    for call in (Call("write", ("a.md", "sun")), Call("append", ("a.md", "red")),
+                 Call("move", ("a.md", "b.txt")), Call("copy", ("a.md", "b.txt")),
+                 Call("delete", ("a.md",)), Call("read", ("a.md",)), Call("answer", ("42",)),
+                 Call("finish")):
+        assert syn.parse(syn.format(call)) == call, (name, syn.format(call))
