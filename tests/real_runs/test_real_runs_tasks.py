@@ -356,3 +356,49 @@ def test_every_tool_round_trips(name):
                  Call("delete", ("a.md",)), Call("read", ("a.md",)), Call("answer", ("42",)),
                  Call("finish")):
         assert syn.parse(syn.format(call)) == call, (name, syn.format(call))
+
+
+@pytest.mark.parametrize("name", list(HARNESSES))
+def test_unknown_tool_name_fails(name):
+    syn = HARNESSES[name].syntax
+    shell = {"write": "echo", "read": "cat", "finish": "exit"}
+    for call in (Call("write", ("a.md", "x")), Call("read", ("a.md",)), Call("finish")):
+        text = syn.format(call)
+        surface = shell[call.tool] if name == "shell" else syn.names[call.tool]
+        assert surface in text
+        assert syn.parse(text.replace(surface, "zap", 1)) is None, (name, text)
+
+
+def test_prompt_hides_contents_only_where_the_harness_does():
+    t = TRAIN[4]                                  # lookup in ge.log: size=78 port=94 min=51
+    for name, h in HARNESSES.items():
+        prompt = h.render(t)
+        assert t.instruction in prompt and "ge.log" in prompt
+        assert ("94" in prompt) == h.show_contents, name
+
+
+def test_single_turn_call_limit():
+    h = HARNESSES["kv"]
+    one = "tool=show path=a"
+    assert h.parse_turn(" ; ".join([one] * h.max_calls))[-1] is not None
+    assert h.parse_turn(" ; ".join([one] * (h.max_calls + 1)))[-1] is None
+
+
+def test_workspace_execute_by_hand():
+    from real_runs.workspace import MAX_FILES, execute
+    ws = {"a": "x"}
+    assert execute(ws, Call("append", ("a", "y"))) == (True, "ok") and ws == {"a": "x\ny"}
+    assert execute(ws, Call("append", ("n", "z"))).ok and ws["n"] == "z"   # append creates
+    assert execute(ws, Call("write", ("n", ""))).ok and ws["n"] == ""
+    assert execute(ws, Call("append", ("n", "q"))).ok and ws["n"] == "q"   # no blank first line
+    assert execute(ws, Call("move", ("a", "n"))).ok and ws == {"n": "x\ny"}  # move overwrites
+    assert execute(ws, Call("read", ("n",))) == (True, "x\ny")
+    before = dict(ws)
+    for bad in (Call("read", ("zz",)), Call("delete", ("zz",)), Call("copy", ("zz", "b")),
+                Call("write", ("a b", "x")), Call("write", ("d/e", "x")), Call("write", ("", "x")),
+                Call("write", ("c", "x" * 65)), Call("copy", ("n", "q<")), Call("zap", ())):
+        r = execute(ws, bad)
+        assert not r.ok and ws == before, bad
+    full = {f"f{i}": "" for i in range(MAX_FILES)}
+    assert not execute(full, Call("write", ("new", "x"))).ok and len(full) == MAX_FILES
+    assert execute(full, Call("write", ("f0", "x"))).ok
