@@ -1,0 +1,294 @@
+"""Tables of the evaluation comparison, assembled from the pure functions of `stats`.
+
+Joining is by ids (policy, seed, suite, task), never by row order. For every pair the
+analysis set is the rectangle of seeds x tasks present in both arms (and in the
+baseline); whatever is dropped is listed in the returned notes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from reports import stats
+
+CELL_KEYS = ["policy", "seed", "suite", "task"]
+
+
+def metric_names(ks: tuple[int, ...], n: int) -> list[str]:
+    """Metrics of a suite with n attempts: score, pass@1, then pass@k, pass^k for k <= n."""
+    names = ["score", "pass@1"]
+    for k in ks:
+        if 1 < k <= n:
+            names += [f"pass@{k}", f"pass^{k}"]
+    return names
+
+
+def cell_metrics(final: pd.DataFrame, ks: tuple[int, ...]) -> pd.DataFrame:
+    """One row per (policy, seed, suite, task): category, n, c, score and pass metrics.
+
+    pass@k / pass^k are NaN in suites with fewer than k attempts.
+    """
+    g = final.groupby(CELL_KEYS, sort=True)
+    cells = g.agg(category=("category", "first"), n=("success", "size"), c=("success", "sum"),
+                  score=("reward", "mean")).reset_index()
+    n, c = cells["n"].to_numpy(), cells["c"].to_numpy()
+    cells["pass@1"] = c / n
+    for k in sorted(set(ks) - {1}):
+        ok = n >= k
+        for name, fn in ((f"pass@{k}", stats.pass_at_k), (f"pass^{k}", stats.pass_hat_k)):
+            col = np.full(len(cells), np.nan)
+            if ok.any():
+                col[ok] = fn(n[ok], c[ok], k)
+            cells[name] = col
+    return cells
+
+
+@dataclass
+class Aligned:
+    """The complete rectangle of one comparison. x: (metrics, policies, seeds, tasks)."""
+
+    policies: list[str]
+    seeds: list[int]
+    tasks: list[str]
+    categories: np.ndarray  # (tasks,)
+    metrics: list[str]
+    x: np.ndarray
+
+
+def align(cells: pd.DataFrame, suite: str, policies: list[str], baseline: str,
+          metrics: list[str]) -> tuple[Aligned, list[str]]:
+    """Seeds x tasks of ``suite`` present for every policy; notes name what was dropped.
+
+    The baseline defines the reference sets: seeds/tasks that only a candidate has are
+    excluded; a seed a policy lacks entirely is dropped for all arms, then a task missing
+    in any remaining (policy, seed) is dropped for all arms.
+    """
+    sub = cells[(cells["suite"] == suite) & cells["policy"].isin(policies)]
+    base = sub[sub["policy"] == baseline]
+    seeds = sorted(base["seed"].unique().tolist())
+    tasks = sorted(base["task"].unique().tolist())
+    notes = []
+    present = set(zip(sub["policy"], sub["seed"], sub["task"]))
+    for pol in policies:
+        mine = sub[sub["policy"] == pol]
+        extra_s = sorted(set(mine["seed"]) - set(seeds))
+        extra_t = sorted(set(mine["task"]) - set(tasks))
+        if extra_s or extra_t:
+            notes.append(f"{suite}: policy {pol!r} has seeds {extra_s} / {len(extra_t)} task(s) the baseline "
+                         f"{baseline!r} lacks; excluded")
+    for pol in policies:
+        lost = [s for s in seeds if not (sub["seed"][sub["policy"] == pol] == s).any()]
+        if lost:
+            notes.append(f"{suite}: policy {pol!r} lacks seed(s) {lost} that the baseline has; "
+                         "excluded for both arms")
+            seeds = [s for s in seeds if s not in lost]
+    for pol in policies:
+        lost = [t for t in tasks if any((pol, s, t) not in present for s in seeds)]
+        if lost:
+            shown = ", ".join(lost[:5]) + (" ..." if len(lost) > 5 else "")
+            notes.append(f"{suite}: policy {pol!r} lacks {len(lost)} task(s) the baseline has ({shown}); "
+                         "excluded for both arms")
+            tasks = [t for t in tasks if t not in lost]
+    idx = pd.MultiIndex.from_product([policies, seeds, tasks], names=["policy", "seed", "task"])
+    table = sub.set_index(["policy", "seed", "task"])
+    x = np.stack([table[m].reindex(idx).to_numpy(dtype=np.float64) for m in metrics])
+    x = x.reshape(len(metrics), len(policies), len(seeds), len(tasks))
+    cat = base.drop_duplicates("task").set_index("task")["category"].reindex(tasks).to_numpy()
+    return Aligned(list(policies), seeds, tasks, cat, list(metrics), x), notes
+
+
+# ------------------------------------------------------------------------ summary
+
+def summary_table(al: Aligned, suite: str, baseline: str, *, resamples: int, rng: np.random.Generator,
+                  alpha: float, progress=None) -> pd.DataFrame:
+    """Per metric x policy: value, crossed-bootstrap interval, IQM (+ interval) and
+    P(policy > baseline) (+ interval), all from ONE set of task/seed draws."""
+    m, p, s, t = al.x.shape
+    flat = al.x.reshape(m * p, s, t)
+    b_idx = al.policies.index(baseline)
+
+    def stat(x, ws, wt):
+        parts = [stats.weighted_mean(x, ws, wt), stats.weighted_iqm(x, ws, wt)]
+        xr = x.reshape(m, p, s, t)
+        pis = [stats.weighted_prob_improvement(xr[i, j], xr[i, b_idx], ws, wt) for i in range(m) for j in range(p)]
+        parts.append(np.stack(pis, axis=1))
+        return np.stack(parts, axis=1)  # (b, 3, m*p)
+
+    reps = stats.crossed_bootstrap(flat, stat, resamples=resamples, rng=rng, progress=progress,
+                                   label=f"summary {suite}")
+    lo, hi = stats.percentile_interval(reps, alpha)
+    rows = []
+    for i, metric in enumerate(al.metrics):
+        for j, pol in enumerate(al.policies):
+            f = i * p + j
+            rows.append({"suite": suite, "metric": metric, "policy": pol, "n_tasks": t, "n_seeds": s,
+                         "value": float(al.x[i, j].mean()), "ci_low": lo[0, f], "ci_high": hi[0, f],
+                         "iqm": stats.iqm(al.x[i, j]), "iqm_low": lo[1, f], "iqm_high": hi[1, f],
+                         "prob_improvement": stats.prob_improvement(al.x[i, j], al.x[i, b_idx]),
+                         "pi_low": lo[2, f], "pi_high": hi[2, f], "is_baseline": pol == baseline})
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------ paired tables
+
+PAIRED_COLUMNS = ["suite", "metric", "candidate", "baseline", "n_tasks", "n_seeds", "candidate_value",
+                  "baseline_value", "delta", "ci_low", "ci_high", "p_permutation", "p_wilcoxon", "p_sign",
+                  "p_holm", "wins", "ties", "losses", "prob_improvement", "mde"]
+
+
+def paired_rows(al: Aligned, suite: str, cand: str, baseline: str, *, resamples: int,
+                rng: np.random.Generator, alpha: float, progress=None) -> list[dict]:
+    """Rows of paired.csv for one (suite, candidate), every metric (p_holm filled later)."""
+    c, b = al.policies.index(cand), al.policies.index(baseline)
+    diff = al.x[:, c] - al.x[:, b]  # (metrics, seeds, tasks)
+    reps = stats.crossed_bootstrap(diff, stats.weighted_mean, resamples=resamples, rng=rng,
+                                   progress=progress, label=f"paired {suite} {cand}")
+    lo, hi = stats.percentile_interval(reps, alpha)
+    rows = []
+    for i, metric in enumerate(al.metrics):
+        d = diff[i].mean(axis=0)  # D_t: (tasks,)
+        w, ti, lo_ = stats.wins_ties_losses(d)
+        rows.append({"suite": suite, "metric": metric, "candidate": cand, "baseline": baseline,
+                     "n_tasks": len(al.tasks), "n_seeds": len(al.seeds),
+                     "candidate_value": float(al.x[i, c].mean()), "baseline_value": float(al.x[i, b].mean()),
+                     "delta": float(d.mean()), "ci_low": float(lo[i]), "ci_high": float(hi[i]),
+                     "p_permutation": stats.sign_flip_test(d, resamples=resamples, rng=rng),
+                     "p_wilcoxon": stats.wilcoxon_p(d), "p_sign": stats.sign_test(w, lo_), "p_holm": np.nan,
+                     "wins": w, "ties": ti, "losses": lo_,
+                     "prob_improvement": stats.prob_improvement(al.x[i, c], al.x[i, b]),
+                     "mde": stats.mde(d, alpha)})
+    return rows
+
+
+def per_seed_rows(al: Aligned, suite: str, cand: str, baseline: str) -> list[dict]:
+    """Per seed: delta, W/T/L, and exact McNemar (+ mid-p) where the metric is binary."""
+    c, b = al.policies.index(cand), al.policies.index(baseline)
+    rows = []
+    for i, metric in enumerate(al.metrics):
+        for si, seed in enumerate(al.seeds):
+            xc, xb = al.x[i, c, si], al.x[i, b, si]
+            w, ti, lo = stats.wins_ties_losses(xc - xb)
+            row = {"suite": suite, "metric": metric, "candidate": cand, "baseline": baseline, "seed": seed,
+                   "n_tasks": len(al.tasks), "candidate_value": float(xc.mean()),
+                   "baseline_value": float(xb.mean()), "delta": float((xc - xb).mean()),
+                   "wins": w, "ties": ti, "losses": lo}
+            keys = ("n11", "n10", "n01", "n00", "p", "mid_p")
+            mc = stats.mcnemar_test(xc, xb) if stats.is_binary(xc, xb) else dict.fromkeys(keys, np.nan)
+            row.update({f"mcnemar_{k}" if k in ("p", "mid_p") else k: v for k, v in mc.items()})
+            rows.append(row)
+    return rows
+
+
+def category_rows(al: Aligned, suite: str, cand: str, baseline: str, *, resamples: int,
+                  rng: np.random.Generator, alpha: float) -> list[dict]:
+    """Per category: delta, crossed-bootstrap interval, sign-flip p, BH-adjusted p and flags."""
+    c, b = al.policies.index(cand), al.policies.index(baseline)
+    rows = []
+    cats = sorted(set(al.categories.tolist()))
+    for cat in cats:
+        mask = al.categories == cat
+        diff = al.x[:, c][..., mask] - al.x[:, b][..., mask]  # (metrics, seeds, tasks_c)
+        reps = stats.crossed_bootstrap(diff, stats.weighted_mean, resamples=resamples, rng=rng)
+        lo, hi = stats.percentile_interval(reps, alpha)
+        for i, metric in enumerate(al.metrics):
+            d = diff[i].mean(axis=0)
+            rows.append({"suite": suite, "metric": metric, "candidate": cand, "baseline": baseline,
+                         "category": cat, "n_tasks": int(mask.sum()), "n_seeds": len(al.seeds),
+                         "candidate_value": float(al.x[i, c][..., mask].mean()),
+                         "baseline_value": float(al.x[i, b][..., mask].mean()),
+                         "delta": float(d.mean()), "ci_low": float(lo[i]), "ci_high": float(hi[i]),
+                         "p_permutation": stats.sign_flip_test(d, resamples=resamples, rng=rng)})
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return rows
+    out["p_bh"] = np.nan
+    out["worst"] = False
+    for _, idx in out.groupby("metric").groups.items():
+        out.loc[idx, "p_bh"] = stats.adjust(out.loc[idx, "p_permutation"].to_numpy(), "fdr_bh")
+        out.loc[out.loc[idx, "delta"].idxmin(), "worst"] = True
+    out["regresses"] = (out["delta"] < 0) & (out["p_bh"] < alpha)
+    return out.to_dict("records")
+
+
+def flip_rows(al: Aligned, suite: str, cand: str, baseline: str) -> tuple[list[dict], list[dict]]:
+    """Tasks whose seed-majority outcome differs between the arms, per pass metric.
+
+    A seed passes a task when the metric is >= 0.5 (for binary metrics: it passed); the
+    majority outcome passes when MORE than half the seeds pass (a tie is a fail).
+    Returns (flip rows, count rows: passed by each arm, gained, lost).
+    """
+    c, b = al.policies.index(cand), al.policies.index(baseline)
+    flips, counts = [], []
+    for i, metric in enumerate(al.metrics):
+        if not metric.startswith("pass"):
+            continue
+        maj_c = (al.x[i, c] >= 0.5).mean(axis=0) > 0.5
+        maj_b = (al.x[i, b] >= 0.5).mean(axis=0) > 0.5
+        for t in np.flatnonzero(maj_c != maj_b):
+            flips.append({"suite": suite, "metric": metric, "candidate": cand, "baseline": baseline,
+                          "task": al.tasks[t], "category": al.categories[t],
+                          "direction": "fail->pass" if maj_c[t] else "pass->fail",
+                          "candidate_value": float(al.x[i, c, :, t].mean()),
+                          "baseline_value": float(al.x[i, b, :, t].mean())})
+        counts.append({"suite": suite, "metric": metric, "candidate": cand, "baseline": baseline,
+                       "n_tasks": len(al.tasks), "baseline_passed": int(maj_b.sum()),
+                       "candidate_passed": int(maj_c.sum()), "both": int((maj_b & maj_c).sum()),
+                       "gained": int((maj_c & ~maj_b).sum()), "lost": int((maj_b & ~maj_c).sum())})
+    return flips, counts
+
+
+# ----------------------------------------------------------------- model-based check
+
+def gee_rows(final: pd.DataFrame, al: Aligned, suite: str, baseline: str) -> tuple[list[dict], list[str]]:
+    """GEE logistic model success ~ C(policy) (baseline = reference), clustered by task,
+    exchangeable working correlation, on the attempts of the aligned seeds x tasks."""
+    import warnings
+
+    from statsmodels.genmod import cov_struct, families
+    from statsmodels.genmod.generalized_estimating_equations import GEE
+
+    sub = final[(final["suite"] == suite) & final["policy"].isin(al.policies)
+                & final["seed"].isin(al.seeds) & final["task"].isin(al.tasks)]
+    sub = sub.sort_values(["task", "policy", "seed", "attempt"], kind="stable")
+    y = sub["success"].to_numpy(dtype=np.float64)
+    cands = [p for p in al.policies if p != baseline]
+    if len(cands) == 0 or y.min() == y.max():
+        return [], [f"{suite}: GEE skipped (success is constant or there is no candidate)"]
+    pol = sub["policy"].to_numpy()
+    exog = np.column_stack([np.ones(len(sub))] + [(pol == c).astype(np.float64) for c in cands])
+    groups = pd.factorize(sub["task"])[0]
+    notes = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = GEE(y, exog, groups=groups, family=families.Binomial(),
+                        cov_struct=cov_struct.Exchangeable())
+            res = model.fit()
+        for w in caught:
+            notes.append(f"{suite}: GEE warning: {str(w.message).splitlines()[0]}")
+    except (np.linalg.LinAlgError, ValueError) as exc:
+        return [], [f"{suite}: GEE failed ({exc}); nonparametric results stand alone"]
+    params, bse, pvals = np.asarray(res.params), np.asarray(res.bse), np.asarray(res.pvalues)
+    z = 1.959963984540054
+    rows = []
+    for j, cand in enumerate(cands, start=1):
+        rows.append({"suite": suite, "candidate": cand, "baseline": baseline, "log_odds": params[j],
+                     "se": bse[j], "p": pvals[j], "odds_ratio": float(np.exp(params[j])),
+                     "or_ci_low": float(np.exp(params[j] - z * bse[j])),
+                     "or_ci_high": float(np.exp(params[j] + z * bse[j])),
+                     "n_obs": int(len(sub)), "n_clusters": int(groups.max() + 1),
+                     "working_corr": float(np.ravel(res.cov_struct.dep_params)[0])})
+    return rows, notes
+
+
+def per_task_rows(al: Aligned, suite: str) -> pd.DataFrame:
+    """Seed-averaged value of every metric per (policy, task) on the aligned set."""
+    m, p, s, t = al.x.shape
+    vals = al.x.mean(axis=2)  # (metrics, policies, tasks)
+    idx = pd.MultiIndex.from_product([al.metrics, al.policies, al.tasks], names=["metric", "policy", "task"])
+    out = pd.DataFrame({"value": vals.ravel()}, index=idx).reset_index()
+    out.insert(0, "suite", suite)
+    out["category"] = np.tile(al.categories, m * p)
+    return out

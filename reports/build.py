@@ -1,0 +1,214 @@
+"""`build_report`: from run files (or frames) to tables, figures, index.html and report.md."""
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from reports import analysis, diagnostics, load
+
+TABLES = ("summary", "per_task", "paired", "per_seed", "categories", "flips", "flip_counts", "gee", "diagnostics",
+          "cost", "visits")
+
+
+@dataclass
+class ReportResult:
+    """Everything a report shows. Tables are DataFrames named as their CSV files."""
+
+    config: dict
+    tables: dict[str, pd.DataFrame]
+    diag: diagnostics.Diagnostics
+    notes: list[str]
+    suites: dict[str, int]  # suite -> attempts per task
+    policies: list[str]
+    out: Path | None = None
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def __getattr__(self, name):  # result.paired, result.summary, ...
+        tables = self.__dict__.get("tables", {})
+        if name in tables:
+            return tables[name]
+        raise AttributeError(name)
+
+
+def _frames(obj) -> load.Frames:
+    if isinstance(obj, load.Frames):
+        return obj
+    if isinstance(obj, pd.DataFrame):
+        return load.make_frames(obj)
+    if isinstance(obj, dict):
+        return load.make_frames(obj["eval"], obj.get("train"))
+    if isinstance(obj, tuple):
+        return load.make_frames(*obj)
+    return load.read_dir(obj)
+
+
+def _validate(fr: load.Frames, baseline: str, suite: str | None, ks, resamples: int, alpha: float):
+    policies = sorted(fr.eval["policy"].unique().tolist())
+    if baseline not in policies:
+        raise ValueError(f"--baseline: got {baseline!r}, allowed: one of the policy labels {policies}")
+    attempts = load.attempts_per_suite(fr.eval)
+    if suite is not None:
+        if suite not in attempts:
+            raise ValueError(f"--suite: got {suite!r}, allowed: one of {sorted(attempts)}")
+        attempts = {suite: attempts[suite]}
+    ks = tuple(sorted(set(int(k) for k in ks)))
+    if not ks or ks[0] < 1:
+        raise ValueError(f"--k: got {list(ks)}, allowed: positive integers")
+    most = max(attempts.values())
+    if ks[-1] > most:
+        raise ValueError(f"--k: got {ks[-1]}, allowed: k <= the number of attempts per task "
+                         f"(at most {most}: {attempts})")
+    if not 0 < alpha < 1:
+        raise ValueError(f"--alpha: got {alpha}, allowed: 0 < alpha < 1")
+    if resamples < 1:
+        raise ValueError(f"--resamples: got {resamples}, allowed: an integer >= 1")
+    return policies, attempts, ks
+
+
+def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = None, ks=(1, 3),
+                 resamples: int = 10000, seed: int = 0, alpha: float = 0.05,
+                 progress: Callable[[int, int, str], None] | None = None) -> ReportResult:
+    """Paired per-task comparison of every policy against ``baseline``.
+
+    dir_or_frames: a grid/run directory, a `load.Frames`, an eval DataFrame, a dict
+    {"eval": df, "train": df} or a tuple (eval_df, train_df). out: directory to write
+    index.html, report.md, figures (PNG) and CSVs into (None: compute only).
+    progress(done, total, label) is called while the bootstraps run.
+    """
+    fr = _frames(dir_or_frames)
+    policies, attempts, ks = _validate(fr, baseline, suite, ks, resamples, alpha)
+    cands = [p for p in policies if p != baseline]
+    rng = np.random.default_rng(seed)
+    cells = analysis.cell_metrics(fr.eval, ks)
+    notes: list[str] = []
+    for k in ks:
+        short = [s for s, n in attempts.items() if n < k]
+        if short:
+            notes.append(f"pass@{k}/pass^{k} not computed for suite(s) {short}: fewer than {k} attempts per task")
+    acc = {name: [] for name in TABLES}
+    stages = len(attempts) * (1 + len(cands))
+    for si, s in enumerate(sorted(attempts)):
+        metrics = analysis.metric_names(ks, attempts[s])
+        stage0 = si * (1 + len(cands))
+        al, al_notes = analysis.align(cells, s, policies, baseline, metrics)
+        notes += al_notes
+        if not al.tasks or not al.seeds:
+            notes.append(f"{s}: no complete seeds x tasks rectangle; suite skipped")
+            continue
+        acc["summary"].append(pd.DataFrame(analysis.summary_table(
+            al, s, baseline, resamples=resamples, rng=rng, alpha=alpha,
+            progress=_stage(progress, stage0 + 1, stages))))
+        acc["per_task"].append(analysis.per_task_rows(al, s))
+        gee, gee_notes = analysis.gee_rows(fr.eval, al, s, baseline)
+        acc["gee"].append(pd.DataFrame(gee))
+        notes += gee_notes
+        for ci, cand in enumerate(cands):
+            pal, _ = analysis.align(cells, s, [cand, baseline], baseline, metrics)
+            if not pal.tasks or not pal.seeds:
+                continue
+            kw = dict(resamples=resamples, rng=rng, alpha=alpha)
+            acc["paired"].append(pd.DataFrame(analysis.paired_rows(
+                pal, s, cand, baseline, progress=_stage(progress, stage0 + 2 + ci, stages), **kw)))
+            acc["per_seed"].append(pd.DataFrame(analysis.per_seed_rows(pal, s, cand, baseline)))
+            acc["categories"].append(pd.DataFrame(analysis.category_rows(pal, s, cand, baseline, **kw)))
+            flips, counts = analysis.flip_rows(pal, s, cand, baseline)
+            acc["flips"].append(pd.DataFrame(flips))
+            acc["flip_counts"].append(pd.DataFrame(counts))
+    tables = {name: _concat(frames) for name, frames in acc.items() if name in
+              ("summary", "per_task", "paired", "per_seed", "categories", "flips", "flip_counts", "gee")}
+    tables["paired"] = _holm(tables["paired"])
+    diag = diagnostics.compute(fr.train, fr.eval_all)
+    notes += diag.notes
+    tables["diagnostics"], tables["cost"], tables["visits"] = diag.spearman, diag.cost, diag.visits
+    for line in notes:
+        if "excluded" in line or "lacks" in line:
+            import warnings
+            warnings.warn(line, stacklevel=2)
+    config = {"baseline": baseline, "suite": suite, "ks": list(ks), "resamples": resamples, "seed": seed,
+              "alpha": alpha, "source": fr.source, "versions": _versions(), "runs": _runs(fr)}
+    result = ReportResult(config, tables, diag, notes, attempts, policies)
+    if out is not None:
+        from reports import render
+        render.write(result, Path(out))
+    return result
+
+
+def _stage(progress, stage: int, stages: int):
+    if progress is None:
+        return None
+    return lambda done, total, label: progress(done, total, f"[{stage}/{stages}] {label}")
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _holm(paired: pd.DataFrame) -> pd.DataFrame:
+    """Holm over all candidates x metrics of each suite, applied to p_permutation."""
+    from reports import stats
+
+    if paired.empty:
+        return pd.DataFrame(columns=analysis.PAIRED_COLUMNS)
+    paired = paired.copy()
+    for _, idx in paired.groupby("suite").groups.items():
+        paired.loc[idx, "p_holm"] = stats.adjust(paired.loc[idx, "p_permutation"].to_numpy(), "holm")
+    return paired[analysis.PAIRED_COLUMNS]
+
+
+def _versions() -> dict:
+    import matplotlib
+    import scipy
+    import statsmodels
+
+    return {"python": platform.python_version(), "numpy": np.__version__, "pandas": pd.__version__,
+            "scipy": scipy.__version__, "statsmodels": statsmodels.__version__,
+            "matplotlib": matplotlib.__version__}
+
+
+def _runs(fr: load.Frames) -> dict:
+    """run_id -> (policy, seed, config_hash) of the runs in the final evaluation."""
+    ids = fr.eval[["run_id", "policy", "seed"]].drop_duplicates().sort_values(["policy", "seed", "run_id"])
+    out = {}
+    for run_id, pol, seed in ids.itertuples(index=False):
+        meta = fr.runs.get(run_id, {})
+        out[run_id] = {"policy": pol, "seed": int(seed), "config_hash": meta.get("config_hash")}
+    digest = hashlib.sha256(json.dumps(out, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+    return {"hash": digest, "runs": out}
+
+
+def headline_table(result: ReportResult) -> str:
+    """Plain-text headline: per suite and metric, each policy's value and, for
+    candidates, delta vs the baseline with its interval, Holm p and W/T/L."""
+    summ, paired = result.tables["summary"], result.tables["paired"]
+    if summ.empty:
+        return "(no comparable data)"
+    base = result.config["baseline"]
+    lo_pct = 100 * (1 - result.config["alpha"])
+    width = max(12, max(len(p) for p in result.policies) + 2)
+    lines = []
+    for s, g in summ.groupby("suite", sort=True):
+        n_t, n_s = int(g["n_tasks"].iloc[0]), int(g["n_seeds"].iloc[0])
+        lines.append(f"suite {s}: {n_t} tasks x {n_s} seeds, {result.suites[s]} attempt(s), baseline {base}")
+        lines.append(f"  {'metric':<8} {'policy':<{width}} {'value':>7}  {'delta':>7}  "
+                     f"{f'{lo_pct:.0f}% CI':>17}  {'p_holm':>7}  {'W/T/L':>11}")
+        for metric in g["metric"].drop_duplicates():
+            for _, r in g[g["metric"] == metric].iterrows():
+                row = f"  {metric:<8} {r['policy']:<{width}} {r['value']:7.3f}"
+                p = paired[(paired["suite"] == s) & (paired["metric"] == metric) & (paired["candidate"] == r["policy"])]
+                if len(p):
+                    q = p.iloc[0]
+                    row += (f"  {q['delta']:+7.3f}  [{q['ci_low']:+.3f}, {q['ci_high']:+.3f}]  {q['p_holm']:7.4f}"
+                            f"  {int(q['wins']):>3}/{int(q['ties']):>3}/{int(q['losses']):>3}")
+                elif r["policy"] == base:
+                    row += "  (baseline)"
+                lines.append(row)
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"

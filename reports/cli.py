@@ -1,0 +1,88 @@
+"""`hb report`: the paired report of a grid or run directory, and `hb report marginals`.
+
+    hb report DIR --baseline LABEL [--out OUTDIR] [--suite NAME] [--k 1,3]
+                  [--resamples 10000] [--seed 0] [--alpha 0.05]
+    hb report marginals --n 161 --a 67 --b 62
+
+The first positional word `marginals` selects the marginal-McNemar helper instead of a
+directory (to report on a directory literally called "marginals", write ./marginals).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dir", metavar="DIR", help="grid or run directory (or the word 'marginals')")
+    parser.add_argument("--baseline", help="policy label every other policy is compared against (required for DIR)")
+    parser.add_argument("--out", help="output directory (default DIR/report)")
+    parser.add_argument("--suite", help="restrict to one eval suite (default: all)")
+    parser.add_argument("--k", default="1,3", help="comma-separated k for pass@k and pass^k (default 1,3)")
+    parser.add_argument("--resamples", type=int, default=10000, help="bootstrap / permutation resamples")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap generator")
+    parser.add_argument("--alpha", type=float, default=0.05, help="1 - interval coverage and test level")
+    group = parser.add_argument_group("marginals", "hb report marginals --n N --a A --b B")
+    group.add_argument("--n", type=int, help="number of tasks both systems were evaluated on")
+    group.add_argument("--a", type=int, help="tasks solved by system A")
+    group.add_argument("--b", type=int, help="tasks solved by system B")
+
+
+def _parse_ks(text: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ValueError(f"--k: got {text!r}, allowed: comma-separated positive integers, e.g. 1,3") from None
+    if not ks or min(ks) < 1:
+        raise ValueError(f"--k: got {text!r}, allowed: comma-separated positive integers, e.g. 1,3")
+    return ks
+
+
+def _marginals(args) -> int:
+    from reports.stats import marginal_mcnemar_bounds
+
+    missing = [f"--{k}" for k in ("n", "a", "b") if getattr(args, k) is None]
+    if missing:
+        raise ValueError(f"hb report marginals: missing {', '.join(missing)}; usage: hb report marginals --n N --a A --b B")
+    res = marginal_mcnemar_bounds(args.n, args.a, args.b)
+    lo, hi = res["min"], res["max"]
+    print(f"n={args.n} tasks, A solved {args.a}, B solved {args.b}: {res['tables']} pairings are consistent "
+          f"(n10 - n01 = {args.a - args.b})")
+    for name, r in (("smallest", lo), ("largest", hi)):
+        print(f"{name} exact McNemar p = {r['p']:.4g}  (both {r['n11']}, only A {r['n10']}, "
+              f"only B {r['n01']}, neither {r['n00']})")
+    return 0
+
+
+class _Progress:
+    def __init__(self):
+        self.tty, self.last = sys.stderr.isatty(), 0.0
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        now = time.monotonic()
+        if done == total or (self.tty and now - self.last > 0.2):
+            end = "\n" if done == total else ""
+            print(f"\rbootstrap {label}: {done}/{total}", end=end, file=sys.stderr, flush=True)
+            self.last = now
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.dir == "marginals":
+        return _marginals(args)
+    if args.baseline is None:
+        raise ValueError("--baseline: missing; allowed: one of the policy labels of DIR (hb report DIR --baseline LABEL)")
+    from reports import build_report, headline_table
+
+    out = Path(args.out) if args.out else Path(args.dir) / "report"
+    with warnings.catch_warnings():  # exclusions are printed below as one line each
+        warnings.simplefilter("ignore")
+        result = build_report(args.dir, args.baseline, out, suite=args.suite, ks=_parse_ks(args.k),
+                              resamples=args.resamples, seed=args.seed, alpha=args.alpha, progress=_Progress())
+    for line in result.notes:
+        print(f"warning: {line}", file=sys.stderr)
+    print(headline_table(result), end="")
+    print(f"report: {result.files['index']}")
+    return 0

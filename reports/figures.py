@@ -1,0 +1,199 @@
+"""Figures drawn from finished numbers (no statistic is computed here).
+
+Every function returns ``(fig, ax)`` (``ax`` may be an array of axes) and uses the Agg
+backend, so it works headless.
+"""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+
+def _colors(labels) -> dict:
+    cmap = plt.get_cmap("tab10")
+    return {lab: cmap(i % 10) for i, lab in enumerate(labels)}
+
+
+def _label_margin(labels, fontsize: float = 8.0, width_in: float = 7.0) -> float:
+    """Left margin (figure fraction) that fits the longest y label, without tight_layout."""
+    longest = max((len(str(v)) for v in labels), default=4)
+    return min(0.6, (0.3 + longest * fontsize * 0.55 / 72) / width_in)
+
+
+def interval_plot(summary: pd.DataFrame, title: str = ""):
+    """Value and interval per policy, one panel per metric.
+    summary rows: metric, policy, value, ci_low, ci_high, is_baseline."""
+    metrics = list(summary["metric"].drop_duplicates())
+    pols = list(summary["policy"].drop_duplicates())
+    width = 2.6 * len(metrics) + 2
+    fig, axes = plt.subplots(1, len(metrics), figsize=(width, 0.32 * len(pols) + 1.4), sharey=True, squeeze=False)
+    y = np.arange(len(pols))[::-1]
+    for ax, metric in zip(axes[0], metrics):
+        rows = summary[summary["metric"] == metric].set_index("policy").reindex(pols)
+        colors = ["tab:red" if b else "tab:blue" for b in rows["is_baseline"]]
+        ax.hlines(y, rows["ci_low"], rows["ci_high"], colors=colors, lw=2)
+        ax.scatter(rows["value"], y, color=colors, zorder=3, s=14)
+        base = rows[rows["is_baseline"].astype(bool)]
+        if len(base):
+            ax.axvline(base["value"].iloc[0], color="tab:red", ls=":", lw=1)
+        ax.set_title(metric, fontsize=9)
+        ax.tick_params(labelsize=7)
+    axes[0, 0].set_yticks(y, pols, fontsize=8)
+    fig.suptitle(f"{title} (percentile bootstrap intervals; red = baseline)", fontsize=9)
+    fig.subplots_adjust(left=_label_margin(pols, 8, width), right=0.98, top=0.82, bottom=0.12, wspace=0.08)
+    return fig, axes
+
+
+def forest_plot(rows: pd.DataFrame, title: str = "", p_column: str = "p"):
+    """Deltas with intervals, one panel per metric, rows in the same order in each panel.
+    rows: metric, label, delta, ci_low, ci_high, <p_column>; filled marker: p < 0.05."""
+    metrics = list(rows["metric"].drop_duplicates())
+    labels = list(rows["label"].drop_duplicates())
+    width = 2.8 * len(metrics) + 3
+    fig, axes = plt.subplots(1, len(metrics), figsize=(width, 0.22 * len(labels) + 1.4), sharey=True, squeeze=False)
+    y = np.arange(len(labels))[::-1]
+    for ax, metric in zip(axes[0], metrics):
+        r = rows[rows["metric"] == metric].set_index("label").reindex(labels)
+        sig = r[p_column].to_numpy(dtype=float) < 0.05
+        color = np.where(r["delta"].to_numpy(dtype=float) >= 0, "tab:green", "tab:red")
+        ax.hlines(y, r["ci_low"], r["ci_high"], colors=color, lw=1.5)
+        ax.scatter(r["delta"][sig], y[sig], c=color[sig], zorder=3, s=14)
+        ax.scatter(r["delta"][~sig], y[~sig], facecolors="white", edgecolors=color[~sig], zorder=3, s=14)
+        ax.axvline(0, color="black", lw=0.8)
+        ax.set_title(metric, fontsize=9)
+        ax.tick_params(labelsize=7)
+    axes[0, 0].set_yticks(y, labels, fontsize=7)
+    fig.suptitle(f"{title} (filled: {p_column} < 0.05)", fontsize=9)
+    fig.subplots_adjust(left=_label_margin(labels, 7, width), right=0.98, top=1 - 0.5 / (0.22 * len(labels) + 1.4),
+                        bottom=0.3 / (0.22 * len(labels) + 1.4), wspace=0.08)
+    return fig, axes
+
+
+def passk_plot(curves: pd.DataFrame, title: str = ""):
+    """pass@k (solid) and pass^k (dashed) against k. curves: policy, kind, k, value."""
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    col = _colors(curves["policy"].drop_duplicates())
+    for (pol, kind), g in curves.groupby(["policy", "kind"], sort=False):
+        g = g.sort_values("k")
+        ax.plot(g["k"], g["value"], marker="o", color=col[pol], ls="-" if kind == "pass@k" else "--",
+                label=f"{pol} {kind}")
+    ax.set_xlabel("k")
+    ax.set_ylabel("value")
+    ax.set_xticks(sorted(curves["k"].unique()))
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title(title)
+    fig.subplots_adjust(bottom=0.22, top=0.9)
+    return fig, ax
+
+
+def paired_scatter(pairs: dict, baseline: str, metric: str, title: str = ""):
+    """Per-task seed-averaged values, baseline (x) vs each candidate (y).
+    pairs: candidate -> (baseline_values (tasks,), candidate_values (tasks,))."""
+    n = max(1, len(pairs))
+    cols = min(4, n)
+    rws = int(np.ceil(n / cols))
+    fig, axes = plt.subplots(rws, cols, figsize=(3.2 * cols, 3.2 * rws), squeeze=False)
+    for ax, (cand, (xb, xc)) in zip(axes.ravel(), pairs.items()):
+        ax.scatter(xb, xc, s=10, alpha=0.6)
+        ax.plot([0, 1], [0, 1], color="grey", lw=0.8)
+        ax.set_xlim(-0.05, 1.05)
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_title(cand, fontsize=8)
+        ax.set_xlabel(f"{baseline} {metric}", fontsize=7)
+    for ax in axes.ravel()[len(pairs):]:
+        ax.axis("off")
+    fig.suptitle(title)
+    fig.subplots_adjust(bottom=0.22, top=0.9)
+    return fig, axes
+
+
+def band_plot(df: pd.DataFrame, group: str, title: str = "", ylabel: str = "", facet: str | None = None):
+    """Mean line with mean ± sd band over steps. df: [facet], group, step, mean, low, high."""
+    facets = list(df[facet].drop_duplicates()) if facet else [None]
+    cols = min(4, len(facets))
+    rws = int(np.ceil(len(facets) / cols))
+    fig, axes = plt.subplots(rws, cols, figsize=(3.6 * cols, 2.9 * rws), squeeze=False)
+    col = _colors(df[group].drop_duplicates())
+    for ax, f in zip(axes.ravel(), facets):
+        sub = df if f is None else df[df[facet] == f]
+        for lab, g in sub.groupby(group, sort=False):
+            g = g.sort_values("step")
+            ax.plot(g["step"], g["mean"], color=col[lab], lw=1.2, label=str(lab))
+            ax.fill_between(g["step"], g["low"], g["high"], color=col[lab], alpha=0.2, lw=0)
+        ax.set_title(str(f) if f is not None else title, fontsize=8)
+        ax.set_xlabel("step", fontsize=7)
+        ax.set_ylabel(ylabel, fontsize=7)
+    for ax in axes.ravel()[len(facets):]:
+        ax.axis("off")
+    axes.ravel()[0].legend(fontsize=6)
+    if facet:
+        fig.suptitle(title)
+    fig.subplots_adjust(bottom=0.22, top=0.9)
+    return fig, axes
+
+
+def bar_plot(df: pd.DataFrame, x: str, group: str, value: str, err: str | None = None, title: str = "",
+             ylabel: str = ""):
+    """Grouped bars: one group of bars per ``x``, one bar per ``group``."""
+    xs, gs = list(df[x].drop_duplicates()), list(df[group].drop_duplicates())
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(xs) * max(1, len(gs)) / 3 + 3), 3.8))
+    width = 0.8 / max(1, len(gs))
+    col = _colors(gs)
+    for j, g in enumerate(gs):
+        sub = df[df[group] == g].set_index(x).reindex(xs)
+        ax.bar(np.arange(len(xs)) + j * width, sub[value], width, color=col[g], label=str(g),
+               yerr=None if err is None else sub[err])
+    ax.set_xticks(np.arange(len(xs)) + 0.4 - width / 2, xs, rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=6, ncol=2)
+    fig.subplots_adjust(bottom=0.22, top=0.9)
+    return fig, ax
+
+
+def facet_bars(df: pd.DataFrame, facet: str, x: str, value: str, err: str | None = None, title: str = ""):
+    """One panel per ``facet`` value, one bar per ``x`` (e.g. one cost quantity per panel)."""
+    facets = list(df[facet].drop_duplicates())
+    xs = list(df[x].drop_duplicates())
+    cols = min(4, len(facets))
+    rws = int(np.ceil(len(facets) / cols))
+    fig, axes = plt.subplots(rws, cols, figsize=(3.4 * cols, 2.8 * rws + 0.3 * max(len(str(v)) for v in xs) / 4),
+                             squeeze=False)
+    col = _colors(xs)
+    for ax, f in zip(axes.ravel(), facets):
+        sub = df[df[facet] == f].set_index(x).reindex(xs)
+        ax.bar(np.arange(len(xs)), sub[value], color=[col[v] for v in xs],
+               yerr=None if err is None else sub[err])
+        ax.set_xticks(np.arange(len(xs)), xs, rotation=40, ha="right", fontsize=6)
+        ax.set_title(str(f), fontsize=8)
+        ax.tick_params(axis="y", labelsize=7)
+    for ax in axes.ravel()[len(facets):]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=9)
+    fig.subplots_adjust(hspace=0.9, wspace=0.35, bottom=0.2)
+    return fig, axes
+
+
+def strip_plot(df: pd.DataFrame, x: str, value: str, title: str = "", ylabel: str = "", ref: float | None = None):
+    """One dot per row (e.g. one Spearman rho per run), grouped by ``x``."""
+    xs = list(df[x].drop_duplicates())
+    fig, ax = plt.subplots(figsize=(max(5, 0.8 * len(xs) + 2), 3.6))
+    for i, lab in enumerate(xs):
+        v = df.loc[df[x] == lab, value].to_numpy(dtype=float)
+        ax.scatter(np.full(v.size, i), v, s=18, alpha=0.7)
+    if ref is not None:
+        ax.axhline(ref, color="grey", lw=0.8)
+    ax.set_xticks(np.arange(len(xs)), xs, rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    fig.subplots_adjust(bottom=0.22, top=0.9)
+    return fig, ax
+
+
+def save(fig, path) -> None:
+    fig.savefig(path, dpi=80)
+    plt.close(fig)

@@ -1,0 +1,178 @@
+"""Read and validate the run files of SPEC §7 (the only input of `reports`).
+
+A directory is either a collected grid / single run directory holding ``eval.parquet``
+(and ``train.parquet``), or a grid whose run directories are ``DIR/cells/*/``,
+``DIR/*/`` or ``DIR/*/*/`` (each with ``eval.parquet``, ``train.parquet``, ``run.json``).
+Validation raises ValueError naming the field, the value and what is allowed.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+EVAL_REQUIRED = ("run_id", "policy", "seed", "step", "suite", "task", "category", "harness",
+                 "attempt", "reward", "success")
+TRAIN_REQUIRED = ("run_id", "policy", "seed", "step")
+
+
+@dataclass
+class Frames:
+    """What a report is built from.
+
+    eval_all: every eval row (all steps); eval: the final evaluation of each run
+    train: the train rows (None when no train table exists)
+    runs: run.json contents by run_id (may be empty for collected tables)
+    source: where the frames came from
+    """
+
+    eval_all: pd.DataFrame
+    eval: pd.DataFrame
+    train: pd.DataFrame | None = None
+    runs: dict = field(default_factory=dict)
+    source: str = "frames"
+
+
+def _run_dirs(root: Path) -> list[Path]:
+    found = set()
+    for pattern in ("cells/*/eval.parquet", "*/eval.parquet", "*/*/eval.parquet"):
+        found.update(p.parent for p in root.glob(pattern))
+    return sorted(found)
+
+
+def _read_run_json(d: Path) -> dict | None:
+    path = d / "run.json"
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"run.json: {path} is not valid JSON ({exc.msg}); expected the run record of SPEC §7") from None
+
+
+def read_dir(path: str | Path) -> Frames:
+    """Read a grid / run directory into validated Frames."""
+    root = Path(path)
+    if not root.is_dir():
+        raise FileNotFoundError(f"DIR: {str(root)!r} is not a directory; expected a grid or run directory")
+    runs: dict = {}
+    if (root / "eval.parquet").exists():
+        ev = pd.read_parquet(root / "eval.parquet")
+        tr = pd.read_parquet(root / "train.parquet") if (root / "train.parquet").exists() else None
+        meta = _read_run_json(root)
+        if meta:
+            runs[str(meta.get("run_id"))] = meta
+        for d in sorted(p.parent for p in root.glob("cells/*/run.json")):
+            meta = _read_run_json(d)
+            if meta:
+                runs[str(meta.get("run_id"))] = meta
+    else:
+        dirs = _run_dirs(root)
+        if not dirs:
+            raise ValueError(f"DIR: {str(root)!r} has no eval.parquet and no run directories "
+                             "(DIR/cells/*/, DIR/*/, DIR/*/*/ with eval.parquet); nothing to report")
+        evs, trs = [], []
+        for d in dirs:
+            evs.append(pd.read_parquet(d / "eval.parquet"))
+            if (d / "train.parquet").exists():
+                trs.append(pd.read_parquet(d / "train.parquet"))
+            meta = _read_run_json(d)
+            if meta:
+                runs[str(meta.get("run_id"))] = meta
+        ev = pd.concat(evs, ignore_index=True)
+        tr = pd.concat(trs, ignore_index=True) if trs else None
+    return make_frames(ev, tr, runs=runs, source=str(root))
+
+
+def make_frames(eval_df: pd.DataFrame, train_df: pd.DataFrame | None = None, *, runs: dict | None = None,
+                source: str = "frames") -> Frames:
+    """Validate raw tables and select the final evaluation (largest step per run_id)."""
+    ev = validate_eval(eval_df)
+    tr = validate_train(train_df) if train_df is not None and len(train_df) else None
+    last = ev.groupby("run_id")["step"].transform("max")
+    final = ev[ev["step"] == last].reset_index(drop=True)
+    _check_one_run_per_policy_seed(final)
+    _check_attempts(final)
+    return Frames(eval_all=ev, eval=final, train=tr, runs=dict(runs or {}), source=source)
+
+
+def validate_eval(df: pd.DataFrame) -> pd.DataFrame:
+    missing = [c for c in EVAL_REQUIRED if c not in df.columns]
+    if missing:
+        raise ValueError(f"eval table: missing column(s) {missing}; required: {list(EVAL_REQUIRED)}")
+    if len(df) == 0:
+        raise ValueError("eval table: has no rows; expected one row per attempt")
+    ev = df.loc[:, list(EVAL_REQUIRED)].copy()
+    for col in ("run_id", "policy", "suite", "task", "category", "harness"):
+        ev[col] = ev[col].astype(str)
+    for col in ("seed", "step", "attempt"):
+        ev[col] = _as_int(ev[col], f"eval.{col}")
+    reward = pd.to_numeric(ev["reward"], errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(reward) | (reward < 0) | (reward > 1)
+    if bad.any():
+        raise ValueError(f"eval.reward: got {reward[bad][0]!r} (task {ev['task'].to_numpy()[bad][0]!r}, "
+                         f"{int(bad.sum())} bad row(s)); allowed: finite floats in [0, 1]")
+    ev["reward"] = reward
+    succ = ev["success"]
+    if succ.dtype != bool:
+        vals = pd.to_numeric(succ, errors="coerce")
+        if vals.isna().any() or not vals.isin([0, 1]).all():
+            raise ValueError(f"eval.success: got {succ[~vals.isin([0, 1])].iloc[0]!r}; allowed: booleans (or 0/1)")
+        succ = vals.astype(bool)
+    ev["success"] = succ.astype(bool)
+    dup = ev.duplicated(["run_id", "step", "suite", "task", "attempt"])
+    if dup.any():
+        r = ev[dup].iloc[0]
+        raise ValueError(f"eval table: duplicate attempt {int(r['attempt'])} of task {r['task']!r} "
+                         f"(run {r['run_id']!r}, step {int(r['step'])}); allowed: one row per attempt")
+    return ev
+
+
+def _as_int(col: pd.Series, name: str) -> pd.Series:
+    vals = pd.to_numeric(col, errors="coerce")
+    if vals.isna().any() or (vals != np.round(vals)).any():
+        raise ValueError(f"{name}: got {col[vals.isna() | (vals != np.round(vals))].iloc[0]!r}; allowed: integers")
+    return vals.astype(np.int64)
+
+
+def validate_train(df: pd.DataFrame) -> pd.DataFrame:
+    missing = [c for c in TRAIN_REQUIRED if c not in df.columns]
+    if missing:
+        raise ValueError(f"train table: missing column(s) {missing}; required at least: {list(TRAIN_REQUIRED)}")
+    tr = df.copy()
+    tr["run_id"] = tr["run_id"].astype(str)
+    tr["policy"] = tr["policy"].astype(str)
+    tr["seed"] = _as_int(tr["seed"], "train.seed")
+    tr["step"] = _as_int(tr["step"], "train.step")
+    return tr.sort_values(["policy", "seed", "run_id", "step"], kind="stable").reset_index(drop=True)
+
+
+def _check_one_run_per_policy_seed(final: pd.DataFrame) -> None:
+    runs = final.groupby(["policy", "seed"])["run_id"].nunique()
+    if (runs > 1).any():
+        (pol, seed), n = next((k, v) for k, v in runs.items() if v > 1)
+        raise ValueError(f"eval table: policy {pol!r} seed {seed} has {n} runs; allowed: one run per "
+                         "(policy, seed) — give repeated runs distinct seeds or labels")
+
+
+def _check_attempts(final: pd.DataFrame) -> None:
+    counts = final.groupby(["suite", "run_id", "task"]).size()
+    for suite, c in counts.groupby(level="suite"):
+        values = sorted(set(int(v) for v in c.to_numpy()))
+        if len(values) > 1:
+            raise ValueError(f"eval.attempt: inconsistent attempt counts in suite {suite!r}: found {values} "
+                             "attempts per (run, task); allowed: the same number for every task and run of a suite")
+
+
+def attempts_per_suite(final: pd.DataFrame) -> dict[str, int]:
+    """suite -> number of attempts per (run, task) (validated to be constant)."""
+    counts = final.groupby(["suite", "run_id", "task"]).size()
+    return {str(s): int(c.iloc[0]) for s, c in counts.groupby(level="suite")}
+
+
+def harnesses(train: pd.DataFrame) -> list[str]:
+    """Training-harness names from the p_<harness> columns."""
+    return [c[2:] for c in train.columns if c.startswith("p_")]

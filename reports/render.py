@@ -1,0 +1,289 @@
+"""Lay out a finished ReportResult: CSVs, PNG figures, a self-contained index.html
+(figures embedded as base64 PNG) and report.md. Nothing is computed here except
+formatting and the selection of rows to show."""
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from reports import figures
+
+CSS = ("body{font-family:sans-serif;max-width:1100px;margin:auto;padding:1em;color:#222}"
+       "table{border-collapse:collapse;font-size:12px;margin:.5em 0}td,th{border:1px solid #ccc;"
+       "padding:2px 6px;text-align:right}th{background:#eee}pre{background:#f6f6f6;padding:.5em;"
+       "font-size:12px;overflow-x:auto}img{max-width:100%;display:block;margin:.5em 0}.note{color:#a33}")
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text.replace("@", "_at").replace("^", "_hat")).strip("_")
+
+
+def _fmt(v) -> str:
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else ""
+    if isinstance(v, (float, np.floating)):
+        if not np.isfinite(v):
+            return ""
+        return f"{v:.4g}" if abs(v) < 1e-3 and v != 0 else f"{v:.3f}"
+    return str(v)
+
+
+def md_table(df: pd.DataFrame, max_rows: int = 60) -> str:
+    if df.empty:
+        return "_(none)_\n"
+    df = df.head(max_rows)
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+def html_table(df: pd.DataFrame, max_rows: int = 60) -> str:
+    if df.empty:
+        return "<p><i>(none)</i></p>"
+    df = df.head(max_rows)
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
+                   for row in df.itertuples(index=False))
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+class Doc:
+    """Accumulates the same content as Markdown and HTML."""
+
+    def __init__(self, fig_dir: Path):
+        self.md, self.html, self.fig_dir, self.figs = [], [], fig_dir, {}
+
+    def h(self, level: int, text: str):
+        self.md.append(f"{'#' * level} {text}\n")
+        self.html.append(f"<h{level}>{html.escape(text)}</h{level}>")
+
+    def p(self, text: str, cls: str = ""):
+        self.md.append(text + "\n")
+        attr = f' class="{cls}"' if cls else ""
+        self.html.append(f"<p{attr}>{html.escape(text)}</p>")
+
+    def pre(self, text: str):
+        self.md.append("```\n" + text.rstrip() + "\n```\n")
+        self.html.append(f"<pre>{html.escape(text)}</pre>")
+
+    def table(self, df: pd.DataFrame, max_rows: int = 60):
+        self.md.append(md_table(df, max_rows))
+        self.html.append(html_table(df, max_rows))
+        if len(df) > max_rows:
+            self.p(f"({len(df) - max_rows} more rows in the CSV)")
+
+    def figure(self, name: str, fig_ax):
+        path = self.fig_dir / f"{slug(name)}.png"
+        figures.save(fig_ax[0], path)
+        self.figs[name] = path
+        data = base64.b64encode(path.read_bytes()).decode()
+        self.md.append(f"![{name}](figures/{path.name})\n")
+        self.html.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
+
+
+def write(result, out: Path) -> None:
+    """Write CSVs, figures, report.md and index.html into ``out`` (files replaced atomically)."""
+    from reports.build import headline_table
+
+    out.mkdir(parents=True, exist_ok=True)
+    fig_dir = out / "figures"
+    fig_dir.mkdir(exist_ok=True)
+    for name, df in result.tables.items():
+        _atomic(out / f"{name}.csv", df.to_csv(index=False))
+        result.files[name] = out / f"{name}.csv"
+    doc = Doc(fig_dir)
+    _header(doc, result, headline_table(result))
+    for suite in sorted(result.suites):
+        _suite_section(doc, result, suite)
+    _diagnostics_section(doc, result)
+    doc.h(2, "Provenance")
+    doc.pre(json.dumps(result.config, indent=1, default=str)[:20000])
+    _atomic(out / "report.md", "\n".join(doc.md))
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>harnessbandit report</title>"
+            f"<style>{CSS}</style></head><body>{''.join(doc.html)}</body></html>")
+    _atomic(out / "index.html", page)
+    _atomic(out / "config.json", json.dumps(result.config, indent=1, default=str))
+    result.files.update({"index": out / "index.html", "markdown": out / "report.md"})
+    result.files.update({f"fig:{k}": v for k, v in doc.figs.items()})
+    for stale in set(fig_dir.glob("*.png")) - set(doc.figs.values()):
+        stale.unlink()  # figures of an earlier report in the same folder
+    result.out = out
+
+
+def _atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def _header(doc: Doc, result, headline: str) -> None:
+    cfg = result.config
+    doc.h(1, f"Paired report against baseline {cfg['baseline']}")
+    doc.p(f"Source: {cfg['source']}. Policies: {', '.join(result.policies)}. Bootstrap: {cfg['resamples']} "
+          f"crossed task x seed resamples (generator seed {cfg['seed']}), alpha = {cfg['alpha']}. "
+          f"Runs hash {cfg['runs']['hash']}.")
+    doc.pre(headline)
+    doc.p("delta = candidate - baseline on the per-task, seed-averaged metric; CI = percentile interval "
+          "of the crossed bootstrap; p_holm = sign-flip permutation p, Holm-adjusted over all candidates x "
+          "metrics of the suite; W/T/L = tasks won / tied / lost.")
+    if result.notes:
+        doc.h(2, "Warnings and exclusions")
+        for line in result.notes:
+            doc.p(line, "note")
+
+
+def _verdict(r) -> str:
+    if r["p_holm"] < 0.05:
+        word = "distinguishable from task and seed noise"
+    elif abs(r["delta"]) < r["mde"]:
+        word = f"not distinguishable (|delta| below the minimum detectable effect {r['mde']:.3f})"
+    else:
+        word = "not significant after Holm adjustment"
+    return (f"{r['candidate']} on {r['metric']}: delta {r['delta']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}], "
+            f"p_holm {r['p_holm']:.3g}, {int(r['wins'])}/{int(r['ties'])}/{int(r['losses'])} W/T/L: {word}.")
+
+
+def _suite_section(doc: Doc, result, suite: str) -> None:
+    t = result.tables
+    summ = t["summary"][t["summary"]["suite"] == suite] if not t["summary"].empty else pd.DataFrame()
+    if summ.empty:
+        return
+    paired = t["paired"][t["paired"]["suite"] == suite]
+    doc.h(2, f"Suite {suite}")
+    doc.h(3, "Is the delta distinguishable from seed noise?")
+    for _, r in paired.iterrows():
+        doc.p(_verdict(r))
+    doc.table(paired.drop(columns=["suite", "baseline"]))
+    doc.h(3, "Values with intervals")
+    doc.table(summ.drop(columns=["suite", "is_baseline"]))
+    doc.figure(f"intervals_{suite}", figures.interval_plot(summ, suite))
+    _forests(doc, result, suite)
+    _passk(doc, summ, suite)
+    _scatter(doc, result, suite)
+    _per_seed(doc, result, suite)
+    _flips(doc, result, suite)
+    _categories(doc, result, suite)
+    gee = t["gee"]
+    if not gee.empty and (gee["suite"] == suite).any():
+        doc.h(3, "Model-based check: GEE logistic, success ~ policy, clustered by task")
+        doc.table(gee[gee["suite"] == suite].drop(columns=["suite"]))
+
+
+def _forests(doc: Doc, result, suite: str) -> None:
+    paired, cats = result.tables["paired"], result.tables["categories"]
+    rows = []
+    for metric in paired.loc[paired["suite"] == suite, "metric"].drop_duplicates():
+        for _, r in paired[(paired["suite"] == suite) & (paired["metric"] == metric)].iterrows():
+            rows.append({"metric": metric, "label": f"{r['candidate']}: all", "delta": r["delta"], "ci_low": r["ci_low"],
+                         "ci_high": r["ci_high"], "p": r["p_holm"]})
+            if not cats.empty:
+                sel = cats[(cats["suite"] == suite) & (cats["metric"] == metric) & (cats["candidate"] == r["candidate"])]
+                rows += [{"metric": metric, "label": f"{r['candidate']}: {c['category']} ({c['n_tasks']})", "delta": c["delta"],
+                          "ci_low": c["ci_low"], "ci_high": c["ci_high"], "p": c["p_bh"]} for _, c in sel.iterrows()]
+    if rows:
+        doc.figure(f"forest_{suite}", figures.forest_plot(
+            pd.DataFrame(rows), f"{suite}: delta vs baseline (p: Holm overall, BH per category)"))
+
+
+def _passk(doc: Doc, summ: pd.DataFrame, suite: str) -> None:
+    rows = []
+    for _, r in summ.iterrows():
+        m = re.fullmatch(r"pass([@^])(\d+)", r["metric"])
+        if m:
+            kinds = ["pass@k", "pass^k"] if m.group(2) == "1" else ["pass@k" if m.group(1) == "@" else "pass^k"]
+            rows += [{"policy": r["policy"], "kind": kind, "k": int(m.group(2)), "value": r["value"]} for kind in kinds]
+    curves = pd.DataFrame(rows)
+    if not curves.empty and curves["k"].nunique() > 1:
+        doc.figure(f"passk_{suite}", figures.passk_plot(curves, f"{suite}: pass@k and pass^k against k"))
+
+
+def _scatter(doc: Doc, result, suite: str) -> None:
+    per_task, base = result.tables["per_task"], result.config["baseline"]
+    sub = per_task[(per_task["suite"] == suite) & (per_task["metric"] == "score")]
+    if sub.empty:
+        return
+    wide = sub.pivot(index="task", columns="policy", values="value")
+    pairs = {c: (wide[base].to_numpy(), wide[c].to_numpy()) for c in wide.columns if c != base}
+    if pairs:
+        doc.figure(f"scatter_{suite}", figures.paired_scatter(pairs, base, "score", f"{suite}: per-task score"))
+
+
+def _per_seed(doc: Doc, result, suite: str) -> None:
+    ps = result.tables["per_seed"]
+    if ps.empty:
+        return
+    sub = ps[ps["suite"] == suite]
+    doc.h(3, "Per seed (exact McNemar where the metric is binary)")
+    cols = ["metric", "candidate", "seed", "delta", "wins", "ties", "losses", "n10", "n01", "mcnemar_p", "mcnemar_mid_p"]
+    doc.table(sub[cols], max_rows=80)
+
+
+def _flips(doc: Doc, result, suite: str) -> None:
+    counts, flips = result.tables["flip_counts"], result.tables["flips"]
+    if counts.empty:
+        return
+    doc.h(3, "Which tasks flipped (seed-majority outcome)")
+    sub = counts[counts["suite"] == suite]
+    for _, r in sub.iterrows():
+        if r["gained"] and r["lost"]:
+            doc.p(f"{r['candidate']} {r['metric']}: {r['baseline_passed']} -> {r['candidate_passed']} tasks passed, "
+                  f"but {r['gained']} gained and {r['lost']} lost: equal counts hide a swap of tasks.")
+    doc.table(sub.drop(columns=["suite", "baseline"]))
+    if not flips.empty:
+        doc.table(flips[flips["suite"] == suite].drop(columns=["suite", "baseline"]), max_rows=40)
+
+
+def _categories(doc: Doc, result, suite: str) -> None:
+    cats = result.tables["categories"]
+    if cats.empty:
+        return
+    sub = cats[cats["suite"] == suite]
+    doc.h(3, "Which categories regressed")
+    for _, r in sub[sub["regresses"]].iterrows():
+        doc.p(f"{r['candidate']} regresses on {r['category']} ({r['metric']}): delta {r['delta']:+.3f} "
+              f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}], BH p {r['p_bh']:.3g}", "note")
+    doc.table(sub.drop(columns=["suite", "baseline"]), max_rows=80)
+
+
+def _diagnostics_section(doc: Doc, result) -> None:
+    d = result.diag
+    doc.h(2, "Training diagnostics and cost")
+    if not d.cost.empty:
+        doc.h(3, "What it cost (sum over each run; mean and sd over seeds)")
+        doc.table(d.cost.pivot(index="policy", columns="quantity", values="mean").reset_index())
+        doc.figure("cost", figures.facet_bars(d.cost, "quantity", "policy", "mean", "sd",
+                                              "cost per run (mean ± sd over seeds)"))
+    if not d.spearman.empty and d.spearman["rho"].notna().any():
+        doc.h(3, "Are learnability and transfer distinct signals? (Spearman per run)")
+        agg = d.spearman.groupby("policy")["rho"].agg(["median", "min", "max", "count"]).reset_index()
+        doc.table(agg)
+        high = int((d.spearman["rho"].abs() > 0.7).sum())
+        doc.p(f"{high} of {int(d.spearman['rho'].notna().sum())} runs have |rho| > 0.7 (signals largely redundant "
+              "there); small |rho| supports the claim that L and T carry distinct information.")
+        doc.figure("spearman", figures.strip_plot(d.spearman, "policy", "rho", "Spearman(L, T) per run", "rho", 0.0))
+    if not d.selection.empty:
+        doc.figure("selection", figures.band_plot(d.selection, "harness", "selection probability", "p", "policy"))
+    if not d.visits.empty:
+        doc.figure("visits", figures.bar_plot(d.visits, "policy", "harness", "visits", "visits_sd",
+                                              "visits per harness (pure steps)"))
+    for name, sigs in (("signals_raw", ("learnability", "transfer")), ("signals_norm", ("l_norm", "t_norm"))):
+        sub = d.signals[d.signals["signal"].isin(sigs)] if not d.signals.empty else d.signals
+        if not sub.empty:
+            doc.figure(name, figures.band_plot(sub, "policy", name, "value", "signal"))
+    if not d.memory.empty:
+        doc.figure("memory", figures.band_plot(d.memory, "policy", "memory (mean over harnesses)", "", "quantity"))
+    if not d.regret.empty:
+        doc.figure("regret", figures.band_plot(d.regret, "policy", "cumulative regret", "regret"))
+    if not d.eval_curves.empty:
+        doc.figure("eval_curves", figures.band_plot(d.eval_curves, "policy", "eval reward over steps", "reward", "suite"))
+    for line in d.notes:
+        doc.p(line, "note")

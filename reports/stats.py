@@ -1,0 +1,258 @@
+"""Pure statistics for paired policy comparisons (no I/O, no plotting).
+
+Every function works on numpy arrays; axis order is stated in words. Randomness only
+through a passed ``np.random.Generator``. The hypothesis tests themselves come from
+scipy / statsmodels; this module only shapes the data for them.
+
+Conventions
+-----------
+* A *cube* is ``x: (policies, seeds, tasks)`` of one metric on one suite; a *matrix*
+  is ``x: (seeds, tasks)``. The value of a policy is ``x.mean()`` over seeds and tasks
+  (mean over seeds of the equal-weight mean over tasks; with a complete grid the two
+  orders agree).
+* The crossed bootstrap resamples tasks and seeds independently (one task draw and one
+  seed draw per replicate, shared by every policy). A replicate is represented by its
+  multiplicity counts ``ws: (B, seeds)`` and ``wt: (B, tasks)`` so that statistics are
+  weighted sums instead of gathered copies: fast and exact.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+from scipy import stats as sps
+from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
+from statsmodels.stats.multitest import multipletests
+
+Progress = Callable[[int, int, str], None]
+
+
+# --------------------------------------------------------------------------- pass@k
+
+def _check_counts(n: np.ndarray, c: np.ndarray, k: int) -> None:
+    if k < 1:
+        raise ValueError(f"k: got {k}, allowed: an integer >= 1")
+    if np.any(c < 0) or np.any(c > n):
+        raise ValueError("c: successes must satisfy 0 <= c <= n")
+    if n.size and k > int(n.min()):
+        raise ValueError(f"k: got {k}, allowed: k <= number of attempts n = {int(n.min())}")
+
+
+def pass_at_k(n, c, k: int) -> np.ndarray:
+    """Unbiased pass@k = 1 - C(n-c, k) / C(n, k), elementwise over ``n, c`` (any shape).
+
+    Product form 1 - prod_{i=n-c+1}^{n} (1 - k/i) (Chen et al. 2021), numerically stable;
+    when n - c < k the range contains i = k and the result is exactly 1.
+    """
+    n, c = np.broadcast_arrays(np.asarray(n, dtype=np.int64), np.asarray(c, dtype=np.int64))
+    _check_counts(n, c, k)
+    i = np.arange(1, int(n.max(initial=0)) + 1, dtype=np.float64)  # (N,)
+    inside = (i > (n - c)[..., None]) & (i <= n[..., None])
+    return 1.0 - np.where(inside, 1.0 - k / i, 1.0).prod(axis=-1)
+
+
+def pass_hat_k(n, c, k: int) -> np.ndarray:
+    """pass^k = C(c, k) / C(n, k): probability that k attempts drawn without replacement
+    all succeed, elementwise; 0 when c < k."""
+    n, c = np.broadcast_arrays(np.asarray(n, dtype=np.int64), np.asarray(c, dtype=np.int64))
+    _check_counts(n, c, k)
+    i = np.arange(k, dtype=np.float64)  # (k,)
+    return (np.maximum(c[..., None] - i, 0.0) / (n[..., None] - i)).prod(axis=-1)
+
+
+# ------------------------------------------------------------------ crossed bootstrap
+
+def draw_counts(rng: np.random.Generator, size: int, n: int) -> np.ndarray:
+    """Multiplicities of ``n`` items in ``size`` bootstrap draws of n with replacement:
+    (size, n) float64, each row sums to n."""
+    return rng.multinomial(n, np.full(n, 1.0 / n), size=size).astype(np.float64)
+
+
+def weighted_mean(x: np.ndarray, ws: np.ndarray, wt: np.ndarray) -> np.ndarray:
+    """Bootstrap means. x: (..., seeds, tasks); ws: (B, seeds); wt: (B, tasks) -> (B, ...)."""
+    s, t = x.shape[-2:]
+    y = np.einsum("...st,bt->b...s", x, wt)  # (B, ..., seeds)
+    return np.einsum("b...s,bs->b...", y, ws) / (s * t)
+
+
+def iqm(values: np.ndarray) -> float:
+    """Interquartile mean (scipy trim_mean 0.25) of all values."""
+    return float(sps.trim_mean(np.ravel(values), 0.25))
+
+
+def weighted_iqm(x: np.ndarray, ws: np.ndarray, wt: np.ndarray) -> np.ndarray:
+    """Bootstrap IQM, exactly ``trim_mean(resample, 0.25)`` of each replicate.
+
+    x: (policies, seeds, tasks); ws: (B, seeds); wt: (B, tasks) -> (B, policies). The
+    resampled multiset of a policy is its values with multiplicity ws[s] * wt[t]; the
+    kept sorted positions [cut, n - cut) are integrated with cumulative weights.
+    """
+    p, s, t = x.shape
+    n = s * t
+    cut = int(0.25 * n)
+    out = np.empty((ws.shape[0], p))
+    for j in range(p):
+        flat = x[j].ravel()
+        order = np.argsort(flat, kind="stable")
+        w = ws[:, order // t] * wt[:, order % t]  # (B, n) multiplicities in sorted order
+        hi = np.cumsum(w, axis=1)
+        kept = np.clip(np.minimum(hi, n - cut) - np.maximum(hi - w, cut), 0.0, None)
+        out[:, j] = kept @ flat[order] / (n - 2 * cut)
+    return out
+
+
+def _superiority(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """g[i, j, t] = 1 if x[i, t] > y[j, t], 0.5 if equal, else 0. x, y: (seeds, tasks)."""
+    gt = x[:, None, :] > y[None, :, :]
+    eq = x[:, None, :] == y[None, :, :]
+    return gt + 0.5 * eq
+
+
+def prob_improvement(x: np.ndarray, y: np.ndarray) -> float:
+    """rliable's P(X > Y): per task the Mann-Whitney probability that a run of X beats a
+    run of Y (ties count 1/2), averaged over tasks. x, y: (seeds, tasks)."""
+    return float(_superiority(x, y).mean())
+
+
+def weighted_prob_improvement(x: np.ndarray, y: np.ndarray, ws: np.ndarray, wt: np.ndarray) -> np.ndarray:
+    """Bootstrap P(X > Y) with seed draws shared by both arms. -> (B,)."""
+    s, t = x.shape
+    g = _superiority(x, y)  # (S, S, T)
+    per = np.einsum("ijt,bi,bj->bt", g, ws, ws) / (s * s)
+    return (per * wt).sum(axis=1) / t
+
+
+def crossed_bootstrap(x: np.ndarray, stat: Callable, *, resamples: int, rng: np.random.Generator,
+                      chunk: int = 1000, progress: Progress | None = None, label: str = "") -> np.ndarray:
+    """Generic crossed bootstrap. x: (..., seeds, tasks); stat(x, ws, wt) -> (b, ...).
+
+    Tasks and seeds are resampled with replacement, one task draw and one seed draw per
+    replicate shared by everything in ``x`` (so paired arms share them). Returns the
+    (resamples, ...) replicates. Processed in chunks; progress(done, total, label).
+    """
+    if resamples < 1:
+        raise ValueError(f"resamples: got {resamples}, allowed: an integer >= 1")
+    s, t = x.shape[-2:]
+    parts = []
+    for start in range(0, resamples, chunk):
+        b = min(chunk, resamples - start)
+        ws, wt = draw_counts(rng, b, s), draw_counts(rng, b, t)
+        parts.append(stat(x, ws, wt))
+        if progress is not None:
+            progress(start + b, resamples, label)
+    return np.concatenate(parts, axis=0)
+
+
+def percentile_interval(reps: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """(1 - alpha) percentile interval over axis 0 of replicates."""
+    lo, hi = np.percentile(reps, [100 * alpha / 2, 100 * (1 - alpha / 2)], axis=0)
+    return lo, hi
+
+
+# ----------------------------------------------------------------- paired tests
+
+def _is_all_zero(d: np.ndarray) -> bool:
+    return bool(np.all(np.abs(d) < 1e-12))
+
+
+def sign_flip_test(d: np.ndarray, *, resamples: int, rng: np.random.Generator) -> float:
+    """Two-sided sign-flip permutation test of mean(d) = 0 (scipy permutation_test,
+    permutation_type="samples"); exact when 2**len(d) <= resamples. d: (tasks,)."""
+    d = np.asarray(d, dtype=np.float64)
+    if d.size == 0:
+        return float("nan")
+    if _is_all_zero(d):
+        return 1.0
+    res = sps.permutation_test((d,), lambda a, axis: np.mean(a, axis=axis), vectorized=True,
+                               permutation_type="samples", n_resamples=resamples,
+                               alternative="two-sided", random_state=rng)
+    return float(min(1.0, res.pvalue))
+
+
+def wilcoxon_p(d: np.ndarray) -> float:
+    """Wilcoxon signed-rank p (zero_method="zsplit"). All differences zero -> 1.0 (no
+    evidence of any difference; scipy would return nan); empty -> nan."""
+    d = np.asarray(d, dtype=np.float64)
+    if d.size == 0:
+        return float("nan")
+    if _is_all_zero(d):
+        return 1.0
+    return float(sps.wilcoxon(d, zero_method="zsplit").pvalue)
+
+
+def wins_ties_losses(d: np.ndarray) -> tuple[int, int, int]:
+    d = np.asarray(d, dtype=np.float64)
+    ties = np.abs(d) < 1e-12
+    return int(((d > 0) & ~ties).sum()), int(ties.sum()), int(((d < 0) & ~ties).sum())
+
+
+def sign_test(wins: int, losses: int) -> float:
+    """Two-sided exact sign test on the non-tied tasks; no non-tied task -> 1.0."""
+    if wins + losses == 0:
+        return 1.0
+    return float(sps.binomtest(wins, wins + losses, 0.5).pvalue)
+
+
+def adjust(p: np.ndarray, method: str) -> np.ndarray:
+    """Multiplicity adjustment (statsmodels: "holm", "fdr_bh") ignoring NaNs."""
+    p = np.asarray(p, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    ok = np.isfinite(p)
+    if ok.any():
+        out[ok] = multipletests(p[ok], method=method)[1]
+    return out
+
+
+def mde(d: np.ndarray, alpha: float, power: float = 0.8) -> float:
+    """Minimum detectable mean difference (z_{1-alpha/2} + z_power) * sd(d) / sqrt(T)."""
+    d = np.asarray(d, dtype=np.float64)
+    if d.size < 2:
+        return float("nan")
+    z = sps.norm.ppf(1 - alpha / 2) + sps.norm.ppf(power)
+    return float(z * d.std(ddof=1) / np.sqrt(d.size))
+
+
+def is_binary(*arrays: np.ndarray) -> bool:
+    return all(np.isin(np.asarray(a), (0.0, 1.0)).all() for a in arrays)
+
+
+def mcnemar_test(cand: np.ndarray, base: np.ndarray) -> dict:
+    """Exact McNemar on paired binary outcomes (tasks,) + mid-p.
+
+    Returns n11 (both pass), n10 (candidate only), n01 (baseline only), n00, p, mid_p.
+    """
+    cand = np.asarray(cand).astype(bool)
+    base = np.asarray(base).astype(bool)
+    n11, n10 = int((cand & base).sum()), int((cand & ~base).sum())
+    n01, n00 = int((~cand & base).sum()), int((~cand & ~base).sum())
+    p = float(sm_mcnemar([[n11, n10], [n01, n00]], exact=True).pvalue) if n10 + n01 else 1.0
+    mid = p - float(sps.binom.pmf(min(n10, n01), n10 + n01, 0.5)) if n10 + n01 else 1.0
+    return {"n11": n11, "n10": n10, "n01": n01, "n00": n00, "p": p, "mid_p": mid}
+
+
+def mcnemar_exact_p(n10: int, n01: int) -> float:
+    """Two-sided exact McNemar p from the discordant counts (binomial test, p = 1/2)."""
+    if n10 + n01 == 0:
+        return 1.0
+    return float(sps.binomtest(min(n10, n01), n10 + n01, 0.5).pvalue)
+
+
+def marginal_mcnemar_bounds(n: int, a: int, b: int) -> dict:
+    """Smallest and largest exact McNemar p over every pairing consistent with marginals.
+
+    Two systems solve a and b of the same n tasks; unpaired, the 2x2 table is unknown.
+    Every feasible table has n11 in [max(0, a+b-n), min(a, b)], n10 = a - n11,
+    n01 = b - n11, n00 = n - a - b + n11 (so n10 - n01 = a - b is fixed).
+    """
+    for name, v in (("n", n), ("a", a), ("b", b)):
+        if v < 0:
+            raise ValueError(f"{name}: got {v}, allowed: a non-negative integer")
+    if a > n or b > n:
+        raise ValueError(f"a, b: got a={a}, b={b}, allowed: 0 <= a, b <= n = {n}")
+    rows = []
+    for n11 in range(max(0, a + b - n), min(a, b) + 1):
+        n10, n01 = a - n11, b - n11
+        rows.append((mcnemar_exact_p(n10, n01), n11, n10, n01, n - a - b + n11))
+    lo, hi = min(rows), max(rows)
+    keys = ("p", "n11", "n10", "n01", "n00")
+    return {"min": dict(zip(keys, lo)), "max": dict(zip(keys, hi)), "tables": len(rows)}
