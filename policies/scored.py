@@ -19,8 +19,8 @@ import math
 
 import numpy as np
 
-from policies.base import Feedback, Policy, check_range
-from policies.signals import (FUSION_USES, FUSIONS, minmax_normalise, selection_probabilities, sketch_norm,
+from policies.base import Allocation, Feedback, Policy, check_range
+from policies.signals import (FUSION_USES, FUSIONS, MemoryBank, minmax_normalise, selection_probabilities, sketch_norm,
                               transfer_and_update, window_push, window_values)
 
 _NAN = float("nan")
@@ -107,32 +107,39 @@ class ScoredPolicy(Policy):
         self.q = np.zeros(h)
         self.q_defined = np.zeros(h, dtype=bool)
         self.n = np.zeros(h, dtype=np.int64)
-        self.memory: np.ndarray | None = None          # (H, d), allocated on the first sketch
-        self.has_memory = np.zeros(h, dtype=bool)
-        self.memory_norm = np.zeros(h)
-        self.last_update = np.zeros(h, dtype=np.int64)
+        self.bank: MemoryBank | None = None             # transfer memories, allocated on the first sketch
         self.counters = {"missing_learnability": 0, "missing_transfer": 0, "nonfinite_signals": 0}
         self.last = {"arm": -1, "learnability": _NAN, "transfer": _NAN, "l_norm": _NAN, "t_norm": _NAN,
                      "score": _NAN}
-        self._scratch: np.ndarray | None = None
+        self._law_cache: tuple[np.ndarray, np.ndarray] | None = None
 
     # -- selection ---------------------------------------------------------------------
     def in_warmup(self) -> bool:
         return self.t < self.warmup_rounds * self.n_arms
 
     def _law(self) -> tuple[np.ndarray, np.ndarray]:
-        if self.in_warmup():
-            p = np.zeros(self.n_arms)
-            p[self.t % self.n_arms] = 1.0
-            return p, np.full(self.n_arms, _NAN)
-        return selection_probabilities(self.q, self.q_defined, self.n, self.bonus_c, self.tau, self.epsilon)
+        """(p, U) for the next step, cached until the next update."""
+        if self._law_cache is None:
+            if self.in_warmup():
+                p = np.zeros(self.n_arms)
+                p[self.t % self.n_arms] = 1.0
+                self._law_cache = (p, np.full(self.n_arms, _NAN))
+            else:
+                self._law_cache = selection_probabilities(self.q, self.q_defined, self.n, self.bonus_c,
+                                                          self.tau, self.epsilon)
+        return self._law_cache
 
     def probabilities(self) -> np.ndarray:
-        return self._law()[0]
+        return self._law()[0].copy()
+
+    def select(self, batch_groups: int = 8):
+        check_range("batch_groups", batch_groups, 1, 10**9, integer=True)
+        return Allocation.pure(self._draw(self._law()[0]), self.n_arms, batch_groups)
 
     # -- update ------------------------------------------------------------------------
     def update(self, feedback: Feedback) -> None:
         arm = self._check_arm(feedback.arm)
+        self._law_cache = None
         t_raw = self._transfer(arm, feedback) if self.uses_t else _NAN
         l_raw = _NAN
         if feedback.learnability is not None:
@@ -167,15 +174,12 @@ class ScoredPolicy(Policy):
             sketch = np.asarray(sketch)
             if sketch.ndim != 1:
                 raise ValueError(f"feedback sketch has shape {sketch.shape}: expected a 1-d vector")
-            if self.memory is None:
+            if self.bank is None:
                 dtype = sketch.dtype if sketch.dtype in (np.float32, np.float64) else np.float64
-                self.memory = np.zeros((self.n_arms, sketch.shape[0]), dtype=dtype)
-                self._scratch = np.empty(sketch.shape[0], dtype=dtype)
-            elif sketch.shape[0] != self.memory.shape[1]:
+                self.bank = MemoryBank(self.n_arms, sketch.shape[0], dtype)
+            elif sketch.shape[0] != self.bank.rows.shape[1]:
                 raise ValueError(f"feedback sketch has length {sketch.shape[0]}: expected "
-                                 f"{self.memory.shape[1]} (the length of earlier sketches)")
-            if self._scratch is None:
-                self._scratch = np.empty(self.memory.shape[1], dtype=self.memory.dtype)
+                                 f"{self.bank.rows.shape[1]} (the length of earlier sketches)")
         g_norm = sketch_norm(sketch) if sketch is not None else _NAN
         if sketch is not None and math.isnan(g_norm):
             self.counters["nonfinite_signals"] += 1
@@ -185,9 +189,8 @@ class ScoredPolicy(Policy):
         eligible = None
         if self.max_memory_age is not None:
             # last_update holds (step index + 1) of each memory's update; the current step is t
-            eligible = (self.t + 1 - self.last_update) <= self.max_memory_age
-        transfer = transfer_and_update(self.memory, self.has_memory, self.memory_norm, self.last_update,
-                                       arm, sketch, self.eta, self.t + 1, eligible, self._scratch, g_norm)
+            eligible = (self.t + 1 - self.bank.last_update) <= self.max_memory_age
+        transfer = transfer_and_update(self.bank, arm, sketch, self.eta, self.t + 1, eligible, g_norm)
         if math.isnan(transfer):
             self.counters["missing_transfer"] += 1
         return transfer
@@ -195,18 +198,21 @@ class ScoredPolicy(Policy):
     # -- diagnostics and state -----------------------------------------------------------
     def diagnostics(self) -> dict:
         p, u = self._law()
-        age = np.where(self.has_memory, self.t - self.last_update, np.nan).astype(float)
-        norm = np.where(self.has_memory, self.memory_norm, np.nan)
+        if self.bank is None:
+            age = norm = np.full(self.n_arms, np.nan)
+        else:
+            age = np.where(self.bank.has, self.t - self.bank.last_update, np.nan).astype(float)
+            norm = np.where(self.bank.has, self.bank.norm(), np.nan)
         return {"t": self.t, **self.last, "Q": np.where(self.q_defined, self.q, np.nan), "U": u,
                 "n": self.n.copy(), "memory_norm": norm, "memory_age": age, "probabilities": p,
                 **self.counters}
 
-    _ARRAYS = ("l_window", "t_window", "q", "q_defined", "n", "has_memory", "memory_norm", "last_update")
+    _ARRAYS = ("l_window", "t_window", "q", "q_defined", "n")
 
     def _extra_state(self) -> dict:
         state = {k: getattr(self, k).copy() for k in self._ARRAYS}
         state.update(l_count=self.l_count, t_count=self.t_count, counters=dict(self.counters),
-                     last=dict(self.last), memory=None if self.memory is None else self.memory.copy())
+                     last=dict(self.last), memory=None if self.bank is None else self.bank.state())
         return state
 
     def _load_extra_state(self, state: dict) -> None:
@@ -216,8 +222,8 @@ class ScoredPolicy(Policy):
             setattr(self, k, state[k].copy())
         self.l_count, self.t_count = int(state["l_count"]), int(state["t_count"])
         self.counters, self.last = dict(state["counters"]), dict(state["last"])
-        self.memory = None if state["memory"] is None else state["memory"].copy()
-        self._scratch = None if self.memory is None else np.empty(self.memory.shape[1], self.memory.dtype)
+        self.bank = None if state["memory"] is None else MemoryBank.from_state(state["memory"])
+        self._law_cache = None
 
 
 class LearnabilityOnly(ScoredPolicy):

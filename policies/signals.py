@@ -72,48 +72,94 @@ def sketch_norm(sketch: np.ndarray | None) -> float:
     return float(big * math.sqrt(float(np.dot(scaled, scaled))))
 
 
-def transfer_and_update(memory: np.ndarray, has_memory: np.ndarray, memory_norm: np.ndarray,
-                        last_update: np.ndarray, arm: int, sketch: np.ndarray | None, eta: float,
-                        step: int, eligible: np.ndarray | None = None,
-                        scratch: np.ndarray | None = None, g_norm: float | None = None) -> float:
+class MemoryBank:
+    """The transfer memories m_h (SPEC §2.5) as plain arrays, stored scaled so that an
+    EMA update costs one axpy: m_h = scale[h] * rows[h], with sq[h] = ||rows[h]||^2.
+
+    rows: (H, d) float (float32 for float32 sketches); scale, sq: (H,) float64;
+    has: (H,) bool; last_update: (H,) int64, the (1-based) step of each memory's last
+    update. `norm()` gives ||m_h||. Rows are re-normalised (scale folded back in and sq
+    recomputed exactly) when the scale leaves [1e-8, 1e8] or cancellation is detected.
+    """
+
+    def __init__(self, n_arms: int, d: int, dtype=np.float64):
+        self.rows = np.zeros((n_arms, d), dtype=dtype)
+        self.scale = np.ones(n_arms)
+        self.sq = np.zeros(n_arms)
+        self.has = np.zeros(n_arms, dtype=bool)
+        self.last_update = np.zeros(n_arms, dtype=np.int64)
+        self.scratch = np.empty(d, dtype=dtype)
+
+    def norm(self) -> np.ndarray:
+        """(H,) ||m_h|| (0 where no memory exists)."""
+        return np.where(self.has, self.scale * np.sqrt(self.sq), 0.0)
+
+    def vector(self, h: int) -> np.ndarray:
+        """m_h as a new array."""
+        return self.rows[h] * self.scale[h]
+
+    def state(self) -> dict:
+        return {k: getattr(self, k).copy() for k in ("rows", "scale", "sq", "has", "last_update")}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "MemoryBank":
+        bank = cls(*state["rows"].shape, dtype=state["rows"].dtype)
+        for k in ("rows", "scale", "sq", "has", "last_update"):
+            setattr(bank, k, state[k].copy())
+        return bank
+
+    def _renormalise(self, h: int) -> None:
+        row = self.rows[h]
+        row *= self.scale[h]
+        self.scale[h] = 1.0
+        self.sq[h] = float(np.dot(row, row))
+
+
+def transfer_and_update(bank: MemoryBank, arm: int, sketch: np.ndarray | None, eta: float, step: int,
+                        eligible: np.ndarray | None = None, g_norm: float | None = None) -> float:
     """Transferability of `arm`'s sketch, then the EMA update of its memory (SPEC §2.5).
 
-    memory: (H, d) float, the memories m_h (rows of harnesses without memory are ignored)
-    has_memory: (H,) bool; memory_norm: (H,) float ||m_h||; last_update: (H,) int, the
-    global step of each memory's last update. All four are updated IN PLACE for `arm`.
-    eligible: optional (H,) bool, which other memories may be compared (age limits).
-    scratch: optional (d,) buffer of memory's dtype, to avoid allocations.
-    g_norm: optional precomputed `sketch_norm(sketch)` (saves one pass).
+    bank: the memories, updated IN PLACE for `arm` only. sketch: (d,). eta: EMA rate.
+    step: recorded as the memory's last update. eligible: optional (H,) bool of the other
+    memories that may be compared (age limits). g_norm: optional precomputed
+    `sketch_norm(sketch)`.
 
     Returns T = mean over j != arm with an existing, non-zero (eligible) memory of
     cos(sketch, m_j), computed BEFORE m_arm is updated; NaN when no such memory exists.
     A zero-norm, absent or non-finite sketch gives NaN and leaves the memory untouched.
+    m_arm <- unit sketch if it did not exist, else (1 - eta) m_arm + eta * unit sketch.
     """
     if g_norm is None:
         g_norm = sketch_norm(sketch)
     if not math.isfinite(g_norm) or g_norm == 0.0:
         return float("nan")
-    others = has_memory & (memory_norm > 0)
+    dots = bank.rows @ sketch                                   # (H,) rows_j . g, one pass over the bank
+    others = bank.has & (bank.sq > 0)
     others[arm] = False
     if eligible is not None:
         others &= eligible
     transfer = float("nan")
     if others.any():
-        dots = memory @ sketch                                  # (H,)
-        cos = dots[others] / (g_norm * memory_norm[others])
-        transfer = float(np.mean(cos))
-    row = memory[arm]
-    if scratch is None:
-        scratch = np.empty_like(row)
-    if has_memory[arm]:
-        row *= (1.0 - eta)
-        np.multiply(sketch, eta / g_norm, out=scratch, casting="same_kind")
-        row += scratch
+        # cos(g, m_j) = scale_j rows_j.g / (|g| scale_j |rows_j|): the scale cancels
+        transfer = float(np.mean(dots[others] / (g_norm * np.sqrt(bank.sq[others]))))
+    row = bank.rows[arm]
+    if not bank.has[arm] or eta == 1.0:
+        row[:] = sketch
+        bank.scale[arm], bank.sq[arm] = 1.0 / g_norm, g_norm * g_norm
+        bank.has[arm] = True
     else:
-        np.multiply(sketch, 1.0 / g_norm, out=row, casting="same_kind")
-        has_memory[arm] = True
-    memory_norm[arm] = math.sqrt(float(np.dot(row, row)))
-    last_update[arm] = step
+        # m' = (1-eta) s r + (eta/|g|) g = (1-eta) s (r + c g),  c = eta / ((1-eta) s |g|)
+        c = eta / ((1.0 - eta) * bank.scale[arm] * g_norm)
+        np.multiply(sketch, c, out=bank.scratch, casting="same_kind")
+        row += bank.scratch
+        old = bank.sq[arm]
+        new = old + 2.0 * c * float(dots[arm]) + c * c * g_norm * g_norm
+        bank.scale[arm] *= (1.0 - eta)
+        if new < 1e-3 * (old + c * c * g_norm * g_norm) or not 1e-8 < bank.scale[arm] < 1e8:
+            bank._renormalise(arm)                              # cancellation or scale drift: exact
+        else:
+            bank.sq[arm] = new
+    bank.last_update[arm] = step
     return transfer
 
 

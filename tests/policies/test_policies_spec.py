@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from policies import POLICIES, Allocation, Feedback, make
-from policies.signals import (fuse_mean, fuse_min, fuse_product, minmax_normalise, sketch_norm,
+from policies.signals import (MemoryBank, fuse_mean, fuse_min, fuse_product, minmax_normalise, sketch_norm,
                               transfer_and_update, window_push, window_values)
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -172,17 +172,28 @@ def test_degenerate_knob_is_used():
 
 # -- transfer memory ------------------------------------------------------------------------------
 def test_transfer_computed_before_memory_update_and_first_value_init():
-    H, d = 2, 3
-    mem = np.zeros((H, d)); has = np.zeros(H, bool); norm = np.zeros(H); last = np.zeros(H, np.int64)
-    assert math.isnan(transfer_and_update(mem, has, norm, last, 0, np.array([2.0, 0, 0]), 0.3, 1))
-    np.testing.assert_allclose(mem[0], [1, 0, 0])  # first value: the unit sketch
-    t = transfer_and_update(mem, has, norm, last, 1, np.array([0.0, 3.0, 0]), 0.3, 2)
+    bank = MemoryBank(2, 3)
+    assert math.isnan(transfer_and_update(bank, 0, np.array([2.0, 0, 0]), 0.3, 1))
+    np.testing.assert_allclose(bank.vector(0), [1, 0, 0])  # first value: the unit sketch
+    t = transfer_and_update(bank, 1, np.array([0.0, 3.0, 0]), 0.3, 2)
     assert t == 0.0                                # orthogonal to m0; m1 did not exist before
-    t = transfer_and_update(mem, has, norm, last, 0, np.array([0.0, 1.0, 0]), 0.3, 3)
+    t = transfer_and_update(bank, 0, np.array([0.0, 1.0, 0]), 0.3, 3)
     assert t == pytest.approx(1.0)                 # compared with m1 = e2, then m0 updated
-    np.testing.assert_allclose(mem[0], [0.7, 0.3, 0])
-    assert norm[0] == pytest.approx(math.hypot(0.7, 0.3))
-    np.testing.assert_array_equal(last, [3, 2])
+    np.testing.assert_allclose(bank.vector(0), [0.7, 0.3, 0])
+    assert bank.norm()[0] == pytest.approx(math.hypot(0.7, 0.3))
+    np.testing.assert_array_equal(bank.last_update, [3, 2])
+
+
+def test_memory_bank_scaled_rows_stay_exact_over_many_updates():
+    rng = np.random.default_rng(0)
+    bank, plain = MemoryBank(2, 5), np.zeros(5)
+    for k in range(300):                            # scale 0.7^k would underflow without re-normalising
+        g = rng.standard_normal(5)
+        transfer_and_update(bank, 0, g, 0.3, k + 1)
+        u = g / np.linalg.norm(g)
+        plain = u if k == 0 else 0.7 * plain + 0.3 * u
+        np.testing.assert_allclose(bank.vector(0), plain, atol=1e-12)
+        assert bank.norm()[0] == pytest.approx(np.linalg.norm(plain), rel=1e-9)
 
 
 @pytest.mark.parametrize("bad", [np.zeros(3), np.array([1.0, np.nan, 0]), np.array([np.inf, 0, 0]), None])
@@ -190,10 +201,11 @@ def test_zero_or_nonfinite_sketch_gives_missing_t_and_untouched_memory(bad):
     pol = make("harnessbandit", n_arms=2, seed=0)
     pol.update(Feedback(arm=0, learnability=0.1, sketch=np.array([1.0, 0, 0])))
     pol.update(Feedback(arm=1, learnability=0.2, sketch=np.array([0.0, 1.0, 0])))
-    before = pol.memory.copy()
+    before = pol.bank.state()
     pol.update(Feedback(arm=1, learnability=0.3, sketch=bad))
     assert math.isnan(pol.diagnostics()["transfer"])
-    np.testing.assert_array_equal(pol.memory, before)
+    for k, v in pol.bank.state().items():
+        np.testing.assert_array_equal(v, before[k])
     assert pol.diagnostics()["missing_transfer"] == 2  # the very first update had no other memory
     assert pol.diagnostics()["nonfinite_signals"] == (1 if bad is not None and not np.isfinite(bad).all() else 0)
 
@@ -218,7 +230,7 @@ def test_learnability_only_never_computes_t():
     pol = make("learnability", n_arms=2, seed=0)
     for arm in (0, 1, 0):
         pol.update(Feedback(arm=arm, learnability=0.5, sketch=np.ones(4)))
-    assert pol.memory is None and pol.t_count == 0
+    assert pol.bank is None and pol.t_count == 0
 
 
 def test_memory_age_and_norm_in_diagnostics_and_age_limit():

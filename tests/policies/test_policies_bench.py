@@ -1,0 +1,114 @@
+"""Speed of one scheduler cycle: update() + probabilities() + select(), H = 6,
+d = 65,536 float32 sketches, post-warm-up. Run with
+
+    .venv/bin/python -m pytest tests/policies/test_policies_bench.py --benchmark-only --benchmark-enable
+
+`NaiveHarnessBandit` below is the straightforward per-call implementation the issue
+asks us to beat (Python lists of float64 numpy vectors, every memory norm recomputed
+at every call); it is kept here as the baseline and checked to agree with the policy.
+"""
+import math
+
+import numpy as np
+import pytest
+
+from policies import Feedback, make
+
+H, D = 6, 65_536
+
+
+class NaiveHarnessBandit:
+    def __init__(self, n_arms, seed=0, window=32, alpha=0.5, q_decay=0.7, c=0.2, tau=0.3, eps=0.15, eta=0.3,
+                 warmup_rounds=5):
+        self.H, self.window, self.alpha, self.q_decay, self.c = n_arms, window, alpha, q_decay, c
+        self.tau, self.eps, self.eta, self.warm = tau, eps, eta, warmup_rounds
+        self.rng = np.random.default_rng(seed)
+        self.WL, self.WT, self.Q, self.n, self.mem, self.t = [], [], [None] * n_arms, [0] * n_arms, [None] * n_arms, 0
+
+    def probabilities(self):
+        if self.t < self.warm * self.H:
+            p = np.zeros(self.H)
+            p[self.t % self.H] = 1.0
+            return p
+        defined = [q for q in self.Q if q is not None]
+        fill = max(defined) if defined else 0.0
+        u = np.array([(q if q is not None else fill) + self.c / math.sqrt(n + 1) for q, n in zip(self.Q, self.n)])
+        e = np.exp(u / self.tau)
+        return (1 - self.eps) * e / e.sum() + self.eps / self.H
+
+    def select(self, batch_groups=8):
+        return int(self.rng.choice(self.H, p=self.probabilities()))
+
+    def _norm(self, x, w):
+        if len(w) < 2 or max(w) == min(w):
+            return 0.5
+        return min(1.0, max(0.0, (x - min(w)) / (max(w) - min(w))))
+
+    def update(self, fb):
+        h = fb.arm
+        g = np.asarray(fb.sketch, dtype=np.float64)
+        T = None
+        if np.all(np.isfinite(g)) and np.linalg.norm(g) > 0:
+            u = g / np.linalg.norm(g)
+            cos = [float(np.dot(u, m) / np.linalg.norm(m)) for j, m in enumerate(self.mem)
+                   if j != h and m is not None and np.linalg.norm(m) > 0]
+            T = sum(cos) / len(cos) if cos else None
+            self.mem[h] = u if self.mem[h] is None else (1 - self.eta) * self.mem[h] + self.eta * u
+        ln = tn = None
+        if fb.learnability is not None and math.isfinite(fb.learnability):
+            self.WL = (self.WL + [fb.learnability])[-self.window:]
+            ln = self._norm(fb.learnability, self.WL)
+        if T is not None:
+            self.WT = (self.WT + [T])[-self.window:]
+            tn = self._norm(T, self.WT)
+        S = self.alpha * ln + (1 - self.alpha) * tn if ln is not None and tn is not None else (ln if ln is not None else tn)
+        if S is not None:
+            self.Q[h] = S if self.Q[h] is None else self.q_decay * self.Q[h] + (1 - self.q_decay) * S
+        self.n[h] += 1
+        self.t += 1
+
+
+def _sketches(k=16):
+    rng = np.random.default_rng(0)
+    shared = rng.standard_normal(D).astype(np.float32)
+    return [(0.5 * shared + rng.standard_normal(D).astype(np.float32)) for _ in range(k)]
+
+
+def _warm(policy, sketches):
+    for t in range(40):
+        policy.update(Feedback(arm=t % H, learnability=0.1 + 0.01 * t, sketch=sketches[t % len(sketches)]))
+
+
+def _cycle(policy, sketches, state):
+    i = state[0]
+    state[0] = i + 1
+    arm = i % H                                     # forced, so both implementations do the same work
+    policy.update(Feedback(arm=arm, learnability=0.2 + 0.001 * (i % 97), sketch=sketches[i % len(sketches)]))
+    policy.probabilities()
+    policy.select(8)
+
+
+def test_naive_agrees_with_policy():
+    sk = _sketches(4)
+    fast, naive = make("harnessbandit", n_arms=H, seed=0), NaiveHarnessBandit(H)
+    for t in range(45):
+        fb = Feedback(arm=(t * 5) % H, learnability=0.05 * (t % 7), sketch=sk[t % 4])
+        fast.update(fb)
+        naive.update(fb)
+        np.testing.assert_allclose(fast.probabilities(), naive.probabilities(), rtol=1e-5)
+
+
+@pytest.mark.benchmark(group="scheduler-cycle-H6-d65536")
+def test_bench_cycle_harnessbandit(benchmark):
+    sk = _sketches()
+    pol = make("harnessbandit", n_arms=H, seed=0)
+    _warm(pol, sk)
+    benchmark(_cycle, pol, sk, [0])
+
+
+@pytest.mark.benchmark(group="scheduler-cycle-H6-d65536")
+def test_bench_cycle_naive_baseline(benchmark):
+    sk = _sketches()
+    pol = NaiveHarnessBandit(H)
+    _warm(pol, sk)
+    benchmark(_cycle, pol, sk, [0])
