@@ -1,0 +1,180 @@
+"""Bernoulli-reward bandit (SPEC §6): per (task, harness) success probabilities that move with
+training through a learning-curve model with a harness-to-harness transfer matrix.
+
+Model (C = 5 categories, H training harnesses + 1 held-out harness, column H):
+
+    logit[t, h] = a_t + b_h + w[c_t, h] + z[c_t, h] + u_t
+    p[t, h]     = ceil_h * sigmoid(logit[t, h])
+
+a_t: task difficulty (category offset included), b_h: harness offset, w: fixed harness x
+category affinity, ceil_h: success ceiling (< 1 for saturating harnesses: a plateau),
+z (C, H+1): learned competence, u_t: learned task-specific skill (training tasks only; it
+does not reach held-out tasks). Harness roles are permuted per seed: `n_saturating`
+harnesses start easy but plateau at `saturation_ceiling`, `n_zero` harnesses start at
+(near) zero success (b = zero_offset) and only rise through transfer, the rest are drawn
+around `harness_offset_mean`.
+
+The step update is built from the optimized batch, through its advantages. For group g
+(task t_g of category c_g on harness h_g, rewards r, advantages A, success probability p_g)
+the policy-gradient signal on the logit is s_g = mean_i A_i (r_i - p_g) -- for binary
+rewards and LOO advantages s_g = L_g / 2 exactly, so learnability is learning progress.
+
+    S[c, h]  = sum_{g: c_g=c, h_g=h} s_g / n          (n = optimized groups)
+    z       <- (1 - forget) z + lr * S @ M + drift * N(0, 1)
+    u_t     <- u_t + task_lr * sum_{g: t_g=t} s_g / n
+
+M (H, H+1) is the transfer matrix: M[h, h] = 1, off-diagonal entries transfer_scale * U(0.3, 1),
+a `negative_fraction` of them negated (negative transfer; the held-out column included).
+The gradient sketch is (S @ M, the task-skill gradient, grad_noise * N(0, 1) in noise_dims
+nuisance coordinates) as float32; so the cosine of two harnesses' sketches is the cosine
+of their transfer rows times that of their category signals. No update sketch (plain SGD).
+
+Oracle: the expected one-step gain of an allocation is exact under the model for binary
+rewards: per task E[s | p] = sum_k Binom(k; G, p) s(k), retained tasks are drawn in
+proportion to their keep probability, and the update is linear in the allocation counts.
+Drift noise and the staleness of leftover groups are left out of the expectation.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import comb
+
+from hbsim import grpo
+from hbsim.envs.base import CATEGORIES, Batch, Knob, SyntheticEnv
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    """Logistic function (faster than scipy's expit on small arrays); exp overflow -> 0."""
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-x))
+
+
+class BernoulliEnv(SyntheticEnv):
+    kind = "bernoulli"
+    summary = "per-(task, harness) Bernoulli success; learning curves coupled by a transfer matrix"
+    KNOBS = {
+        "lr": Knob(1.0, "logit step of the competence z per unit of batch signal S", 0.0, 1000.0),
+        "task_lr": Knob(0.5, "logit step of the task-specific skill u (training tasks only)", 0.0, 1000.0),
+        "transfer_scale": Knob(0.4, "magnitude of the off-diagonal transfer entries", 0.0, 10.0),
+        "negative_fraction": Knob(0.2, "fraction of off-diagonal transfer entries that are negative", 0.0, 1.0),
+        "drift": Knob(0.01, "std of the per-step random walk of the competence z", 0.0, 10.0),
+        "forget": Knob(0.0, "per-step shrinkage of z and u towards 0", 0.0, 1.0),
+        "difficulty_mean": Knob(-0.5, "mean task logit offset", -20.0, 20.0),
+        "difficulty_std": Knob(1.5, "std of the task logit offset", 0.0, 20.0),
+        "harness_offset_mean": Knob(-0.5, "mean logit offset of ordinary harnesses", -20.0, 20.0),
+        "harness_std": Knob(0.8, "std of harness offsets and of harness x category affinities", 0.0, 20.0),
+        "n_saturating": Knob(1, "training harnesses that start easy and plateau at the ceiling", 0, 64),
+        "saturation_ceiling": Knob(0.7, "success ceiling of the saturating harnesses", 0.01, 1.0),
+        "n_zero": Knob(1, "training harnesses that start at (near) zero success", 0, 64),
+        "zero_offset": Knob(-8.0, "logit offset of the zero-success harnesses", -50.0, 0.0),
+        "grad_noise": Knob(0.01, "std of the gradient sketch's nuisance coordinates", 0.0, 100.0),
+        "noise_dims": Knob(32, "nuisance coordinates appended to the gradient sketch", 0, 100_000),
+    }
+
+    @classmethod
+    def _check_knobs(cls, knobs: dict) -> None:
+        if knobs["n_saturating"] + knobs["n_zero"] > knobs["n_harnesses"]:
+            raise ValueError(f"env knobs n_saturating={knobs['n_saturating']} + n_zero={knobs['n_zero']} "
+                             f"are not allowed: expected a sum <= n_harnesses={knobs['n_harnesses']}")
+
+    # -- structure -----------------------------------------------------------------
+    def _build(self, rng: np.random.Generator) -> None:
+        k, H, C = self.knobs, self.H, len(CATEGORIES)
+        n_all = self.n_tasks + self.n_heldout
+        cat_offset = rng.normal(0.0, 0.5, C)
+        self.a = rng.normal(k["difficulty_mean"], k["difficulty_std"], n_all) + cat_offset[self.task_category]
+        roles = rng.permutation(np.repeat([0, 1, 2], [k["n_saturating"], k["n_zero"],
+                                                      H - k["n_saturating"] - k["n_zero"]]))
+        self.roles = np.append(roles, 2)                       # 0 saturating, 1 zero, 2 ordinary
+        b = rng.normal(k["harness_offset_mean"], k["harness_std"], H + 1)
+        b = np.where(self.roles == 0, np.abs(b) + 1.0, b)
+        self.b = np.where(self.roles == 1, k["zero_offset"], b)
+        self.ceil = np.where(self.roles == 0, k["saturation_ceiling"], 1.0)
+        self.w = rng.normal(0.0, k["harness_std"], (C, H + 1))
+        mag = k["transfer_scale"] * rng.uniform(0.3, 1.0, (H, H + 1))
+        sign = np.where(rng.random((H, H + 1)) < k["negative_fraction"], -1.0, 1.0)
+        self.M = sign * mag
+        self.M[np.arange(H), np.arange(H)] = 1.0
+        self.z = np.zeros((C, H + 1))
+        self.u = np.zeros(self.n_tasks)
+        self._logit_cache = None
+        # s(k): batch signal of a binary group with k successes under the advantage kind
+        canon = (np.arange(self.G)[None, :] < np.arange(self.G + 1)[:, None]).astype(np.float64)
+        self._s_of_k = (grpo.advantages(canon, k["advantage"]) * canon).mean(axis=1)   # (G+1,)
+        self._s_coef = comb(self.G, np.arange(self.G + 1)) * self._s_of_k              # (G+1,)
+        self._onehot = np.eye(C)[self.task_category[: self.n_tasks]]                    # (n, C)
+
+    # -- truth ---------------------------------------------------------------------
+    def _logits(self) -> np.ndarray:
+        if self._logit_cache is None:
+            self._logit_cache = self._compute_logits()
+        return self._logit_cache
+
+    def _compute_logits(self) -> np.ndarray:
+        u_all = np.concatenate([self.u, np.zeros(self.n_heldout)])
+        return (self.a[:, None] + self.b[None, :] + self.w[self.task_category]
+                + self.z[self.task_category] + u_all[:, None])
+
+    def success_matrix(self) -> np.ndarray:
+        return self.ceil[None, :] * _sigmoid(self._logits())
+
+    # -- learning ------------------------------------------------------------------
+    def _learn(self, batch: Batch, rng: np.random.Generator):
+        k, H, C = self.knobs, self.H, len(CATEGORIES)
+        n = len(batch)
+        s = (batch.advantages * (batch.rewards - batch.p[:, None])).mean(axis=1)      # (n,)
+        cell = self.task_category[batch.tasks] * H + batch.harnesses
+        S = np.bincount(cell, weights=s / n, minlength=C * H).reshape(C, H)
+        gz = S @ self.M                                                                 # (C, H+1)
+        gu = np.bincount(batch.tasks, weights=s / n, minlength=self.n_tasks)
+        keep = 1.0 - k["forget"]
+        self.z = keep * self.z + k["lr"] * gz + k["drift"] * rng.standard_normal(self.z.shape)
+        self.u = keep * self.u + k["task_lr"] * gu
+        self._logit_cache = None
+        noise = k["grad_noise"] * rng.standard_normal(k["noise_dims"])
+        sketch = np.concatenate([gz.ravel(), gu, noise]).astype(np.float32)
+        return sketch, None
+
+    def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
+        k, H = self.knobs, self.H
+        cand = np.asarray(candidates, dtype=np.float64)                               # (K, H)
+        frac = cand / cand.sum(axis=1, keepdims=True)
+        logit = self._logits()[: self.n_tasks, :H]                                     # (n, H)
+        p = self.ceil[None, :H] * _sigmoid(logit)
+        es, keep = self._binomial_moments(p)                                           # (n, H) each
+        total = keep.sum(axis=0)                                                       # (H,)
+        per_group = np.divide(es, total[None, :], out=np.zeros_like(es), where=total[None, :] > 1e-300)
+        D = self._onehot.T @ per_group                                                 # (C, H)
+        dz = k["lr"] * (D[None, :, :] * frac[:, None, :]) @ self.M[:, :H]              # (K, C, H)
+        du = k["task_lr"] * frac @ per_group.T                                         # (K, n)
+        cats = self.task_category[: self.n_tasks]
+        shrunk = logit - k["forget"] * (self.z[cats, :H] + self.u[:, None])             # (n, H)
+        new_logit = shrunk[None] + dz[:, cats, :] + du[:, :, None]                      # (K, n, H)
+        p_new = self.ceil[None, None, :H] * _sigmoid(new_logit)
+        return p_new.mean(axis=(1, 2)) - p.mean()
+
+    def _binomial_moments(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """E[s] = sum_k Binom(k; G, p) s(k) and the keep probability 1 - p^G - (1-p)^G, for
+        p of any shape; powers by repeated products (float `**` is slow)."""
+        G, q = self.G, 1.0 - p
+        q_pow = [np.ones_like(p)]
+        for _ in range(G):
+            q_pow.append(q_pow[-1] * q)
+        es, p_k = np.zeros_like(p), np.ones_like(p)
+        for j in range(G + 1):
+            if self._s_coef[j] != 0.0:
+                es += self._s_coef[j] * p_k * q_pow[G - j]
+            if j < G:
+                p_k = p_k * p
+        return es, 1.0 - p_k - q_pow[G]
+
+    # -- state ---------------------------------------------------------------------
+    def _model_state(self) -> dict:
+        return {"z": self.z.copy(), "u": self.u.copy()}
+
+    def _load_model_state(self, state: dict) -> None:
+        self.z, self.u = np.array(state["z"], dtype=np.float64), np.array(state["u"], dtype=np.float64)
+        self._logit_cache = None
+
+    def step_extras(self) -> dict:
+        return {}

@@ -1,0 +1,196 @@
+"""The one training loop (SPEC §6, docs/ARCHITECTURE.md): it is the only code that talks to
+both a policy and a `TrainingAdapter`, synthetic or real.
+
+One step:
+    p     = policy.probabilities()                  # the law of this step's draw
+    alloc = policy.select(batch_groups)              # pure (alloc.arm) or mixed (arm None)
+    res   = adapter.train_step(alloc)                # raw L, sketch, reward, cost ledger
+    policy.update(Feedback(arm, L, sketch, update_sketch, reward,
+                           cost = groups_generated / groups_optimized, counts))
+    row   = SPEC §7 train columns (policy diagnostics read AFTER the update)
+
+Step numbering: the train row of the s-th optimizer step has `step = s` (1-based); its
+ground-truth columns describe the state after that step. An evaluation tagged `step = s`
+ran after s optimizer steps (`step = 0`: before training). `seconds_scheduler` is the wall
+time of select + update; the `seconds_*` columns are the only ones that are not
+reproducible bit for bit.
+"""
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from policies import Feedback
+
+#: per-harness diagnostics arrays -> column prefix
+_ARM_COLUMNS = (("Q", "q"), ("n", "n"), ("memory_norm", "mem_norm"), ("memory_age", "mem_age"))
+_SCALARS = ("transfer", "l_norm", "t_norm", "score")
+
+
+@dataclass
+class RunResult:
+    """train: one row per step; eval: one row per attempt; meta: the run.json content."""
+
+    train: pd.DataFrame
+    eval: pd.DataFrame
+    meta: dict = field(default_factory=dict)
+
+
+def _utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _nan(value) -> float:
+    return float("nan") if value is None else float(value)
+
+
+class Loop:
+    """Drives one policy on one adapter; rows accumulate in memory until `result()`."""
+
+    def __init__(self, policy, adapter, *, label: str | None = None, seed: int = 0,
+                 eval_every: int | None = None, batch_groups: int | None = None):
+        if eval_every is not None and (not isinstance(eval_every, (int, np.integer)) or eval_every < 1):
+            raise ValueError(f"eval_every={eval_every!r} is not allowed: expected None or an integer >= 1")
+        if batch_groups is None:
+            batch_groups = 8
+        if not isinstance(batch_groups, (int, np.integer)) or isinstance(batch_groups, bool) or batch_groups < 1:
+            raise ValueError(f"batch_groups={batch_groups!r} is not allowed: expected an integer >= 1")
+        self.policy, self.adapter = policy, adapter
+        self.label = label if label is not None else getattr(policy, "name", type(policy).__name__)
+        self.seed, self.eval_every, self.batch_groups = int(seed), eval_every, int(batch_groups)
+        self.harnesses = list(adapter.harnesses)
+        self.t = 0
+        self.started = _utc_now()
+        self._rows: list[dict] = []
+        self._evals: list[pd.DataFrame] = []
+
+    # -- one step --------------------------------------------------------------------
+    def step(self) -> dict:
+        """One optimizer step; returns (and keeps) its train row."""
+        p = np.asarray(self.policy.probabilities(), dtype=np.float64)
+        t0 = time.perf_counter()
+        alloc = self.policy.select(batch_groups=self.batch_groups)
+        t1 = time.perf_counter()
+        res = self.adapter.train_step(alloc)
+        cost = res.cost
+        ratio = cost.groups_generated / cost.groups_optimized if cost.groups_optimized else None
+        feedback = Feedback(arm=alloc.arm, learnability=res.learnability, sketch=res.sketch,
+                            update_sketch=res.update_sketch, reward=res.reward, cost=ratio,
+                            counts=np.asarray(alloc.counts))
+        t2 = time.perf_counter()
+        self.policy.update(feedback)
+        t3 = time.perf_counter()
+        cost.seconds = {**cost.seconds, "scheduler": (t1 - t0) + (t3 - t2)}
+        self.t += 1
+        row = self._row(p, alloc, res, self.policy.diagnostics())
+        self._rows.append(row)
+        return row
+
+    def _row(self, p: np.ndarray, alloc, res, diag: dict) -> dict:
+        arm = alloc.arm
+        row = {"policy": self.label, "seed": self.seed, "step": self.t, "arm": -1 if arm is None else int(arm),
+               "learnability": _nan(res.learnability)}
+        for key in _SCALARS:
+            row[key] = _nan(diag.get(key))
+        row["reward"] = _nan(res.reward)
+        counts = np.asarray(alloc.counts)
+        for i, h in enumerate(self.harnesses):
+            row[f"p_{h}"] = float(p[i])
+        for key, prefix in _ARM_COLUMNS:
+            values = np.asarray(diag.get(key, np.full(len(self.harnesses), np.nan)), dtype=np.float64)
+            for i, h in enumerate(self.harnesses):
+                row[f"{prefix}_{h}"] = float(values[i])
+        for i, h in enumerate(self.harnesses):
+            row[f"alloc_{h}"] = int(counts[i])
+        row.update(res.cost.as_row())
+        row.update(res.extras)
+        return row
+
+    # -- evaluation ------------------------------------------------------------------
+    def evaluate(self) -> pd.DataFrame:
+        """Held-out evaluation now; rows tagged policy (label), seed and step."""
+        frame = self.adapter.evaluate().copy()
+        frame.insert(0, "step", self.t)
+        frame.insert(0, "seed", self.seed)
+        frame.insert(0, "policy", self.label)
+        self._evals.append(frame)
+        return frame
+
+    def run(self, steps: int, progress: Callable[[int, int], None] | None = None) -> None:
+        """Run until `steps` optimizer steps are done; evaluates every `eval_every` steps
+        (step 0 included) and always at the final step."""
+        if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool) or steps < 0:
+            raise ValueError(f"steps={steps!r} is not allowed: expected an integer >= 0")
+        if self.eval_every and self.t == 0 and not self._evals:
+            self.evaluate()
+        while self.t < steps:
+            self.step()
+            if progress is not None:
+                progress(self.t, steps)
+            if (self.eval_every and self.t % self.eval_every == 0) or self.t == steps:
+                self.evaluate()
+        if not self._evals or int(self._evals[-1]["step"].iloc[0]) != self.t:
+            self.evaluate()
+
+    # -- state -----------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"t": self.t, "label": self.label, "seed": self.seed, "started": self.started,
+                "policy": self.policy.state_dict(), "adapter": self.adapter.state_dict(),
+                "rows": copy.deepcopy(self._rows), "evals": [e.copy() for e in self._evals]}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("label") != self.label or state.get("seed") != self.seed:
+            raise ValueError(f"loop state of label={state.get('label')!r} seed={state.get('seed')!r} does not "
+                             f"match this loop (label={self.label!r}, seed={self.seed})")
+        self.policy.load_state_dict(state["policy"])
+        self.adapter.load_state_dict(state["adapter"])
+        self.t, self.started = int(state["t"]), state["started"]
+        self._rows = copy.deepcopy(state["rows"])
+        self._evals = [e.copy() for e in state["evals"]]
+
+    # -- result ----------------------------------------------------------------------
+    def result(self, config: dict | None = None) -> RunResult:
+        """Frames + run.json content. Without `config`, one is built from the policy and
+        adapter configs (enough to hash, not to rerun)."""
+        from hbsim.records import config_hash, versions
+
+        if config is None:
+            config = {"env": self.adapter.config(),
+                      "policy": {"name": getattr(self.policy, "name", ""), "label": self.label,
+                                 **self.policy.config()},
+                      "seed": self.seed, "steps": self.t, "eval_every": self.eval_every,
+                      "batch_groups": self.batch_groups}
+        run_id = config_hash(config)
+        train = pd.DataFrame(self._rows)
+        train.insert(0, "run_id", run_id)
+        evals = pd.concat(self._evals, ignore_index=True) if self._evals else pd.DataFrame(
+            columns=["policy", "seed", "step", "suite", "task", "category", "harness", "attempt",
+                     "reward", "success"])
+        evals.insert(0, "run_id", run_id)
+        policy_cfg = config.get("policy", {})
+        meta = {"run_id": run_id, "config": config, "config_hash": run_id, "versions": versions(),
+                "seed": self.seed, "started": self.started, "finished": _utc_now(),
+                "policy": policy_cfg.get("name", getattr(self.policy, "name", "")), "label": self.label,
+                "steps": self.t}
+        return RunResult(train=train, eval=evals, meta=meta)
+
+
+def run(policy, adapter, steps: int, *, label: str | None = None, seed: int = 0,
+        eval_every: int | None = None, out=None, config: dict | None = None,
+        progress: Callable[[int, int], None] | None = None, batch_groups: int | None = None) -> RunResult:
+    """Run `steps` optimizer steps of `policy` on `adapter`, evaluate at the end (and every
+    `eval_every` steps), return the RunResult; with `out`, also write the run directory."""
+    loop = Loop(policy, adapter, label=label, seed=seed, eval_every=eval_every, batch_groups=batch_groups)
+    loop.run(steps, progress=progress)
+    result = loop.result(config)
+    if out is not None:
+        from hbsim.records import write_run
+
+        write_run(result, out)
+    return result

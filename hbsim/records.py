@@ -1,0 +1,110 @@
+"""Run records (SPEC §7): config hashing, versions, and the run directory
+(`train.parquet`, `eval.parquet`, `run.json`), written atomically.
+
+A run directory is complete when its `run.json` exists: it is always written last.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import shutil
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+RUN_FILES = ("train.parquet", "eval.parquet", "run.json")
+
+
+def _jsonable(value):
+    """numpy scalars/arrays -> python; non-finite floats -> None (canonical JSON has no NaN)."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [_jsonable(v) for v in value.tolist()]
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return value
+
+
+def canonical_json(obj) -> str:
+    """Sorted keys, no whitespace, numpy values converted."""
+    return json.dumps(_jsonable(obj), sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def config_hash(config: dict) -> str:
+    """First 16 hex characters of the sha256 of the canonical JSON of `config`."""
+    return hashlib.sha256(canonical_json(config).encode()).hexdigest()[:16]
+
+
+def versions() -> dict:
+    """python, numpy, pandas, pyarrow, harnessbandit, and torch when it is already imported."""
+    out = {"python": platform.python_version(), "numpy": np.__version__, "pandas": pd.__version__}
+    for dist in ("pyarrow", "harnessbandit"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    if "torch" in sys.modules:
+        out["torch"] = getattr(sys.modules["torch"], "__version__", None)
+    return out
+
+
+def is_complete(run_dir) -> bool:
+    return (Path(run_dir) / "run.json").is_file()
+
+
+def write_run(result, out, *, overwrite: bool = False) -> Path:
+    """Write `result` (a RunResult) to the run directory `out`.
+
+    The files are written into a temporary directory next to `out` and then moved in:
+    a fresh `out` is renamed into place in one step; an existing incomplete `out` (e.g. a
+    grid cell holding only its log) receives the files one atomic replace at a time,
+    run.json last. An existing complete run directory raises FileExistsError unless
+    `overwrite`.
+    """
+    out = Path(out)
+    if is_complete(out) and not overwrite:
+        raise FileExistsError(f"run directory {str(out)!r} already holds a complete run; "
+                              f"choose another --out or allow overwriting")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        result.train.to_parquet(tmp / "train.parquet", index=False)
+        result.eval.to_parquet(tmp / "eval.parquet", index=False)
+        (tmp / "run.json").write_text(json.dumps(_jsonable(result.meta), indent=1, sort_keys=True) + "\n")
+        if not out.exists():
+            os.rename(tmp, out)
+            return out
+        if is_complete(out):
+            os.remove(out / "run.json")          # the directory is incomplete until the end
+        for name in RUN_FILES:
+            os.replace(tmp / name, out / name)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def read_run(run_dir):
+    """Read a complete run directory back into a RunResult."""
+    from hbsim.loop import RunResult
+
+    run_dir = Path(run_dir)
+    if not is_complete(run_dir):
+        raise FileNotFoundError(f"run directory {str(run_dir)!r} has no run.json (not a complete run)")
+    meta = json.loads((run_dir / "run.json").read_text())
+    return RunResult(train=pd.read_parquet(run_dir / "train.parquet"),
+                     eval=pd.read_parquet(run_dir / "eval.parquet"), meta=meta)

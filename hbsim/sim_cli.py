@@ -1,0 +1,141 @@
+"""`hb sim`: compare scheduling policies on a synthetic environment, every policy on the
+same seeds (common random numbers), and print a compact per-policy table.
+
+    hb sim --env bernoulli --policy harnessbandit --policy uniform --seeds 10 --steps 150 \
+           [--out DIR] [--set env.lr=0.5] [--set policy.tau=0.1]
+
+`--policy all` runs every registered policy. `--set policy.KNOB=V` goes to every selected
+policy that has the knob (an error if none has it). `--out DIR` writes one run directory
+per (policy, seed): DIR/<label>/seed<seed>/. Progress goes to stderr, the table to stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pandas as pd
+
+from policies import POLICIES
+
+from hbsim.envs import ENVS
+from hbsim.experiment import resolve_config, run_config
+from hbsim.records import is_complete, write_run
+from hbsim.summary import summary_table
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", default="bernoulli", help=f"environment kind: {', '.join(ENVS)}")
+    parser.add_argument("--policy", action="append", default=None, metavar="NAME",
+                        help=f"policy to run (repeatable) or 'all': {', '.join(POLICIES)} (default: all)")
+    parser.add_argument("--seeds", type=int, default=10, help="number of seeds, 0..N-1 (default 10)")
+    parser.add_argument("--seed-offset", type=int, default=0, help="first seed (default 0)")
+    parser.add_argument("--steps", type=int, default=150, help="optimizer steps per run (default 150)")
+    parser.add_argument("--batch-groups", type=int, default=8, help="groups per optimizer step (default 8)")
+    parser.add_argument("--eval-every", type=int, default=None,
+                        help="also evaluate every N steps (default: only at the final step)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="env.KNOB=VALUE or policy.KNOB=VALUE (repeatable; VALUE parsed as JSON)")
+    parser.add_argument("--out", default=None, help="write DIR/<label>/seed<seed>/ run directories")
+    parser.add_argument("--overwrite", action="store_true", help="replace existing complete run directories")
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+                        help="parallel worker processes (default: min(2, CPUs))")
+
+
+def parse_value(text: str):
+    """JSON when it parses (numbers, true/false/null, lists), else the plain string."""
+    if text in ("None", "none"):
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_sets(items: list[str]) -> tuple[dict, dict]:
+    env, policy = {}, {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        section, dot, knob = key.partition(".")
+        if not sep or not dot or not knob or section not in ("env", "policy"):
+            raise ValueError(f"--set {item!r} is not allowed: expected env.KNOB=VALUE or policy.KNOB=VALUE")
+        (env if section == "env" else policy)[knob] = parse_value(value)
+    return env, policy
+
+
+def policy_names(requested: list[str] | None) -> list[str]:
+    names: list[str] = []
+    for name in requested or ["all"]:
+        for n in (list(POLICIES) if name == "all" else [name]):
+            if n not in POLICIES:
+                raise ValueError(f"--policy {n!r} is unknown; valid policies: all, {', '.join(POLICIES)}")
+            if n not in names:
+                names.append(n)
+    return names
+
+
+def build_configs(args: argparse.Namespace) -> list[dict]:
+    """Every resolved (policy, seed) config; all validation happens here, before any run."""
+    if args.seeds < 1:
+        raise ValueError(f"--seeds {args.seeds} is not allowed: expected an integer >= 1")
+    if args.workers < 1:
+        raise ValueError(f"--workers {args.workers} is not allowed: expected an integer >= 1")
+    env_knobs, policy_knobs = parse_sets(args.set)
+    names = policy_names(args.policy)
+    for knob in policy_knobs:
+        if not any(knob in POLICIES[n].knobs() for n in names):
+            raise ValueError(f"--set policy.{knob} is not a knob of any selected policy ({', '.join(names)})")
+    configs = []
+    for name in names:
+        knobs = {k: v for k, v in policy_knobs.items() if k in POLICIES[name].knobs()}
+        for seed in range(args.seed_offset, args.seed_offset + args.seeds):
+            configs.append(resolve_config({"env": {"kind": args.env, **env_knobs}, "policy": {"name": name, **knobs},
+                                           "seed": seed, "steps": args.steps, "eval_every": args.eval_every,
+                                           "batch_groups": args.batch_groups}))
+    return configs
+
+
+def run_dir(out: str, cfg: dict) -> Path:
+    return Path(out) / cfg["policy"]["label"] / f"seed{cfg['seed']}"
+
+
+def _run(cfg: dict):
+    return run_config(cfg)
+
+
+def main(args: argparse.Namespace) -> int:
+    configs = build_configs(args)
+    if args.out is not None and not args.overwrite:
+        for cfg in configs:
+            if is_complete(run_dir(args.out, cfg)):
+                raise FileExistsError(f"--out {args.out!r} already holds {run_dir(args.out, cfg)}; "
+                                      f"use another --out or --overwrite")
+    start = time.perf_counter()
+    results = []
+    workers = min(args.workers, len(configs))
+    print(f"hb sim: {len(configs)} runs ({args.env}, {args.steps} steps) on {workers} worker(s)", file=sys.stderr)
+    if workers > 1:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            for i, result in enumerate(pool.map(_run, configs, chunksize=max(1, len(configs) // (4 * workers)))):
+                results.append(_done(result, args, i, len(configs), start))
+    else:
+        for i, cfg in enumerate(configs):
+            results.append(_done(_run(cfg), args, i, len(configs), start))
+    train = pd.concat([r.train for r in results], ignore_index=True)
+    evals = pd.concat([r.eval for r in results], ignore_index=True)
+    print(summary_table(train, evals))
+    print(f"hb sim: done in {time.perf_counter() - start:.1f}s", file=sys.stderr)
+    return 0
+
+
+def _done(result, args, i: int, n: int, start: float):
+    if args.out is not None:
+        write_run(result, run_dir(args.out, result.meta["config"]), overwrite=args.overwrite)
+    print(f"[{i + 1}/{n}] {result.meta['label']} seed {result.meta['seed']} "
+          f"({time.perf_counter() - start:.1f}s)", file=sys.stderr)
+    return result

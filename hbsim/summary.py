@@ -1,0 +1,85 @@
+"""Compact per-policy summary of train + eval frames (used by `hb sim` and the grid runner).
+
+Per policy label, over seeds: final held-out score of each suite (mean reward of the
+final-step eval rows of a seed, then mean over seeds with a 95% t-interval), cumulative
+regret (sum over steps, mean over seeds), mean visits per harness (steps with groups on
+the harness), and groups generated per optimized group (ratio of sums).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from hbsim.envs.base import SUITES
+
+
+def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """Mean and half-width of the two-sided t-interval; half-width nan below 2 values."""
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return float("nan"), float("nan")
+    mean = float(values.mean())
+    if values.size < 2:
+        return mean, float("nan")
+    half = stats.t.ppf(0.5 + level / 2, values.size - 1) * values.std(ddof=1) / np.sqrt(values.size)
+    return mean, float(half)
+
+
+def final_scores(eval_df: pd.DataFrame) -> pd.DataFrame:
+    """(policy, seed, suite) -> mean reward of the final evaluation (largest step) of each run."""
+    if eval_df.empty:
+        return pd.DataFrame(columns=["policy", "seed", "suite", "score"])
+    last = eval_df.groupby(["policy", "seed"])["step"].transform("max")
+    final = eval_df[eval_df["step"] == last]
+    return final.groupby(["policy", "seed", "suite"], as_index=False)["reward"].mean().rename(
+        columns={"reward": "score"})
+
+
+def summarize(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> pd.DataFrame:
+    """One row per policy label: <suite>_mean, <suite>_ci95, regret, regret_ci95, seeds,
+    gen_per_opt, visits_<harness>."""
+    scores = final_scores(eval_df)
+    alloc_cols = [c for c in train_df.columns if c.startswith("alloc_")]
+    rows = []
+    for label in pd.unique(train_df["policy"]):
+        tr = train_df[train_df["policy"] == label]
+        row = {"policy": label, "seeds": int(tr["seed"].nunique())}
+        for suite in SUITES:
+            vals = scores[(scores["policy"] == label) & (scores["suite"] == suite)]["score"].to_numpy()
+            row[f"{suite}_mean"], row[f"{suite}_ci95"] = t_interval(vals)
+        if "regret" in tr:
+            per_seed = tr.groupby("seed")["regret"].sum().to_numpy()
+            row["regret"], row["regret_ci95"] = t_interval(per_seed)
+        opt = tr["groups_optimized"].sum()
+        row["gen_per_opt"] = float(tr["groups_generated"].sum() / opt) if opt else float("nan")
+        for col in alloc_cols:
+            row[f"visits_{col[len('alloc_'):]}"] = float((tr[col] > 0).groupby(tr["seed"]).sum().mean())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _pm(mean: float, half: float, digits: int = 3) -> str:
+    if not np.isfinite(mean):
+        return "-"
+    return f"{mean:.{digits}f}" + (f" ± {half:.{digits}f}" if np.isfinite(half) else "")
+
+
+def summary_table(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> str:
+    """Fixed-width text table, one line per policy label (see the module docstring)."""
+    summ = summarize(train_df, eval_df)
+    if summ.empty:
+        return "(no runs)"
+    visit_cols = [c for c in summ.columns if c.startswith("visits_")]
+    header = ["policy", "seeds"] + [f"{s} (95% CI)" for s in SUITES] + ["cum. regret", "gen/opt",
+                                                                       "visits " + "/".join(c[7:] for c in visit_cols)]
+    lines = []
+    for _, r in summ.iterrows():
+        lines.append([str(r["policy"]), str(r["seeds"])]
+                     + [_pm(r[f"{s}_mean"], r[f"{s}_ci95"]) for s in SUITES]
+                     + [_pm(r.get("regret", np.nan), r.get("regret_ci95", np.nan), 3), f"{r['gen_per_opt']:.2f}",
+                        "/".join(f"{r[c]:.0f}" for c in visit_cols)])
+    widths = [max(len(header[i]), *(len(line[i]) for line in lines)) for i in range(len(header))]
+    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(line) for line in lines])
