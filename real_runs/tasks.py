@@ -137,6 +137,11 @@ def _distractors(rng: np.random.Generator, files: dict, taken: set, lo: int = 1,
         files[_name(rng, taken)] = _word(rng)
 
 
+def _say(rng: np.random.Generator, *templates: str, **fields: str) -> str:
+    """One of ``templates`` (paraphrases of the same instruction), filled in."""
+    return templates[int(rng.integers(len(templates)))].format(**fields)
+
+
 # ---------------------------------------------------------------- category generators
 # each returns (instruction, files, goal, answer, solution)
 def _gen_create(rng):
@@ -145,11 +150,11 @@ def _gen_create(rng):
     _distractors(rng, files, taken)
     if rng.random() < 0.5:
         path, word = _name(rng, taken), _word(rng)
-        instr = f"Create {path} containing {word}."
+        instr = _say(rng, "Create {p} containing {w}.", "Make a file {p} with the text {w}.", p=path, w=word)
     else:
         path = sorted(files)[int(rng.integers(len(files)))]
         word = _word(rng, avoid=files[path])
-        instr = f"Overwrite {path} with {word}."
+        instr = _say(rng, "Overwrite {p} with {w}.", "Replace the text of {p} by {w}.", p=path, w=word)
     return instr, files, ((path, word),), None, (Call("write", (path, word)),)
 
 
@@ -159,7 +164,7 @@ def _gen_edit(rng):
     files = {path: _lines(rng, 1, 2)}
     _distractors(rng, files, taken, 0, 1)
     word = _word(rng)
-    instr = f"Append the line {word} to {path}."
+    instr = _say(rng, "Append the line {w} to {p}.", "Add {w} as a new last line of {p}.", p=path, w=word)
     goal = ((path, files[path] + "\n" + word),)
     return instr, files, goal, None, (Call("append", (path, word)),)
 
@@ -171,13 +176,13 @@ def _gen_files(rng):
     _distractors(rng, files, taken, 0, 1)
     kind = int(rng.integers(3))
     if kind == 2:
-        return f"Delete {src}.", files, ((src, None),), None, (Call("delete", (src,)),)
+        return _say(rng, "Delete {a}.", "Remove the file {a}.", a=src), files, ((src, None),), None, (Call("delete", (src,)),)
     dst = _name(rng, taken)
     if kind == 0:
         goal = ((src, None), (dst, files[src]))
-        return f"Rename {src} to {dst}.", files, goal, None, (Call("move", (src, dst)),)
+        return _say(rng, "Rename {a} to {b}.", "Move {a} to {b}.", a=src, b=dst), files, goal, None, (Call("move", (src, dst)),)
     goal = ((dst, files[src]),)
-    return f"Copy {src} to {dst}.", files, goal, None, (Call("copy", (src, dst)),)
+    return _say(rng, "Copy {a} to {b}.", "Duplicate {a} as {b}.", a=src, b=dst), files, goal, None, (Call("copy", (src, dst)),)
 
 
 def _gen_count(rng):
@@ -185,13 +190,13 @@ def _gen_count(rng):
     files: dict[str, str] = {}
     if rng.random() < 0.3:
         _distractors(rng, files, taken, 1, 4)
-        return "How many files are there?", files, (), str(len(files)), (Call("answer", (str(len(files)),)),)
+        return _say(rng, "How many files are there?", "Count the files."), files, (), str(len(files)), (Call("answer", (str(len(files)),)),)
     path = _name(rng, taken)
     files[path] = _lines(rng, 1, 5)
     _distractors(rng, files, taken, 0, 1)
     n = str(files[path].count("\n") + 1)
     sol = (Call("read", (path,)), Call("answer", (n,)))
-    return f"How many lines are in {path}?", files, (), n, sol
+    return _say(rng, "How many lines are in {p}?", "Count the lines of {p}.", p=path), files, (), n, sol
 
 
 def _gen_lookup(rng):
@@ -203,7 +208,7 @@ def _gen_lookup(rng):
         files[_name(rng, taken)] = _kv_text(rng, 2)[0]
     key, value = pairs[int(rng.integers(len(pairs)))]
     sol = (Call("read", (path,)), Call("answer", (value,)))
-    return f"What is {key} in {path}?", files, (), value, sol
+    return _say(rng, "What is {k} in {p}?", "Give the value of {k} from {p}.", k=key, p=path), files, (), value, sol
 
 
 def _gen_multi(rng):
@@ -216,21 +221,21 @@ def _gen_multi(rng):
         dst = _name(rng, taken)
         key, value = pairs[int(rng.integers(2))]
         sol = (Call("read", (src,)), Call("write", (dst, value)))
-        return f"Write {key} from {src} into {dst}.", files, ((dst, value),), None, sol
+        return _say(rng, "Write {k} from {a} into {b}.", "Put the {k} value of {a} in a new file {b}.", k=key, a=src, b=dst), files, ((dst, value),), None, sol
     files = {src: _word(rng)}
     _distractors(rng, files, taken, 0, 1)
     dst, word = _name(rng, taken), _word(rng)
     if kind == 0:
         goal = ((dst, files[src] + "\n" + word),)
         sol = (Call("copy", (src, dst)), Call("append", (dst, word)))
-        return f"Copy {src} to {dst}, then append {word} to {dst}.", files, goal, None, sol
+        return _say(rng, "Copy {a} to {b}, then append {w} to {b}.", "Duplicate {a} as {b} and add the line {w} to {b}.", a=src, b=dst, w=word), files, goal, None, sol
     if kind == 1:
         goal = ((src, None), (dst, files[src] + "\n" + word))
         sol = (Call("move", (src, dst)), Call("append", (dst, word)))
-        return f"Rename {src} to {dst}, then append {word} to it.", files, goal, None, sol
+        return _say(rng, "Rename {a} to {b}, then append {w} to it.", "Move {a} to {b} and add the line {w} to it.", a=src, b=dst, w=word), files, goal, None, sol
     goal = ((src, None), (dst, word))
     sol = (Call("delete", (src,)), Call("write", (dst, word)))
-    return f"Delete {src} and create {dst} with {word}.", files, goal, None, sol
+    return _say(rng, "Delete {a} and create {b} with {w}.", "Remove {a}, then make {b} holding {w}.", a=src, b=dst, w=word), files, goal, None, sol
 
 
 GENERATORS = {

@@ -303,9 +303,10 @@ def test_seed_zero_is_pinned():
     assert (t0.id, t0.instruction, t0.files) == (
         "t0000-create", "Create fu.txt containing ice.", (("pi.txt", "cat"),))
     assert (t4.instruction, t4.files, t4.answer) == (
-        "What is port in ge.log?", (("ge.log", "size=78\nport=94\nmin=51"),), "94")
+        "Give the value of row from ni.log.",
+        (("ni.log", "max=24\nrow=19\nmin=41"), ("vu.md", "row=87\nmax=88")), "19")
     assert (h0.id, h0.instruction, h0.goal) == (
-        "h0000-create", "Overwrite ki.log with cow.", (("ki.log", "cow"),))
+        "h0000-create", "Make a file sa.md with the text owl.", (("sa.md", "owl"),))
 
 
 def test_rows_and_demonstration_rows():
@@ -316,14 +317,14 @@ def test_rows_and_demonstration_rows():
     assert [c for _, c in rows] == h.demonstration(t)
     assert rows[0][0] == h.render(t)
     ep = run_demo(h, t)
-    assert rows[1][0] == rows[0][0] + rows[0][1] + '{"ok":true,"out":"size=78\\nport=94\\nmin=51"}\n> '
+    assert rows[1][0] == rows[0][0] + rows[0][1] + '{"ok":true,"out":"max=24\\nrow=19\\nmin=41"}\n> '
     assert ep.context() == rows[1][0] + rows[1][1]
     # a truncated completion is stored with the stop marker added
     ep = Episode(h, t)
     ep.feed('{"tool":"re')
     assert ep.rows() == [(h.render(t), '{"tool":"re\n')]
     single = demonstration_rows(HARNESSES["xml"], t)
-    assert single == [(HARNESSES["xml"].render(t), "<answer>94</answer>\n")]
+    assert single == [(HARNESSES["xml"].render(t), "<answer>19</answer>\n")]
 
 
 def test_get_harness_and_overlong_reply():
@@ -370,11 +371,11 @@ def test_unknown_tool_name_fails(name):
 
 
 def test_prompt_hides_contents_only_where_the_harness_does():
-    t = TRAIN[4]                                  # lookup in ge.log: size=78 port=94 min=51
+    t = TRAIN[4]                  # lookup of row in ni.log: max=24 row=19 min=41
     for name, h in HARNESSES.items():
         prompt = h.render(t)
-        assert t.instruction in prompt and "ge.log" in prompt
-        assert ("94" in prompt) == h.show_contents, name
+        assert t.instruction in prompt and "ni.log" in prompt and "vu.md" in prompt
+        assert ("19" in prompt) == h.show_contents, name
 
 
 def test_single_turn_call_limit():
