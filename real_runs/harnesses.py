@@ -80,6 +80,13 @@ class Harness:
             raise ValueError(f"stop={self.stop!r} is invalid for harness {self.name}: allowed is a "
                              "non-empty string")
 
+    def config(self) -> dict:
+        """A JSON-ready description (for run records): loop, limits, notation, tools."""
+        return {"name": self.name, "loop": self.loop, "max_turns": self.max_turns,
+                "max_calls": self.max_calls, "max_reply": self.max_reply, "stop": self.stop,
+                "show_contents": self.show_contents, "syntax": type(self.syntax).__name__,
+                "schema": self.syntax.schema()}
+
     def render(self, task: Task) -> str:
         """The prompt (before any model turn), ending with ``prefix``."""
         body = self.template.format(system=self.system, schema=self.syntax.schema(),

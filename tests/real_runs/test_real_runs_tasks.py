@@ -403,3 +403,18 @@ def test_workspace_execute_by_hand():
     full = {f"f{i}": "" for i in range(MAX_FILES)}
     assert not execute(full, Call("write", ("new", "x"))).ok and len(full) == MAX_FILES
     assert execute(full, Call("write", ("f0", "x"))).ok
+
+
+def test_fingerprint_and_config():
+    import json
+    from real_runs.tasks import fingerprint
+    assert fingerprint(TRAIN) == fingerprint(make_tasks(0)[0])
+    assert fingerprint(TRAIN) != fingerprint(HELDOUT) != fingerprint(make_tasks(1)[1])
+    assert fingerprint(TRAIN[:-1]) != fingerprint(TRAIN)
+    changed = dataclasses.replace(TRAIN[0], answer="x")
+    assert fingerprint([changed] + TRAIN[1:]) != fingerprint(TRAIN)
+    assert len(fingerprint(TRAIN)) == 16
+    for name, h in HARNESSES.items():
+        cfg = h.config()
+        assert json.loads(json.dumps(cfg)) == cfg and cfg["name"] == name
+    assert HARNESSES["xml"].config()["loop"] == "single" and HARNESSES["json"].config()["max_turns"] == 5
