@@ -68,7 +68,8 @@ class Harness:
 
     def __post_init__(self):
         if self.loop not in LOOPS:
-            raise ValueError(f"loop={self.loop!r} is invalid for harness {self.name}: allowed are {LOOPS}")
+            raise ValueError(f"loop={self.loop!r} is invalid for harness {self.name}: "
+                             f"allowed are {LOOPS}")
         if self.loop == "single" and self.max_turns != 1:
             raise ValueError(f"max_turns={self.max_turns} is invalid for single-turn harness "
                              f"{self.name}: allowed is 1")

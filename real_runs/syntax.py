@@ -210,7 +210,8 @@ class KvSyntax(Syntax):
     sep = " ; "
 
     def format(self, call):
-        pairs = [f"tool={self.names[call.tool]}"] + [f"{k}={v}" for k, v in zip(TOOLS[call.tool], call.args)]
+        pairs = [f"{k}={v}" for k, v in zip(TOOLS[call.tool], call.args)]
+        pairs.insert(0, f"tool={self.names[call.tool]}")
         return " ".join(pairs)
 
     def parse(self, text):

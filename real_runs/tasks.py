@@ -147,9 +147,30 @@ def _distractors(rng: np.random.Generator, files: dict, taken: set, lo: int = 1,
         files[_name(rng, taken)] = _word(rng)
 
 
-def _say(rng: np.random.Generator, *templates: str, **fields: str) -> str:
-    """One of ``templates`` (paraphrases of the same instruction), filled in."""
-    return templates[int(rng.integers(len(templates)))].format(**fields)
+# instruction kind -> paraphrases (one is drawn per task)
+PHRASES: dict[str, tuple[str, ...]] = {
+    "create": ("Create {p} containing {w}.", "Make a file {p} with the text {w}."),
+    "overwrite": ("Overwrite {p} with {w}.", "Replace the text of {p} by {w}."),
+    "append": ("Append the line {w} to {p}.", "Add {w} as a new last line of {p}."),
+    "delete": ("Delete {a}.", "Remove the file {a}."),
+    "rename": ("Rename {a} to {b}.", "Move {a} to {b}."),
+    "copy": ("Copy {a} to {b}.", "Duplicate {a} as {b}."),
+    "count_files": ("How many files are there?", "Count the files."),
+    "count_lines": ("How many lines are in {p}?", "Count the lines of {p}."),
+    "lookup": ("What is {k} in {p}?", "Give the value of {k} from {p}."),
+    "lookup_write": ("Write {k} from {a} into {b}.", "Put the {k} value of {a} in a new file {b}."),
+    "copy_append": ("Copy {a} to {b}, then append {w} to {b}.",
+                    "Duplicate {a} as {b} and add the line {w} to {b}."),
+    "rename_append": ("Rename {a} to {b}, then append {w} to it.",
+                      "Move {a} to {b} and add the line {w} to it."),
+    "delete_create": ("Delete {a} and create {b} with {w}.", "Remove {a}, then make {b} holding {w}."),
+}
+
+
+def _say(rng: np.random.Generator, kind: str, **fields: str) -> str:
+    """One paraphrase of instruction ``kind``, filled in."""
+    options = PHRASES[kind]
+    return options[int(rng.integers(len(options)))].format(**fields)
 
 
 # ---------------------------------------------------------------- category generators
@@ -160,11 +181,11 @@ def _gen_create(rng):
     _distractors(rng, files, taken)
     if rng.random() < 0.5:
         path, word = _name(rng, taken), _word(rng)
-        instr = _say(rng, "Create {p} containing {w}.", "Make a file {p} with the text {w}.", p=path, w=word)
+        instr = _say(rng, "create", p=path, w=word)
     else:
         path = sorted(files)[int(rng.integers(len(files)))]
         word = _word(rng, avoid=files[path])
-        instr = _say(rng, "Overwrite {p} with {w}.", "Replace the text of {p} by {w}.", p=path, w=word)
+        instr = _say(rng, "overwrite", p=path, w=word)
     return instr, files, ((path, word),), None, (Call("write", (path, word)),)
 
 
@@ -174,7 +195,7 @@ def _gen_edit(rng):
     files = {path: _lines(rng, 1, 2)}
     _distractors(rng, files, taken, 0, 1)
     word = _word(rng)
-    instr = _say(rng, "Append the line {w} to {p}.", "Add {w} as a new last line of {p}.", p=path, w=word)
+    instr = _say(rng, "append", p=path, w=word)
     goal = ((path, files[path] + "\n" + word),)
     return instr, files, goal, None, (Call("append", (path, word)),)
 
@@ -186,13 +207,14 @@ def _gen_files(rng):
     _distractors(rng, files, taken, 0, 1)
     kind = int(rng.integers(3))
     if kind == 2:
-        return _say(rng, "Delete {a}.", "Remove the file {a}.", a=src), files, ((src, None),), None, (Call("delete", (src,)),)
+        instr = _say(rng, "delete", a=src)
+        return instr, files, ((src, None),), None, (Call("delete", (src,)),)
     dst = _name(rng, taken)
     if kind == 0:
-        goal = ((src, None), (dst, files[src]))
-        return _say(rng, "Rename {a} to {b}.", "Move {a} to {b}.", a=src, b=dst), files, goal, None, (Call("move", (src, dst)),)
-    goal = ((dst, files[src]),)
-    return _say(rng, "Copy {a} to {b}.", "Duplicate {a} as {b}.", a=src, b=dst), files, goal, None, (Call("copy", (src, dst)),)
+        instr = _say(rng, "rename", a=src, b=dst)
+        return instr, files, ((src, None), (dst, files[src])), None, (Call("move", (src, dst)),)
+    instr = _say(rng, "copy", a=src, b=dst)
+    return instr, files, ((dst, files[src]),), None, (Call("copy", (src, dst)),)
 
 
 def _gen_count(rng):
@@ -200,13 +222,14 @@ def _gen_count(rng):
     files: dict[str, str] = {}
     if rng.random() < 0.3:
         _distractors(rng, files, taken, 1, 4)
-        return _say(rng, "How many files are there?", "Count the files."), files, (), str(len(files)), (Call("answer", (str(len(files)),)),)
+        n = str(len(files))
+        return _say(rng, "count_files"), files, (), n, (Call("answer", (n,)),)
     path = _name(rng, taken)
     files[path] = _lines(rng, 1, 5)
     _distractors(rng, files, taken, 0, 1)
     n = str(files[path].count("\n") + 1)
     sol = (Call("read", (path,)), Call("answer", (n,)))
-    return _say(rng, "How many lines are in {p}?", "Count the lines of {p}.", p=path), files, (), n, sol
+    return _say(rng, "count_lines", p=path), files, (), n, sol
 
 
 def _gen_lookup(rng):
@@ -218,7 +241,7 @@ def _gen_lookup(rng):
         files[_name(rng, taken)] = _kv_text(rng, 2)[0]
     key, value = pairs[int(rng.integers(len(pairs)))]
     sol = (Call("read", (path,)), Call("answer", (value,)))
-    return _say(rng, "What is {k} in {p}?", "Give the value of {k} from {p}.", k=key, p=path), files, (), value, sol
+    return _say(rng, "lookup", k=key, p=path), files, (), value, sol
 
 
 def _gen_multi(rng):
@@ -231,21 +254,21 @@ def _gen_multi(rng):
         dst = _name(rng, taken)
         key, value = pairs[int(rng.integers(2))]
         sol = (Call("read", (src,)), Call("write", (dst, value)))
-        return _say(rng, "Write {k} from {a} into {b}.", "Put the {k} value of {a} in a new file {b}.", k=key, a=src, b=dst), files, ((dst, value),), None, sol
+        return _say(rng, "lookup_write", k=key, a=src, b=dst), files, ((dst, value),), None, sol
     files = {src: _word(rng)}
     _distractors(rng, files, taken, 0, 1)
     dst, word = _name(rng, taken), _word(rng)
     if kind == 0:
         goal = ((dst, files[src] + "\n" + word),)
         sol = (Call("copy", (src, dst)), Call("append", (dst, word)))
-        return _say(rng, "Copy {a} to {b}, then append {w} to {b}.", "Duplicate {a} as {b} and add the line {w} to {b}.", a=src, b=dst, w=word), files, goal, None, sol
+        return _say(rng, "copy_append", a=src, b=dst, w=word), files, goal, None, sol
     if kind == 1:
         goal = ((src, None), (dst, files[src] + "\n" + word))
         sol = (Call("move", (src, dst)), Call("append", (dst, word)))
-        return _say(rng, "Rename {a} to {b}, then append {w} to it.", "Move {a} to {b} and add the line {w} to it.", a=src, b=dst, w=word), files, goal, None, sol
+        return _say(rng, "rename_append", a=src, b=dst, w=word), files, goal, None, sol
     goal = ((src, None), (dst, word))
     sol = (Call("delete", (src,)), Call("write", (dst, word)))
-    return _say(rng, "Delete {a} and create {b} with {w}.", "Remove {a}, then make {b} holding {w}.", a=src, b=dst, w=word), files, goal, None, sol
+    return _say(rng, "delete_create", a=src, b=dst, w=word), files, goal, None, sol
 
 
 GENERATORS = {
