@@ -215,13 +215,16 @@ class KvSyntax(Syntax):
         return " ".join(pairs)
 
     def parse(self, text):
-        toks = text.split()
-        kwargs = {}
-        for tok in toks:
-            m = _KV.fullmatch(tok)
-            if m is None or m.group(1) in kwargs:
+        kwargs, pos, text = {}, 0, text.strip()
+        while pos < len(text):
+            m = _KV.match(text, pos)
+            glued = m is not None and m.end() < len(text) and not text[m.end()].isspace()
+            if m is None or glued or m.group(1) in kwargs:
                 return None
             kwargs[m.group(1)] = _unquote(m.group(2))
+            pos = m.end()
+            while pos < len(text) and text[pos].isspace():
+                pos += 1
         name = kwargs.pop("tool", None)
         return None if name is None else self._named(name, kwargs)
 

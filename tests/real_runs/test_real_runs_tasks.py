@@ -418,3 +418,20 @@ def test_fingerprint_and_config():
         cfg = h.config()
         assert json.loads(json.dumps(cfg)) == cfg and cfg["name"] == name
     assert HARNESSES["xml"].config()["loop"] == "single" and HARNESSES["json"].config()["max_turns"] == 5
+
+
+def test_kv_and_bracket_values():
+    kv = HARNESSES["kv"].syntax
+    assert kv.parse('tool=write path=a.md text="two words"') == Call("write", ("a.md", "two words"))
+    assert kv.parse("  path=a.md   tool=show ") == Call("read", ("a.md",))   # any order
+    for bad in ('tool=write path=a.md text="two', "tool=show path=a.md extra=1", "tool=show",
+                "tool=show path=a.md path=b.md", 'tool=show path="a.md"x', "tool=show, path=a.md"):
+        assert kv.parse(bad) is None, bad
+    react = HARNESSES["react"].syntax
+    assert react.parse("Write[ a.md ,  two words ]") == Call("write", ("a.md", "two words"))
+    assert react.parse("Answer[ 3 ]") == Call("answer", ("3",))
+    assert react.parse("Finish[ ]") == Call("finish")
+    xml = HARNESSES["xml"]
+    assert xml.parse_turn('<write path="a.md">x y</write>  <finish/>') == [
+        Call("write", ("a.md", "x y")), Call("finish")]
+    assert xml.parse_turn('<write path="a.md">x</write> junk') == [Call("write", ("a.md", "x")), None]
