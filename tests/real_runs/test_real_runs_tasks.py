@@ -225,9 +225,14 @@ WRONG = [
 def test_wrong_calls_are_parse_failures(name, text):
     h = HARNESSES[name]
     assert h.parse_turn(text)[-1] is None
-    ep = Episode(h, TRAIN[0])
-    ep.feed(text)
-    assert ep.parse_failures == 1 and ep.files == TRAIN[0].workspace()
+    for t in TRAIN[:12]:                       # two tasks of every category
+        ep = Episode(h, t)
+        ep.feed(text)
+        assert ep.parse_failures == 1 and ep.files == t.workspace()
+        while not ep.feed(text + h.stop):
+            pass
+        assert ep.reward() == 0.0 and ep.parse_failures == h.max_turns
+        assert ep.context().count(h.error) >= h.max_turns - 1
 
 
 @pytest.mark.parametrize("name", list(HARNESSES))
