@@ -2,14 +2,19 @@
 from __future__ import annotations
 
 from policies.base import Policy
+from policies.bandits import UCB1, DiscountedTS, Exp3S, RankPrioritised
 from policies.mixed import Mixed
 from policies.scored import LearnabilityOnly, MinFusion, ProductFusion, ScoredPolicy, TransferOnly
 from policies.simple import RoundRobin, Uniform
 
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
-    for cls in (Uniform, RoundRobin, LearnabilityOnly, TransferOnly, ScoredPolicy, ProductFusion, MinFusion, Mixed)
+    for cls in (Uniform, RoundRobin, LearnabilityOnly, TransferOnly, ScoredPolicy, ProductFusion, MinFusion, Mixed,
+                Exp3S, UCB1, DiscountedTS, RankPrioritised)
 }
+
+#: The eight designs of the paper's comparison (SPEC §4 table + `min`); the rest are beyond the paper.
+PAPER_POLICIES = ("uniform", "round_robin", "learnability", "transfer", "harnessbandit", "product", "min", "mixed")
 
 
 def make(name: str, n_arms: int, seed: int = 0, **knobs) -> Policy:

@@ -7,7 +7,14 @@ reading note asks to ablate are configuration too:
 * `transfer_source="update"` computes T on the optimizer-update sketch (Adam-aware)
   instead of the raw gradient sketch (note §4.2);
 * `max_memory_age=k` ignores other harnesses' memories older than k global steps when
-  computing T (stale directions; note §9.2). `None` (default) = no limit, the paper.
+  computing T (stale directions; note §9.2). `None` (default) = no limit, the paper;
+* `cost_weight=w > 0` makes the utility cost-aware (note §9.2, "expected utility over
+  expected cost"): S <- S / (1 + w * c~), with c~ the feedback's cost (the loop passes
+  groups generated per optimized group) min-max normalised in its own pooled window.
+  0 (default) = off, the paper.
+
+Index policies (`policies.bandits`) reuse this signal pipeline and override only
+`_index_law` (and `_learn` for their own statistics).
 
 State (plain arrays): pooled windows of raw L and T, Q (+ defined mask), visit counts,
 unit-sketch EMA memories with their norms and last-update steps, counters, and the
@@ -40,6 +47,7 @@ class ScoredPolicy(Policy):
     fusion="mean": one of FUSIONS (mean, product, min, learnability, transfer)
     degenerate=0.5: normalised value when the window holds < 2 values or has zero range
     transfer_source="gradient": "gradient" or "update" (which sketch T uses)
+    cost_weight=0.0: divide S by (1 + cost_weight * normalised cost); 0 = off
     max_memory_age=None: ignore other memories last updated more than this many steps before
         the current step (None: no limit)
     """
@@ -49,13 +57,13 @@ class ScoredPolicy(Policy):
     fixed_fusion: str | None = None
     KNOBS = {"window": 32, "alpha": 0.5, "q_decay": 0.7, "bonus_c": 0.2, "tau": 0.3, "epsilon": 0.15,
              "eta": 0.3, "warmup_rounds": 5, "fusion": "mean", "degenerate": 0.5,
-             "transfer_source": "gradient", "max_memory_age": None}
+             "transfer_source": "gradient", "max_memory_age": None, "cost_weight": 0.0}
 
     def __init__(self, n_arms: int, seed: int = 0, *, window: int = 32, alpha: float = 0.5,
                  q_decay: float = 0.7, bonus_c: float = 0.2, tau: float = 0.3, epsilon: float = 0.15,
                  eta: float = 0.3, warmup_rounds: int = 5, fusion: str | None = None,
                  degenerate: float = 0.5, transfer_source: str = "gradient",
-                 max_memory_age: int | None = None):
+                 max_memory_age: int | None = None, cost_weight: float = 0.0):
         super().__init__(n_arms, seed)
         if self.fixed_fusion is not None:
             if fusion not in (None, self.fixed_fusion):
@@ -78,6 +86,8 @@ class ScoredPolicy(Policy):
             raise ValueError(f"transfer_source={transfer_source!r} is not allowed: expected 'gradient' or 'update'")
         if max_memory_age is not None:
             check_range("max_memory_age", max_memory_age, 0, 10**9, integer=True)
+        check_range("cost_weight", cost_weight, 0.0, 1e9)
+        self.cost_weight = float(cost_weight)
         self.window, self.alpha, self.q_decay, self.bonus_c = int(window), float(alpha), float(q_decay), float(bonus_c)
         self.tau, self.epsilon, self.eta = float(tau), float(epsilon), float(eta)
         self.warmup_rounds, self.fusion, self.degenerate = int(warmup_rounds), fusion, float(degenerate)
@@ -102,8 +112,10 @@ class ScoredPolicy(Policy):
         h = self.n_arms
         self.l_window = np.zeros(self.window)
         self.t_window = np.zeros(self.window)
+        self.c_window = np.zeros(self.window)
         self.l_count = 0
         self.t_count = 0
+        self.c_count = 0
         self.q = np.zeros(h)
         self.q_defined = np.zeros(h, dtype=bool)
         self.n = np.zeros(h, dtype=np.int64)
@@ -125,9 +137,12 @@ class ScoredPolicy(Policy):
                 p[self.t % self.n_arms] = 1.0
                 self._law_cache = (p, np.full(self.n_arms, _NAN))
             else:
-                self._law_cache = selection_probabilities(self.q, self.q_defined, self.n, self.bonus_c,
-                                                          self.tau, self.epsilon)
+                self._law_cache = self._index_law()
         return self._law_cache
+
+    def _index_law(self) -> tuple[np.ndarray, np.ndarray]:
+        """The post-warm-up law (p, index) — the one thing an index policy overrides."""
+        return selection_probabilities(self.q, self.q_defined, self.n, self.bonus_c, self.tau, self.epsilon)
 
     def probabilities(self) -> np.ndarray:
         return self._law()[0].copy()
@@ -140,6 +155,15 @@ class ScoredPolicy(Policy):
     def update(self, feedback: Feedback) -> None:
         arm = self._check_arm(feedback.arm)
         self._law_cache = None
+        score = self._score(arm, feedback)
+        self._learn(arm, score)
+        self.n[arm] += 1
+        self.t += 1
+        self._law_cache = None          # (_learn may have cached the law of the step just taken)
+
+    def _score(self, arm: int, feedback: Feedback) -> float:
+        """SPEC §3 steps 1-4: T (before the memory update), windows, normalisation, fusion,
+        and the optional cost division. Returns S (NaN when no signal was present)."""
         t_raw = self._transfer(arm, feedback) if self.uses_t else _NAN
         l_raw = _NAN
         if feedback.learnability is not None:
@@ -157,16 +181,24 @@ class ScoredPolicy(Policy):
             self.t_count = window_push(self.t_window, self.t_count, t_raw)
             t_norm = minmax_normalise(t_raw, window_values(self.t_window, self.t_count), self.degenerate)
         score = self._fuse(l_norm, t_norm, self.alpha)
-        if not math.isnan(score):
-            if self.q_defined[arm]:
-                self.q[arm] = self.q_decay * self.q[arm] + (1.0 - self.q_decay) * score
-            else:
-                self.q[arm] = score
-                self.q_defined[arm] = True
-        self.n[arm] += 1
-        self.t += 1
+        if self.cost_weight > 0 and feedback.cost is not None and math.isfinite(feedback.cost):
+            self.c_count = window_push(self.c_window, self.c_count, float(feedback.cost))
+            c_norm = minmax_normalise(float(feedback.cost), window_values(self.c_window, self.c_count),
+                                      self.degenerate)
+            score = score / (1.0 + self.cost_weight * c_norm)
         self.last = {"arm": arm, "learnability": l_raw, "transfer": t_raw, "l_norm": l_norm,
                      "t_norm": t_norm, "score": score}
+        return score
+
+    def _learn(self, arm: int, score: float) -> None:
+        """SPEC §3 step 5: Q <- S the first time, then the EMA. Index policies extend this."""
+        if math.isnan(score):
+            return
+        if self.q_defined[arm]:
+            self.q[arm] = self.q_decay * self.q[arm] + (1.0 - self.q_decay) * score
+        else:
+            self.q[arm] = score
+            self.q_defined[arm] = True
 
     def _transfer(self, arm: int, feedback: Feedback) -> float:
         sketch = feedback.update_sketch if self.transfer_source == "update" else feedback.sketch
@@ -207,11 +239,11 @@ class ScoredPolicy(Policy):
                 "n": self.n.copy(), "memory_norm": norm, "memory_age": age, "probabilities": p,
                 **self.counters}
 
-    _ARRAYS = ("l_window", "t_window", "q", "q_defined", "n")
+    _ARRAYS = ("l_window", "t_window", "c_window", "q", "q_defined", "n")
 
     def _extra_state(self) -> dict:
         state = {k: getattr(self, k).copy() for k in self._ARRAYS}
-        state.update(l_count=self.l_count, t_count=self.t_count, counters=dict(self.counters),
+        state.update(l_count=self.l_count, t_count=self.t_count, c_count=self.c_count, counters=dict(self.counters),
                      last=dict(self.last), memory=None if self.bank is None else self.bank.state())
         return state
 
@@ -220,7 +252,7 @@ class ScoredPolicy(Policy):
             raise ValueError("state_dict does not match this policy's n_arms or window")
         for k in self._ARRAYS:
             setattr(self, k, state[k].copy())
-        self.l_count, self.t_count = int(state["l_count"]), int(state["t_count"])
+        self.l_count, self.t_count, self.c_count = int(state["l_count"]), int(state["t_count"]), int(state["c_count"])
         self.counters, self.last = dict(state["counters"]), dict(state["last"])
         self.bank = None if state["memory"] is None else MemoryBank.from_state(state["memory"])
         self._law_cache = None

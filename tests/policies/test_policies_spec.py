@@ -18,8 +18,10 @@ ALL = sorted(POLICIES)
 
 
 def test_registry_has_the_eight_names():
-    assert set(POLICIES) == {"uniform", "round_robin", "learnability", "transfer", "harnessbandit",
-                             "product", "min", "mixed"}
+    from policies.registry import PAPER_POLICIES
+    assert set(PAPER_POLICIES) == {"uniform", "round_robin", "learnability", "transfer", "harnessbandit",
+                                   "product", "min", "mixed"}
+    assert set(PAPER_POLICIES) | {"exp3s", "ucb1", "dts", "rank"} == set(POLICIES)
 
 
 # -- warm-up and the exploration floor ---------------------------------------------------

@@ -1,0 +1,190 @@
+"""Classic bandit rules on the same signals (SPEC §4, "beyond the paper").
+
+Each class reuses `ScoredPolicy`'s signal pipeline (pooled windows, transfer memories,
+fusion; the per-step reward of an arm is the fused score S in [0, 1]) and its
+round-robin warm-up, and writes only its own index / law:
+
+* `exp3s` — Exp3.S (Auer et al. 2002), as used for automated curricula by Graves et
+  al. 2017: p = (1 - gamma) w / sum w + gamma / H, importance-weighted reward S / p_h,
+  weights mixed towards uniform by `share` for non-stationarity.
+* `ucb1` — UCB1 (Auer et al. 2002): argmax of mean S + ucb_c * sqrt(2 ln t / m_h), m_h
+  the scored visits; unscored arms first (lowest index first).
+* `dts` — discounted Thompson sampling (Raj & Kalyani 2017): Beta(a + 1, b + 1)
+  posteriors, every step a, b <- ts_gamma * (a, b), then a_h += S, b_h += 1 - S.
+  `probabilities()` is the exact law of the Thompson draw, P(arm h has the largest
+  posterior sample), integrated numerically on a grid; `select` draws from it, which is
+  the same distribution as sampling the posteriors and taking the argmax.
+* `rank` — rank-based prioritisation as in Prioritized Level Replay (Jiang et al. 2021):
+  P = (1 - rho) P_score + rho P_staleness, P_score ∝ rank(Q')^(-1/beta),
+  P_staleness ∝ steps since the arm was last chosen.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from policies.base import check_range
+from policies.scored import ScoredPolicy
+
+_SELECTION_KNOBS = ("bonus_c", "tau", "epsilon")
+
+
+class Exp3S(ScoredPolicy):
+    name = "exp3s"
+    summary = "Exp3.S on the fused score (Graves et al. 2017 curricula); knobs gamma, share"
+    KNOBS = {**ScoredPolicy.KNOBS, "gamma": 0.1, "share": 1e-3}
+    UNUSED = _SELECTION_KNOBS
+
+    def __init__(self, n_arms: int, seed: int = 0, *, gamma: float = 0.1, share: float = 1e-3, **knobs):
+        super().__init__(n_arms, seed, **knobs)
+        check_range("gamma", gamma, 0.0, 1.0, low_open=True)
+        check_range("share", share, 0.0, 1.0)
+        self.gamma, self.share = float(gamma), float(share)
+        self.log_w = np.zeros(self.n_arms)
+
+    def _index_law(self):
+        w = np.exp(self.log_w - self.log_w.max())
+        return (1.0 - self.gamma) * w / w.sum() + self.gamma / self.n_arms, self.log_w.copy()
+
+    def _learn(self, arm: int, score: float) -> None:
+        p_arm = self._law()[0][arm] if not self.in_warmup() else 1.0 / self.n_arms
+        super()._learn(arm, score)
+        if math.isnan(score):
+            return
+        k = self.n_arms
+        reward = np.zeros(k)
+        reward[arm] = score / p_arm
+        shift = self.log_w.max()
+        w = np.exp(self.log_w - shift)
+        w = w * np.exp(self.gamma * reward / k) + math.e * self.share / k * w.sum()
+        self.log_w = np.log(w) + shift
+
+    def _extra_state(self) -> dict:
+        return {**super()._extra_state(), "log_w": self.log_w.copy()}
+
+    def _load_extra_state(self, state: dict) -> None:
+        super()._load_extra_state(state)
+        self.log_w = state["log_w"].copy()
+
+
+class UCB1(ScoredPolicy):
+    name = "ucb1"
+    summary = "UCB1 on the mean fused score; knob ucb_c"
+    KNOBS = {**ScoredPolicy.KNOBS, "ucb_c": 1.0}
+    UNUSED = _SELECTION_KNOBS + ("q_decay",)
+
+    def __init__(self, n_arms: int, seed: int = 0, *, ucb_c: float = 1.0, **knobs):
+        super().__init__(n_arms, seed, **knobs)
+        check_range("ucb_c", ucb_c, 0.0, 1e9)
+        self.ucb_c = float(ucb_c)
+        self.score_sum = np.zeros(self.n_arms)
+        self.scored = np.zeros(self.n_arms, dtype=np.int64)
+
+    def _index_law(self):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = self.score_sum / self.scored
+            bonus = self.ucb_c * np.sqrt(2.0 * math.log(max(self.scored.sum(), 1)) / self.scored)
+        index = np.where(self.scored > 0, mean + bonus, np.inf)
+        p = np.zeros(self.n_arms)
+        p[int(np.argmax(index))] = 1.0
+        return p, index
+
+    def _learn(self, arm: int, score: float) -> None:
+        super()._learn(arm, score)
+        if not math.isnan(score):
+            self.score_sum[arm] += score
+            self.scored[arm] += 1
+
+    def _extra_state(self) -> dict:
+        return {**super()._extra_state(), "score_sum": self.score_sum.copy(), "scored": self.scored.copy()}
+
+    def _load_extra_state(self, state: dict) -> None:
+        super()._load_extra_state(state)
+        self.score_sum, self.scored = state["score_sum"].copy(), state["scored"].copy()
+
+
+def thompson_argmax_law(a: np.ndarray, b: np.ndarray, grid: int = 2001) -> np.ndarray:
+    """P(arm h draws the largest sample) for independent Beta(a_h + 1, b_h + 1), (H,).
+
+    Midpoint rule on `grid` cells of (0, 1): densities normalised numerically, CDFs by
+    cumulative sums; exact up to the grid resolution.
+    """
+    x = (np.arange(grid) + 0.5) / grid                              # (G,)
+    log_pdf = a[:, None] * np.log(x) + b[:, None] * np.log1p(-x)     # (H, G)
+    pdf = np.exp(log_pdf - log_pdf.max(axis=1, keepdims=True))
+    pdf /= pdf.sum(axis=1, keepdims=True)                           # cell masses
+    cdf = np.cumsum(pdf, axis=1) - 0.5 * pdf                         # P(X_j < cell centre)
+    log_cdf = np.log(np.clip(cdf, 1e-300, None))
+    total = log_cdf.sum(axis=0)                                     # (G,)
+    p = (pdf * np.exp(total[None, :] - log_cdf)).sum(axis=1)
+    return p / p.sum()
+
+
+class DiscountedTS(ScoredPolicy):
+    name = "dts"
+    summary = "discounted Thompson sampling on the fused score; knob ts_gamma"
+    KNOBS = {**ScoredPolicy.KNOBS, "ts_gamma": 0.95}
+    UNUSED = _SELECTION_KNOBS
+
+    def __init__(self, n_arms: int, seed: int = 0, *, ts_gamma: float = 0.95, **knobs):
+        super().__init__(n_arms, seed, **knobs)
+        check_range("ts_gamma", ts_gamma, 0.0, 1.0, low_open=True)
+        self.ts_gamma = float(ts_gamma)
+        self.a = np.zeros(self.n_arms)
+        self.b = np.zeros(self.n_arms)
+
+    def _index_law(self):
+        return thompson_argmax_law(self.a, self.b), (self.a + 1) / (self.a + self.b + 2)
+
+    def _learn(self, arm: int, score: float) -> None:
+        super()._learn(arm, score)
+        self.a *= self.ts_gamma
+        self.b *= self.ts_gamma
+        if not math.isnan(score):
+            self.a[arm] += score
+            self.b[arm] += 1.0 - score
+
+    def _extra_state(self) -> dict:
+        return {**super()._extra_state(), "a": self.a.copy(), "b": self.b.copy()}
+
+    def _load_extra_state(self, state: dict) -> None:
+        super()._load_extra_state(state)
+        self.a, self.b = state["a"].copy(), state["b"].copy()
+
+
+class RankPrioritised(ScoredPolicy):
+    name = "rank"
+    summary = "PLR-style rank prioritisation of Q with staleness mixing; knobs plr_beta, plr_rho"
+    KNOBS = {**ScoredPolicy.KNOBS, "plr_beta": 0.1, "plr_rho": 0.1}
+    UNUSED = _SELECTION_KNOBS
+
+    def __init__(self, n_arms: int, seed: int = 0, *, plr_beta: float = 0.1, plr_rho: float = 0.1, **knobs):
+        super().__init__(n_arms, seed, **knobs)
+        check_range("plr_beta", plr_beta, 0.0, 1e9, low_open=True)
+        check_range("plr_rho", plr_rho, 0.0, 1.0)
+        self.plr_beta, self.plr_rho = float(plr_beta), float(plr_rho)
+        self.last_chosen = np.zeros(self.n_arms, dtype=np.int64)
+
+    def _index_law(self):
+        fill = float(self.q[self.q_defined].max()) if self.q_defined.any() else 0.0
+        q_prime = np.where(self.q_defined, self.q, fill)
+        order = np.argsort(-q_prime, kind="stable")
+        rank = np.empty(self.n_arms)
+        rank[order] = np.arange(1, self.n_arms + 1)
+        p_score = rank ** (-1.0 / self.plr_beta)
+        p_score /= p_score.sum()
+        stale = (self.t - self.last_chosen).astype(float)
+        p_stale = stale / stale.sum() if stale.sum() > 0 else np.full(self.n_arms, 1.0 / self.n_arms)
+        return (1.0 - self.plr_rho) * p_score + self.plr_rho * p_stale, q_prime
+
+    def _learn(self, arm: int, score: float) -> None:
+        super()._learn(arm, score)
+        self.last_chosen[arm] = self.t + 1
+
+    def _extra_state(self) -> dict:
+        return {**super()._extra_state(), "last_chosen": self.last_chosen.copy()}
+
+    def _load_extra_state(self, state: dict) -> None:
+        super()._load_extra_state(state)
+        self.last_chosen = state["last_chosen"].copy()
