@@ -130,7 +130,7 @@ COMMON_KNOBS: dict[str, Knob] = {
     "max_rounds": Knob(4, "sampling rounds per harness and step before a batch stays short", 1, 100),
     "leftover_max_age": Knob(0, "drop leftover groups older than this many steps (0 = keep)", 0, 10**6),
     "advantage": Knob("loo", "advantage kind (SPEC §2.1)", choices=tuple(grpo.ADVANTAGES)),
-    "k_attempts": Knob(3, "attempts per held-out task in each eval suite", 1, 1000),
+    "k_attempts": Knob(3, "attempts per held-out task in each eval suite", 1, 100_000),
 }
 
 
@@ -278,27 +278,33 @@ class SyntheticEnv:
 
     def evaluate(self) -> pd.DataFrame:
         """Both held-out suites, k attempts per task, with uniforms from the stateless eval
-        stream of the current step (identical across policies at the same step)."""
+        stream of the current step (identical across policies at the same step). Rows:
+        heldout_tasks (task-major, then harness, then attempt), then heldout_harness."""
         k = self.knobs["k_attempts"]
         s = self.success_matrix()[self.n_tasks:]                  # (n_heldout, H + 1)
         u = _stream(self.seed, STREAM_EVAL, self.step_count).random((self.n_heldout, self.H + 1, k))
-        p = s[:, :, None]                                          # (n_heldout, H + 1, 1)
-        rewards = self.rewards_from_uniform(p.reshape(-1), u.reshape(-1, k)).reshape(u.shape)
-        base = self.task_ids[self.n_tasks:]
-        cats = np.array(CATEGORIES)[self.task_category[self.n_tasks:]]
-        names = np.array(self.harnesses + [self.heldout_harness])
-        tt = np.broadcast_to(base[:, None, None], u.shape)
-        hh = np.broadcast_to(names[None, :, None], u.shape)
-        suite = np.where(hh == self.heldout_harness, "heldout_harness", "heldout_tasks")
-        task = np.where(suite == "heldout_tasks", np.char.add(np.char.add(tt.astype(str), "@"), hh), tt)
-        frame = pd.DataFrame({
-            "suite": suite.reshape(-1), "task": task.reshape(-1),
-            "category": np.broadcast_to(cats[:, None, None], u.shape).reshape(-1),
-            "harness": hh.reshape(-1),
-            "attempt": np.broadcast_to(np.arange(k)[None, None, :], u.shape).reshape(-1).astype(np.int64),
-            "reward": rewards.reshape(-1), "success": (rewards >= 1.0).reshape(-1)})
-        order = np.argsort(frame["suite"].to_numpy() == "heldout_harness", kind="stable")
-        return frame.iloc[order].reset_index(drop=True)[list(EVAL_COLUMNS)]
+        rewards = self.rewards_from_uniform(s.reshape(-1), u.reshape(-1, k)).reshape(u.shape)
+        rewards = np.concatenate([rewards[:, : self.H].reshape(-1), rewards[:, self.H].reshape(-1)])
+        frame = self._eval_index().copy()
+        frame["reward"] = rewards
+        frame["success"] = rewards >= 1.0
+        return frame
+
+    def _eval_index(self) -> pd.DataFrame:
+        """The constant columns of `evaluate` (suite, task, category, harness, attempt), built once."""
+        if getattr(self, "_eval_index_cache", None) is None:
+            k, H = self.knobs["k_attempts"], self.H
+            base = self.task_ids[self.n_tasks:].tolist()
+            cats = [CATEGORIES[c] for c in self.task_category[self.n_tasks:]]
+            rows_t = [(f"{t}@{h}", c, h) for t, c in zip(base, cats) for h in self.harnesses for _ in range(k)]
+            rows_h = [(t, c, self.heldout_harness) for t, c in zip(base, cats) for _ in range(k)]
+            self._eval_index_cache = pd.DataFrame({
+                "suite": ["heldout_tasks"] * len(rows_t) + ["heldout_harness"] * len(rows_h),
+                "task": [r[0] for r in rows_t + rows_h], "category": [r[1] for r in rows_t + rows_h],
+                "harness": [r[2] for r in rows_t + rows_h],
+                "attempt": np.tile(np.arange(k, dtype=np.int64), len(base) * (H + 1)),
+                "reward": 0.0, "success": False})[list(EVAL_COLUMNS)]
+        return self._eval_index_cache
 
     def state_dict(self) -> dict:
         return copy.deepcopy({

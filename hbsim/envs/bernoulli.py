@@ -43,10 +43,14 @@ from hbsim import grpo
 from hbsim.envs.base import CATEGORIES, Batch, Knob, SyntheticEnv
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    """Logistic function (faster than scipy's expit on small arrays); exp overflow -> 0."""
+def _sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Logistic function (faster than scipy's expit on small arrays); exp overflow -> 0.
+    With `out` (may be x itself) it is computed in place."""
+    out = np.negative(x, out=out)
     with np.errstate(over="ignore"):
-        return 1.0 / (1.0 + np.exp(-x))
+        np.exp(out, out=out)
+    out += 1.0
+    return np.reciprocal(out, out=out)
 
 
 class BernoulliEnv(SyntheticEnv):
@@ -97,12 +101,18 @@ class BernoulliEnv(SyntheticEnv):
         self.M[np.arange(H), np.arange(H)] = 1.0
         self.z = np.zeros((C, H + 1))
         self.u = np.zeros(self.n_tasks)
-        self._logit_cache = None
+        self._logit_cache = self._success_cache = None
         # s(k): batch signal of a binary group with k successes under the advantage kind
         canon = (np.arange(self.G)[None, :] < np.arange(self.G + 1)[:, None]).astype(np.float64)
         self._s_of_k = (grpo.advantages(canon, k["advantage"]) * canon).mean(axis=1)   # (G+1,)
         self._s_coef = comb(self.G, np.arange(self.G + 1)) * self._s_of_k              # (G+1,)
         self._onehot = np.eye(C)[self.task_category[: self.n_tasks]]                    # (n, C)
+        self._es_poly = None
+        if self.G <= 16:                  # sum_k s_coef[k] p^k (1-p)^(G-k) in the power basis
+            P = np.polynomial.polynomial
+            terms = [P.polymul(P.polypow([0.0, 1.0], j), P.polypow([1.0, -1.0], self.G - j)) * c
+                     for j, c in enumerate(self._s_coef)]
+            self._es_poly = np.sum([np.pad(t, (0, self.G + 1 - len(t))) for t in terms], axis=0)
 
     # -- truth ---------------------------------------------------------------------
     def _logits(self) -> np.ndarray:
@@ -116,7 +126,11 @@ class BernoulliEnv(SyntheticEnv):
                 + self.z[self.task_category] + u_all[:, None])
 
     def success_matrix(self) -> np.ndarray:
-        return self.ceil[None, :] * _sigmoid(self._logits())
+        """Read-only (cached until the next update)."""
+        if self._success_cache is None:
+            self._success_cache = self.ceil[None, :] * _sigmoid(self._logits())
+            self._success_cache.flags.writeable = False
+        return self._success_cache
 
     # -- learning ------------------------------------------------------------------
     def _learn(self, batch: Batch, rng: np.random.Generator):
@@ -130,32 +144,52 @@ class BernoulliEnv(SyntheticEnv):
         keep = 1.0 - k["forget"]
         self.z = keep * self.z + k["lr"] * gz + k["drift"] * rng.standard_normal(self.z.shape)
         self.u = keep * self.u + k["task_lr"] * gu
-        self._logit_cache = None
+        self._logit_cache = self._success_cache = None
         noise = k["grad_noise"] * rng.standard_normal(k["noise_dims"])
         sketch = np.concatenate([gz.ravel(), gu, noise]).astype(np.float32)
         return sketch, None
 
-    def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
+    def expected_update(self, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Expected (drift-free) step of each candidate allocation from the current state:
+        candidates (K, H) counts -> dz (K, C, H+1) competence change before shrinkage and
+        du (K, n_tasks) task-skill change. Exact for binary rewards under the model."""
         k, H = self.knobs, self.H
         cand = np.asarray(candidates, dtype=np.float64)                               # (K, H)
         frac = cand / cand.sum(axis=1, keepdims=True)
-        logit = self._logits()[: self.n_tasks, :H]                                     # (n, H)
-        p = self.ceil[None, :H] * _sigmoid(logit)
+        p = self.success_matrix()[: self.n_tasks, :H]                                  # (n, H)
         es, keep = self._binomial_moments(p)                                           # (n, H) each
         total = keep.sum(axis=0)                                                       # (H,)
         per_group = np.divide(es, total[None, :], out=np.zeros_like(es), where=total[None, :] > 1e-300)
         D = self._onehot.T @ per_group                                                 # (C, H)
-        dz = k["lr"] * (D[None, :, :] * frac[:, None, :]) @ self.M[:, :H]              # (K, C, H)
+        dz = k["lr"] * (D[None, :, :] * frac[:, None, :]) @ self.M                     # (K, C, H+1)
         du = k["task_lr"] * frac @ per_group.T                                         # (K, n)
+        return dz, du
+
+    def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
+        H, forget = self.H, self.knobs["forget"]
+        dz, du = self.expected_update(candidates)
+        logit = self._logits()[: self.n_tasks, :H]                                     # (n, H)
         cats = self.task_category[: self.n_tasks]
-        shrunk = logit - k["forget"] * (self.z[cats, :H] + self.u[:, None])             # (n, H)
-        new_logit = shrunk[None] + dz[:, cats, :] + du[:, :, None]                      # (K, n, H)
-        p_new = self.ceil[None, None, :H] * _sigmoid(new_logit)
-        return p_new.mean(axis=(1, 2)) - p.mean()
+        shrunk = logit - forget * (self.z[cats, :H] + self.u[:, None])                 # (n, H)
+        x = self._onehot @ dz[:, :, :H]                                                # (K, n, H)
+        x += du[:, :, None]
+        x += shrunk
+        p_new = _sigmoid(x, out=x)
+        p_new *= self.ceil[:H]
+        n_cells = self.n_tasks * H
+        p_old = self.success_matrix()[: self.n_tasks, :H]
+        return p_new.reshape(len(p_new), -1).sum(axis=1) / n_cells - p_old.sum() / n_cells
 
     def _binomial_moments(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """E[s] = sum_k Binom(k; G, p) s(k) and the keep probability 1 - p^G - (1-p)^G, for
-        p of any shape; powers by repeated products (float `**` is slow)."""
+        """E[s] = sum_k Binom(k; G, p) s(k) and the keep probability 1 - p^G - (1-p)^G,
+        p (...,) -> two arrays of p's shape. Horner's rule on the power-basis coefficients
+        (built once in _build) -- well conditioned for G <= 16, the exact sum above otherwise."""
+        if self._es_poly is not None:
+            es = np.full_like(p, self._es_poly[-1])
+            for c in self._es_poly[-2::-1]:
+                es *= p
+                es += c
+            return es, 1.0 - p ** self.G - (1.0 - p) ** self.G
         G, q = self.G, 1.0 - p
         q_pow = [np.ones_like(p)]
         for _ in range(G):
@@ -174,7 +208,7 @@ class BernoulliEnv(SyntheticEnv):
 
     def _load_model_state(self, state: dict) -> None:
         self.z, self.u = np.array(state["z"], dtype=np.float64), np.array(state["u"], dtype=np.float64)
-        self._logit_cache = None
+        self._logit_cache = self._success_cache = None
 
     def step_extras(self) -> dict:
         return {}
