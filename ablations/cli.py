@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from ablations import collect as collect_mod
+from ablations.collect import collect as collect_grid, load as load_grid
 from ablations import store
 from ablations.runner import BACKENDS, default_jobs, run_grid
 from ablations.spec import load_spec, parse_spec
@@ -52,8 +52,8 @@ class ProgressBar:
     Redrawn in place on a terminal; elsewhere (logs, CI) one line per ~10% or 5 s.
     """
 
-    def __init__(self, stream=sys.stderr, width: int = 30):
-        self.stream, self.width = stream, width
+    def __init__(self, stream=None, width: int = 30):
+        self.stream, self.width = stream or sys.stderr, width
         self.tty = bool(getattr(stream, "isatty", lambda: False)())
         self.start = time.perf_counter()
         self.first_done: int | None = None
@@ -116,7 +116,7 @@ def cmd_run(args) -> int:
     for cell_id, reason, log in report.failed:
         print(f"  FAILED {cell_id}: {reason}  (log: {log})")
     try:
-        train, evals = collect_mod.load(args.out, current=True)
+        train, evals = load_grid(args.out, current=True)
     except ValueError as exc:
         print(f"no summary: {exc}", file=sys.stderr)
     else:
@@ -146,7 +146,7 @@ def cmd_status(args) -> int:
 
 
 def cmd_collect(args) -> int:
-    train_path, eval_path = collect_mod.collect(args.dir, current=args.current)
+    train_path, eval_path = collect_grid(args.dir, current=args.current)
     print(f"wrote {train_path} and {eval_path}")
     return 0
 

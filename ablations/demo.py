@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from ablations import collect as collect_mod
+from ablations.collect import collect as collect_grid, load as load_grid
 from ablations.cli import ProgressBar
 from ablations.runner import default_jobs, run_grid
 from ablations.spec import load_spec
@@ -41,7 +41,7 @@ def main(args: argparse.Namespace) -> int:
         for cell_id, reason, log in report.failed:
             print(f"FAILED {cell_id}: {reason}  (log: {log})", file=sys.stderr)
         return 1
-    collect_mod.collect(out, current=True)
+    collect_grid(out, current=True)
     t_grid = time.perf_counter() - t0
     print(f"demo: grid done in {t_grid:.1f}s; building the report", file=sys.stderr)
     import reports

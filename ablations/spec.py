@@ -251,8 +251,12 @@ def plan_cells(spec: GridSpec) -> list[Cell]:
     points = list(itertools.product(*(spec.sweep[k] for k in sweep_keys))) if sweep_keys else [()]
     for i, pol in enumerate(spec.policies):
         name, base_label, knobs, defaults = _check_policy(err, i, pol, sweep_keys)
+        seen_points = set()
         for point in points:
             env_over, pol_over, suffix = _apply_point(sweep_keys, point, defaults)
+            if suffix in seen_points:  # a policy.* key this policy lacks: same cell as before
+                continue
+            seen_points.add(suffix)
             label = _label(base_label, name, knobs, suffix)
             where = f"policies[{i}]" + (f" at sweep point {suffix}" if suffix else "")
             if label in labels:
@@ -399,9 +403,18 @@ def _real_arms(env: dict) -> int:
 def _resolve(err, where: str, partial: dict) -> dict:
     import hbsim
     try:
-        return hbsim.resolve_config(partial)
+        if partial["env"]["kind"] == REAL_KIND:  # real_runs resolves its own knobs: fill them here
+            env = {"kind": REAL_KIND, **env_knobs(REAL_KIND), **partial["env"]}
+            env.setdefault("n_harnesses", _real_arms(env))
+            return hbsim.resolve_config({**partial, "env": env}, resolve_env=False)
+        resolved = hbsim.resolve_config(partial)
     except (ValueError, TypeError) as exc:
         err(where.split(" ")[0], _one_line(exc))
+    lost = sorted(set(partial["policy"]) - set(resolved["policy"]))
+    if lost:  # a policy whose config() drops a knob would silently run with its default
+        err(f"{where.split(' ')[0]}.{lost[0]}", f"policy {partial['policy']['name']!r} accepts knob {lost[0]!r} "
+            "but does not report it in config(), so the cell would ignore it")
+    return resolved
 
 
 def _one_line(exc: BaseException) -> str:

@@ -125,7 +125,7 @@ def clean_tmp(root: str | os.PathLike) -> int:
     d = cells_dir(root)
     if not d.is_dir():
         return 0
-    stale = [p for p in d.iterdir() if p.name.startswith(TMP_PREFIX)]
+    stale = [p for p in d.iterdir() if p.name.startswith(".")]  # hidden = temporary (ours or write_run's)
     for p in stale:
         shutil.rmtree(p, ignore_errors=True)
     return len(stale)

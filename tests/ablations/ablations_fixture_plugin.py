@@ -17,6 +17,9 @@ class Explode(Uniform):
         super().__init__(n_arms, seed)
         self.fail_seed, self.fail_step = int(fail_seed), int(fail_step)
 
+    def config(self):
+        return {**super().config(), "fail_seed": self.fail_seed, "fail_step": self.fail_step}
+
     def update(self, feedback):
         if self.seed == self.fail_seed and self.t == self.fail_step:
             raise RuntimeError(f"planted failure at step {self.t} for seed {self.seed}")

@@ -17,24 +17,24 @@ def test_cells_are_policies_x_sweep_points_x_seeds(tmp_path):
         {"name": "uniform"},
         {"name": "harnessbandit", "label": "hb-tau0.1", "tau": 0.1},
         {"name": "mixed", "arms": [0, 1]}],
-        sweep={"policy.window": [8, 16], "env.n_tasks": [10, 12]})
+        sweep={"policy.window": [8, 16], "env.drift": [0.0, 0.02]})
     spec = load_spec(path)
     cells = spec.cells()
     # window applies to harnessbandit only: uniform and mixed get 2 env points, hb gets 2 x 2
     assert len(cells) == (2 + 4 + 2) * 2
     labels = sorted({c.label for c in cells})
-    assert labels == ["hb-tau0.1[n_tasks=10,window=16]", "hb-tau0.1[n_tasks=10,window=8]",
-                      "hb-tau0.1[n_tasks=12,window=16]", "hb-tau0.1[n_tasks=12,window=8]",
-                      "mixed[arms=[0,1]][n_tasks=10]", "mixed[arms=[0,1]][n_tasks=12]",
-                      "uniform[n_tasks=10]", "uniform[n_tasks=12]"]
-    hb = [c for c in cells if c.label == "hb-tau0.1[n_tasks=12,window=8]"]
+    assert labels == sorted(["hb-tau0.1[drift=0.0,window=16]", "hb-tau0.1[drift=0.0,window=8]",
+                      "hb-tau0.1[drift=0.02,window=16]", "hb-tau0.1[drift=0.02,window=8]",
+                      "mixed[arms=[0,1]][drift=0.0]", "mixed[arms=[0,1]][drift=0.02]",
+                      "uniform[drift=0.0]", "uniform[drift=0.02]"])
+    hb = [c for c in cells if c.label == "hb-tau0.1[drift=0.02,window=8]"]
     assert [c.seed for c in hb] == [3, 5]
     cfg = hb[0].config
     assert cfg["policy"]["window"] == 8 and cfg["policy"]["tau"] == 0.1
-    assert cfg["env"]["n_tasks"] == 12 and cfg["env"]["kind"] == "bernoulli"
+    assert cfg["env"]["drift"] == 0.02 and cfg["env"]["kind"] == "bernoulli"
     assert cfg["policy"]["alpha"] == 0.5          # defaults filled by hbsim.resolve_config
-    assert hb[0].sweep == {"env.n_tasks": 12, "policy.window": 8}
-    assert [c for c in cells if c.label.startswith("uniform")][0].sweep == {"env.n_tasks": 10}
+    assert hb[0].sweep == {"env.drift": 0.02, "policy.window": 8}
+    assert [c for c in cells if c.label.startswith("uniform")][0].sweep == {"env.drift": 0.0}
     assert all(c.id == config_hash(c.config) and len(c.id) == 16 for c in cells)
     assert len({c.id for c in cells}) == len(cells)
 
@@ -47,9 +47,9 @@ def test_default_label_names_the_knobs_and_the_sweep(tmp_path):
 
 def test_ids_do_not_depend_on_file_order(tmp_path):
     pols = [{"name": "uniform"}, {"name": "harnessbandit", "tau": 0.2, "window": 8}, {"name": "round_robin"}]
-    a = write_grid(tmp_path / "a.toml", policies=pols, sweep={"policy.alpha": [0.3, 0.7], "env.n_tasks": [10, 12]})
+    a = write_grid(tmp_path / "a.toml", policies=pols, sweep={"policy.alpha": [0.3, 0.7], "env.drift": [0.0, 0.02]})
     shuffled = [pols[2], {"window": 8, "tau": 0.2, "name": "harnessbandit"}, pols[0]]
-    text = grid_text(policies=shuffled, sweep={"env.n_tasks": [12, 10], "policy.alpha": [0.7, 0.3]},
+    text = grid_text(policies=shuffled, sweep={"env.drift": [0.02, 0.0], "policy.alpha": [0.7, 0.3]},
                      env=dict(reversed(list(TINY_ENV.items()))))
     b = tmp_path / "b.toml"
     b.write_text(text)
