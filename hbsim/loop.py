@@ -122,20 +122,24 @@ class Loop:
         self._evals.append(frame)
         return frame
 
-    def run(self, steps: int, progress: Callable[[int, int], None] | None = None) -> None:
+    def run(self, steps: int, progress: Callable[[int, int], None] | None = None, *,
+            pause_at: int | None = None) -> None:
         """Run until `steps` optimizer steps are done; evaluates every `eval_every` steps
-        (step 0 included) and always at the final step."""
+        (step 0 included) and always at the final step. `pause_at` stops early after that
+        step (no final evaluation), e.g. to checkpoint with `state_dict()` and resume with
+        another `run(steps)`."""
         if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool) or steps < 0:
             raise ValueError(f"steps={steps!r} is not allowed: expected an integer >= 0")
+        stop = steps if pause_at is None else min(steps, pause_at)
         if self.eval_every and self.t == 0 and not self._evals:
             self.evaluate()
-        while self.t < steps:
+        while self.t < stop:
             self.step()
             if progress is not None:
                 progress(self.t, steps)
             if (self.eval_every and self.t % self.eval_every == 0) or self.t == steps:
                 self.evaluate()
-        if not self._evals or int(self._evals[-1]["step"].iloc[0]) != self.t:
+        if self.t == steps and (not self._evals or int(self._evals[-1]["step"].iloc[0]) != self.t):
             self.evaluate()
 
     # -- state -----------------------------------------------------------------------
