@@ -14,13 +14,15 @@ import importlib
 _LAZY = {"GRPOAdapter": "real_runs.adapter", "RealConfig": "real_runs.presets",
          "PRESETS": "real_runs.presets", "resolve": "real_runs.presets"}
 
-__all__ = ["GRPOAdapter", "RealConfig", "PRESETS", "adapter_knobs", "make_adapter", "resolve"]
+__all__ = ["GRPOAdapter", "RealConfig", "PRESETS", "adapter_factory", "adapter_knobs", "make_adapter", "resolve"]
 
 
 def adapter_knobs() -> dict:
-    """Default knobs of `[env] kind = "real"` (None = the preset's value)."""
+    """Default knobs of `[env] kind = "real"` (None = the preset's value), with
+    `n_harnesses` (the number of training harnesses, which policies need)."""
+    from real_runs.harnesses import TRAIN_HARNESSES
     from real_runs.presets import knob_defaults
-    return knob_defaults()
+    return {"n_harnesses": len(TRAIN_HARNESSES), **knob_defaults()}
 
 
 def make_adapter(seed: int = 0, **knobs):
@@ -31,10 +33,22 @@ def make_adapter(seed: int = 0, **knobs):
     """
     from real_runs.adapter import GRPOAdapter
     from real_runs.presets import resolve
+    from real_runs.harnesses import TRAIN_HARNESSES
+    knobs = dict(knobs)
     kind = knobs.pop("kind", "real")
     if kind != "real":
         raise ValueError(f"env kind={kind!r} is not allowed here: expected 'real'")
+    n = knobs.pop("n_harnesses", len(TRAIN_HARNESSES))
+    if n != len(TRAIN_HARNESSES):
+        raise ValueError(f"env n_harnesses={n!r} is not allowed for kind 'real': the task world has "
+                         f"{len(TRAIN_HARNESSES)} training harnesses")
     return GRPOAdapter(resolve(**knobs), seed=seed)
+
+
+def adapter_factory(cfg: dict):
+    """`hbsim.run_config(cfg, adapter_factory=real_runs.adapter_factory)` for a resolved run
+    config whose env section is `{"kind": "real", **knobs}`."""
+    return make_adapter(cfg.get("seed", 0), **cfg.get("env", {}))
 
 
 def __getattr__(name: str):

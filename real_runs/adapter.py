@@ -1,0 +1,278 @@
+"""`GRPOAdapter`: real GRPO training behind hbsim's `TrainingAdapter` (SPEC §6).
+
+`hbsim.run(policy, GRPOAdapter(...), steps)` drives it like any synthetic environment.
+One `train_step(allocation)`:
+  1. leftover groups of each requested harness first (oldest first, age recorded), then
+     fresh groups: G rollouts per task from the harness's own shuffled task pool, with
+     over-sampling, for up to `sample_rounds` rounds (SPEC §2.2);
+  2. the harness's control loop and checker score every rollout (`rollout.play`);
+  3. zero-variance groups are dropped; retained groups beyond the request go to the
+     harness's leftover buffer;
+  4. advantages, micro-batched PPO-clip + k3-KL backward, the gradient sketch of the
+     last blocks BEFORE clipping and the step, clip, Adam, the update sketch
+     (`trainer`); learnability from per-token advantages and masks (SPEC §2.3);
+  5. the full cost ledger and seconds by phase.
+Randomness: a numpy Generator per harness task pool and one torch Generator for sampling,
+all created from the run seed and saved in `state_dict`; evaluation draws from a
+generator seeded by (seed, step), so it never perturbs training.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import time
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.distributed as dist
+
+from hbsim.adapter import CostLedger, StepResult
+from policies import Allocation
+from real_runs.harnesses import HARNESSES, HELDOUT_HARNESSES, TRAIN_HARNESSES
+from real_runs.presets import RealConfig, resolve
+from real_runs.rollout import play
+from real_runs.sketch import ParamSketch, all_reduce_sum
+from real_runs.tasks import make_tasks
+from real_runs.trainer import (Group, accumulate_gradients, apply_update, build_rows, global_sum,
+                               pad_rows, token_learnability)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device={name!r} is not available: torch sees no CUDA device; use cpu or auto")
+    return torch.device(name)
+
+
+def _rank_world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _torch_seed(*words: int) -> int:
+    return int(np.random.SeedSequence([int(w) for w in words]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+class GRPOAdapter:
+    """Real GRPO on the task world's training harnesses (index = arm)."""
+
+    def __init__(self, cfg: RealConfig | None = None, seed: int = 0, *, model=None):
+        self.cfg = cfg or resolve()
+        self.seed = int(seed)
+        self.device = pick_device(self.cfg.device)
+        if self.cfg.threads and self.device.type == "cpu":
+            torch.set_num_threads(self.cfg.threads)  # process-wide: concurrent CPU workers must not oversubscribe
+        self.rank, self.world = _rank_world()
+        self.harnesses = list(TRAIN_HARNESSES)
+        self._train_h = [HARNESSES[n] for n in TRAIN_HARNESSES]
+        self._heldout_h = [HARNESSES[n] for n in HELDOUT_HARNESSES]
+        self.train_tasks, self.heldout_tasks = make_tasks(self.seed, n_train=self.cfg.n_train_tasks,
+                                                          n_heldout=self.cfg.n_heldout_tasks)
+        self.model, self.warm_key = model if model is not None else self._build_model()
+        self.ref = copy.deepcopy(self.model).requires_grad_(False).eval()
+        self.optimizer = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad],
+                                          lr=self.cfg.lr)
+        patterns = tuple(p.strip() for p in self.cfg.sketch_patterns.split(",") if p.strip())
+        self.sketch = ParamSketch.build(self.model, block_path=self.model.block_path,
+                                        last_blocks=self.cfg.sketch_blocks, dim=self.cfg.sketch_dim,
+                                        seed=self.seed + self.cfg.sketch_seed, patterns=patterns)
+        n = len(self.train_tasks)
+        self._pool_rng = [np.random.default_rng([self.seed, 21, h]) for h in range(len(self.harnesses))]
+        self._pool = [rng.permutation(n) for rng in self._pool_rng]
+        self._pool_pos = [0] * len(self.harnesses)
+        self._gen = torch.Generator(device=self.device).manual_seed(_torch_seed(self.seed, 31, self.rank))
+        self._leftover: list[list[Group]] = [[] for _ in self.harnesses]
+        self._step = 0
+
+    def _build_model(self):
+        if self.cfg.model_path:
+            from real_runs.hf import load_hf_model
+            return load_hf_model(self.cfg.model_path, self.cfg.hf_block_path, self.device), "hf"
+        from real_runs.model import ModelConfig, Transformer
+        from real_runs.warmstart import warm_start
+        warm_h = self._train_h[:min(self.cfg.warm_harnesses, len(self._train_h))]
+        state, key = warm_start(self.cfg, self.seed, warm_h, self.train_tasks, self.device)
+        model = Transformer(ModelConfig(**self.cfg.model_dict()))
+        model.load_state_dict(state)
+        return model.to(self.device), key
+
+    # -- sampling --------------------------------------------------------------------
+    def _next_tasks(self, h: int, n: int) -> list:
+        """n tasks from harness h's pool, reshuffled at the end of each pass."""
+        out = []
+        while len(out) < n:
+            if self._pool_pos[h] >= len(self._pool[h]):
+                self._pool[h] = self._pool_rng[h].permutation(len(self.train_tasks))
+                self._pool_pos[h] = 0
+            out.append(self.train_tasks[int(self._pool[h][self._pool_pos[h]])])
+            self._pool_pos[h] += 1
+        return out
+
+    def _generate(self, requests: dict[int, int], ledger: CostLedger) -> list[Group]:
+        """Fresh groups: requests = harness -> groups (this rank's share). Scored, unfiltered."""
+        G = self.cfg.group_size
+        jobs, meta = [], []
+        for h, n in requests.items():
+            for task in self._next_tasks(h, n):
+                meta.append((h, task))
+                jobs.extend([(self._train_h[h], task)] * G)
+        if not jobs:
+            return []
+        self.model.eval()
+        played = play(self.model, jobs, generator=self._gen, max_new=self.cfg.max_new_tokens,
+                      temperature=self.cfg.temperature, chunk=self.cfg.eval_chunk)
+        ledger.tokens += played.tokens
+        for phase, sec in played.seconds.items():
+            ledger.seconds[phase] = ledger.seconds.get(phase, 0.0) + sec
+        return [Group(h, task.id, np.asarray(played.rewards[k * G:(k + 1) * G]),
+                      played.turns[k * G:(k + 1) * G], self._step) for k, (h, task) in enumerate(meta)]
+
+    def _share(self, n: int) -> int:
+        """This rank's part of n groups (ranks split every request as evenly as possible)."""
+        return n // self.world + (1 if self.rank < n % self.world else 0)
+
+    def collect(self, counts: np.ndarray, ledger: CostLedger) -> list[Group]:
+        """The optimizer batch of this rank for allocation counts (H,) (SPEC §2.2)."""
+        for buf in self._leftover:  # drop groups that grew too old to be near on-policy
+            buf[:] = [g for g in buf if self._step - g.born <= self.cfg.leftover_max_age]
+        need = {h: self._share(int(c)) for h, c in enumerate(counts) if c > 0}
+        batch: dict[int, list[Group]] = {h: [] for h in need}
+        ages = []
+        for h in need:
+            while need[h] > len(batch[h]) and self._leftover[h]:
+                group = self._leftover[h].pop(0)
+                ages.append(self._step - group.born)
+                batch[h].append(group)
+        ledger.leftover_used = len(ages)
+        for _ in range(self.cfg.sample_rounds):
+            missing = {h: need[h] - len(batch[h]) for h in need if need[h] > len(batch[h])}
+            if not missing:
+                break
+            fresh = self._generate({h: math.ceil(m * self.cfg.oversample) for h, m in missing.items()}, ledger)
+            ledger.groups_generated += len(fresh)
+            ledger.groups_scored += len(fresh)
+            for group in fresh:
+                if np.all(group.rewards == group.rewards[0]):
+                    continue
+                ledger.groups_retained += 1
+                if len(batch[group.harness]) < need[group.harness]:
+                    batch[group.harness].append(group)
+                else:
+                    self._leftover[group.harness].append(group)
+        for buf in self._leftover:
+            del buf[:max(0, len(buf) - self.cfg.leftover_max)]
+        ledger.leftover_age = float(np.mean(ages)) if ages else float("nan")
+        ledger.leftover_size = sum(len(b) for b in self._leftover)
+        return [g for h in sorted(batch) for g in batch[h]]
+
+    # -- the step --------------------------------------------------------------------
+    def train_step(self, allocation: Allocation) -> StepResult:
+        cfg, ledger = self.cfg, CostLedger()
+        counts = np.asarray(allocation.counts, dtype=np.int64)
+        if counts.shape != (len(self.harnesses),):
+            raise ValueError(f"allocation.counts shape={counts.shape} is not allowed: expected ({len(self.harnesses)},)")
+        groups = self.collect(counts, ledger)
+        t0 = time.perf_counter()
+        rows = build_rows(groups, cfg.advantage)
+        n_tokens = global_sum(rows.n_tokens, self.device)
+        self.model.train()
+        stats = {}
+        if n_tokens > 0:
+            stats = accumulate_gradients(self.model, self.ref, rows, micro_batch=cfg.micro_batch,
+                                         n_tokens_global=n_tokens, clip_low=cfg.clip_low,
+                                         clip_high=cfg.clip_high, kl_coef=cfg.kl_coef)
+        learn = self._learnability(rows)
+        ledger.seconds["backward"] = time.perf_counter() - t0
+        sketch = update = None
+        grad_norm = float("nan")
+        if n_tokens > 0:
+            t0 = time.perf_counter()
+            local = self.sketch.grad()
+            t1 = time.perf_counter()
+            raw = all_reduce_sum(local)
+            t2 = time.perf_counter()
+            grad_norm, upd = apply_update(self.model, self.optimizer, self.sketch if cfg.update_sketch else None,
+                                          cfg.max_grad_norm)
+            t3 = time.perf_counter()
+            sketch = raw.cpu().numpy()
+            update = upd.cpu().numpy() if upd is not None else None
+            ledger.seconds["sketch"] = (t1 - t0) + (time.perf_counter() - t3)
+            ledger.seconds["allreduce"] = t2 - t1
+            ledger.seconds["optimizer"] = t3 - t2
+        ledger.groups_generated = int(global_sum(ledger.groups_generated, self.device))
+        ledger.groups_scored = int(global_sum(ledger.groups_scored, self.device))
+        ledger.groups_retained = int(global_sum(ledger.groups_retained, self.device))
+        ledger.groups_optimized = int(global_sum(len(groups), self.device))
+        ledger.tokens = int(global_sum(ledger.tokens, self.device))
+        reward_sum = global_sum(sum(float(g.rewards.sum()) for g in groups), self.device)
+        n_roll = global_sum(sum(len(g.rewards) for g in groups), self.device)
+        self._step += 1
+        extras = {"loss": stats.get("loss", float("nan")), "grad_norm": grad_norm,
+                  "kl": stats.get("kl_sum", float("nan")) / n_tokens if n_tokens else float("nan"),
+                  "clip_frac": stats.get("clipped", float("nan")) / n_tokens if n_tokens else float("nan")}
+        return StepResult(learnability=learn, sketch=sketch, update_sketch=update,
+                          reward=reward_sum / n_roll if n_roll else float("nan"), cost=ledger, extras=extras)
+
+    def _learnability(self, rows) -> float | None:
+        """SPEC §2.3 from per-token advantages and masks, over all ranks' retained groups."""
+        if len(rows):
+            batch = pad_rows(rows, list(range(len(rows))), "cpu")
+            local = token_learnability(batch["adv"], batch["mask"], torch.tensor(rows.traj),
+                                       torch.tensor(rows.group))
+            n_groups = max(rows.group) + 1
+        else:
+            local, n_groups = None, 0
+        total = global_sum((local or 0.0) * n_groups, self.device)
+        count = global_sum(n_groups, self.device)
+        return total / count if count else None
+
+    # -- evaluation ------------------------------------------------------------------
+    def evaluate(self) -> pd.DataFrame:
+        """Held-out tasks on the training harnesses (`heldout_tasks`, task id
+        "<task>@<harness>") and on the held-out harness (`heldout_harness`), k attempts."""
+        cfg = self.cfg
+        tasks = self.heldout_tasks[:cfg.eval_tasks]
+        jobs, meta = [], []
+        for suite, hs in (("heldout_tasks", self._train_h), ("heldout_harness", self._heldout_h)):
+            for h in hs:
+                for task in tasks:
+                    tid = f"{task.id}@{h.name}" if suite == "heldout_tasks" or len(hs) > 1 else task.id
+                    for attempt in range(cfg.eval_attempts):
+                        jobs.append((h, task))
+                        meta.append((suite, tid, task.category, h.name, attempt))
+        gen = torch.Generator(device=self.device).manual_seed(_torch_seed(self.seed, 41, self._step))
+        self.model.eval()
+        played = play(self.model, jobs, generator=gen, max_new=cfg.max_new_tokens,
+                      temperature=cfg.temperature, chunk=cfg.eval_chunk)
+        frame = pd.DataFrame(meta, columns=["suite", "task", "category", "harness", "attempt"])
+        frame["reward"] = np.asarray(played.rewards, dtype=np.float64)
+        frame["success"] = frame["reward"] >= 1.0
+        return frame
+
+    # -- records and state -----------------------------------------------------------
+    def config(self) -> dict:
+        return {"kind": "real", "n_harnesses": len(self.harnesses), **self.cfg.to_dict()}
+
+    def state_dict(self) -> dict:
+        return {"step": self._step, "model": self.model.state_dict(), "ref": self.ref.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "pool": [p.copy() for p in self._pool], "pool_pos": list(self._pool_pos),
+                "pool_rng": [copy.deepcopy(r.bit_generator.state) for r in self._pool_rng],
+                "gen": self._gen.get_state(), "leftover": copy.deepcopy(self._leftover),
+                "warm_key": self.warm_key}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._step = int(state["step"])
+        self.model.load_state_dict(state["model"])
+        self.ref.load_state_dict(state["ref"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self._pool = [np.asarray(p).copy() for p in state["pool"]]
+        self._pool_pos = list(state["pool_pos"])
+        for rng, s in zip(self._pool_rng, state["pool_rng"]):
+            rng.bit_generator.state = copy.deepcopy(s)
+        self._gen.set_state(state["gen"])
+        self._leftover = copy.deepcopy(state["leftover"])
+

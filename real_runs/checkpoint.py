@@ -1,0 +1,43 @@
+"""Checkpoints of a real run: everything needed to continue bit for bit.
+
+A checkpoint is one torch file holding the resolved run config and the loop's
+`state_dict` -- the policy's state (its RNG included), the adapter's state (model,
+optimizer, frozen reference, leftover buffers, task pools and every generator), the step
+and the rows recorded so far. It is written to a temporary file and renamed into place,
+so a run killed while saving keeps its previous checkpoint.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+FORMAT = 1
+LAST = "last.pt"
+
+
+def checkpoint_dir(run_dir) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def save(run_dir, config: dict, loop_state: dict) -> Path:
+    """Atomically write `run_dir/checkpoints/last.pt`; returns its path."""
+    folder = checkpoint_dir(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LAST
+    tmp = folder / f".{LAST}.tmp{os.getpid()}"
+    torch.save({"format": FORMAT, "config": config, "loop": loop_state}, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load(run_dir) -> dict | None:
+    """The checkpoint of `run_dir` ({"format", "config", "loop"}), or None if there is none."""
+    path = checkpoint_dir(run_dir) / LAST
+    if not path.exists():
+        return None
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    if state.get("format") != FORMAT:
+        raise ValueError(f"checkpoint {path} has format={state.get('format')!r}; this version reads {FORMAT}")
+    return state

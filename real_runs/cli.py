@@ -1,0 +1,161 @@
+"""`hb real`: one real GRPO run, its harness chosen each step by a scheduling policy.
+
+    hb real --preset tiny --policy harnessbandit --seed 0 --steps 3 --out runs/real0
+    hb real ... --steps 6 --out runs/real0 --resume      # continue the same run to step 6
+
+DIR is a run directory (SPEC §7): train.parquet, eval.parquet, run.json, and
+checkpoints/last.pt (written every --checkpoint-every steps and at the end). Progress,
+per-step timings and the scheduler overhead fraction go to stderr; the summary to stdout.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from real_runs.presets import BATCH_GROUPS, PRESETS
+
+#: fraction of step time spent on the scheduler side: sketch gather + all-reduce + policy
+OVERHEAD_PHASES = ("seconds_sketch", "seconds_allreduce", "seconds_scheduler")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--preset", default="tiny", choices=list(PRESETS), help="model/run size")
+    parser.add_argument("--policy", default="harnessbandit", help="scheduling policy name (hb policies)")
+    parser.add_argument("--label", default=None, help="policy label in the tables (default: the name)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, required=True, help="optimizer steps to reach")
+    parser.add_argument("--out", required=True, help="run directory")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    parser.add_argument("--resume", action="store_true", help="continue DIR's checkpoint to --steps")
+    parser.add_argument("--model", default=None, help="local Hugging Face causal-LM directory (needs transformers)")
+    parser.add_argument("--eval-every", type=int, default=None)
+    parser.add_argument("--checkpoint-every", type=int, default=10)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a knob: env knob (lr=3e-4), policy.<knob>, batch_groups, eval_every")
+
+
+def parse_value(text: str):
+    """JSON scalars and lists (1e-3, true, [0, 4], "x"); anything else is a string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def build_config(args) -> dict:
+    """The resolved run config of `hb real` (docs/ARCHITECTURE.md)."""
+    from hbsim.experiment import resolve_policy
+    from real_runs import adapter_knobs
+    from real_runs.presets import resolve
+
+    env, policy, top = {"preset": args.preset, "device": args.device}, {}, {}
+    if args.model:
+        env["model_path"] = args.model
+    for item in args.set:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set {item!r} is not allowed: expected KEY=VALUE")
+        value = parse_value(raw)
+        if key.startswith("policy."):
+            policy[key[len("policy."):]] = value
+        elif key in ("batch_groups", "eval_every"):
+            top[key] = value
+        else:
+            env[key.removeprefix("env.")] = value
+    n_arms = adapter_knobs()["n_harnesses"]
+    full = resolve(**env).to_dict()
+    label = args.label or args.policy
+    return {"env": {"kind": "real", "n_harnesses": n_arms, **full},
+            "policy": resolve_policy({"name": args.policy, "label": label, **policy}, n_arms),
+            "seed": args.seed, "steps": args.steps,
+            "eval_every": top.get("eval_every", args.eval_every),
+            "batch_groups": top.get("batch_groups", BATCH_GROUPS[args.preset])}
+
+
+def overhead_fraction(row: dict, step_seconds: float) -> float:
+    """(sketch + all-reduce + policy select/update seconds) / wall seconds of the step."""
+    return sum(float(row.get(k, 0.0)) for k in OVERHEAD_PHASES) / step_seconds if step_seconds > 0 else float("nan")
+
+
+def _same_run(saved: dict, config: dict) -> None:
+    a = {k: v for k, v in saved.items() if k != "steps"}
+    b = {k: v for k, v in config.items() if k != "steps"}
+    if a != b:
+        diff = sorted(k for k in set(a["env"]) | set(b["env"]) if a["env"].get(k) != b["env"].get(k))
+        where = f"env knobs {diff}" if diff else "policy, seed, eval_every or batch_groups"
+        raise ValueError(f"--resume config does not match the checkpoint's ({where} differ); "
+                         "only --steps may change")
+
+
+def main(args) -> int:
+    import hbsim
+    from policies import make
+    from real_runs import checkpoint, make_adapter
+
+    if args.steps < 0:
+        raise ValueError(f"--steps={args.steps} is not allowed: expected an integer >= 0")
+    if args.checkpoint_every < 1:
+        raise ValueError(f"--checkpoint-every={args.checkpoint_every} is not allowed: expected an integer >= 1")
+    out = Path(args.out)
+    config = build_config(args)
+    saved = checkpoint.load(out) if args.resume else None
+    if not args.resume and ((out / "run.json").exists() or (checkpoint.checkpoint_dir(out) / checkpoint.LAST).exists()):
+        raise ValueError(f"--out {str(out)!r} already holds a run; use --resume or another directory")
+    if saved is not None:
+        _same_run(saved["config"], config)
+    env = {k: v for k, v in config["env"].items()}
+    t0 = time.perf_counter()
+    adapter = make_adapter(config["seed"], **env)
+    pknobs = {k: v for k, v in config["policy"].items() if k not in ("name", "label")}
+    policy = make(config["policy"]["name"], n_arms=len(adapter.harnesses), seed=config["seed"], **pknobs)
+    loop = hbsim.Loop(policy, adapter, label=config["policy"]["label"], seed=config["seed"],
+                      eval_every=config["eval_every"], batch_groups=config["batch_groups"])
+    if saved is not None:
+        loop.load_state_dict(saved["loop"])
+        print(f"resumed {out} at step {loop.t}", file=sys.stderr)
+    if loop.t > args.steps:
+        raise ValueError(f"--steps={args.steps} is not allowed: the checkpoint is already at step {loop.t}")
+    print(f"model ready in {time.perf_counter() - t0:.1f}s (warm start {adapter.warm_key}, device {adapter.device})",
+          file=sys.stderr)
+    _train(loop, config, out, args)
+    result = loop.result(config)
+    hbsim.write_run(result, out, overwrite=True)
+    checkpoint.save(out, config, loop.state_dict())
+    _summary(result, out)
+    return 0
+
+
+def _train(loop, config, out, args) -> None:
+    from real_runs import checkpoint
+
+    every = config["eval_every"]
+    if loop.t == 0 and (every or args.steps == 0):  # a fresh run (a checkpoint is never at step 0)
+        loop.evaluate()
+    while loop.t < args.steps:
+        t0 = time.perf_counter()
+        row = loop.step()
+        wall = time.perf_counter() - t0
+        row["seconds_step"] = wall
+        row["overhead_frac"] = overhead_fraction(row, wall)
+        name = loop.harnesses[row["arm"]] if row["arm"] >= 0 else "mixed"
+        print(f"step {loop.t}/{args.steps} arm={name} reward={row['reward']:.3f} L={row['learnability']:.3f} "
+              f"groups gen/opt={row['groups_generated']}/{row['groups_optimized']} tokens={row['tokens']} "
+              f"{wall:.2f}s overhead={100 * row['overhead_frac']:.2f}%", file=sys.stderr)
+        if (every and loop.t % every == 0) or loop.t == args.steps:
+            loop.evaluate()
+        if loop.t % args.checkpoint_every == 0 and loop.t < args.steps:
+            checkpoint.save(out, config, loop.state_dict())
+
+
+def _summary(result, out) -> None:
+    train, ev = result.train, result.eval
+    final = ev[ev["step"] == ev["step"].max()] if len(ev) else ev
+    print(f"run {out}: {len(train)} steps, policy {result.meta['label']}, seed {result.meta['seed']}")
+    if len(train) and "seconds_step" in train:
+        print(f"  mean step {train['seconds_step'].mean():.3f}s; scheduler overhead (sketch + all-reduce + "
+              f"policy) {100 * train['overhead_frac'].mean():.2f}% of step time")
+    for suite, part in final.groupby("suite"):
+        print(f"  {suite}: mean reward {part['reward'].mean():.3f}, success {part['success'].mean():.3f} "
+              f"({part['task'].nunique()} tasks x {part['attempt'].nunique()} attempts)")

@@ -1,0 +1,229 @@
+"""The built-in policy model: a byte-level tokenizer and a small decoder-only transformer
+with named blocks and KV-cached batched sampling.
+
+Shapes: B = batch rows, T = sequence length, C = width, H = heads, D = C // H.
+Prompts are LEFT-padded for sampling and rows are RIGHT-padded for training; in both
+cases a token's position is the number of real tokens before it, so teacher-forced
+log-probs equal the sampling log-probs up to float rounding.
+
+Parameter names are stable and readable (``blocks.3.attn.q.weight``,
+``blocks.3.mlp.down.weight``), so the gradient sketch can address "the last 4 blocks".
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+VOCAB = 256  # one token per byte
+
+
+class ByteTokenizer:
+    """UTF-8 bytes <-> token ids 0..255; decoding replaces invalid sequences."""
+
+    vocab_size = VOCAB
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids) -> str:
+        return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+
+    def stop_id(self, stop: str) -> int:
+        """The token that ends a completion: the last byte of the harness's stop string."""
+        data = stop.encode("utf-8")
+        if not data:
+            raise ValueError(f"harness stop={stop!r} is not allowed: expected a non-empty string")
+        return data[-1]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    n_layer: int = 2
+    d_model: int = 64
+    n_head: int = 4
+    d_mlp: int = 256
+    max_len: int = 512
+
+    def __post_init__(self):
+        for name in ("n_layer", "d_model", "n_head", "d_mlp", "max_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"model {name}={value!r} is not allowed: expected a positive integer")
+        if self.d_model % self.n_head:
+            raise ValueError(f"model d_model={self.d_model} is not allowed: expected a multiple of n_head={self.n_head}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.q = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.k = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.v = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.o = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+
+    def forward(self, x, mask, cache=None, start=0):
+        """x: (B, T, C); mask: (B, 1, T, start+T) bool; cache: (k, v) each (B, H, Tmax, D)."""
+        B, T, C = x.shape
+        shape = (B, T, self.n_head, C // self.n_head)
+        q = self.q(x).view(shape).transpose(1, 2)  # (B, H, T, D)
+        k = self.k(x).view(shape).transpose(1, 2)
+        v = self.v(x).view(shape).transpose(1, 2)
+        if cache is not None:
+            cache[0][:, :, start:start + T] = k
+            cache[1][:, :, start:start + T] = v
+            k, v = cache[0][:, :, :start + T], cache[1][:, :, :start + T]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, D)
+        return self.o(y.transpose(1, 2).reshape(B, T, C))
+
+
+class MLP(nn.Module):
+    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.up = nn.Linear(cfg.d_model, cfg.d_mlp, bias=False)
+        self.gate = nn.Linear(cfg.d_model, cfg.d_mlp, bias=False)
+        self.down = nn.Linear(cfg.d_mlp, cfg.d_model, bias=False)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.norm1 = nn.RMSNorm(cfg.d_model)
+        self.attn = Attention(cfg)
+        self.norm2 = nn.RMSNorm(cfg.d_model)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, mask, cache=None, start=0):
+        x = x + self.attn(self.norm1(x), mask, cache, start)
+        return x + self.mlp(self.norm2(x))
+
+
+class Transformer(nn.Module):
+    """Decoder-only transformer over bytes. `blocks` is the path of the transformer blocks."""
+
+    block_path = "blocks"
+
+    def __init__(self, cfg: ModelConfig, generator: torch.Generator | None = None):
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(VOCAB, cfg.d_model)
+        self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.norm_f = nn.RMSNorm(cfg.d_model)
+        self.lm_head = nn.Linear(cfg.d_model, VOCAB, bias=False)
+        self.reset_parameters(generator)
+
+    @torch.no_grad()
+    def reset_parameters(self, generator: torch.Generator | None) -> None:
+        """GPT-2 style init from an explicit generator (no global RNG); residual outputs scaled."""
+        for name, p in self.named_parameters():
+            if p.dim() == 1:
+                p.fill_(1.0)
+                continue
+            std = 0.02
+            if name.endswith(("attn.o.weight", "mlp.down.weight")):
+                std = 0.02 / math.sqrt(2 * self.cfg.n_layer)
+            p.copy_(torch.randn(p.shape, generator=generator) * std)
+
+    def forward(self, tokens, positions, mask, cache=None, start=0):
+        """tokens, positions: (B, T) long; mask: (B, 1, T, start+T) bool -> logits (B, T, V)."""
+        x = self.tok_emb(tokens) + self.pos_emb(positions.clamp(0, self.cfg.max_len - 1))  # (B, T, C)
+        for i, block in enumerate(self.blocks):
+            x = block(x, mask, None if cache is None else cache[i], start)
+        return self.lm_head(self.norm_f(x)).float()
+
+    def new_cache(self, batch: int, length: int):
+        """Per-block (k, v) buffers, each (B, H, length, D)."""
+        p = self.tok_emb.weight
+        shape = (batch, self.cfg.n_head, length, self.cfg.d_model // self.cfg.n_head)
+        return [(p.new_zeros(shape), p.new_zeros(shape)) for _ in self.blocks]
+
+
+def causal_mask(valid: torch.Tensor) -> torch.Tensor:
+    """valid: (B, T) bool -> (B, 1, T, T) bool: key j visible to query i iff j <= i and
+    key j is real; every query sees itself, so padded rows stay finite."""
+    T = valid.shape[1]
+    tri = torch.ones(T, T, dtype=torch.bool, device=valid.device).tril()
+    eye = torch.eye(T, dtype=torch.bool, device=valid.device)
+    return ((tri & valid[:, None, :]) | eye)[:, None]
+
+
+def right_pad(rows: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows -> (tokens (B, T) long, valid (B, T) bool), padded on the right with 0."""
+    T = max(len(r) for r in rows)
+    tokens = torch.zeros(len(rows), T, dtype=torch.long)
+    valid = torch.zeros(len(rows), T, dtype=torch.bool)
+    for i, r in enumerate(rows):
+        tokens[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+        valid[i, :len(r)] = True
+    return tokens.to(device), valid.to(device)
+
+
+def token_logprobs(model: Transformer, tokens: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Teacher-forced log p(tokens[:, t+1] | tokens[:, :t+1]) for right-padded rows.
+
+    tokens, valid: (B, T) -> (B, T-1) float32 (entry t scores token t+1).
+    """
+    positions = (valid.long().cumsum(1) - 1).clamp(min=0)
+    logits = model(tokens, positions, causal_mask(valid))  # (B, T, V)
+    logp = torch.log_softmax(logits[:, :-1], dim=-1)
+    return logp.gather(-1, tokens[:, 1:, None]).squeeze(-1)  # (B, T-1)
+
+
+@torch.no_grad()
+def sample(model: Transformer, prompts: list[list[int]], stop_ids: list[int], max_new: int,
+           generator: torch.Generator, temperature: float = 1.0):
+    """KV-cached batched sampling.
+
+    prompts: B token lists (each shorter than model max_len - max_new; callers truncate).
+    stop_ids: per-row token that ends a completion (kept in the completion).
+    Returns (completions: list of B token lists, logprobs: list of B float lists) where
+    logprobs are the policy's log-probs of the sampled tokens (temperature 1 scale).
+    """
+    device = model.tok_emb.weight.device
+    B, P = len(prompts), max(len(p) for p in prompts)
+    tokens = torch.zeros(B, P, dtype=torch.long)
+    valid = torch.zeros(B, P + max_new, dtype=torch.bool)
+    for i, p in enumerate(prompts):
+        tokens[i, P - len(p):] = torch.tensor(p, dtype=torch.long)
+        valid[i, P - len(p):P] = True
+    tokens, valid = tokens.to(device), valid.to(device)
+    positions = (valid[:, :P].long().cumsum(1) - 1).clamp(min=0)  # (B, P)
+    cache = model.new_cache(B, P + max_new)
+    logits = model(tokens, positions, causal_mask(valid[:, :P]), cache, 0)[:, -1]  # (B, V)
+    stop = torch.tensor(stop_ids, dtype=torch.long, device=device)
+    pos = positions[:, -1]
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    out_tok, out_lp, alive = [], [], []
+    for t in range(max_new):
+        logp = torch.log_softmax(logits, dim=-1)  # (B, V)
+        probs = torch.softmax(logits / temperature, dim=-1) if temperature != 1.0 else logp.exp()
+        nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (B,)
+        out_tok.append(nxt)
+        out_lp.append(logp.gather(1, nxt[:, None]).squeeze(1))
+        alive.append(~done)
+        done = done | (nxt == stop)
+        if t == max_new - 1 or bool(done.all()):
+            break
+        valid[:, P + t] = True
+        pos = pos + 1
+        step_mask = valid[:, None, None, :P + t + 1]  # (B, 1, 1, P+t+1)
+        logits = model(nxt[:, None], pos[:, None], step_mask, cache, P + t)[:, -1]
+    toks = torch.stack(out_tok, 1).cpu()
+    lps = torch.stack(out_lp, 1).float().cpu()
+    keep = torch.stack(alive, 1).cpu()
+    lengths = keep.sum(1).tolist()
+    return ([toks[i, :n].tolist() for i, n in enumerate(lengths)],
+            [lps[i, :n].tolist() for i, n in enumerate(lengths)])

@@ -1,0 +1,112 @@
+"""Supervised warm start on demonstrations of a SUBSET of the training harnesses.
+
+A base model knows some agent interfaces and not others. We mimic that: the model is
+trained by next-token cross-entropy on the completions of demonstrated episodes of the
+first `warm_harnesses` training harnesses only, for `warm_steps` steps. Harnesses that
+share notation with those start with some success; the rest start near zero.
+
+The result depends only on (seed, model shape, warm-start knobs, task world), so it is
+cached per seed under the cache directory and shared by every policy of that seed
+(common random numbers). Concurrent workers wait on a file lock instead of training
+the same model twice; the file is written atomically.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from real_runs.episode import Episode
+from real_runs.model import ByteTokenizer, ModelConfig, Transformer, right_pad, token_logprobs
+
+CACHE_VERSION = 1
+
+
+def cache_root(cache_dir: str) -> Path:
+    """`cache_dir`, else $HB_CACHE_DIR, else ~/.cache/harnessbandit."""
+    root = cache_dir or os.environ.get("HB_CACHE_DIR") or os.path.join(Path.home(), ".cache", "harnessbandit")
+    return Path(root)
+
+
+def demonstration_rows(harnesses: list, tasks: list, max_len: int, max_new: int) -> list[tuple[list[int], list[int]]]:
+    """(prompt tokens, completion tokens) for every turn of every demonstrated episode."""
+    tok = ByteTokenizer()
+    rows = []
+    for h in harnesses:
+        for task in tasks:
+            ep = Episode(h, task)
+            for completion in h.demonstration(task):
+                prompt = tok.encode(ep.context())[-(max_len - max_new):]
+                rows.append((prompt, tok.encode(completion)[:max_new]))
+                if ep.feed(completion):
+                    break
+    return rows
+
+
+def sft_loss(model: Transformer, rows: list[tuple[list[int], list[int]]], device) -> torch.Tensor:
+    """Mean cross-entropy of the completion tokens given their prompts (token-mean)."""
+    tokens, valid = right_pad([p + c for p, c in rows], device)
+    logp = token_logprobs(model, tokens, valid)  # (B, T-1)
+    mask = torch.zeros_like(logp)
+    for b, (p, c) in enumerate(rows):
+        mask[b, len(p) - 1:len(p) - 1 + len(c)] = 1.0
+    return -(logp * mask).sum() / mask.sum()
+
+
+def train_warm(cfg, seed: int, rows, device) -> dict:
+    """Initialise the model from `seed` and fit the demonstrations; returns a CPU state_dict."""
+    init = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, 11]).generate_state(1)[0]))
+    model = Transformer(ModelConfig(**cfg.model_dict()), init).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.warm_lr, weight_decay=0.0)
+    rng = np.random.default_rng([seed, 12])
+    for step in range(cfg.warm_steps):
+        lr = cfg.warm_lr * min(1.0, (step + 1) / 10) * (0.1 + 0.9 * (1 - step / max(cfg.warm_steps, 1)))
+        for group in opt.param_groups:
+            group["lr"] = lr
+        pick = rng.choice(len(rows), size=min(cfg.warm_batch, len(rows)), replace=False)
+        loss = sft_loss(model, [rows[i] for i in pick], device)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
+def warm_key(cfg, seed: int, rows, device_type: str = "cpu") -> str:
+    """Cache key: seed, model shape, warm-start knobs, device type (numerics differ) and a
+    digest of the demonstration data."""
+    digest = hashlib.sha256()
+    for p, c in rows:
+        digest.update(bytes(p) + b"\x00" + bytes(c) + b"\x01")
+    spec = {"v": CACHE_VERSION, "seed": seed, "model": cfg.model_dict(), "data": digest.hexdigest(), "device": device_type,
+            "warm": [cfg.warm_harnesses, cfg.warm_steps, cfg.warm_batch, cfg.warm_lr, cfg.max_new_tokens]}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def warm_start(cfg, seed: int, harnesses: list, tasks: list, device) -> tuple[dict, str]:
+    """The warm-start state_dict for this seed (cached) and its cache key.
+
+    harnesses: the demonstrated subset; tasks: the training tasks.
+    """
+    rows = demonstration_rows(harnesses, tasks, cfg.max_len, cfg.max_new_tokens)
+    key = warm_key(cfg, seed, rows, torch.device(device).type)
+    root = cache_root(cfg.cache_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"warm-{key}.pt"
+    with open(root / f"warm-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if path.exists():
+                return torch.load(path, map_location="cpu", weights_only=True), key
+            state = train_warm(cfg, seed, rows, device)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            torch.save(state, tmp)
+            os.replace(tmp, path)
+            return state, key
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
