@@ -1,0 +1,29 @@
+"""Speed of the offline laboratory (pytest-benchmark; run with --benchmark-enable to time).
+
+With the default --benchmark-disable each runs once as a plain test."""
+import numpy as np
+
+import hbsim
+from hbsim.envs import make_env
+from policies import Allocation
+
+
+def test_bench_one_150_step_run_harnessbandit(benchmark):
+    """One default bernoulli run: 6 harnesses, 200 tasks, 8 groups of G=8, 150 steps + final eval."""
+    cfg = hbsim.resolve_config({"policy": {"name": "harnessbandit"}, "seed": 0, "steps": 150})
+    res = benchmark(hbsim.run_config, cfg)
+    assert len(res.train) == 150 and (res.train.regret >= 0).all()
+
+
+def test_bench_bernoulli_train_step(benchmark):
+    """One env step alone (sampling, oracle over 6 candidates, update, ground truth)."""
+    env = make_env("bernoulli", seed=0)
+    allocs = [Allocation.pure(i % 6, 6, 8) for i in range(6)]
+    state = {"i": 0}
+
+    def step():
+        state["i"] += 1
+        return env.train_step(allocs[state["i"] % 6])
+
+    res = benchmark(step)
+    assert res.cost.groups_generated >= 0 and np.isfinite(res.extras["regret"])

@@ -1,0 +1,85 @@
+"""`hb sim` through subprocess, and the summary table."""
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hbsim.records import read_run
+from hbsim.summary import summarize, summary_table, t_interval
+
+SMALL = ["--set", "env.n_tasks=30", "--set", "env.n_heldout_tasks=4"]
+
+
+def hb(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "hbsim.cli", "sim", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def test_sim_smoke_with_out(tmp_path):
+    out = tmp_path / "runs"
+    proc = hb("--env", "bernoulli", "--policy", "harnessbandit", "--policy", "uniform", "--seeds", "2",
+              "--steps", "10", "--workers", "1", "--out", str(out), *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0].startswith("policy") and "heldout_tasks (95% CI)" in lines[0] and "cum. regret" in lines[0]
+    assert [line.split()[0] for line in lines[2:]] == ["harnessbandit", "uniform"]
+    assert "[4/4]" in proc.stderr and "done in" in proc.stderr
+    for label in ("harnessbandit", "uniform"):
+        for seed in (0, 1):
+            res = read_run(out / label / f"seed{seed}")
+            assert len(res.train) == 10 and res.meta["config"]["env"]["n_tasks"] == 30
+            assert res.meta["seed"] == seed and res.meta["label"] == label
+    # the same --out again: refused before running, one line, exit 2, files kept
+    again = hb("--policy", "uniform", "--seeds", "1", "--steps", "10", "--out", str(out), *SMALL)
+    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "already holds" in again.stderr
+    assert (out / "uniform" / "seed0" / "run.json").exists()
+
+
+def test_sim_all_policies_parallel():
+    proc = hb("--policy", "all", "--seeds", "2", "--steps", "8", "--workers", "2", *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    names = [line.split()[0] for line in proc.stdout.strip().splitlines()[2:]]
+    from policies import POLICIES
+    assert names == list(POLICIES)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--env", "nope"], "valid kinds"),
+    (["--set", "env.lr=-1"], "lr=-1"),
+    (["--set", "env.lrate=1"], "valid knobs"),
+    (["--set", "policy.tau=oops", "--policy", "harnessbandit"], "tau"),
+    (["--set", "policy.zzz=1"], "zzz"),
+    (["--set", "lr=1"], "env.KNOB=VALUE"),
+    (["--policy", "bogus"], "valid policies"),
+    (["--seeds", "0"], "--seeds 0"),
+])
+def test_sim_bad_input_one_line_exit_2(args, needle):
+    proc = hb("--steps", "2", "--seeds", "1", *args) if "--seeds" not in args else hb("--steps", "2", *args)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error:") and needle in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_t_interval_hand_computed():
+    mean, half = t_interval(np.array([1.0, 2.0, 3.0]))
+    # sd = 1, t_{0.975, 2} = 4.30265273 (tables)
+    assert mean == 2.0 and half == pytest.approx(4.30265273 / np.sqrt(3), rel=1e-8)
+    assert np.isnan(t_interval(np.array([1.0]))[1])
+
+
+def test_summary_values_hand_computed():
+    train = pd.DataFrame({"policy": ["a"] * 4, "seed": [0, 0, 1, 1], "regret": [0.1, 0.2, 0.3, 0.0],
+                          "groups_generated": [12, 12, 24, 12], "groups_optimized": [8, 8, 8, 8],
+                          "alloc_h0": [8, 0, 8, 8], "alloc_h1": [0, 8, 0, 0]})
+    ev = pd.DataFrame({"policy": ["a"] * 6, "seed": [0, 0, 0, 1, 1, 1], "step": [0, 2, 2, 2, 2, 2],
+                       "suite": ["heldout_tasks"] * 3 + ["heldout_tasks", "heldout_harness", "heldout_harness"],
+                       "reward": [0.0, 1.0, 0.5, 0.25, 1.0, 0.0]})
+    s = summarize(train, ev).iloc[0]
+    assert s.heldout_tasks_mean == pytest.approx((0.75 + 0.25) / 2)        # step-0 row ignored
+    assert s.heldout_harness_mean == 0.5 and np.isnan(s.heldout_harness_ci95)
+    assert s.regret == pytest.approx(0.3) and s.gen_per_opt == pytest.approx(60 / 32)
+    assert s.visits_h0 == 1.5 and s.visits_h1 == 0.5
+    table = summary_table(train, ev)
+    assert "0.500 ± 0.500" not in table and "1.88" in table and "2/0" in table
