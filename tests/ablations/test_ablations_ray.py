@@ -1,0 +1,31 @@
+"""The Ray backend on a local Ray instance (2 CPUs): same cells, same tables as local."""
+from __future__ import annotations
+
+import pytest
+from ablations_testkit import hb, without_wall_clock, write_grid
+from pandas.testing import assert_frame_equal
+
+import ablations
+from ablations import store
+from ablations.spec import load_spec
+
+try:
+    import ray  # noqa: F401
+    RAY_ERROR = None
+except ImportError as exc:  # pragma: no cover - ray is in the [ray] extra
+    RAY_ERROR = f"ray cannot be imported ({exc}); the local backend is the tested one"
+
+
+@pytest.mark.skipif(RAY_ERROR is not None, reason=str(RAY_ERROR))
+def test_ray_backend_matches_local(tmp_path):
+    grid = write_grid(tmp_path / "g.toml", name="ray", steps=6, seeds=2,
+                      policies=[{"name": "uniform"}, {"name": "harnessbandit", "warmup_rounds": 1}])
+    spec = load_spec(grid)
+    local = tmp_path / "local"
+    ablations.run_grid(spec, local, jobs=1)
+    out = tmp_path / "ray"
+    proc = hb("grid", "run", grid, "--out", out, "--backend", "ray", "--jobs", 2, check=0)
+    assert "4 cells, 0 already done, 4 run, 0 failed" in proc.stdout
+    assert store.done_ids(out) == {c.id for c in spec.cells()}
+    for ray_df, local_df in zip(ablations.load(out), ablations.load(local)):
+        assert_frame_equal(without_wall_clock(ray_df), without_wall_clock(local_df), check_exact=True)
