@@ -6,11 +6,13 @@ note's §4.2).
 Model (C = 5 categories, H training harnesses + 1 held-out harness, column H, parameters
 theta in R^dim, theta_0 = 0):
 
-    w[c, h]   = sqrt(shared) s + sqrt(category_share) e_c + sqrt(1 - shared - category_share) c_h
+    w[c, h]   = sqrt(rho_h) s + sqrt(category_share) e_c + sqrt(1 - rho_h - category_share) c_h
     p[t, h]   = sigmoid(<theta, w[c_t, h]> + b[t, h])
 
 s, e_c, c_h are orthonormal unit vectors (one shared direction, one per category, one per
-harness), so `shared` is the fraction of a target's squared norm that every harness shares.
+harness). rho_h, the share of harness h's squared norm along the shared direction, is spaced
+evenly in shared +- shared_spread over the training harnesses (permuted per seed; the
+held-out harness has `shared`): harnesses with a larger rho transfer more.
 b[t, h] = bias_h + d_t + eps_th: harness offsets spaced evenly in [bias_low, bias_high]
 (permuted per seed; the held-out harness has heldout_bias), task difficulty d_t ~
 N(0, task_spread^2), pair jitter eps ~ N(0, pair_spread^2). A conflicting pair (a, b) of
@@ -23,17 +25,19 @@ h_g, advantages A, binary rewards r, CURRENT success probability p_g):
     sig_g = mean_i A_gi (r_gi - p_g)                   (REINFORCE signal on the logit)
     grad  = - sum_g sig_g w[c_g, h_g] / n  +  noise * (sigma o xi) / sqrt(dim * n)
 
-xi ~ N(0, I) from a stateless per-step stream; sigma (dim,) are fixed per-coordinate noise
+xi ~ N(0, I) is the step's draw of the drift stream (the same at step t for every policy,
+whether or not it has a batch); sigma (dim,) are fixed per-coordinate noise
 scales exp(noise_spread * N(0, 1)) normalised to mean square 1, so Adam's second moment is
 anisotropic. The update is Delta theta = -lr * grad (sgd) or Adam's -lr m_hat / (sqrt(v_hat)
 + eps) (adam, see `preconditioned_direction`). StepResult carries both sketches on a fixed
 coordinate subset of size sketch_dim (all coordinates when sketch_dim >= dim): the loss
 gradient and the update Delta theta.
 
-Drift (a function of the step counter only, identical for every policy): before step t+1
+Drift (a function of the step counter only, identical for every policy): after each step
 every free direction rotates by `rotation` radians in its own fixed random plane, takes a
-random-walk step of norm ~ `walk`, and the directions are re-orthonormalised; at the steps
-listed in `phase_steps` every harness-specific direction is resampled (a phase change).
+random-walk step of norm ~ `walk`, and the directions are re-orthonormalised; after s steps,
+s in `phase_steps`, every harness-specific direction is resampled (a phase change: the
+train row of step s already shows the new phase's true success).
 
 Oracle: the expected one-step gain of an allocation. Per task, E[sig | p] is exact for
 binary rewards (sum over k successes of Binom(k; G, p) sig(k)); retained groups are drawn
@@ -43,14 +47,17 @@ Drift is common to all candidates and left out.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
+from numpy.polynomial import polynomial as P
 from scipy.special import comb, expit
 
 from hbsim import grpo
 from hbsim.envs.base import CATEGORIES, Batch, Knob, SyntheticEnv, _stream
 
-#: spawn-key stream ids of this module (the base uses 0-4)
-STREAM_DRIFT, STREAM_NOISE = 10, 11
+#: spawn-key stream id of the drift and gradient-noise stream (the base uses 0-4)
+STREAM_DRIFT = 10
 
 OPTIMIZERS = ("sgd", "adam")
 
@@ -65,15 +72,38 @@ def expected_group_signal(p: np.ndarray, group_size: int, kind: str = "loo") -> 
     """
     G = int(group_size)
     p = np.asarray(p, dtype=np.float64)
+    keep = 1.0 - p ** G - (1.0 - p) ** G
+    if G <= _POLY_MAX_G:                                   # Horner on the exact polynomial in p
+        return P.polyval(p, _signal_polynomial(G, kind)), keep
+    s_y, s_1 = _signal_table(G, kind)
     ks = np.arange(G + 1, dtype=np.float64)
-    canon = (np.arange(G)[None, :] < ks[:, None]).astype(np.float64)          # (G+1, G), k ones
-    adv = grpo.advantages(canon, kind)
-    s_y, s_1 = (adv * canon).mean(axis=1), adv.mean(axis=1)                     # (G+1,)
     pk = p[..., None]
     pmf = comb(G, ks) * pk ** ks * (1.0 - pk) ** (G - ks)                        # (..., G+1)
-    signal = pmf @ s_y - p * (pmf @ s_1)
-    keep = 1.0 - pmf[..., 0] - pmf[..., G]
-    return signal, keep
+    return pmf @ s_y - p * (pmf @ s_1), keep
+
+
+#: up to this G, E[sig](p) is evaluated as a monomial polynomial (well conditioned for small G)
+_POLY_MAX_G = 10
+
+
+@lru_cache(maxsize=64)
+def _signal_table(G: int, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(s_y, s_1), each (G+1,): mean_i A_i r_i and mean_i A_i of a group with k successes."""
+    canon = (np.arange(G)[None, :] < np.arange(G + 1)[:, None]).astype(np.float64)  # row k: k ones
+    adv = grpo.advantages(canon, kind)
+    return (adv * canon).mean(axis=1), adv.mean(axis=1)
+
+
+@lru_cache(maxsize=64)
+def _signal_polynomial(G: int, kind: str) -> np.ndarray:
+    """Monomial coefficients (low to high) of E[sig](p) = sum_k Binom(k; G, p) (s_y[k] - p s_1[k])."""
+    s_y, s_1 = _signal_table(G, kind)
+    coef = np.zeros(G + 2)
+    for k in range(G + 1):
+        bern = comb(G, k) * P.polymul(P.polypow([0.0, 1.0], k), P.polypow([1.0, -1.0], G - k))
+        term = P.polysub(s_y[k] * bern, s_1[k] * P.polymul([0.0, 1.0], bern))
+        coef[: term.size] += term
+    return coef
 
 
 def preconditioned_direction(grad: np.ndarray, m: np.ndarray, v: np.ndarray, t: int,
@@ -204,13 +234,14 @@ class DriftingEnv(SyntheticEnv):
     summary = "shared + harness-specific drifting gradient directions, SGD/Adam, conflicting pairs"
     KNOBS = {
         "dim": Knob(128, "parameter dimension (>= n_harnesses + 7)", 2, 10**6),
-        "shared": Knob(0.2, "share of every target's squared norm along the shared direction", 0.0, 1.0),
+        "shared": Knob(0.15, "mean share of a target's squared norm along the shared direction", 0.0, 1.0),
+        "shared_spread": Knob(0.1, "harness shared shares are spaced evenly in shared +- shared_spread", 0.0, 1.0),
         "category_share": Knob(0.1, "share of every target's squared norm along its category direction", 0.0, 1.0),
         "conflict_pairs": IntListKnob("0-1", "harness pairs (a-b) whose targets have cosine conflict_cos", pairs=True),
-        "conflict_cos": Knob(-0.3, "cosine of a conflicting pair's targets (>= 2(shared+category_share)-1)", -1.0, 1.0),
+        "conflict_cos": Knob(-0.3, "cosine of a conflicting pair's targets (same category)", -1.0, 1.0),
         "rotation": Knob(0.01, "radians every direction rotates per step (in its own random plane)", 0.0, 3.2),
         "walk": Knob(0.02, "norm of every direction's random-walk step per step", 0.0, 10.0),
-        "phase_steps": IntListKnob("", "steps at which the harness-specific directions are resampled"),
+        "phase_steps": IntListKnob("", "after these many steps the harness-specific directions are resampled"),
         "noise": Knob(1.0, "norm of one group's gradient noise (a batch of n: noise/sqrt(n))", 0.0, 1e6),
         "noise_spread": Knob(1.0, "log-std of the per-coordinate noise scales (Adam anisotropy)", 0.0, 10.0),
         "bias_low": Knob(-3.0, "lowest training-harness logit offset", -50.0, 50.0),
@@ -223,13 +254,15 @@ class DriftingEnv(SyntheticEnv):
 
     @classmethod
     def _check_knobs(cls, knobs: dict) -> None:
-        H = knobs["n_harnesses"]
-        if knobs["dim"] < H + 1 + len(CATEGORIES) + 1:
+        H, C = knobs["n_harnesses"], len(CATEGORIES)
+        if knobs["dim"] < H + C + 2:
             raise ValueError(f"env knob dim={knobs['dim']} is not allowed: expected >= n_harnesses + "
-                             f"{len(CATEGORIES) + 2} = {H + len(CATEGORIES) + 2} (orthonormal directions)")
-        if knobs["shared"] + knobs["category_share"] > 1.0:
-            raise ValueError(f"env knobs shared={knobs['shared']} + category_share={knobs['category_share']} "
-                             f"are not allowed: expected a sum <= 1")
+                             f"{C + 2} = {H + C + 2} (orthonormal directions)")
+        lo, hi = knobs["shared"] - knobs["shared_spread"], knobs["shared"] + knobs["shared_spread"]
+        if lo < 0.0 or hi + knobs["category_share"] > 1.0:
+            raise ValueError(f"env knobs shared={knobs['shared']}, shared_spread={knobs['shared_spread']}, "
+                             f"category_share={knobs['category_share']} are not allowed: expected "
+                             f"shared - shared_spread >= 0 and shared + shared_spread + category_share <= 1")
         if knobs["bias_low"] > knobs["bias_high"]:
             raise ValueError(f"env knob bias_low={knobs['bias_low']} is not allowed: expected <= "
                              f"bias_high={knobs['bias_high']}")
@@ -239,28 +272,36 @@ class DriftingEnv(SyntheticEnv):
             raise ValueError(f"env knob conflict_pairs={knobs['conflict_pairs']!r} is not allowed: expected "
                              f"disjoint pairs of distinct harness indices in [0, {H - 1}]")
         if pairs:
-            _conflict_gamma(knobs)
-
+            rho = _shared_shares(knobs)
+            worst = max(_pair_cos_range(rho[i], rho[j], knobs["category_share"])[0]
+                        for i in range(H) for j in range(H) if i != j)
+            best = min(_pair_cos_range(rho[i], rho[j], knobs["category_share"])[1]
+                       for i in range(H) for j in range(H) if i != j)
+            if not worst - 1e-12 <= knobs["conflict_cos"] <= best + 1e-12:
+                raise ValueError(f"env knob conflict_cos={knobs['conflict_cos']} is not allowed with these "
+                                 f"shared shares: expected in [{worst:.4g}, {best:.4g}]")
 
     # -- structure -----------------------------------------------------------------
     def _build(self, rng: np.random.Generator) -> None:
         k, H, C, D = self.knobs, self.H, len(CATEGORIES), self.knobs["dim"]
         n_all = self.n_tasks + self.n_heldout
-        self.n_dirs = 1 + C + H + 1
         bias = np.append(rng.permutation(np.linspace(k["bias_low"], k["bias_high"], H)), k["heldout_bias"])
         self.b = (bias[None, :] + rng.normal(0.0, k["task_spread"], n_all)[:, None]
                   + rng.normal(0.0, k["pair_spread"], (n_all, H + 1)))             # (n_all, H+1)
+        self.rho = np.append(rng.permutation(_shared_shares(k)), k["shared"])      # (H+1,)
         scales = np.exp(k["noise_spread"] * rng.standard_normal(D))
         self.noise_scale = scales / np.sqrt(np.mean(scales ** 2))                   # (D,)
         self.coords = sketch_coordinates(rng, D, k["sketch_dim"])
         self.pairs = self.KNOBS["conflict_pairs"].parse("conflict_pairs", k["conflict_pairs"])
-        self.gamma = _conflict_gamma(k) if self.pairs else 0.0
         self.phases = set(self.KNOBS["phase_steps"].parse("phase_steps", k["phase_steps"]))
-        self.F, self.P = self._fresh_directions(rng, self.n_dirs)                 # (K, D) each
+        self.F, self.P = self._fresh_directions(rng, 1 + C + H + 1)               # (K, D) each
+        self.onehot = np.eye(C)[self.task_category[: self.n_tasks]]                # (n, C)
+        self.drift_rng = _stream(self.seed, STREAM_DRIFT)
+        self.xi = self.drift_rng.standard_normal(D)                                # step 0's noise
         self.drift_step = 0
         self.theta = np.zeros(D)
         self.opt = Optimizer(k["optimizer"], D, k["lr"], k["beta1"], k["beta2"], k["eps"])
-        self._W = self._targets()
+        self._W, self._p = self._targets(), None
 
     def _fresh_directions(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
         """n unit directions and, for each, a unit partner orthogonal to it (its rotation plane)."""
@@ -272,22 +313,26 @@ class DriftingEnv(SyntheticEnv):
 
     def _targets(self) -> np.ndarray:
         """w (C, H+1, D) from the current free directions (see the module docstring)."""
-        k, C = self.knobs, len(CATEGORIES)
+        kappa, C = self.knobs["category_share"], len(CATEGORIES)
         B = orthonormal_rows(self.F)
         s, e, c = B[0], B[1: 1 + C], B[1 + C:].copy()                              # c: (H+1, D)
+        own = np.clip(1.0 - self.rho - kappa, 0.0, None)                            # (H+1,)
         for a, b in self.pairs:
-            c[b] = self.gamma * c[a] + np.sqrt(1.0 - self.gamma ** 2) * c[b]
-        own = max(1.0 - k["shared"] - k["category_share"], 0.0)
-        return (np.sqrt(k["shared"]) * s[None, None, :] + np.sqrt(k["category_share"]) * e[:, None, :]
-                + np.sqrt(own) * c[None, :, :])
+            lo, hi = _pair_cos_range(self.rho[a], self.rho[b], kappa)
+            gamma = 0.0 if hi == lo else float(np.clip(2 * (self.knobs["conflict_cos"] - lo) / (hi - lo) - 1, -1, 1))
+            c[b] = gamma * c[a] + np.sqrt(1.0 - gamma ** 2) * c[b]
+        return (np.sqrt(self.rho)[None, :, None] * s + np.sqrt(kappa) * e[:, None, :]
+                + np.sqrt(own)[None, :, None] * c[None, :, :])
 
     def _sync(self) -> None:
-        """Advance the drift to the current step counter (a function of the step only)."""
+        """Advance the drift to the current step counter. One persistent stream draws, per
+        step and in this order, the walk, a phase's new directions and the step's gradient
+        noise, whatever the policy does: drift and noise are functions of the step only."""
         k, C = self.knobs, len(CATEGORIES)
-        moved = False
+        if self.drift_step == self.step_count:
+            return
         while self.drift_step < self.step_count:
-            t = self.drift_step + 1
-            rng = _stream(self.seed, STREAM_DRIFT, t)
+            t, rng = self.drift_step + 1, self.drift_rng
             if k["rotation"] > 0:
                 cos, sin = np.cos(k["rotation"]), np.sin(k["rotation"])
                 self.F, self.P = cos * self.F + sin * self.P, cos * self.P - sin * self.F
@@ -298,80 +343,87 @@ class DriftingEnv(SyntheticEnv):
                 self.P = P / np.linalg.norm(P, axis=1, keepdims=True)
             if t in self.phases:
                 self.F[1 + C:], self.P[1 + C:] = self._fresh_directions(rng, self.H + 1)
-            self.drift_step, moved = t, True
-        if moved:
-            self._W = self._targets()
+            self.xi = rng.standard_normal(k["dim"])
+            self.drift_step = t
+        self._W, self._p = self._targets(), None
 
     # -- truth ---------------------------------------------------------------------
-    def _logits(self, theta: np.ndarray) -> np.ndarray:
-        """theta (..., D) -> logits (..., n_all, H+1)."""
-        wt = np.einsum("chd,...d->...ch", self._W, theta)                         # (..., C, H+1)
-        return wt[..., self.task_category, :] + self.b
+    def _logits(self, thetas: np.ndarray) -> np.ndarray:
+        """thetas (D, K) -> logits (n_all, H+1, K) of K parameter vectors."""
+        C, H1, D = self._W.shape
+        wt = (self._W.reshape(C * H1, D) @ thetas).reshape(C, H1, -1)               # (C, H+1, K)
+        return wt[self.task_category] + self.b[:, :, None]
 
     def success_matrix(self) -> np.ndarray:
+        """(n_all, H+1) true success probabilities, cached until theta or the drift moves
+        (read-only)."""
         self._sync()
-        return expit(self._logits(self.theta))
+        if self._p is None:
+            self._p = expit(self._logits(self.theta[:, None])[:, :, 0])
+            self._p.flags.writeable = False
+        return self._p
 
     def true_gradients(self) -> np.ndarray:
         """(H+1, D) expected reward-ascent direction per harness (per retained group), the
         quantity whose cosines the transfer signal estimates."""
-        self._sync()
         p = self.success_matrix()[: self.n_tasks]
-        sig, keep = expected_group_signal(p, self.G, self.knobs["advantage"])
-        S = np.zeros((len(CATEGORIES), self.H + 1))
-        np.add.at(S, self.task_category[: self.n_tasks], sig)
+        sig, keep = expected_group_signal(p, self.G, self.knobs["advantage"])       # (n, H+1)
         total = keep.sum(axis=0)
-        S = np.divide(S, total, out=np.zeros_like(S), where=total > 1e-300)
+        S = np.divide(self.onehot.T @ sig, total, out=np.zeros((len(CATEGORIES), self.H + 1)),
+                      where=total > 1e-300)                                          # (C, H+1)
         return np.einsum("ch,chd->hd", S, self._W)
 
     # -- learning ------------------------------------------------------------------
     def _learn(self, batch: Batch, rng: np.random.Generator):
-        """One optimizer step on the batch. The gradient noise comes from a stateless stream
-        of the step counter (not `rng`), so every policy sees the same noise at step t."""
+        """One optimizer step on the batch. The gradient noise is the step's draw of the
+        drift stream (not `rng`), so every policy sees the same noise at step t."""
         self._sync()
         k, n = self.knobs, len(batch)
         cats = self.task_category[batch.tasks]
-        p_now = expit(self._logits(self.theta)[batch.tasks, batch.harnesses])
+        p_now = self.success_matrix()[batch.tasks, batch.harnesses]
         sig = (batch.advantages * (batch.rewards - p_now[:, None])).mean(axis=1)   # (n,)
         signal = sig @ self._W[cats, batch.harnesses] / n                          # (D,)
-        xi = _stream(self.seed, STREAM_NOISE, self.step_count).standard_normal(k["dim"])
-        grad = -signal + k["noise"] * self.noise_scale * xi / np.sqrt(k["dim"] * n)
+        grad = -signal + k["noise"] * self.noise_scale * self.xi / np.sqrt(k["dim"] * n)
         delta = self.opt.step(grad)
-        self.theta = self.theta + delta
+        self.theta, self._p = self.theta + delta, None
         return grad[self.coords].astype(np.float32), delta[self.coords].astype(np.float32)
 
     def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
-        self._sync()
-        H = self.H
+        H, n = self.H, self.n_tasks
         cand = np.asarray(candidates, dtype=np.float64)                            # (K, H)
         frac = cand / cand.sum(axis=1, keepdims=True)
         g = self.true_gradients()[:H]                                               # (H, D)
-        p = self.success_matrix()[: self.n_tasks, :H]
+        p = self.success_matrix()[:n, :H]
         grad = -(frac @ g)                                                          # (K, D)
         delta = self.opt.peek(grad)
+        thetas = np.ascontiguousarray((self.theta + delta).T)                      # (D, K); C order keeps BLAS fast
+        p_new = expit(self._logits(thetas)[:n, :H])                                 # (n, H, K)
         moved = np.any(grad != 0.0, axis=1)
-        p_new = expit(self._logits(self.theta[None, :] + delta)[:, : self.n_tasks, :H])
-        return np.where(moved, p_new.mean(axis=(1, 2)) - p.mean(), 0.0)
+        return np.where(moved, p_new.mean(axis=(0, 1)) - p.mean(), 0.0)
 
     # -- state ---------------------------------------------------------------------
     def _model_state(self) -> dict:
         return {"theta": self.theta.copy(), "opt": self.opt.state_dict(), "F": self.F.copy(),
-                "P": self.P.copy(), "drift_step": self.drift_step}
+                "P": self.P.copy(), "drift_step": self.drift_step, "xi": self.xi.copy(),
+                "drift_rng": self.drift_rng.bit_generator.state}
 
     def _load_model_state(self, state: dict) -> None:
         self.theta = np.array(state["theta"], dtype=np.float64)
         self.opt.load_state_dict(state["opt"])
         self.F, self.P = np.array(state["F"], dtype=np.float64), np.array(state["P"], dtype=np.float64)
-        self.drift_step = int(state["drift_step"])
-        self._W = self._targets()
+        self.drift_step, self.xi = int(state["drift_step"]), np.array(state["xi"], dtype=np.float64)
+        self.drift_rng.bit_generator.state = state["drift_rng"]
+        self._W, self._p = self._targets(), None
 
 
-def _conflict_gamma(knobs: dict) -> float:
-    """cos(c_a, c_b) that gives cos(w[c, a], w[c, b]) = conflict_cos; ValueError if unreachable."""
-    common = knobs["shared"] + knobs["category_share"]
-    own = 1.0 - common
-    lowest = 2.0 * common - 1.0
-    if own <= 0.0 or knobs["conflict_cos"] < lowest - 1e-12:
-        raise ValueError(f"env knob conflict_cos={knobs['conflict_cos']} is not allowed with shared + "
-                         f"category_share={common:g}: expected >= {lowest:g} and < 1")
-    return float(np.clip((knobs["conflict_cos"] - common) / own, -1.0, 1.0))
+def _shared_shares(knobs: dict) -> np.ndarray:
+    """(H,) shared shares of the training harnesses, evenly spaced in shared +- shared_spread."""
+    return knobs["shared"] + knobs["shared_spread"] * np.linspace(-1.0, 1.0, knobs["n_harnesses"])
+
+
+def _pair_cos_range(rho_a: float, rho_b: float, kappa: float) -> tuple[float, float]:
+    """Reachable same-category cosines of two targets with shared shares rho_a, rho_b:
+    sqrt(rho_a rho_b) + kappa -+ sqrt(own_a own_b), own = 1 - rho - kappa."""
+    base = np.sqrt(rho_a * rho_b) + kappa
+    span = np.sqrt(max(1.0 - rho_a - kappa, 0.0) * max(1.0 - rho_b - kappa, 0.0))
+    return float(base - span), float(base + span)

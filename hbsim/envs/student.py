@@ -90,37 +90,43 @@ class StudentEnv(SyntheticEnv):
         self.v = rng.normal(0.0, 1.0, (H + 1, nhf)) / np.sqrt(max(nhf, 1))           # (H+1, dv)
         self.phi = student_features(self.x, self.v, k["interaction"])               # (n_all, H+1, D)
         dx, D = self.x.shape[1], self.phi.shape[2]
+        self._phi2 = np.ascontiguousarray(self.phi.reshape(-1, D))                   # (n_all (H+1), D)
+        self._phi_train = np.ascontiguousarray(self.phi[: self.n_tasks, :H].reshape(-1, D))
         bias = np.append(rng.permutation(np.linspace(k["bias_low"], k["bias_high"], H)), k["heldout_bias"])
         self.theta0 = np.concatenate([
             rng.normal(0.0, k["category_spread"], C), rng.normal(0.0, k["task_spread"], ntf), bias,
             np.zeros(nhf), rng.normal(0.0, k["init_interaction"], dx * nhf)])
         assert self.theta0.shape == (D,)
         self.dim = D
-        self.theta = self.theta0.copy()
+        self.theta, self._p = self.theta0.copy(), None
         self.coords = sketch_coordinates(rng, D, k["sketch_dim"])
         self.opt = Optimizer(k["optimizer"], D, k["lr"], k["beta1"], k["beta2"], k["eps"])
 
     # -- truth ---------------------------------------------------------------------
     def success_matrix(self) -> np.ndarray:
-        return expit(self.phi @ self.theta)
+        """(n_all, H+1) true success probabilities, cached until theta moves (read-only)."""
+        if self._p is None:
+            self._p = expit(self._phi2 @ self.theta).reshape(self.phi.shape[:2])
+            self._p.flags.writeable = False
+        return self._p
 
     def true_gradients(self) -> np.ndarray:
         """(H+1, D) expected policy gradient (reward ascent) per retained group, per harness."""
         p = self.success_matrix()[: self.n_tasks]
         sig, keep = expected_group_signal(p, self.G, self.knobs["advantage"])       # (n, H+1)
         total = keep.sum(axis=0)
-        g = np.einsum("th,thd->hd", sig, self.phi[: self.n_tasks])
+        g = np.einsum("th,thd->hd", sig, self.phi[: self.n_tasks], optimize=True)
         return np.divide(g, total[:, None], out=np.zeros_like(g), where=total[:, None] > 1e-300)
 
     # -- learning ------------------------------------------------------------------
     def _learn(self, batch: Batch, rng: np.random.Generator):
         n = len(batch)
         phi = self.phi[batch.tasks, batch.harnesses]                                 # (n, D)
-        p_now = expit(phi @ self.theta)
+        p_now = self.success_matrix()[batch.tasks, batch.harnesses]
         sig = (batch.advantages * (batch.rewards - p_now[:, None])).mean(axis=1)    # (n,)
         grad = -(sig @ phi) / n
         delta = self.opt.step(grad)
-        self.theta = self.theta + delta
+        self.theta, self._p = self.theta + delta, None
         return grad[self.coords].astype(np.float32), delta[self.coords].astype(np.float32)
 
     def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
@@ -129,16 +135,16 @@ class StudentEnv(SyntheticEnv):
         frac = cand / cand.sum(axis=1, keepdims=True)
         grad = -(frac @ self.true_gradients()[:H])                                   # (K, D)
         delta = self.opt.peek(grad)
-        phi = self.phi[: self.n_tasks, :H]                                           # (n, H, D)
-        p = expit(phi @ self.theta)
-        p_new = expit(phi @ (self.theta[:, None] + delta.T))                         # (n, H, K)
+        p = self.success_matrix()[: self.n_tasks, :H]
+        thetas = np.ascontiguousarray((self.theta + delta).T)                        # (D, K); C order keeps BLAS fast
+        p_new = expit(self._phi_train @ thetas)                                      # (n H, K)
         moved = np.any(grad != 0.0, axis=1)
-        return np.where(moved, p_new.mean(axis=(0, 1)) - p.mean(), 0.0)
+        return np.where(moved, p_new.mean(axis=0) - p.mean(), 0.0)
 
     # -- state ---------------------------------------------------------------------
     def _model_state(self) -> dict:
         return {"theta": self.theta.copy(), "opt": self.opt.state_dict()}
 
     def _load_model_state(self, state: dict) -> None:
-        self.theta = np.array(state["theta"], dtype=np.float64)
+        self.theta, self._p = np.array(state["theta"], dtype=np.float64), None
         self.opt.load_state_dict(state["opt"])

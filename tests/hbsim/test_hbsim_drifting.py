@@ -24,7 +24,7 @@ def cos(a, b):
 def test_expected_group_signal_loo_is_p_one_minus_p_with_spec_keep_probability():
     p = np.array([0.0, 0.1, 0.5, 0.9, 1.0])
     sig, keep = expected_group_signal(p, 8, "loo")
-    np.testing.assert_allclose(sig, p * (1 - p), atol=1e-15)
+    np.testing.assert_allclose(sig, p * (1 - p), atol=1e-13)
     np.testing.assert_allclose(keep, 1 - (1 - p) ** 8 - p ** 8, atol=1e-15)
     assert keep[1] == pytest.approx(0.5695, abs=5e-5)                      # SPEC §2.3
 
@@ -108,15 +108,22 @@ def test_orthonormal_rows_keeps_orientation():
 
 
 def test_targets_have_the_configured_cosines():
-    env = make_env("drifting", seed=1, conflict_pairs="0-1,2-4", conflict_cos=-0.3, shared=0.2,
-                   category_share=0.1, **SMALL)
-    W = env._W                                                                # (C, H+1, D)
+    env = make_env("drifting", seed=1, conflict_pairs="0-1,2-4", conflict_cos=-0.3, shared=0.15,
+                   shared_spread=0.1, category_share=0.1, **SMALL)
+    W, rho = env._W, env.rho                                                  # (C, H+1, D), (H+1,)
+    np.testing.assert_allclose(np.sort(rho[:6]), [0.05, 0.09, 0.13, 0.17, 0.21, 0.25], atol=1e-12)
+    assert rho[6] == 0.15
     np.testing.assert_allclose(np.linalg.norm(W, axis=2), 1.0, atol=1e-12)
     assert cos(W[0, 0], W[0, 1]) == pytest.approx(-0.3, abs=1e-12)
     assert cos(W[3, 2], W[3, 4]) == pytest.approx(-0.3, abs=1e-12)
-    assert cos(W[0, 3], W[0, 5]) == pytest.approx(0.3, abs=1e-12)          # shared + category share
-    assert cos(W[0, 3], W[1, 5]) == pytest.approx(0.2, abs=1e-12)          # shared only
-    assert cos(W[0, 0], W[1, 1]) == pytest.approx(0.2 + 0.7 * (-0.6 / 0.7), abs=1e-12)  # gamma = -0.6/0.7
+    r3, r5 = rho[3], rho[5]
+    assert cos(W[0, 3], W[0, 5]) == pytest.approx(math.sqrt(r3 * r5) + 0.1, abs=1e-12)  # shared + category
+    assert cos(W[0, 3], W[1, 5]) == pytest.approx(math.sqrt(r3 * r5), abs=1e-12)        # shared only
+    r0, r1 = rho[0], rho[1]
+    gamma = (-0.3 - math.sqrt(r0 * r1) - 0.1) / math.sqrt((0.9 - r0) * (0.9 - r1))
+    assert cos(W[0, 0], W[1, 1]) == pytest.approx(math.sqrt(r0 * r1) + math.sqrt((0.9 - r0) * (0.9 - r1)) * gamma,
+                                                  abs=1e-12)
+    np.testing.assert_allclose(W[2, :, :] @ orthonormal_rows(env.F)[0], np.sqrt(rho), atol=1e-12)
 
 
 def test_drift_rotates_slowly_phase_changes_resample_and_do_not_depend_on_the_policy():
@@ -132,7 +139,8 @@ def test_drift_rotates_slowly_phase_changes_resample_and_do_not_depend_on_the_po
     assert cos(W0[0, 2], a._W[0, 2]) > 0.98
     a.train_step(Allocation.pure(0, 6, 8))                                    # now at step 3: a phase
     a.success_matrix()
-    assert abs(cos(W0[0, 2], a._W[0, 2]) - (0.2 + 0.1)) < 0.35               # specific part resampled
+    common = math.sqrt(a.rho[2] * a.rho[2]) + 0.1
+    assert abs(cos(W0[0, 2], a._W[0, 2]) - common) < 0.35                     # specific part resampled
     assert cos(a._W[0, 0], a._W[0, 1]) == pytest.approx(-0.3, abs=1e-12)    # conflict kept
 
 
@@ -226,8 +234,9 @@ def test_150_steps_of_uniform_through_hbsim_run(benchmark):
 # -- knob validation ---------------------------------------------------------------------
 @pytest.mark.parametrize("knobs, words", [
     (dict(dim=12), ["dim=12", ">= n_harnesses"]),
-    (dict(shared=0.8, category_share=0.3), ["shared=0.8", "sum <= 1"]),
-    (dict(conflict_cos=-0.9), ["conflict_cos=-0.9", ">= -0.4"]),
+    (dict(shared=0.8, category_share=0.3), ["shared=0.8", "shared + shared_spread + category_share <= 1"]),
+    (dict(shared=0.05), ["shared=0.05", "shared - shared_spread >= 0"]),
+    (dict(conflict_cos=-0.9), ["conflict_cos=-0.9", "expected in [-0.3"]),
     (dict(conflict_pairs="0-6"), ["conflict_pairs='0-6'", "[0, 5]"]),
     (dict(conflict_pairs="0-1,1-2"), ["conflict_pairs='0-1,1-2'", "disjoint"]),
     (dict(conflict_pairs="a-b"), ["conflict_pairs='a-b'", "pairs of harness indices"]),
