@@ -57,7 +57,7 @@ def keep_mask(rewards: np.ndarray) -> np.ndarray:
     """Dynamic-sampling mask (SPEC §2.2): rewards (..., G) -> (...,) bool, False where every
     reward of the group equals the first (zero variance)."""
     r = np.asarray(rewards)
-    return np.any(r != r[..., :1], axis=-1)
+    return (r != r[..., :1]).any(axis=-1)
 
 
 def trajectory_mean_abs(adv: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:

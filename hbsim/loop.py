@@ -65,6 +65,8 @@ class Loop:
         self.label = label if label is not None else getattr(policy, "name", type(policy).__name__)
         self.seed, self.eval_every, self.batch_groups = int(seed), eval_every, int(batch_groups)
         self.harnesses = list(adapter.harnesses)
+        self._columns = {prefix: [f"{prefix}_{h}" for h in self.harnesses]
+                         for prefix in ("p", "alloc") + tuple(prefix for _, prefix in _ARM_COLUMNS)}
         self.t = 0
         self.started = _utc_now()
         self._rows: list[dict] = []
@@ -99,15 +101,13 @@ class Loop:
         for key in _SCALARS:
             row[key] = _nan(diag.get(key))
         row["reward"] = _nan(res.reward)
-        counts = np.asarray(alloc.counts)
-        for i, h in enumerate(self.harnesses):
-            row[f"p_{h}"] = float(p[i])
+        row.update(zip(self._columns["p"], p.tolist()))
+        nan_arms = [float("nan")] * len(self.harnesses)
         for key, prefix in _ARM_COLUMNS:
-            values = np.asarray(diag.get(key, np.full(len(self.harnesses), np.nan)), dtype=np.float64)
-            for i, h in enumerate(self.harnesses):
-                row[f"{prefix}_{h}"] = float(values[i])
-        for i, h in enumerate(self.harnesses):
-            row[f"alloc_{h}"] = int(counts[i])
+            values = diag.get(key)
+            values = nan_arms if values is None else np.asarray(values, dtype=np.float64).tolist()
+            row.update(zip(self._columns[prefix], values))
+        row.update(zip(self._columns["alloc"], np.asarray(alloc.counts).astype(np.int64).tolist()))
         row.update(res.cost.as_row())
         row.update(res.extras)
         return row

@@ -258,8 +258,13 @@ class SyntheticEnv:
             ledger.groups_retained += stats["retained"]
         batch = self._assemble(parts)
         t1 = time.perf_counter()
-        candidates = np.vstack([np.eye(self.H, dtype=np.int64) * counts.sum(), counts[None, :]])
-        gains = self.expected_gains(candidates)
+        pure = np.eye(self.H, dtype=np.int64) * counts.sum()
+        arm = np.flatnonzero(counts)
+        if arm.size == 1:                         # a pure choice is one of the candidates
+            gains = self.expected_gains(pure)
+            gains = np.append(gains, gains[arm[0]])
+        else:
+            gains = self.expected_gains(np.vstack([pure, counts[None, :]]))
         t2 = time.perf_counter()
         sketch, update_sketch = self._learn(batch, self._learn_rng) if len(batch) else (None, None)
         t3 = time.perf_counter()
@@ -268,11 +273,11 @@ class SyntheticEnv:
         ledger.groups_scored = ledger.groups_generated
         ledger.groups_optimized = len(batch)
         ledger.leftover_used = used
-        ledger.leftover_age = float(np.mean(ages)) if ages else float("nan")
+        ledger.leftover_age = float(sum(ages) / len(ages)) if ages else float("nan")
         ledger.leftover_size = int(sum(len(b["tasks"]) for b in self._buffers))
         ledger.seconds = {"rollout": t1 - t0, "oracle": t2 - t1, "backward": t3 - t2}
         L = grpo.learnability(batch.advantages) if len(batch) else None
-        reward = float(batch.rewards.mean()) if len(batch) else float("nan")
+        reward = float(batch.rewards.sum() / batch.rewards.size) if len(batch) else float("nan")
         return StepResult(learnability=L, sketch=sketch, update_sketch=update_sketch, reward=reward,
                           cost=ledger, extras=self._ground_truth(gains, counts))
 
@@ -406,8 +411,8 @@ class SyntheticEnv:
         pure, chosen = gains[: self.H], float(gains[-1])
         extras = {"oracle_arm": int(np.argmax(pure)), "gain": chosen,
                   "regret": float(max(pure.max(), chosen) - chosen)}
-        truth = self.success_matrix()[: self.n_tasks].mean(axis=0)
+        truth = (self.success_matrix()[: self.n_tasks].sum(axis=0) / self.n_tasks).tolist()
         for name, value in zip(self.harnesses + [self.heldout_harness], truth):
-            extras[f"true_{name}"] = float(value)
+            extras[f"true_{name}"] = value
         extras.update(self.step_extras())
         return extras

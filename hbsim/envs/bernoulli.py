@@ -53,6 +53,18 @@ def _sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return np.reciprocal(out, out=out)
 
 
+def _int_power(x: np.ndarray, n: int) -> np.ndarray:
+    """x ** n for an integer n >= 1 by repeated squaring (float `**` is slow)."""
+    result, base = None, x
+    while n:
+        if n & 1:
+            result = base if result is None else result * base
+        n >>= 1
+        if n:
+            base = base * base
+    return result
+
+
 class BernoulliEnv(SyntheticEnv):
     kind = "bernoulli"
     summary = "per-(task, harness) Bernoulli success; learning curves coupled by a transfer matrix"
@@ -112,7 +124,9 @@ class BernoulliEnv(SyntheticEnv):
             P = np.polynomial.polynomial
             terms = [P.polymul(P.polypow([0.0, 1.0], j), P.polypow([1.0, -1.0], self.G - j)) * c
                      for j, c in enumerate(self._s_coef)]
-            self._es_poly = np.sum([np.pad(t, (0, self.G + 1 - len(t))) for t in terms], axis=0)
+            poly = np.sum([np.pad(t, (0, self.G + 1 - len(t))) for t in terms], axis=0)
+            poly[np.abs(poly) < 1e-12 * np.abs(poly).max()] = 0.0      # LOO: exactly p - p^2
+            self._es_poly = np.trim_zeros(poly, "b") if poly.any() else np.zeros(1)
 
     # -- truth ---------------------------------------------------------------------
     def _logits(self) -> np.ndarray:
@@ -189,7 +203,7 @@ class BernoulliEnv(SyntheticEnv):
             for c in self._es_poly[-2::-1]:
                 es *= p
                 es += c
-            return es, 1.0 - p ** self.G - (1.0 - p) ** self.G
+            return es, 1.0 - _int_power(p, self.G) - _int_power(1.0 - p, self.G)
         G, q = self.G, 1.0 - p
         q_pow = [np.ones_like(p)]
         for _ in range(G):
