@@ -54,7 +54,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report_progress(*args) -> None:
-    """Forward the report's progress (whatever it passes) to stderr, one line each."""
-    text = " ".join(str(a) for a in args)
-    print(f"report: {text}", file=sys.stderr)
+def _report_progress(done: int, total: int, label: str = "") -> None:
+    """progress(done, total, label) of reports.build_report: one stderr line per finished stage."""
+    if done >= total:
+        print(f"report: {label} done", file=sys.stderr)

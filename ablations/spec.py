@@ -378,7 +378,10 @@ def _construct(err, where: str, partial: dict) -> None:
     pol = partial["policy"]
     knobs = {k: v for k, v in pol.items() if k not in ("name", "label")}
     try:
-        if env["kind"] == REAL_KIND:
+        if env["kind"] == REAL_KIND:  # building a real adapter loads a model: validate its config only
+            import real_runs
+            real_knobs = {k: v for k, v in env.items() if k not in ("kind", "n_harnesses")}
+            real_runs.resolve(**real_knobs)
             n_arms = _real_arms(env)
         else:
             adapter = hbsim.make_env(env["kind"], seed=0, **{k: v for k, v in env.items() if k != "kind"})

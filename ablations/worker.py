@@ -24,11 +24,7 @@ def adapter_factory(config: dict):
     if config["env"]["kind"] != REAL_KIND:
         return None
     import real_runs  # lazily: torch is only needed for real runs
-
-    def factory(cfg: dict):
-        knobs = {k: v for k, v in cfg["env"].items() if k != "kind"}
-        return real_runs.make_adapter(cfg["seed"], **knobs)
-    return factory
+    return real_runs.adapter_factory
 
 
 def execute(task: dict) -> dict:

@@ -141,3 +141,16 @@ def test_parse_spec_api_rejects_non_table_policies():
     with pytest.raises(ablations.SpecError, match=r"<grid>: key 'policies\[0\]': is not a table"):
         ablations.parse_spec({"name": "g", "steps": 2, "seeds": 1, "env": {"kind": "bernoulli"},
                               "policies": ["uniform"]})
+
+
+def test_real_env_grids_plan_without_building_a_model(tmp_path, capsys):
+    grid = write_grid(tmp_path / "real.toml", seeds=1, env={"kind": "real", "preset": "tiny"},
+                      policies=[{"name": "uniform"}], sweep={"env.lr": [0.001, 0.003]})
+    cells = load_spec(grid).cells()
+    assert [c.label for c in cells] == ["uniform[lr=0.001]", "uniform[lr=0.003]"]
+    assert cells[0].config["env"]["kind"] == "real" and cells[0].config["env"]["n_harnesses"] == 6
+    bad = write_grid(tmp_path / "bad.toml", seeds=1, env={"kind": "real", "preset": "huge"},
+                     policies=[{"name": "uniform"}])
+    assert hb_main(["grid", "plan", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "preset" in err and str(bad) in err
