@@ -112,7 +112,9 @@ def summary_table(al: Aligned, suite: str, baseline: str, *, resamples: int, rng
     def stat(x, ws, wt):
         parts = [stats.weighted_mean(x, ws, wt), stats.weighted_iqm(x, ws, wt)]
         xr = x.reshape(m, p, s, t)
-        pis = [stats.weighted_prob_improvement(xr[i, j], xr[i, b_idx], ws, wt) for i in range(m) for j in range(p)]
+        half = np.full(ws.shape[0], 0.5)  # P(baseline > baseline) = 1/2 exactly
+        pis = [half if j == b_idx else stats.weighted_prob_improvement(xr[i, j], xr[i, b_idx], ws, wt)
+               for i in range(m) for j in range(p)]
         parts.append(np.stack(pis, axis=1))
         return np.stack(parts, axis=1)  # (b, 3, m*p)
 
@@ -146,15 +148,17 @@ def paired_rows(al: Aligned, suite: str, cand: str, baseline: str, *, resamples:
     reps = stats.crossed_bootstrap(diff, stats.weighted_mean, resamples=resamples, rng=rng,
                                    progress=progress, label=f"paired {suite} {cand}")
     lo, hi = stats.percentile_interval(reps, alpha)
+    dall = diff.mean(axis=1)  # D_t per metric: (metrics, tasks)
+    p_perm = stats.sign_flip_test(dall, resamples=resamples, rng=rng)
     rows = []
     for i, metric in enumerate(al.metrics):
-        d = diff[i].mean(axis=0)  # D_t: (tasks,)
+        d = dall[i]
         w, ti, lo_ = stats.wins_ties_losses(d)
         rows.append({"suite": suite, "metric": metric, "candidate": cand, "baseline": baseline,
                      "n_tasks": len(al.tasks), "n_seeds": len(al.seeds),
                      "candidate_value": float(al.x[i, c].mean()), "baseline_value": float(al.x[i, b].mean()),
                      "delta": float(d.mean()), "ci_low": float(lo[i]), "ci_high": float(hi[i]),
-                     "p_permutation": stats.sign_flip_test(d, resamples=resamples, rng=rng),
+                     "p_permutation": float(p_perm[i]),
                      "p_wilcoxon": stats.wilcoxon_p(d), "p_sign": stats.sign_test(w, lo_), "p_holm": np.nan,
                      "wins": w, "ties": ti, "losses": lo_,
                      "prob_improvement": stats.prob_improvement(al.x[i, c], al.x[i, b]),
@@ -192,14 +196,16 @@ def category_rows(al: Aligned, suite: str, cand: str, baseline: str, *, resample
         diff = al.x[:, c][..., mask] - al.x[:, b][..., mask]  # (metrics, seeds, tasks_c)
         reps = stats.crossed_bootstrap(diff, stats.weighted_mean, resamples=resamples, rng=rng)
         lo, hi = stats.percentile_interval(reps, alpha)
+        dall = diff.mean(axis=1)  # (metrics, tasks_c)
+        p_perm = stats.sign_flip_test(dall, resamples=resamples, rng=rng)
         for i, metric in enumerate(al.metrics):
-            d = diff[i].mean(axis=0)
+            d = dall[i]
             rows.append({"suite": suite, "metric": metric, "candidate": cand, "baseline": baseline,
                          "category": cat, "n_tasks": int(mask.sum()), "n_seeds": len(al.seeds),
                          "candidate_value": float(al.x[i, c][..., mask].mean()),
                          "baseline_value": float(al.x[i, b][..., mask].mean()),
                          "delta": float(d.mean()), "ci_low": float(lo[i]), "ci_high": float(hi[i]),
-                         "p_permutation": stats.sign_flip_test(d, resamples=resamples, rng=rng)})
+                         "p_permutation": float(p_perm[i])})
     out = pd.DataFrame(rows)
     if out.empty:
         return rows

@@ -113,7 +113,7 @@ def validate_eval(df: pd.DataFrame) -> pd.DataFrame:
     reward = pd.to_numeric(ev["reward"], errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(reward) | (reward < 0) | (reward > 1)
     if bad.any():
-        raise ValueError(f"eval.reward: got {reward[bad][0]!r} (task {ev['task'].to_numpy()[bad][0]!r}, "
+        raise ValueError(f"eval.reward: got {float(reward[bad][0])!r} (task {ev['task'].to_numpy()[bad][0]!r}, "
                          f"{int(bad.sum())} bad row(s)); allowed: finite floats in [0, 1]")
     ev["reward"] = reward
     succ = ev["success"]
@@ -123,6 +123,9 @@ def validate_eval(df: pd.DataFrame) -> pd.DataFrame:
             raise ValueError(f"eval.success: got {succ[~vals.isin([0, 1])].iloc[0]!r}; allowed: booleans (or 0/1)")
         succ = vals.astype(bool)
     ev["success"] = succ.astype(bool)
+    # a canonical row order: every later aggregation sums in the same order (joins are by ids)
+    ev = ev.sort_values(["policy", "seed", "run_id", "step", "suite", "task", "attempt"], kind="stable")
+    ev = ev.reset_index(drop=True)
     dup = ev.duplicated(["run_id", "step", "suite", "task", "attempt"])
     if dup.any():
         r = ev[dup].iloc[0]

@@ -65,7 +65,9 @@ def pass_hat_k(n, c, k: int) -> np.ndarray:
 def draw_counts(rng: np.random.Generator, size: int, n: int) -> np.ndarray:
     """Multiplicities of ``n`` items in ``size`` bootstrap draws of n with replacement:
     (size, n) float64, each row sums to n."""
-    return rng.multinomial(n, np.full(n, 1.0 / n), size=size).astype(np.float64)
+    idx = rng.integers(0, n, size=(size, n))  # (size, n) drawn item indices
+    flat = (idx + n * np.arange(size)[:, None]).ravel()
+    return np.bincount(flat, minlength=size * n).reshape(size, n).astype(np.float64)
 
 
 def weighted_mean(x: np.ndarray, ws: np.ndarray, wt: np.ndarray) -> np.ndarray:
@@ -80,32 +82,48 @@ def iqm(values: np.ndarray) -> float:
     return float(sps.trim_mean(np.ravel(values), 0.25))
 
 
-def weighted_iqm(x: np.ndarray, ws: np.ndarray, wt: np.ndarray) -> np.ndarray:
+def _trimmed(values: np.ndarray, w: np.ndarray, n: int) -> np.ndarray:
+    """Mean of sorted positions [cut, n - cut) of the multiset {values[j] x w[b, j]}.
+    values: (U,) ascending; w: (B, U) integer multiplicities summing to n -> (B,)."""
+    cut = int(0.25 * n)
+    hi = np.cumsum(w, axis=1)
+    kept = np.clip(np.minimum(hi, n - cut) - np.maximum(hi - w, cut), 0.0, None)
+    return kept @ values / (n - 2 * cut)
+
+
+def weighted_iqm(x: np.ndarray, ws: np.ndarray, wt: np.ndarray, max_levels: int = 64) -> np.ndarray:
     """Bootstrap IQM, exactly ``trim_mean(resample, 0.25)`` of each replicate.
 
     x: (policies, seeds, tasks); ws: (B, seeds); wt: (B, tasks) -> (B, policies). The
     resampled multiset of a policy is its values with multiplicity ws[s] * wt[t]; the
-    kept sorted positions [cut, n - cut) are integrated with cumulative weights.
+    kept sorted positions [cut, n - cut) are integrated with cumulative weights. With at
+    most ``max_levels`` distinct values (binary metrics) multiplicities are summed per
+    value first, which is much cheaper. Multiplicities are integers < 2**24, so float32
+    sums are exact.
     """
     p, s, t = x.shape
-    n = s * t
-    cut = int(0.25 * n)
     out = np.empty((ws.shape[0], p))
     for j in range(p):
-        flat = x[j].ravel()
-        order = np.argsort(flat, kind="stable")
-        w = ws[:, order // t] * wt[:, order % t]  # (B, n) multiplicities in sorted order
-        hi = np.cumsum(w, axis=1)
-        kept = np.clip(np.minimum(hi, n - cut) - np.maximum(hi - w, cut), 0.0, None)
-        out[:, j] = kept @ flat[order] / (n - 2 * cut)
+        levels, inverse = np.unique(x[j], return_inverse=True)
+        inverse = inverse.reshape(s, t)
+        if levels.size <= max_levels:
+            onehot = (inverse[None] == np.arange(levels.size)[:, None, None]).astype(np.float64)  # (U, S, T)
+            w = weighted_mean(onehot, ws, wt) * (s * t)  # (B, U) multiplicity of each value
+            out[:, j] = _trimmed(levels, np.rint(w), s * t)
+        else:
+            flat = x[j].ravel()
+            order = np.argsort(flat, kind="stable")
+            w = ws[:, order // t].astype(np.float32) * wt[:, order % t].astype(np.float32)  # (B, S*T)
+            out[:, j] = _trimmed(flat[order], w, s * t)
     return out
 
 
 def _superiority(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """g[i, j, t] = 1 if x[i, t] > y[j, t], 0.5 if equal, else 0. x, y: (seeds, tasks)."""
-    gt = x[:, None, :] > y[None, :, :]
-    eq = x[:, None, :] == y[None, :, :]
-    return gt + 0.5 * eq
+    """g[i, j, t] = 1 if x[i, t] > y[j, t], 0.5 if equal (within 1e-12, so that means
+    summed in another order still tie), else 0. x, y: (seeds, tasks)."""
+    diff = x[:, None, :] - y[None, :, :]
+    eq = np.abs(diff) < 1e-12
+    return ((diff > 0) & ~eq) + 0.5 * eq
 
 
 def prob_improvement(x: np.ndarray, y: np.ndarray) -> float:
@@ -155,29 +173,44 @@ def _is_all_zero(d: np.ndarray) -> bool:
     return bool(np.all(np.abs(d) < 1e-12))
 
 
-def sign_flip_test(d: np.ndarray, *, resamples: int, rng: np.random.Generator) -> float:
+def sign_flip_test(d: np.ndarray, *, resamples: int, rng: np.random.Generator):
     """Two-sided sign-flip permutation test of mean(d) = 0 (scipy permutation_test,
-    permutation_type="samples"); exact when 2**len(d) <= resamples. d: (tasks,)."""
+    permutation_type="samples"); exact when 2**tasks <= resamples.
+
+    d: (tasks,) -> float, or (rows, tasks) -> (rows,) p-values (one test per row, the
+    sign patterns shared by the rows). A row of zeros gets p = 1; no task -> nan.
+    """
     d = np.asarray(d, dtype=np.float64)
-    if d.size == 0:
-        return float("nan")
-    if _is_all_zero(d):
-        return 1.0
-    res = sps.permutation_test((d,), lambda a, axis: np.mean(a, axis=axis), vectorized=True,
-                               permutation_type="samples", n_resamples=resamples,
-                               alternative="two-sided", random_state=rng)
-    return float(min(1.0, res.pvalue))
+    rows = np.atleast_2d(d)
+    p = np.ones(rows.shape[0])
+    if rows.shape[1] == 0:
+        p[:] = np.nan
+    elif rows.shape[1] > 1:  # one task: both sign patterns are as extreme, p = 1
+        live = ~np.all(np.abs(rows) < 1e-12, axis=1)
+        if live.any():
+            res = sps.permutation_test((rows[live],), lambda a, axis: np.mean(a, axis=axis), vectorized=True,
+                                       permutation_type="samples", n_resamples=resamples,
+                                       alternative="two-sided", random_state=rng, axis=-1)
+            p[live] = np.minimum(1.0, res.pvalue)
+    return float(p[0]) if d.ndim == 1 else p
 
 
 def wilcoxon_p(d: np.ndarray) -> float:
     """Wilcoxon signed-rank p (zero_method="zsplit"). All differences zero -> 1.0 (no
-    evidence of any difference; scipy would return nan); empty -> nan."""
+    evidence of any difference; scipy would return nan); empty -> nan.
+
+    The exact null distribution is used for <= 50 tasks without zeros or ties, the
+    tie-corrected normal approximation otherwise (scipy's "auto" would fall back to a
+    slow Monte-Carlo permutation there; the sign-flip test is our permutation test).
+    """
     d = np.asarray(d, dtype=np.float64)
     if d.size == 0:
         return float("nan")
     if _is_all_zero(d):
         return 1.0
-    return float(sps.wilcoxon(d, zero_method="zsplit").pvalue)
+    a = np.abs(d)
+    clean = d.size <= 50 and not (a < 1e-12).any() and np.unique(a).size == a.size
+    return float(sps.wilcoxon(d, zero_method="zsplit", method="exact" if clean else "approx").pvalue)
 
 
 def wins_ties_losses(d: np.ndarray) -> tuple[int, int, int]:

@@ -1,0 +1,162 @@
+"""build_report on synthetic SPEC §7 frames: columns, pairing by ids, exclusions, flips."""
+import numpy as np
+import pandas as pd
+import pytest
+
+import reports
+from reports import analysis, load, stats
+
+
+@pytest.fixture(scope="module")
+def frames():
+    from conftest import make_synthetic
+
+    return make_synthetic({"base": 0.0, "hb": 0.8, "mix": -0.4}, n_seeds=3, n_tasks=(18, 12))
+
+
+@pytest.fixture(scope="module")
+def result(frames):
+    return reports.build_report(frames, "base", None, resamples=200, seed=0)
+
+
+def test_paired_table_has_exact_columns_and_consistent_values(result, frames):
+    paired = result.tables["paired"]
+    assert list(paired.columns) == analysis.PAIRED_COLUMNS
+    assert set(paired["candidate"]) == {"hb", "mix"}
+    assert sorted(paired.loc[paired["suite"] == "heldout_harness", "metric"].unique()) == \
+        ["pass@1", "pass@3", "pass^3", "score"]
+    assert sorted(paired.loc[paired["suite"] == "heldout_tasks", "metric"].unique()) == ["pass@1", "score"]
+    np.testing.assert_allclose(paired["delta"], paired["candidate_value"] - paired["baseline_value"], atol=1e-12)
+    assert ((paired["ci_low"] <= paired["delta"] + 1e-12) & (paired["delta"] <= paired["ci_high"] + 1e-12)).all()
+    assert (paired["wins"] + paired["ties"] + paired["losses"] == paired["n_tasks"]).all()
+    # the baseline value recomputed by hand from the raw eval rows (final step, pass@1 on heldout_tasks)
+    ev = frames[0]
+    base = ev[(ev["policy"] == "base") & (ev["suite"] == "heldout_tasks")]
+    want = base.groupby(["seed", "task"])["success"].mean().groupby("seed").mean().mean()
+    row = paired[(paired["suite"] == "heldout_tasks") & (paired["metric"] == "pass@1")].iloc[0]
+    assert row["baseline_value"] == pytest.approx(want)
+    # Holm over candidates x metrics of the suite
+    sub = paired[paired["suite"] == "heldout_harness"]
+    np.testing.assert_allclose(sub["p_holm"], stats.adjust(sub["p_permutation"].to_numpy(), "holm"))
+
+
+def test_cell_metrics_hand_case():
+    ev = pd.DataFrame({"run_id": "r", "policy": "a", "seed": 0, "step": 5, "suite": "s", "task": "t",
+                       "category": "c", "harness": "h", "attempt": [0, 1, 2, 3],
+                       "reward": [1.0, 0.0, 0.5, 1.0], "success": [True, False, False, True]})
+    cells = analysis.cell_metrics(load.make_frames(ev).eval, (1, 3))
+    r = cells.iloc[0]
+    assert (r["n"], r["c"], r["score"], r["pass@1"]) == (4, 2, 0.625, 0.5)
+    assert r["pass@3"] == pytest.approx(1.0)  # n - c = 2 < 3
+    assert r["pass^3"] == pytest.approx(0.0)
+
+
+def test_shuffled_rows_give_identical_outputs(frames, result):
+    ev, tr = frames
+    rng = np.random.default_rng(5)
+    shuffled = (ev.sample(frac=1.0, random_state=rng).reset_index(drop=True),
+                tr.sample(frac=1.0, random_state=rng).reset_index(drop=True))
+    again = reports.build_report(shuffled, "base", None, resamples=200, seed=0)
+    for name, table in result.tables.items():
+        pd.testing.assert_frame_equal(table, again.tables[name], check_exact=True, obj=name)
+    assert reports.headline_table(again) == reports.headline_table(result)
+
+
+def test_different_seed_changes_intervals_only(frames, result):
+    other = reports.build_report(frames, "base", None, resamples=200, seed=1)
+    a, b = result.tables["paired"], other.tables["paired"]
+    pd.testing.assert_series_equal(a["delta"], b["delta"])
+    assert not np.allclose(a["ci_low"], b["ci_low"])
+
+
+def test_missing_seed_and_task_are_reported_and_excluded_in_both_arms(frames):
+    ev, tr = frames
+    ev = ev[~((ev["policy"] == "hb") & (ev["seed"] == 2))]  # hb lacks seed 2
+    lost_task = "heldo-t003"
+    ev = ev[~((ev["policy"] == "mix") & (ev["task"] == lost_task) & (ev["seed"] == 0))]
+    with pytest.warns(UserWarning, match="lacks"):
+        res = reports.build_report((ev, tr), "base", None, resamples=200)
+    joined = "\n".join(res.notes)
+    assert "policy 'hb' lacks seed(s) [2]" in joined
+    assert "policy 'mix' lacks 1 task(s)" in joined and lost_task in joined
+    paired = res.tables["paired"]
+    hb = paired[(paired["candidate"] == "hb") & (paired["suite"] == "heldout_tasks") & (paired["metric"] == "score")].iloc[0]
+    mix = paired[(paired["candidate"] == "mix") & (paired["suite"] == "heldout_tasks") & (paired["metric"] == "score")].iloc[0]
+    assert (hb["n_seeds"], hb["n_tasks"]) == (2, 18) and (mix["n_seeds"], mix["n_tasks"]) == (3, 17)
+    base = ev[(ev["policy"] == "base") & (ev["suite"] == "heldout_tasks")]
+    assert hb["baseline_value"] == pytest.approx(base[base["seed"] < 2]["reward"].mean())
+    assert mix["baseline_value"] == pytest.approx(base[base["task"] != lost_task]["reward"].mean())
+    summ = res.tables["summary"]
+    assert set(summ.loc[summ["suite"] == "heldout_tasks", "n_tasks"]) == {17}
+
+
+def test_flips_show_swaps_hidden_by_equal_counts():
+    rows = []
+    outcomes = {"base": [1, 1, 0, 0], "cand": [0, 1, 1, 0]}  # 2 = 2 passed, one swap
+    for pol, outs in outcomes.items():
+        for seed in range(3):
+            for t, o in enumerate(outs):
+                rows.append((f"{pol}{seed}", pol, seed, 10, "s", f"t{t}", "cat", "h", 0, float(o), bool(o)))
+    ev = pd.DataFrame(rows, columns=list(load.EVAL_REQUIRED))
+    res = reports.build_report(ev, "base", None, ks=(1,), resamples=100)
+    counts = res.tables["flip_counts"].iloc[0]
+    assert (counts["baseline_passed"], counts["candidate_passed"], counts["gained"], counts["lost"]) == (2, 2, 1, 1)
+    flips = res.tables["flips"].set_index("task")["direction"].to_dict()
+    assert flips == {"t0": "pass->fail", "t2": "fail->pass"}
+    ps = res.tables["per_seed"]
+    assert (ps["n10"] == 1).all() and (ps["n01"] == 1).all() and (ps["mcnemar_p"] == 1.0).all()
+
+
+def test_categories_gee_and_diagnostics(result):
+    cats = result.tables["categories"]
+    assert set(cats["category"]) == {"coding", "memory", "skills"}
+    for _, g in cats.groupby(["suite", "metric", "candidate"]):
+        assert g["worst"].sum() == 1 and g.loc[g["worst"], "delta"].iloc[0] == g["delta"].min()
+        np.testing.assert_allclose(g["p_bh"], stats.adjust(g["p_permutation"].to_numpy(), "fdr_bh"))
+    gee = result.tables["gee"]
+    assert set(gee["candidate"]) == {"hb", "mix"}
+    hb = gee[(gee["candidate"] == "hb") & (gee["suite"] == "heldout_harness")].iloc[0]
+    assert hb["log_odds"] > 0 and hb["n_clusters"] == 12
+    diag = result.tables["diagnostics"]
+    assert len(diag) == 9 and diag["rho"].between(-1, 1).all()
+    assert set(result.tables["cost"]["quantity"]) >= {"generated_per_optimized", "seconds_rollout"}
+
+
+def test_optional_train_columns_missing_are_notes_not_errors(frames):
+    ev, tr = frames
+    tr = tr.drop(columns=[c for c in tr.columns if c.startswith(("mem_", "regret", "transfer"))])
+    res = reports.build_report((ev, tr), "base", None, resamples=100)
+    joined = "\n".join(res.notes)
+    assert "regret missing" in joined and "Spearman L-T check skipped" in joined and "memory" in joined
+
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda e: e.assign(reward=e["reward"].where(e.index != 3, 1.5)), "eval.reward: got 1.5"),
+    (lambda e: e.drop(index=e.index[(e["suite"] == "heldout_harness")][:1]), "inconsistent attempt counts"),
+    (lambda e: e.drop(columns="success"), "missing column"),
+])
+def test_bad_eval_tables_raise_naming_field(frames, mutate, match):
+    with pytest.raises(ValueError, match=match):
+        reports.build_report(mutate(frames[0]), "base", None, resamples=10)
+
+
+def test_read_dir_finds_cells_and_collected(tmp_path, frames):
+    from conftest import write_grid
+
+    ev, tr = frames
+    a = load.read_dir(write_grid(tmp_path / "cells_grid", ev, tr))
+    b = load.read_dir(write_grid(tmp_path / "collected", ev, tr, collected=True))
+    assert len(a.runs) == 9 and a.eval.shape == b.eval.shape
+    key = ["policy", "seed", "suite", "task", "attempt"]
+    pd.testing.assert_frame_equal(a.eval.sort_values(key).reset_index(drop=True),
+                                  b.eval.sort_values(key).reset_index(drop=True))
+
+
+def test_final_step_only(frames):
+    from conftest import make_synthetic
+
+    ev, tr = make_synthetic({"base": 0.0, "hb": 0.5}, n_seeds=2, n_tasks=(6, 4), eval_steps=(5, 12))
+    fr = load.make_frames(ev, tr)
+    assert set(fr.eval["step"]) == {12} and set(fr.eval_all["step"]) == {5, 12}
+    res = reports.build_report(fr, "base", None, resamples=50)
+    assert not res.diag.eval_curves.empty

@@ -1,0 +1,184 @@
+"""Hand-computed cases for every statistic of reports.stats."""
+import itertools
+from math import comb
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from reports import stats
+
+
+def test_pass_at_k_matches_closed_form_including_n_minus_c_below_k():
+    n = np.array([5, 5, 5, 5, 10, 3, 200])
+    c = np.array([0, 1, 3, 5, 7, 1, 2])
+    k = 3
+    want = [1 - comb(int(a) - int(b), k) / comb(int(a), k) for a, b in zip(n, c)]
+    got = stats.pass_at_k(n, c, k)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    # n - c < k: c = 3 of n = 5 leaves 2 failures < 3 -> exactly 1
+    assert got[2] == 1.0 and got[3] == 1.0 and got[0] == 0.0
+    assert got[4] == pytest.approx(1 - 1 / 120)  # C(3,3)/C(10,3)
+    assert stats.pass_at_k(4, 1, 1) == pytest.approx(0.25)
+
+
+def test_pass_hat_k_is_ratio_of_binomials():
+    n = np.array([3, 3, 3, 5, 10])
+    c = np.array([0, 2, 3, 4, 7])
+    got = stats.pass_hat_k(n, c, 3)
+    want = [comb(int(b), 3) / comb(int(a), 3) for a, b in zip(n, c)]
+    np.testing.assert_allclose(got, want, atol=1e-12)
+    assert got.tolist()[:3] == [0.0, 0.0, 1.0]
+    assert got[3] == pytest.approx(4 / 10) and got[4] == pytest.approx(35 / 120)
+
+
+def test_pass_k_rejects_k_above_attempts():
+    with pytest.raises(ValueError, match="k"):
+        stats.pass_at_k([2, 2], [1, 0], 3)
+    with pytest.raises(ValueError, match="k"):
+        stats.pass_hat_k([2], [1], 0)
+
+
+def test_sign_flip_p_is_exact_on_six_tasks():
+    d = np.array([0.3, -0.1, 0.2, 0.5, 0.05, 0.4])
+    observed = abs(d.mean())
+    hits = 0
+    for signs in itertools.product([-1.0, 1.0], repeat=6):  # all 64 sign patterns
+        hits += abs((np.array(signs) * d).mean()) >= observed - 1e-12
+    want = hits / 64
+    # |1.35 - 2 s_F| >= 1.35 for the flipped set F: s_F <= 0 (F = {}, {-0.1}, {-0.1, 0.05})
+    # or s_F >= 1.35 (their complements): 6 of 64 patterns
+    assert want == pytest.approx(6 / 64)
+    got = stats.sign_flip_test(d, resamples=10000, rng=np.random.default_rng(0))
+    assert got == pytest.approx(want, abs=1e-12)
+    rows = stats.sign_flip_test(np.stack([d, np.zeros(6)]), resamples=10000, rng=np.random.default_rng(0))
+    np.testing.assert_allclose(rows, [want, 1.0])
+
+
+def test_holm_and_bh_on_known_vectors():
+    p = np.array([0.01, 0.04, 0.03, 0.005])
+    # Holm: sorted 0.005*4, 0.01*3, 0.03*2, 0.04*1 with running max
+    np.testing.assert_allclose(stats.adjust(p, "holm"), [0.03, 0.06, 0.06, 0.02])
+    # BH: sorted p*(m/rank) = 0.02, 0.02, 0.04, 0.04 with running min from the top
+    np.testing.assert_allclose(stats.adjust(p, "fdr_bh"), [0.02, 0.04, 0.04, 0.02])
+    np.testing.assert_allclose(stats.adjust(np.array([0.02, np.nan]), "holm"), [0.02, np.nan])
+
+
+def test_wilcoxon_sign_test_and_wins():
+    d = np.array([0.5, 0.0, -0.25, 1.0, 0.75])
+    assert stats.wins_ties_losses(d) == (3, 1, 1)
+    assert stats.sign_test(3, 1) == pytest.approx(0.625)  # 2 * P(X >= 3 | 4, 1/2) = 2 * 5/16
+    assert stats.sign_test(0, 0) == 1.0
+    assert stats.wilcoxon_p(np.zeros(4)) == 1.0
+    # with a zero difference: tie-corrected normal approximation of scipy
+    assert stats.wilcoxon_p(d) == pytest.approx(sps.wilcoxon(d, zero_method="zsplit", method="approx").pvalue)
+    # no zeros/ties: exact. ranks of |d| = 2, 1, 4, 3; W- = 1; P(W- <= 1) = 2/16, two-sided 0.25
+    assert stats.wilcoxon_p(np.array([0.5, -0.25, 1.0, 0.75])) == pytest.approx(0.25)
+    assert np.isnan(stats.wilcoxon_p(np.array([])))
+
+
+def test_mde_formula():
+    d = np.array([0.1, -0.1, 0.2, 0.0])
+    z = sps.norm.ppf(0.975) + sps.norm.ppf(0.8)
+    assert stats.mde(d, 0.05) == pytest.approx(z * np.std(d, ddof=1) / 2)
+    assert z == pytest.approx(2.8016, abs=1e-4)
+
+
+def test_mcnemar_table_and_mid_p():
+    cand = np.array([1, 1, 1, 1, 1, 0, 0, 1, 0, 0])
+    base = np.array([1, 0, 0, 0, 0, 0, 1, 1, 0, 0])
+    r = stats.mcnemar_test(cand, base)
+    assert (r["n11"], r["n10"], r["n01"], r["n00"]) == (2, 4, 1, 3)
+    assert r["p"] == pytest.approx(2 * (1 + 5) / 32)  # 2 * P(X <= 1 | 5, 1/2)
+    assert r["mid_p"] == pytest.approx(2 * (1 + 5) / 32 - 5 / 32)
+
+
+def _brute_force_bounds(n, a, b):
+    ps = []
+    A = np.zeros(n, bool)
+    A[:a] = True
+    for ones in itertools.combinations(range(n), b):  # every pairing of B's successes with A's
+        B = np.zeros(n, bool)
+        B[list(ones)] = True
+        ps.append(stats.mcnemar_test(A, B)["p"])
+    return min(ps), max(ps)
+
+
+@pytest.mark.parametrize("n,a,b", [(6, 3, 2), (7, 5, 4), (8, 2, 6), (5, 5, 0), (6, 3, 3)])
+def test_marginal_mcnemar_bounds_match_brute_force(n, a, b):
+    res = stats.marginal_mcnemar_bounds(n, a, b)
+    lo, hi = _brute_force_bounds(n, a, b)
+    assert res["min"]["p"] == pytest.approx(lo) and res["max"]["p"] == pytest.approx(hi)
+    for r in (res["min"], res["max"]):
+        assert r["n10"] - r["n01"] == a - b and r["n11"] + r["n10"] == a and min(r.values()) >= 0
+
+
+def test_marginal_bounds_of_the_paper_counts():
+    res = stats.marginal_mcnemar_bounds(161, 67, 62)
+    assert (res["min"]["n10"], res["min"]["n01"]) == (5, 0)
+    assert res["min"]["p"] == pytest.approx(2 / 32)
+    assert (res["max"]["n10"], res["max"]["n01"]) == (67, 62)
+    assert res["tables"] == 63
+    with pytest.raises(ValueError, match="allowed"):
+        stats.marginal_mcnemar_bounds(10, 11, 2)
+
+
+def _explicit_resample(x, ws, wt, b):
+    si = np.repeat(np.arange(x.shape[-2]), ws[b].astype(int))
+    ti = np.repeat(np.arange(x.shape[-1]), wt[b].astype(int))
+    return x[..., si, :][..., ti]
+
+
+@pytest.mark.parametrize("kind", ["binary", "continuous"])
+def test_weighted_statistics_equal_explicit_resamples(kind):
+    rng = np.random.default_rng(3)
+    x = rng.random((3, 4, 9))
+    x = (x < 0.5).astype(float) if kind == "binary" else x
+    ws, wt = stats.draw_counts(rng, 7, 4), stats.draw_counts(rng, 7, 9)
+    assert (ws.sum(1) == 4).all() and (wt.sum(1) == 9).all()
+    means, iqms = stats.weighted_mean(x, ws, wt), stats.weighted_iqm(x, ws, wt)
+    pis = stats.weighted_prob_improvement(x[0], x[1], ws, wt)
+    for b in range(7):
+        r = _explicit_resample(x, ws, wt, b)
+        np.testing.assert_allclose(means[b], r.mean(axis=(1, 2)))
+        np.testing.assert_allclose(iqms[b], [sps.trim_mean(r[p].ravel(), 0.25) for p in range(3)])
+        assert pis[b] == pytest.approx(stats.prob_improvement(r[0], r[1]))
+
+
+def test_prob_improvement_hand_case():
+    x = np.array([[1.0, 0.0], [1.0, 1.0]])  # (seeds, tasks)
+    y = np.array([[0.0, 0.0], [1.0, 1.0]])
+    # task 0: pairs (1,0)>,(1,1)=,(1,0)>,(1,1)= -> 3/4; task 1: (0,0)=,(0,1)<,(1,0)>,(1,1)= -> 1/2
+    assert stats.prob_improvement(x, y) == pytest.approx(0.625)
+    assert stats.iqm(np.array([0, 1, 2, 3, 4, 5, 6, 100.0])) == pytest.approx(3.5)
+
+
+def test_bootstrap_reproducible_and_chunk_progress():
+    x = np.random.default_rng(0).random((2, 5, 30))
+    calls = []
+    a = stats.crossed_bootstrap(x, stats.weighted_mean, resamples=2500, rng=np.random.default_rng(7),
+                                progress=lambda d, t, lab: calls.append((d, t)))
+    b = stats.crossed_bootstrap(x, stats.weighted_mean, resamples=2500, rng=np.random.default_rng(7))
+    np.testing.assert_array_equal(a, b)
+    assert a.shape == (2500, 2) and calls == [(1000, 2500), (2000, 2500), (2500, 2500)]
+    c = stats.crossed_bootstrap(x, stats.weighted_mean, resamples=2500, rng=np.random.default_rng(8))
+    assert not np.array_equal(a, c)
+
+
+def test_bootstrap_interval_covers_planted_delta_about_95_percent():
+    rng = np.random.default_rng(1)
+    hits, reps, truth = 0, 200, 0.1
+    for _ in range(reps):
+        # delta cube (seeds, tasks) = effect + task effect + seed effect + noise
+        d = truth + rng.normal(0, 0.1, 40)[None] + rng.normal(0, 0.05, 10)[:, None] + rng.normal(0, 0.05, (10, 40))
+        boot = stats.crossed_bootstrap(d[None], stats.weighted_mean, resamples=400, rng=rng)
+        lo, hi = stats.percentile_interval(boot, 0.05)
+        hits += bool(lo[0] <= truth <= hi[0])
+    assert 0.88 <= hits / reps <= 0.99
+
+
+def test_bootstrap_speed(benchmark):
+    x = np.random.default_rng(0).random((8, 5, 200))
+    out = benchmark(lambda: stats.crossed_bootstrap(x, stats.weighted_mean, resamples=2000,
+                                                    rng=np.random.default_rng(0)))
+    assert out.shape == (2000, 8)
