@@ -137,8 +137,8 @@ def grpo_token_loss(logp, old_logp, ref_logp, adv, mask, *, clip_low: float = 0.
     loss_sum = (per_token * mask).sum()
     with torch.no_grad():
         was_clipped = ((ratio * adv) > (clipped * adv)).float() * mask
-        stats = {"kl_sum": float((k3 * mask).sum()), "clipped": float(was_clipped.sum()),
-                 "ratio_sum": float((ratio * mask).sum())}
+        stats = {"kl_sum": float((k3.detach() * mask).sum()), "clipped": float(was_clipped.sum()),
+                 "ratio_sum": float((ratio.detach() * mask).sum())}
     return loss_sum, stats
 
 
@@ -194,7 +194,7 @@ def accumulate_gradients(model, ref, rows: Rows, *, micro_batch: int, n_tokens_g
         loss_sum, s = grpo_token_loss(logp, batch["old_logp"], ref_logp, batch["adv"], batch["mask"],
                                       clip_low=clip_low, clip_high=clip_high, kl_coef=kl_coef)
         (loss_sum / n_tokens_global).backward()
-        stats["loss"] += float(loss_sum) / n_tokens_global
+        stats["loss"] += float(loss_sum.detach()) / n_tokens_global
         for k in ("kl_sum", "clipped", "ratio_sum"):
             stats[k] += s[k]
     return stats
