@@ -13,6 +13,7 @@ import platform
 import shutil
 import sys
 import tempfile
+from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
@@ -51,15 +52,21 @@ def config_hash(config: dict) -> str:
 
 def versions() -> dict:
     """python, numpy, pandas, pyarrow, harnessbandit, and torch when it is already imported."""
+    out = dict(_static_versions())
+    if "torch" in sys.modules:
+        out["torch"] = getattr(sys.modules["torch"], "__version__", None)
+    return out
+
+
+@lru_cache(maxsize=1)
+def _static_versions() -> tuple:
     out = {"python": platform.python_version(), "numpy": np.__version__, "pandas": pd.__version__}
     for dist in ("pyarrow", "harnessbandit"):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             out[dist] = None
-    if "torch" in sys.modules:
-        out["torch"] = getattr(sys.modules["torch"], "__version__", None)
-    return out
+    return tuple(out.items())
 
 
 def is_complete(run_dir) -> bool:

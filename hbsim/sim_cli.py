@@ -43,6 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="env.KNOB=VALUE or policy.KNOB=VALUE (repeatable; VALUE parsed as JSON)")
     parser.add_argument("--out", default=None, help="write DIR/<label>/seed<seed>/ run directories")
     parser.add_argument("--overwrite", action="store_true", help="replace existing complete run directories")
+    parser.add_argument("--knobs", action="store_true", help="list the env's knobs (default, range, doc) and exit")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                         help="parallel worker processes (default: min(2, CPUs))")
 
@@ -108,7 +109,17 @@ def _run(cfg: dict):
     return run_config(cfg)
 
 
+def knob_table(kind: str) -> str:
+    specs = ENVS[kind].knob_specs()
+    width = max(map(len, specs))
+    return "\n".join(f"{name.ljust(width)}  {spec.default!r:>8}  {spec.allowed():<32}  {spec.doc}"
+                     for name, spec in specs.items())
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.knobs:
+        print(knob_table(args.env))
+        return 0
     configs = build_configs(args)
     if args.out is not None and not args.overwrite:
         for cfg in configs:

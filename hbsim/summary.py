@@ -2,20 +2,21 @@
 
 Per policy label, over seeds: final held-out score of each suite (mean reward of the
 final-step eval rows of a seed, then mean over seeds with a 95% t-interval), cumulative
-regret (sum over steps, mean over seeds), mean visits per harness (steps with groups on
-the harness), and groups generated per optimized group (ratio of sums).
+regret (sum over steps, mean over seeds), how often a pure policy picked the oracle's
+one-step best harness (oracle%), mean visits per harness (steps with groups on the
+harness), and groups generated per optimized group (ratio of sums).
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
-
 from hbsim.envs.base import SUITES
 
 
 def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     """Mean and half-width of the two-sided t-interval; half-width nan below 2 values."""
+    from scipy.special import stdtrit      # imported here: keeps `hb` start-up light
+
     values = np.asarray(values, dtype=np.float64)
     values = values[np.isfinite(values)]
     if values.size == 0:
@@ -23,7 +24,7 @@ def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     mean = float(values.mean())
     if values.size < 2:
         return mean, float("nan")
-    half = stats.t.ppf(0.5 + level / 2, values.size - 1) * values.std(ddof=1) / np.sqrt(values.size)
+    half = stdtrit(values.size - 1, 0.5 + level / 2) * values.std(ddof=1) / np.sqrt(values.size)
     return mean, float(half)
 
 
@@ -39,7 +40,7 @@ def final_scores(eval_df: pd.DataFrame) -> pd.DataFrame:
 
 def summarize(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> pd.DataFrame:
     """One row per policy label: <suite>_mean, <suite>_ci95, regret, regret_ci95, seeds,
-    gen_per_opt, visits_<harness>."""
+    oracle_share (nan for mixed batches), gen_per_opt, visits_<harness>."""
     scores = final_scores(eval_df)
     alloc_cols = [c for c in train_df.columns if c.startswith("alloc_")]
     rows = []
@@ -52,6 +53,9 @@ def summarize(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> pd.DataFrame:
         if "regret" in tr:
             per_seed = tr.groupby("seed")["regret"].sum().to_numpy()
             row["regret"], row["regret_ci95"] = t_interval(per_seed)
+        if "oracle_arm" in tr:
+            hit = (tr["arm"] == tr["oracle_arm"]).where(tr["arm"] >= 0)
+            row["oracle_share"] = float(hit.groupby(tr["seed"]).mean().mean())
         opt = tr["groups_optimized"].sum()
         row["gen_per_opt"] = float(tr["groups_generated"].sum() / opt) if opt else float("nan")
         for col in alloc_cols:
@@ -66,19 +70,24 @@ def _pm(mean: float, half: float, digits: int = 3) -> str:
     return f"{mean:.{digits}f}" + (f" ± {half:.{digits}f}" if np.isfinite(half) else "")
 
 
+def _pct(share: float) -> str:
+    return f"{100 * share:.0f}%" if np.isfinite(share) else "-"
+
+
 def summary_table(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> str:
     """Fixed-width text table, one line per policy label (see the module docstring)."""
     summ = summarize(train_df, eval_df)
     if summ.empty:
         return "(no runs)"
     visit_cols = [c for c in summ.columns if c.startswith("visits_")]
-    header = ["policy", "seeds"] + [f"{s} (95% CI)" for s in SUITES] + ["cum. regret", "gen/opt",
+    header = ["policy", "seeds"] + [f"{s} (95% CI)" for s in SUITES] + ["cum. regret", "oracle%", "gen/opt",
                                                                        "visits " + "/".join(c[7:] for c in visit_cols)]
     lines = []
     for _, r in summ.iterrows():
         lines.append([str(r["policy"]), str(r["seeds"])]
                      + [_pm(r[f"{s}_mean"], r[f"{s}_ci95"]) for s in SUITES]
-                     + [_pm(r.get("regret", np.nan), r.get("regret_ci95", np.nan), 3), f"{r['gen_per_opt']:.2f}",
+                     + [_pm(r.get("regret", np.nan), r.get("regret_ci95", np.nan), 3),
+                        _pct(r.get("oracle_share", np.nan)), f"{r['gen_per_opt']:.2f}",
                         "/".join(f"{r[c]:.0f}" for c in visit_cols)])
     widths = [max(len(header[i]), *(len(line[i]) for line in lines)) for i in range(len(header))]
     fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731

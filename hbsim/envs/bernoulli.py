@@ -36,8 +36,9 @@ Drift noise and the staleness of leftover groups are left out of the expectation
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
-from scipy.special import comb
 
 from hbsim import grpo
 from hbsim.envs.base import CATEGORIES, Batch, Knob, SyntheticEnv
@@ -117,7 +118,8 @@ class BernoulliEnv(SyntheticEnv):
         # s(k): batch signal of a binary group with k successes under the advantage kind
         canon = (np.arange(self.G)[None, :] < np.arange(self.G + 1)[:, None]).astype(np.float64)
         self._s_of_k = (grpo.advantages(canon, k["advantage"]) * canon).mean(axis=1)   # (G+1,)
-        self._s_coef = comb(self.G, np.arange(self.G + 1)) * self._s_of_k              # (G+1,)
+        binom = np.array([math.comb(self.G, j) for j in range(self.G + 1)], dtype=np.float64)
+        self._s_coef = binom * self._s_of_k                                            # (G+1,)
         self._onehot = np.eye(C)[self.task_category[: self.n_tasks]]                    # (n, C)
         self._es_poly = None
         if self.G <= 16:                  # sum_k s_coef[k] p^k (1-p)^(G-k) in the power basis

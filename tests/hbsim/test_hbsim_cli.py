@@ -48,18 +48,39 @@ def test_sim_all_policies_parallel():
 @pytest.mark.parametrize("args, needle", [
     (["--env", "nope"], "valid kinds"),
     (["--set", "env.lr=-1"], "lr=-1"),
+])
+def test_sim_bad_input_one_line_exit_2_subprocess(args, needle):
+    proc = hb("--steps", "2", "--seeds", "1", *args)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error:") and needle in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+@pytest.mark.parametrize("args, needle", [
     (["--set", "env.lrate=1"], "valid knobs"),
+    (["--set", "env.group_size=1.5"], "group_size=1.5"),
     (["--set", "policy.tau=oops", "--policy", "harnessbandit"], "tau"),
     (["--set", "policy.zzz=1"], "zzz"),
     (["--set", "lr=1"], "env.KNOB=VALUE"),
     (["--policy", "bogus"], "valid policies"),
     (["--seeds", "0"], "--seeds 0"),
+    (["--steps", "-3"], "steps=-3"),
+    (["--steps", "abc"], "invalid int value"),
 ])
-def test_sim_bad_input_one_line_exit_2(args, needle):
-    proc = hb("--steps", "2", "--seeds", "1", *args) if "--seeds" not in args else hb("--steps", "2", *args)
-    assert proc.returncode == 2
-    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error:") and needle in proc.stderr
-    assert "Traceback" not in proc.stderr and proc.stdout == ""
+def test_sim_bad_input_in_process(args, needle, capsys, tmp_path):
+    from hbsim.cli import main
+    assert main(["sim", "--seeds", "1", "--steps", "2", "--out", str(tmp_path / "o"), *args]) == 2
+    err = capsys.readouterr()
+    assert err.out == "" and err.err.count("\n") == 1 and needle in err.err
+    assert not (tmp_path / "o").exists()
+
+
+def test_sim_knobs_listing():
+    proc = hb("--env", "bernoulli", "--knobs")
+    assert proc.returncode == 0
+    names = [line.split()[0] for line in proc.stdout.splitlines()]
+    from hbsim.envs import ENVS
+    assert names == list(ENVS["bernoulli"].knobs())
 
 
 def test_t_interval_hand_computed():
@@ -72,7 +93,8 @@ def test_t_interval_hand_computed():
 def test_summary_values_hand_computed():
     train = pd.DataFrame({"policy": ["a"] * 4, "seed": [0, 0, 1, 1], "regret": [0.1, 0.2, 0.3, 0.0],
                           "groups_generated": [12, 12, 24, 12], "groups_optimized": [8, 8, 8, 8],
-                          "alloc_h0": [8, 0, 8, 8], "alloc_h1": [0, 8, 0, 0]})
+                          "alloc_h0": [8, 0, 8, 8], "alloc_h1": [0, 8, 0, 0],
+                          "arm": [0, 1, 0, 0], "oracle_arm": [0, 0, 1, 0]})
     ev = pd.DataFrame({"policy": ["a"] * 6, "seed": [0, 0, 0, 1, 1, 1], "step": [0, 2, 2, 2, 2, 2],
                        "suite": ["heldout_tasks"] * 3 + ["heldout_tasks", "heldout_harness", "heldout_harness"],
                        "reward": [0.0, 1.0, 0.5, 0.25, 1.0, 0.0]})
@@ -81,5 +103,9 @@ def test_summary_values_hand_computed():
     assert s.heldout_harness_mean == 0.5 and np.isnan(s.heldout_harness_ci95)
     assert s.regret == pytest.approx(0.3) and s.gen_per_opt == pytest.approx(60 / 32)
     assert s.visits_h0 == 1.5 and s.visits_h1 == 0.5
+    assert s.oracle_share == pytest.approx((0.5 + 0.5) / 2)
     table = summary_table(train, ev)
-    assert "0.500 ± 0.500" not in table and "1.88" in table and "2/0" in table
+    header, _, line = table.splitlines()
+    assert "oracle%" in header and "50%" in line and "1.88" in line and line.endswith("2/0")
+    # t_{0.975, 1} = 12.706 * sd(0.75, 0.25) / sqrt(2) = 3.177; one seed on heldout_harness: no interval
+    assert "0.500 ± 3.177" in line and line.count("±") == 2

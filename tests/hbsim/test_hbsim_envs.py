@@ -163,7 +163,7 @@ def test_expected_update_matches_monte_carlo():
     dz, du = env.expected_update(np.eye(6, dtype=np.int64)[[h]] * 8)
     state = env.state_dict()
     z0 = env.z.copy()
-    reps = 3000
+    reps = 1200
     draws = np.empty((reps,) + z0.shape)
     for i in range(reps):
         env.load_state_dict(state)
