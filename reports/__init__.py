@@ -6,8 +6,19 @@
 
 `reports` imports none of the other packages of this repository; it reads the
 `train.parquet` / `eval.parquet` / `run.json` files that runs and grids write.
+The public names are imported lazily so that `hb report marginals` stays light.
 """
-from reports.build import ReportResult, build_report, headline_table
-from reports.load import Frames, make_frames, read_dir
+from __future__ import annotations
 
-__all__ = ["Frames", "ReportResult", "build_report", "headline_table", "make_frames", "read_dir"]
+import importlib
+
+_EXPORTS = {"ReportResult": "reports.build", "build_report": "reports.build", "headline_table": "reports.build",
+            "Frames": "reports.load", "make_frames": "reports.load", "read_dir": "reports.load"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'reports' has no attribute {name!r}")

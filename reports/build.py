@@ -11,7 +11,10 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from reports import analysis, diagnostics, load
+from reports import load
+
+# reports.analysis / reports.diagnostics (scipy, statsmodels) are imported after the
+# inputs are validated, so that a rejected call answers quickly.
 
 TABLES = ("summary", "per_task", "paired", "per_seed", "categories", "flips", "flip_counts", "gee", "diagnostics",
           "cost", "visits")
@@ -23,7 +26,7 @@ class ReportResult:
 
     config: dict
     tables: dict[str, pd.DataFrame]
-    diag: diagnostics.Diagnostics
+    diag: "diagnostics.Diagnostics"  # noqa: F821
     notes: list[str]
     suites: dict[str, int]  # suite -> attempts per task
     policies: list[str]
@@ -84,6 +87,7 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     """
     fr = _frames(dir_or_frames)
     policies, attempts, ks = _validate(fr, baseline, suite, ks, resamples, alpha)
+    from reports import analysis, diagnostics
     cands = [p for p in policies if p != baseline]
     rng = np.random.default_rng(seed)
     cells = analysis.cell_metrics(fr.eval, ks)
@@ -153,7 +157,7 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 def _holm(paired: pd.DataFrame) -> pd.DataFrame:
     """Holm over all candidates x metrics of each suite, applied to p_permutation."""
-    from reports import stats
+    from reports import analysis, stats
 
     if paired.empty:
         return pd.DataFrame(columns=analysis.PAIRED_COLUMNS)

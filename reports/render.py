@@ -52,7 +52,7 @@ def html_table(df: pd.DataFrame, max_rows: int = 60) -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
                    for row in df.itertuples(index=False))
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return f"<div style='overflow-x:auto'><table><tr>{head}</tr>{body}</table></div>"
 
 
 class Doc:
@@ -141,8 +141,8 @@ def _header(doc: Doc, result, headline: str) -> None:
             doc.p(line, "note")
 
 
-def _verdict(r) -> str:
-    if r["p_holm"] < 0.05:
+def _verdict(r, alpha: float) -> str:
+    if r["p_holm"] < alpha:
         word = "distinguishable from task and seed noise"
     elif abs(r["delta"]) < r["mde"]:
         word = f"not distinguishable (|delta| below the minimum detectable effect {r['mde']:.3f})"
@@ -161,7 +161,7 @@ def _suite_section(doc: Doc, result, suite: str) -> None:
     doc.h(2, f"Suite {suite}")
     doc.h(3, "Is the delta distinguishable from seed noise?")
     for _, r in paired.iterrows():
-        doc.p(_verdict(r))
+        doc.p(_verdict(r, result.config["alpha"]))
     doc.table(paired.drop(columns=["suite", "baseline"]))
     doc.h(3, "Values with intervals")
     doc.table(summ.drop(columns=["suite", "is_baseline"]))

@@ -1,0 +1,144 @@
+"""`hb report` through the real dispatcher in subprocesses, and the HTML in a headless browser."""
+import base64
+import io
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def hb(*args, cwd=REPO):
+    return subprocess.Popen([sys.executable, "-m", "hbsim.cli", "report", *map(str, args)], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def done(proc):
+    out, err = proc.communicate(timeout=300)
+    return proc.returncode, out, err
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    from conftest import make_synthetic, write_grid
+
+    ev, tr = make_synthetic({"base": 0.0, "hb": 0.8, "mix": -0.4}, n_seeds=3, n_tasks=(18, 12))
+    return write_grid(tmp_path_factory.mktemp("grid"), ev, tr)
+
+
+@pytest.fixture(scope="module")
+def smoke(grid):
+    return done(hb(grid, "--baseline", "base", "--resamples", "200", "--k", "1,3"))
+
+
+def test_report_smoke_writes_everything(smoke, grid):
+    rc, out, err = smoke
+    assert rc == 0, err
+    assert "suite heldout_harness: 12 tasks x 3 seeds, 3 attempt(s), baseline base" in out
+    assert re.search(r"pass\^3\s+hb\s+\d\.\d{3}\s+[+-]\d\.\d{3}", out)
+    assert out.strip().endswith(str(grid / "report" / "index.html"))
+    assert "bootstrap [1/6] summary heldout_harness: 200/200" in err
+    rep = grid / "report"
+    for name in ("index.html", "report.md", "summary.csv", "paired.csv", "per_seed.csv", "categories.csv",
+                 "flips.csv", "gee.csv", "diagnostics.csv", "cost.csv", "config.json"):
+        assert (rep / name).stat().st_size > 0, name
+    pngs = sorted(p.name for p in (rep / "figures").glob("*.png"))
+    assert {"forest_heldout_tasks.png", "intervals_heldout_harness.png", "passk_heldout_harness.png",
+            "selection.png", "cost.png", "spearman.png"} <= set(pngs)
+    md = (rep / "report.md").read_text()
+    assert "Is the delta distinguishable from seed noise?" in md and "Which tasks flipped" in md
+
+
+def test_html_is_self_contained_with_decodable_pngs(smoke, grid):
+    import matplotlib.image as mpimg
+
+    html = (grid / "report" / "index.html").read_text()
+    srcs = re.findall(r'<img[^>]*src="([^"]+)"', html)
+    assert len(srcs) >= 10
+    for src in srcs:
+        assert src.startswith("data:image/png;base64,")
+        img = mpimg.imread(io.BytesIO(base64.b64decode(src.split(",", 1)[1])), format="png")
+        assert img.ndim == 3 and img.shape[0] > 50 and float(np.var(img)) > 1e-4
+    assert "file://" not in html and "http" not in html.split("<body>", 1)[1]
+
+
+def test_marginals_command():
+    rc, out, err = done(hb("marginals", "--n", 161, "--a", 67, "--b", 62))
+    assert rc == 0, err
+    assert "63 pairings are consistent (n10 - n01 = 5)" in out
+    assert "smallest exact McNemar p = 0.0625  (both 62, only A 5, only B 0, neither 94)" in out
+    assert "largest exact McNemar p = 0.7249  (both 0, only A 67, only B 62, neither 32)" in out
+
+
+def _bad_dirs(root: Path) -> dict:
+    from conftest import make_synthetic, write_grid
+
+    ev, tr = make_synthetic({"base": 0.0, "hb": 0.5}, n_seeds=2, n_tasks=(6, 4))
+    (root / "empty").mkdir()
+    bad_reward = ev.copy()
+    bad_reward.loc[5, "reward"] = 1.25
+    uneven = ev.drop(index=ev.index[ev["suite"] == "heldout_harness"][:1])
+    return {
+        "empty": (root / "empty", ["--baseline", "base"], "no eval.parquet and no run directories"),
+        "baseline": (write_grid(root / "ok", ev, tr), ["--baseline", "nope"],
+                     "--baseline: got 'nope', allowed: one of the policy labels ['base', 'hb']"),
+        "reward": (write_grid(root / "reward", bad_reward, tr, collected=True), ["--baseline", "base"],
+                   "eval.reward: got 1.25"),
+        "attempts": (write_grid(root / "uneven", uneven, tr, collected=True), ["--baseline", "base"],
+                     "inconsistent attempt counts in suite 'heldout_harness'"),
+        "k": (root / "ok", ["--baseline", "base", "--k", "1,4"], "--k: got 4, allowed: k <= the number of attempts"),
+    }
+
+
+def test_bad_inputs_give_one_line_and_exit_2(tmp_path):
+    cases = _bad_dirs(tmp_path)
+    procs = {name: hb(d, *args, "--resamples", "20") for name, (d, args, _) in cases.items()}  # in parallel
+    for name, proc in procs.items():
+        rc, out, err = done(proc)
+        assert rc == 2, (name, err)
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (name, err)
+        assert cases[name][2] in err, (name, err)
+        assert out == ""
+    assert not (tmp_path / "ok" / "report").exists()  # nothing written on a rejected call
+
+
+def test_missing_baseline_is_a_usage_error(grid, capsys):
+    from hbsim.cli import main
+
+    assert main(["report", str(grid)]) == 2
+    assert capsys.readouterr().err.strip() == ("error: --baseline: missing; allowed: one of the policy labels of "
+                                               "DIR (hb report DIR --baseline LABEL)")
+    assert main(["report", "marginals", "--n", "4"]) == 2
+
+
+def _chromium():
+    for name in ("chromium", "chromium-browser"):
+        if shutil.which(name):
+            return shutil.which(name)
+    pytest.skip("chromium not installed: apt-get install -y chromium (CI installs it)")
+
+
+def test_index_html_renders_in_headless_chromium(smoke, grid, tmp_path):
+    import matplotlib.image as mpimg
+
+    exe = _chromium()
+    index = grid / "report" / "index.html"
+    shot = tmp_path / "shot.png"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    subprocess.run([exe, *flags, f"--screenshot={shot}", "--window-size=1200,2000", index.as_uri()],
+                   capture_output=True, timeout=120, check=False)
+    assert shot.exists(), "chromium wrote no screenshot"
+    img = mpimg.imread(shot)
+    assert img.shape[:2] == (2000, 1200)
+    assert float(np.var(img[..., :3])) > 1e-3  # not a blank page
+    dom = subprocess.run([exe, *flags, "--dump-dom", index.as_uri()], capture_output=True, text=True,
+                         timeout=120, check=False).stdout
+    assert "Paired report against baseline base" in dom
+    assert dom.count("data:image/png;base64,") == len(re.findall(r"<img", dom)) >= 10
