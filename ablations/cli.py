@@ -11,6 +11,7 @@ Progress goes to stderr; tables to stdout. `run` exits 1 when any cell failed
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -97,8 +98,10 @@ def cmd_plan(args) -> int:
     cells = spec.cells()
     done = store.done_ids(args.out) if args.out else set()
     sweep_keys = sorted(spec.sweep)
-    print(f"grid {spec.name!r}: {len(cells)} cells = {len(spec.policies)} policy variants x "
-          f"{len(cells) // max(1, len(spec.policies) * len(spec.seeds))} sweep points x {len(spec.seeds)} seeds, "
+    points = math.prod(len(v) for v in spec.sweep.values())
+    note = " (policy.* keys apply only to policies with that knob)" if any(k.startswith("policy.") for k in spec.sweep) else ""
+    print(f"grid {spec.name!r}: {len(cells)} cells from {len(spec.policies)} policy variants x "
+          f"{points} sweep point{'s' if points != 1 else ''} x {len(spec.seeds)} seeds{note}, "
           f"{spec.steps} steps, env {spec.env.get('kind')!r}")
     header = ["cell", "policy", "seed"] + sweep_keys + (["state"] if args.out else [])
     rows = [[c.id, c.label, str(c.seed)] + [str(c.sweep.get(k, "")) for k in sweep_keys]
@@ -133,12 +136,18 @@ def cmd_status(args) -> int:
     done, failed = store.done_ids(root), store.failed_ids(root)
     raw = record.get("spec", {})
     spec = parse_spec(raw.get("raw", {}), raw.get("path", str(root / store.GRID_JSON)))
-    planned = {c.id for c in spec.cells()}
+    cells = spec.cells()
+    planned = {c.id for c in cells}
     missing = planned - done - failed
     print(f"grid {record.get('name')!r} in {root} (grid file {raw.get('path')}): {len(planned)} cells planned")
     print(f"  done:    {len(done & planned)}" + (f" (+{len(done - planned)} from other grid files)"
                                                   if done - planned else ""))
     print(f"  missing: {len(missing)}")
+    shown = [c for c in cells if c.id in missing]
+    for c in shown[:10]:
+        print(f"    {c.id}: {c.label}, seed {c.seed}")
+    if len(shown) > 10:
+        print(f"    ... and {len(shown) - 10} more (hb grid plan {raw.get('path')} --out {root})")
     print(f"  failed:  {len(failed)}")
     for cell_id in sorted(failed):
         print(f"    {cell_id}: {store.failure_reason(root, cell_id)}  (log: {store.failure_log(root, cell_id)})")

@@ -85,11 +85,15 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
 
 
 # -- local ---------------------------------------------------------------------------
+#: imported once by the forkserver, so every forked worker starts with them loaded
+PRELOAD = ["ablations.worker", "hbsim.experiment", "hbsim.records", "hbsim.envs.bernoulli",
+           "hbsim.envs.drifting", "hbsim.envs.student", "pyarrow.parquet"]
+
 def _pool_context():
     methods = mp.get_all_start_methods()
     if "forkserver" in methods:
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["ablations.worker", "hbsim"])
+        ctx.set_forkserver_preload(PRELOAD)
         return ctx
     return mp.get_context("spawn")  # pragma: no cover - not Linux
 

@@ -60,8 +60,8 @@ def failure_reason(root: str | os.PathLike, cell_id: str) -> str:
 def check_writable(root: str | os.PathLike) -> None:
     """Raise ValueError unless `root` is (or can be created as) a writable directory.
 
-    Touches nothing that stays: a probe file is created and removed in the nearest
-    existing directory.
+    An existing DIR is checked with access(2); for a DIR still to be created, a probe
+    file is created and removed in its nearest existing ancestor (nothing stays).
     """
     root = Path(root)
     probe = root
@@ -71,6 +71,10 @@ def check_writable(root: str | os.PathLike) -> None:
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
         raise ValueError(f"--out {root}: {probe} is not a directory")
+    if probe == root:  # an existing DIR is not touched: ask the kernel (EROFS included)
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise ValueError(f"--out {root}: directory is not writable")
+        return
     try:
         fd, name = tempfile.mkstemp(prefix=".hb-probe-", dir=probe)
         os.close(fd)
