@@ -1,0 +1,72 @@
+"""`hb real` through a subprocess: a tiny run, resume to a larger --steps, bad input."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hbsim.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["--set", "warm_steps=2", "--set", "n_train_tasks=30", "--set", "n_heldout_tasks=5",
+         "--set", "eval_tasks=1", "--set", "eval_attempts=1", "--set", "max_new_tokens=8"]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    return {**os.environ, "PYTHONPATH": str(ROOT), "HB_CACHE_DIR": str(tmp_path_factory.mktemp("warm")),
+            "OMP_NUM_THREADS": "1"}
+
+
+def hb(env, *args):
+    return subprocess.run([sys.executable, "-m", "hbsim.cli", "real", *args], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_tiny_run_resume_and_straight_agree(tmp_path, env, capsys):
+    base = ["--preset", "tiny", "--policy", "uniform", "--seed", "1", "--device", "cpu", *SMALL]
+    straight = hb(env, *base, "--steps", "2", "--out", str(tmp_path / "a"))
+    assert straight.returncode == 0, straight.stderr[-2000:]
+    assert "scheduler overhead" in straight.stdout and "heldout_harness" in straight.stdout
+    assert "step 2/2" in straight.stderr
+    first = hb(env, *base, "--steps", "1", "--out", str(tmp_path / "b"))
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert main(["real", *base, "--steps", "1", "--out", str(tmp_path / "b")]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert main(["real", *base, "--steps", "2", "--out", str(tmp_path / "b"), "--resume", "--set", "lr=0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "['lr']" in err and len(err.strip().splitlines()) == 1
+    resumed = hb(env, *base, "--steps", "2", "--out", str(tmp_path / "b"), "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resumed" in resumed.stderr and "step 2/2" in resumed.stderr
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert sorted(p.name for p in a.iterdir()) == ["checkpoints", "eval.parquet", "run.json", "train.parquet"]
+    ta, tb = pd.read_parquet(a / "train.parquet"), pd.read_parquet(b / "train.parquet")
+    timing = [c for c in ta.columns if c.startswith("seconds_") or c == "overhead_frac"]
+    assert len(ta) == 2 and ta["overhead_frac"].between(0, 1).all()
+    pd.testing.assert_frame_equal(ta.drop(columns=timing), tb.drop(columns=timing))
+    ea, eb = pd.read_parquet(a / "eval.parquet"), pd.read_parquet(b / "eval.parquet")
+    assert sorted(eb.step.unique()) == [1, 2]     # the 1-step run's final evaluation is kept
+    pd.testing.assert_frame_equal(ea, eb[eb.step == 2].reset_index(drop=True))
+    assert set(ea.suite) == {"heldout_tasks", "heldout_harness"} and (ea.step == 2).all()
+    meta = json.loads((a / "run.json").read_text())
+    assert meta["config"]["env"]["kind"] == "real" and meta["config"]["steps"] == 2
+    assert meta["config"]["env"]["d_model"] == 64 and meta["run_id"] == meta["config_hash"]
+    assert meta["versions"].get("torch")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--preset", "huge"], "--preset"),
+    (["--set", "lr"], "KEY=VALUE"),
+    (["--set", "lrr=1"], "'lrr' is unknown"),
+    (["--set", "policy.tauu=1"], "tauu"),
+    (["--policy", "nope"], "policy name='nope'"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, needle):
+    assert main(["real", "--steps", "1", "--out", str(tmp_path / "x"), "--device", "cpu", *args]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()
