@@ -34,6 +34,7 @@ import importlib
 import itertools
 import json
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
@@ -247,7 +248,7 @@ def plan_cells(spec: GridSpec) -> list[Cell]:
     err = _Errors(spec.path)
     kind, env_base, env_defaults = _check_env(err, spec.env)
     sweep_keys = _check_sweep(err, spec, env_defaults)
-    cells, labels, checked = [], {}, set()
+    cells, labels, checked, swept = [], {}, set(), set(sweep_keys)
     points = list(itertools.product(*(spec.sweep[k] for k in sweep_keys))) if sweep_keys else [()]
     for i, pol in enumerate(spec.policies):
         name, base_label, knobs, defaults = _check_policy(err, i, pol, sweep_keys)
@@ -270,7 +271,7 @@ def plan_cells(spec: GridSpec) -> list[Cell]:
                 base["batch_groups"] = spec.batch_groups
             key = canonical_json({"env": env_cfg, "policy": {**pol_cfg, "label": ""}})
             if key not in checked:
-                _construct(err, where, base)
+                _construct(err, where, base, swept)
                 checked.add(key)
             sweep_values = {k: v for k, v in zip(sweep_keys, point)
                             if k.startswith("env.") or k[len("policy."):] in defaults}
@@ -371,8 +372,12 @@ def _label(base: str | None, name: str, knobs: dict, suffix: str) -> str:
     return f"{base}[{suffix}]" if suffix else base
 
 
-def _construct(err, where: str, partial: dict) -> None:
-    """Build the env and the policy once, so a bad value fails at plan time."""
+def _construct(err, where: str, partial: dict, swept: set[str]) -> None:
+    """Build the env and the policy once, so a bad value fails at plan time.
+
+    swept: the "env.<knob>" / "policy.<knob>" keys whose values came from [sweep]; an error
+    about one of them names the sweep key instead of the table.
+    """
     import hbsim
     env = partial["env"]
     pol = partial["policy"]
@@ -380,19 +385,29 @@ def _construct(err, where: str, partial: dict) -> None:
     try:
         if env["kind"] == REAL_KIND:  # building a real adapter loads a model: validate its config only
             import real_runs
-            real_knobs = {k: v for k, v in env.items() if k not in ("kind", "n_harnesses")}
-            real_runs.resolve(**real_knobs)
+            real_runs.resolve(**{k: v for k, v in env.items() if k not in ("kind", "n_harnesses")})
             n_arms = _real_arms(env)
         else:
             adapter = hbsim.make_env(env["kind"], seed=0, **{k: v for k, v in env.items() if k != "kind"})
             n_arms = len(adapter.harnesses)
     except (ValueError, TypeError) as exc:
-        err("env", f"{where}: {_one_line(exc)}")
+        at = where.partition(" ")[2]  # "at sweep point ..." or ""
+        err(_culprit(exc, "env", env, swept, "env"), f"{at + ': ' if at else ''}{_one_line(exc)}")
     try:
         from policies import make
         make(pol["name"], n_arms=n_arms, seed=0, **knobs)
     except (ValueError, TypeError) as exc:
-        err(f"{where.split(' ')[0]}", f"policy {pol['name']!r}: {_one_line(exc)}")
+        table = where.split(" ")[0]
+        err(_culprit(exc, "policy", knobs, swept, table), f"{where}: policy {pol['name']!r}: {_one_line(exc)}")
+
+
+def _culprit(exc: BaseException, scope: str, knobs: dict, swept: set[str], table: str) -> str:
+    """The key a construction error is about: `table.knob`, `sweep.scope.knob`, or `table`."""
+    text = str(exc)
+    for knob in sorted(knobs, key=len, reverse=True):
+        if re.search(rf"(?<![\w.]){re.escape(knob)}\s*=", text) or f"{knob!r}" in text:
+            return f"sweep.{scope}.{knob}" if f"{scope}.{knob}" in swept else f"{table}.{knob}"
+    return table
 
 
 def _real_arms(env: dict) -> int:
