@@ -185,11 +185,12 @@ class BernoulliEnv(SyntheticEnv):
         H, forget = self.H, self.knobs["forget"]
         dz, du = self.expected_update(candidates)
         logit = self._logits()[: self.n_tasks, :H]                                     # (n, H)
-        cats = self.task_category[: self.n_tasks]
-        shrunk = logit - forget * (self.z[cats, :H] + self.u[:, None])                 # (n, H)
+        if forget:
+            cats = self.task_category[: self.n_tasks]
+            logit = logit - forget * (self.z[cats, :H] + self.u[:, None])             # (n, H)
         x = self._onehot @ dz[:, :, :H]                                                # (K, n, H)
         x += du[:, :, None]
-        x += shrunk
+        x += logit
         p_new = _sigmoid(x, out=x)
         p_new *= self.ceil[:H]
         n_cells = self.n_tasks * H

@@ -176,6 +176,25 @@ def test_expected_update_matches_monte_carlo():
     assert np.abs(dz[0]).max() > 10 * se.max()          # the test has power
 
 
+@pytest.mark.parametrize("forget", [0.0, 0.05])
+def test_expected_gains_apply_the_expected_update(forget):
+    """gain(candidate) = mean training success after applying the expected update - before."""
+    env = make_env("bernoulli", seed=6, forget=forget, **SMALL)
+    for i in range(4):
+        env.train_step(pure(i))
+    cands = np.vstack([np.eye(6, dtype=np.int64) * 8, [[3, 0, 0, 5, 0, 0]]])
+    gains = env.expected_gains(cands)
+    dz, du = env.expected_update(cands)
+    state = env.state_dict()
+    before = env.success_matrix()[: env.n_tasks, :6].mean()
+    for k in range(len(cands)):
+        env.load_state_dict(state)
+        env._load_model_state({"z": (1 - forget) * env.z + dz[k], "u": (1 - forget) * env.u + du[k]})
+        assert gains[k] == pytest.approx(env.success_matrix()[: env.n_tasks, :6].mean() - before, abs=1e-14)
+    # a mixed batch's expected update is the count-weighted mix of the pure ones
+    np.testing.assert_allclose(dz[6], (3 * dz[0] + 5 * dz[3]) / 8, atol=1e-15)
+
+
 def test_oracle_regret_and_extras():
     env = make_env("bernoulli", seed=0)
     for i in range(12):

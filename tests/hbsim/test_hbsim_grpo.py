@@ -81,6 +81,13 @@ def test_learnability_hierarchical_mean_with_token_mask():
     assert grpo.learnability(np.repeat(out[..., None], 4, axis=-1), np.ones((1, 2, 4))) == pytest.approx(0.5)
 
 
+def test_learnability_skips_non_finite_trajectories():
+    adv = np.array([[np.nan, 1.0], [2.0, -2.0]])
+    # group 0: only |1| counts -> 1 ; group 1: 2 ; L = 1.5
+    assert grpo.learnability(adv) == 1.5
+    assert grpo.learnability(np.array([[np.nan, np.nan], [1.0, -1.0]])) == 1.0
+
+
 def test_learnability_missing_when_no_group():
     assert grpo.learnability(np.zeros((0, 8))) is None
     assert grpo.learnability(np.ones((1, 2, 3)), np.zeros((1, 2, 3))) is None
