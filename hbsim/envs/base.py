@@ -208,8 +208,7 @@ class SyntheticEnv:
         self._learn_rng = _stream(self.seed, STREAM_LEARN)
         self._pools = [rng.permutation(self.n_tasks) for rng in self._task_rngs]
         self._cursors = [0] * self.H
-        empty = self._empty_groups()
-        self._buffers = [dict(empty) for _ in range(self.H)]
+        self._buffers = [self._empty_groups() for _ in range(self.H)]
         self.step_count = 0
         self._build(structure)
 
@@ -249,20 +248,20 @@ class SyntheticEnv:
         before = self.success_matrix()
         ledger = CostLedger()
         parts, used, ages = [], 0, []
-        for h in np.flatnonzero(counts):
-            part, stats = self._fill(int(h), int(counts[h]), before[: self.n_tasks, h])
+        arms = np.flatnonzero(counts).tolist()
+        for h in arms:
+            part, stats = self._fill(h, int(counts[h]), before[: self.n_tasks, h])
             parts.append(part)
             used += stats["leftover_used"]
             ages.extend(stats["ages"])
             ledger.groups_generated += stats["generated"]
             ledger.groups_retained += stats["retained"]
-        batch = self._assemble(parts)
+        batch = self._assemble(parts, arms)
         t1 = time.perf_counter()
         pure = np.eye(self.H, dtype=np.int64) * counts.sum()
-        arm = np.flatnonzero(counts)
-        if arm.size == 1:                         # a pure choice is one of the candidates
+        if len(arms) == 1:                        # a pure choice is one of the candidates
             gains = self.expected_gains(pure)
-            gains = np.append(gains, gains[arm[0]])
+            gains = np.append(gains, gains[arms[0]])
         else:
             gains = self.expected_gains(np.vstack([pure, counts[None, :]]))
         t2 = time.perf_counter()
@@ -274,7 +273,7 @@ class SyntheticEnv:
         ledger.groups_optimized = len(batch)
         ledger.leftover_used = used
         ledger.leftover_age = float(sum(ages) / len(ages)) if ages else float("nan")
-        ledger.leftover_size = int(sum(len(b["tasks"]) for b in self._buffers))
+        ledger.leftover_size = int(sum(len(b) for b in self._buffers))
         ledger.seconds = {"rollout": t1 - t0, "oracle": t2 - t1, "backward": t3 - t2}
         L = grpo.learnability(batch.advantages) if len(batch) else None
         reward = float(batch.rewards.sum() / batch.rewards.size) if len(batch) else float("nan")
@@ -343,9 +342,9 @@ class SyntheticEnv:
                              f"non-negative integers with a positive sum")
         return counts.astype(np.int64)
 
-    def _empty_groups(self) -> dict:
-        return {"tasks": np.zeros(0, np.int64), "rewards": np.zeros((0, self.G)),
-                "p": np.zeros(0), "born": np.zeros(0, np.int64)}
+    def _empty_groups(self) -> np.ndarray:
+        """Packed group records (m, 3 + G): task row, birth step, p at generation, G rewards."""
+        return np.zeros((0, 3 + self.G))
 
     def _draw_tasks(self, h: int, m: int) -> np.ndarray:
         """Next m tasks of harness h's shuffled pool (reshuffled when exhausted)."""
@@ -361,14 +360,15 @@ class SyntheticEnv:
                 self._cursors[h] = 0
         return np.concatenate(out) if len(out) > 1 else out[0]
 
-    def _fill(self, h: int, need: int, p_h: np.ndarray) -> tuple[dict, dict]:
-        """Fill `need` groups of harness h: leftovers first, then sampling rounds."""
+    def _fill(self, h: int, need: int, p_h: np.ndarray) -> tuple[np.ndarray, dict]:
+        """Fill `need` groups of harness h: leftovers first (oldest first), then sampling
+        rounds. Returns packed records (see `_empty_groups`) and the round's counts."""
         buf = self._buffers[h]
-        n_old = min(need, len(buf["tasks"]))
-        take = {key: v[:n_old] for key, v in buf.items()}
-        self._buffers[h] = {key: v[n_old:] for key, v in buf.items()}
-        ages = (self.step_count - take["born"]).tolist()
-        got, generated, retained = [take], 0, 0
+        n_old = min(need, len(buf))
+        got = [buf[:n_old]]
+        self._buffers[h] = buf[n_old:]
+        ages = (self.step_count - buf[:n_old, 1]).tolist()
+        generated = retained = 0
         missing = need - n_old
         for _ in range(self.knobs["max_rounds"]):
             if missing <= 0:
@@ -378,34 +378,35 @@ class SyntheticEnv:
             p = p_h[tasks]
             rewards = self.rewards_from_uniform(p, self._reward_rngs[h].random((m, self.G)))
             keep = grpo.keep_mask(rewards)
-            generated += m
-            retained += int(keep.sum())
-            new = {"tasks": tasks[keep], "rewards": rewards[keep], "p": p[keep],
-                   "born": np.full(int(keep.sum()), self.step_count, np.int64)}
-            use = min(missing, len(new["tasks"]))
-            got.append({key: v[:use] for key, v in new.items()})
-            extra = {key: v[use:] for key, v in new.items()}
-            if len(extra["tasks"]):
-                self._buffers[h] = {key: np.concatenate([self._buffers[h][key], extra[key]]) for key in extra}
+            kept = int(keep.sum())
+            generated, retained = generated + m, retained + kept
+            if not kept:
+                continue
+            rec = np.empty((kept, 3 + self.G))
+            rec[:, 0], rec[:, 1], rec[:, 2], rec[:, 3:] = tasks[keep], self.step_count, p[keep], rewards[keep]
+            use = min(missing, kept)
+            got.append(rec[:use])
+            if kept > use:
+                self._buffers[h] = np.concatenate([self._buffers[h], rec[use:]])
             missing -= use
-        part = {key: np.concatenate([g[key] for g in got]) for key in take}
-        part["harnesses"] = np.full(len(part["tasks"]), h, np.int64)
+        part = np.concatenate(got) if len(got) > 1 else got[0]
         return part, {"leftover_used": n_old, "ages": ages, "generated": generated, "retained": retained}
 
-    def _assemble(self, parts: list[dict]) -> Batch:
-        cat = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-        adv = grpo.advantages(cat["rewards"], self.knobs["advantage"])
-        return Batch(tasks=cat["tasks"], harnesses=cat["harnesses"], rewards=cat["rewards"],
-                     advantages=adv, p=cat["p"], born=cat["born"])
+    def _assemble(self, parts: list[np.ndarray], arms: list[int]) -> Batch:
+        rec = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        rewards = rec[:, 3:]
+        return Batch(tasks=rec[:, 0].astype(np.int64), harnesses=np.repeat(arms, [len(p) for p in parts]),
+                     rewards=rewards, advantages=grpo.advantages(rewards, self.knobs["advantage"]),
+                     p=rec[:, 2], born=rec[:, 1].astype(np.int64))
 
     def _expire_leftovers(self) -> None:
         max_age = self.knobs["leftover_max_age"]
         if max_age <= 0:
             return
         for h, buf in enumerate(self._buffers):
-            fresh = self.step_count - buf["born"] <= max_age
+            fresh = self.step_count - buf[:, 1] <= max_age
             if not fresh.all():
-                self._buffers[h] = {key: v[fresh] for key, v in buf.items()}
+                self._buffers[h] = buf[fresh]
 
     def _ground_truth(self, gains: np.ndarray, counts: np.ndarray) -> dict:
         pure, chosen = gains[: self.H], float(gains[-1])

@@ -105,7 +105,7 @@ def test_leftover_max_age_expires_groups():
     r = env.train_step(pure(0))
     assert r.cost.leftover_size > 0
     env.train_step(pure(1))                 # harness 0's leftovers are now 2 steps old -> dropped
-    assert len(env._buffers[0]["tasks"]) == 0
+    assert len(env._buffers[0]) == 0
 
 
 def test_zero_success_harness_gives_missing_learnability_and_full_rounds():
