@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ablations import store
 
@@ -51,33 +55,33 @@ def load(root: str | os.PathLike, current: bool = False) -> tuple[pd.DataFrame, 
         raise ValueError(f"grid directory {root}: holds no finished cell (run `hb grid run` first)")
     metas = {i: _cell_meta(root / store.CELLS / i) for i in ids}
     _check_unmixed(root, metas)
-    sweep_keys = sorted({k for m in metas.values() for k in m.get("grid", {}).get("sweep", {})})
-    trains, evals = [], []
-    for i in ids:
-        cell = root / store.CELLS / i
-        sweep = metas[i].get("grid", {}).get("sweep", {})
-        for name, frames in (("train", trains), ("eval", evals)):
-            df = pd.read_parquet(cell / f"{name}.parquet")
-            for key in sweep_keys:
-                if key in sweep:
-                    df[key] = _column_value(sweep[key])
-            frames.append(df)
-    return _concat(trains, sweep_keys), _concat(evals, sweep_keys)
+    sweeps = [metas[i].get("grid", {}).get("sweep", {}) for i in ids]
+    sweep_keys = sorted({k for sweep in sweeps for k in sweep})
+    frames = []
+    for name in ("train", "eval"):
+        tables = _read_tables([root / store.CELLS / i / f"{name}.parquet" for i in ids])
+        df = pa.concat_tables(tables, promote_options="default").to_pandas()
+        counts = [t.num_rows for t in tables]
+        for key in sweep_keys:  # constant per cell; absent where the key does not apply
+            per_cell = [_column_value(sweep.get(key)) for sweep in sweeps]
+            df[key] = pd.Series(np.repeat(np.array(per_cell, dtype=object), counts).tolist(), index=df.index)
+        frames.append(df)
+    return frames[0], frames[1]
+
+
+def _read_tables(paths: list[Path]) -> list[pa.Table]:
+    """Read parquet files on a few threads (arrow releases the GIL); order kept. The
+    pandas metadata is dropped so the concatenation gets one fresh RangeIndex."""
+    def read(path: Path) -> pa.Table:
+        return pq.read_table(path).replace_schema_metadata(None)
+    with ThreadPoolExecutor(max_workers=min(8, len(paths))) as pool:
+        return list(pool.map(read, paths))
 
 
 def _column_value(value):
     if isinstance(value, (list, dict)):
         return json.dumps(value, separators=(",", ":"))
     return value
-
-
-def _concat(frames: list[pd.DataFrame], sweep_keys: list[str]) -> pd.DataFrame:
-    df = pd.concat(frames, ignore_index=True, sort=False)
-    for key in sweep_keys:
-        if key not in df.columns:  # pragma: no cover - every sweep key is in some cell
-            df[key] = None
-    cols = [c for c in df.columns if c not in sweep_keys] + sweep_keys
-    return df[cols]
 
 
 def _check_unmixed(root: Path, metas: dict[str, dict]) -> None:

@@ -36,15 +36,11 @@ def execute(task: dict) -> dict:
     try:
         import_plugins(task.get("plugins", []))
         result = hbsim.run_config(task["config"], adapter_factory=adapter_factory(task["config"]))
-        grid_meta = {"name": task["grid"], "cell_id": cell_id, "sweep": task["sweep"],
-                     "label": task["label"], "seed": task["seed"]}
+        result.meta["grid"] = {"name": task["grid"], "cell_id": cell_id, "sweep": task["sweep"],
+                               "label": task["label"], "seed": task["seed"]}
 
         def write_into(tmp: Path) -> None:
             hbsim.write_run(result, tmp)
-            run_json = tmp / "run.json"
-            meta = json.loads(run_json.read_text())
-            meta["grid"] = grid_meta
-            run_json.write_text(json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
 
         seconds = time.perf_counter() - started
         store.write_cell(root, cell_id, write_into,
