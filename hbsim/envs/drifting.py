@@ -47,6 +47,7 @@ Drift is common to all candidates and left out.
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import numpy as np
@@ -301,6 +302,7 @@ class DriftingEnv(SyntheticEnv):
         self.drift_step = 0
         self.theta = np.zeros(D)
         self.opt = Optimizer(k["optimizer"], D, k["lr"], k["beta1"], k["beta2"], k["eps"])
+        self._mixing()
         self._W, self._p = self._targets(), None
 
     def _fresh_directions(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -311,18 +313,26 @@ class DriftingEnv(SyntheticEnv):
         P -= np.sum(P * F, axis=1, keepdims=True) * F
         return F, P / np.linalg.norm(P, axis=1, keepdims=True)
 
-    def _targets(self) -> np.ndarray:
-        """w (C, H+1, D) from the current free directions (see the module docstring)."""
-        kappa, C = self.knobs["category_share"], len(CATEGORIES)
-        B = orthonormal_rows(self.F)
-        s, e, c = B[0], B[1: 1 + C], B[1 + C:].copy()                              # c: (H+1, D)
-        own = np.clip(1.0 - self.rho - kappa, 0.0, None)                            # (H+1,)
+    def _mixing(self) -> None:
+        """Fixed mixing weights of the targets: sqrt(rho), sqrt(own) (H+1,) and each
+        conflicting pair's gamma = cos(c_a, c_b)."""
+        kappa = self.knobs["category_share"]
+        self._w_shared, self._w_own = np.sqrt(self.rho), np.sqrt(np.clip(1.0 - self.rho - kappa, 0.0, None))
+        self._gammas = []
         for a, b in self.pairs:
             lo, hi = _pair_cos_range(self.rho[a], self.rho[b], kappa)
-            gamma = 0.0 if hi == lo else float(np.clip(2 * (self.knobs["conflict_cos"] - lo) / (hi - lo) - 1, -1, 1))
-            c[b] = gamma * c[a] + np.sqrt(1.0 - gamma ** 2) * c[b]
-        return (np.sqrt(self.rho)[None, :, None] * s + np.sqrt(kappa) * e[:, None, :]
-                + np.sqrt(own)[None, :, None] * c[None, :, :])
+            gamma = 0.0 if hi == lo else min(max(2 * (self.knobs["conflict_cos"] - lo) / (hi - lo) - 1, -1.0), 1.0)
+            self._gammas.append((a, b, gamma, math.sqrt(1.0 - gamma ** 2)))
+
+    def _targets(self) -> np.ndarray:
+        """w (C, H+1, D) from the current free directions (see the module docstring)."""
+        C = len(CATEGORIES)
+        B = orthonormal_rows(self.F)
+        s, e, c = B[0], B[1: 1 + C], B[1 + C:]                                      # c: (H+1, D)
+        for a, b, gamma, rest in self._gammas:
+            c[b] = gamma * c[a] + rest * c[b]
+        return (self._w_shared[:, None] * s + self._w_own[:, None] * c)[None, :, :] \
+            + math.sqrt(self.knobs["category_share"]) * e[:, None, :]
 
     def _sync(self) -> None:
         """Advance the drift to the current step counter. One persistent stream draws, per
