@@ -48,10 +48,12 @@ class Exp3S(ScoredPolicy):
         return (1.0 - self.gamma) * w / w.sum() + self.gamma / self.n_arms, self.log_w.copy()
 
     def _learn(self, arm: int, score: float) -> None:
-        p_arm = self._law()[0][arm] if not self.in_warmup() else 1.0 / self.n_arms
+        """Weights learn only after the warm-up: warm-up draws are deterministic, so they
+        have no importance weight."""
         super()._learn(arm, score)
-        if math.isnan(score):
+        if math.isnan(score) or self.in_warmup():
             return
+        p_arm = self._law()[0][arm]
         k = self.n_arms
         reward = np.zeros(k)
         reward[arm] = score / p_arm
@@ -108,7 +110,9 @@ def thompson_argmax_law(a: np.ndarray, b: np.ndarray, grid: int = 2001) -> np.nd
     """P(arm h draws the largest sample) for independent Beta(a_h + 1, b_h + 1), (H,).
 
     Midpoint rule on `grid` cells of (0, 1): densities normalised numerically, CDFs by
-    cumulative sums; exact up to the grid resolution.
+    cumulative sums; exact up to the grid resolution. With discounting (ts_gamma < 1)
+    the pseudo-counts stay below 1 / (1 - ts_gamma), where 2,001 cells resolve the
+    posteriors well (at counts of 5e4 the error reaches ~2e-3).
     """
     x = (np.arange(grid) + 0.5) / grid                              # (G,)
     log_pdf = a[:, None] * np.log(x) + b[:, None] * np.log1p(-x)     # (H, G)
@@ -129,7 +133,7 @@ class DiscountedTS(ScoredPolicy):
 
     def __init__(self, n_arms: int, seed: int = 0, *, ts_gamma: float = 0.95, **knobs):
         super().__init__(n_arms, seed, **knobs)
-        check_range("ts_gamma", ts_gamma, 0.0, 1.0, low_open=True)
+        check_range("ts_gamma", ts_gamma, 0.0, 1.0, low_open=True, high_open=True)
         self.ts_gamma = float(ts_gamma)
         self.a = np.zeros(self.n_arms)
         self.b = np.zeros(self.n_arms)

@@ -154,7 +154,7 @@ class Policy:
         return {"n_arms": self.n_arms, "seed": self.seed}
 
     def state_dict(self) -> dict:
-        return {"name": self.name, "n_arms": self.n_arms, "t": self.t,
+        return {"name": self.name, "n_arms": self.n_arms, "config": self.config(), "t": self.t,
                 "rng": copy.deepcopy(self._rng.bit_generator.state), "visits": self._visits.copy(),
                 "last_arm": self._last_arm, "state": copy.deepcopy(self._extra_state())}
 
@@ -163,6 +163,11 @@ class Policy:
             raise ValueError(f"state_dict name={d.get('name')!r} does not match policy {self.name!r}")
         if int(d.get("n_arms", self.n_arms)) != self.n_arms:
             raise ValueError(f"state_dict n_arms={d.get('n_arms')!r} does not match this policy's n_arms={self.n_arms}")
+        mine, theirs = self.config(), d.get("config", {})
+        for key in sorted(set(mine) | set(theirs)):
+            if key != "seed" and mine.get(key) != theirs.get(key):
+                raise ValueError(f"state_dict config {key}={theirs.get(key)!r} does not match this policy's "
+                                 f"{key}={mine.get(key)!r}; build the policy with the same knobs")
         self.t = int(d["t"])
         self._visits = np.asarray(d["visits"]).copy()
         self._last_arm = int(d["last_arm"])

@@ -48,8 +48,8 @@ class ScoredPolicy(Policy):
     degenerate=0.5: normalised value when the window holds < 2 values or has zero range
     transfer_source="gradient": "gradient" or "update" (which sketch T uses)
     cost_weight=0.0: divide S by (1 + cost_weight * normalised cost); 0 = off
-    max_memory_age=None: ignore other memories last updated more than this many steps before
-        the current step (None: no limit)
+    max_memory_age=None: ignore other memories whose age (global steps since their last
+        update, as in diagnostics) exceeds this (None: no limit)
     """
 
     name = "harnessbandit"
@@ -158,6 +158,8 @@ class ScoredPolicy(Policy):
         score = self._score(arm, feedback)
         self._learn(arm, score)
         self.n[arm] += 1
+        self._visits[arm] += 1
+        self._last_arm = arm
         self.t += 1
         self._law_cache = None          # (_learn may have cached the law of the step just taken)
 
@@ -221,11 +223,21 @@ class ScoredPolicy(Policy):
         eligible = None
         if self.max_memory_age is not None:
             # last_update holds (step index + 1) of each memory's update; the current step is t
-            eligible = (self.t + 1 - self.bank.last_update) <= self.max_memory_age
+            # age = global steps since the memory's last update, as in diagnostics()
+            eligible = (self.t - self.bank.last_update) <= self.max_memory_age
         transfer = transfer_and_update(self.bank, arm, sketch, self.eta, self.t + 1, eligible, g_norm)
         if math.isnan(transfer):
             self.counters["missing_transfer"] += 1
+            if self._others_eligible(arm, eligible):
+                self.counters["nonfinite_signals"] += 1       # the cosines overflowed
         return transfer
+
+    def _others_eligible(self, arm: int, eligible: np.ndarray | None) -> bool:
+        others = self.bank.has & (self.bank.sq > 0)
+        others[arm] = False
+        if eligible is not None:
+            others &= eligible
+        return bool(others.any())
 
     # -- diagnostics and state -----------------------------------------------------------
     def diagnostics(self) -> dict:

@@ -133,7 +133,8 @@ def transfer_and_update(bank: MemoryBank, arm: int, sketch: np.ndarray | None, e
         g_norm = sketch_norm(sketch)
     if not math.isfinite(g_norm) or g_norm == 0.0:
         return float("nan")
-    dots = bank.rows @ sketch                                   # (H,) rows_j . g, one pass over the bank
+    with np.errstate(over="ignore", invalid="ignore"):
+        dots = bank.rows @ sketch                                  # (H,) rows_j . g, one pass over the bank
     others = bank.has & (bank.sq > 0)
     others[arm] = False
     if eligible is not None:
@@ -143,9 +144,12 @@ def transfer_and_update(bank: MemoryBank, arm: int, sketch: np.ndarray | None, e
         # cos(g, m_j) = scale_j rows_j.g / (|g| scale_j |rows_j|): the scale cancels
         transfer = float(np.mean(dots[others] / (g_norm * np.sqrt(bank.sq[others]))))
     row = bank.rows[arm]
+    if not math.isfinite(transfer):
+        transfer = float("nan")                                 # overflow: never propagate inf
     if not bank.has[arm] or eta == 1.0:
-        row[:] = sketch
-        bank.scale[arm], bank.sq[arm] = 1.0 / g_norm, g_norm * g_norm
+        np.multiply(sketch, 1.0 / g_norm, out=row, casting="same_kind")   # the unit sketch
+        bank.scale[arm] = 1.0
+        bank.sq[arm] = float(np.dot(row, row))
         bank.has[arm] = True
     else:
         # m' = (1-eta) s r + (eta/|g|) g = (1-eta) s (r + c g),  c = eta / ((1-eta) s |g|)
@@ -153,9 +157,10 @@ def transfer_and_update(bank: MemoryBank, arm: int, sketch: np.ndarray | None, e
         np.multiply(sketch, c, out=bank.scratch, casting="same_kind")
         row += bank.scratch
         old = bank.sq[arm]
-        new = old + 2.0 * c * float(dots[arm]) + c * c * g_norm * g_norm
+        cg2 = (c * g_norm) ** 2
+        new = old + 2.0 * c * float(dots[arm]) + cg2
         bank.scale[arm] *= (1.0 - eta)
-        if new < 1e-3 * (old + c * c * g_norm * g_norm) or not 1e-8 < bank.scale[arm] < 1e8:
+        if not new >= 1e-3 * (old + cg2) or not 1e-8 < bank.scale[arm] < 1e8:
             bank._renormalise(arm)                              # cancellation or scale drift: exact
         else:
             bank.sq[arm] = new

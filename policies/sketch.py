@@ -40,10 +40,10 @@ def largest_remainder_quotas(sizes: np.ndarray, d: int) -> np.ndarray:
     total = int(sizes.sum())
     if total <= d:
         return sizes.copy()
-    exact = sizes.astype(np.float64) * d / total
-    quotas = np.floor(exact).astype(np.int64)
-    # exact integer arithmetic for the fractional parts: (size * d) mod total
-    frac_num = (sizes.astype(object) * d) % total
+    # exact integer arithmetic (Python ints) for floors and fractional parts
+    products = [int(s) * int(d) for s in sizes]
+    quotas = np.array([p // total for p in products], dtype=np.int64)
+    frac_num = [p % total for p in products]
     remaining = d - int(quotas.sum())
     order = sorted(range(len(sizes)), key=lambda i: (-int(frac_num[i]), i))
     for i in order[:remaining]:

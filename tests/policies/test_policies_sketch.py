@@ -1,6 +1,3 @@
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -67,17 +64,3 @@ def test_bad_plan_arguments():
         plan_sketch({"w": (3,)}, d=0)
     with pytest.raises(ValueError, match="shapes"):
         plan_sketch({}, d=4)
-
-
-def test_hb_policies_cli_lists_all_eight_and_errors_exit_2():
-    out = subprocess.run([sys.executable, "-m", "hbsim.cli", "policies"], capture_output=True, text=True)
-    assert out.returncode == 0
-    for name in ["uniform", "round_robin", "learnability", "transfer", "harnessbandit", "product", "min", "mixed"]:
-        assert f"\n{name} " in "\n" + out.stdout
-    assert "tau=0.3" in out.stdout and "arms=None" in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "hbsim.cli", "nonsense"], capture_output=True, text=True)
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "valid commands" in bad.stderr
-    bad = subprocess.run([sys.executable, "-m", "hbsim.cli", "policies", "--frob"], capture_output=True, text=True)
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--frob" in bad.stderr
-    helped = subprocess.run([sys.executable, "-m", "hbsim.cli", "--help"], capture_output=True, text=True)
-    assert helped.returncode == 0 and "policies" in helped.stdout and "grid" in helped.stdout

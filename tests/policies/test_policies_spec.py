@@ -236,14 +236,16 @@ def test_learnability_only_never_computes_t():
 
 
 def test_memory_age_and_norm_in_diagnostics_and_age_limit():
-    pol = make("harnessbandit", n_arms=3, seed=0, max_memory_age=1)
+    pol = make("harnessbandit", n_arms=3, seed=0, max_memory_age=0)
     pol.update(Feedback(arm=0, learnability=0.1, sketch=np.array([1.0, 0])))
     pol.update(Feedback(arm=1, learnability=0.1, sketch=np.array([0.0, 1])))
     d = pol.diagnostics()
     np.testing.assert_array_equal(d["memory_age"], [1, 0, NAN])
     np.testing.assert_allclose(d["memory_norm"], [1, 1, NAN])
-    pol.update(Feedback(arm=1, learnability=0.1, sketch=np.array([1.0, 0])))  # m0 age 2 > 1: ignored
+    pol.update(Feedback(arm=1, learnability=0.1, sketch=np.array([1.0, 0])))  # m0 age 1 > 0: ignored
     assert math.isnan(pol.diagnostics()["transfer"])
+    pol.update(Feedback(arm=0, learnability=0.1, sketch=np.array([1.0, 0])))  # m1 age 0: compared
+    assert pol.diagnostics()["transfer"] == pytest.approx(0.3 / math.hypot(0.3, 0.7))  # m1 = (.3, .7)
 
 
 def test_update_sketch_source():
@@ -316,6 +318,14 @@ def test_update_works_for_forced_arms_without_select():
             fb = Feedback(arm=arm, learnability=0.1 * arm, sketch=np.ones(3) * (arm + 1))
             pol.update(fb)
         assert pol.t == 5
+        np.testing.assert_array_equal(pol.diagnostics()["n"], [1, 1, 3] if name != "mixed" else [1, 1, 3])
+    pol, ref = make("harnessbandit", n_arms=3, seed=0, warmup_rounds=1), PlainHarnessBandit(3, warmup_rounds=1)
+    for arm in [2, 2, 0, 1, 2, 1, 1, 0]:   # forced, never the warm-up order
+        g = np.array([arm + 1.0, 1.0 - arm, 0.5])
+        pol.update(Feedback(arm=arm, learnability=0.1 * arm + 0.05, sketch=g))
+        ref.update(arm, 0.1 * arm + 0.05, list(g))
+        np.testing.assert_allclose(pol.probabilities(), ref.probs(), atol=1e-12)
+        np.testing.assert_allclose(pol.diagnostics()["Q"], [np.nan if q is None else q for q in ref.Q])
 
 
 # -- validation -------------------------------------------------------------------------------------
@@ -371,13 +381,61 @@ def test_state_dict_mid_stream_is_bit_identical_for_50_steps(name):
         np.testing.assert_array_equal(np.asarray(da[k]), np.asarray(db[k]))
 
 
+def test_overflowing_transfer_is_missing_and_counted():
+    pol = make("harnessbandit", n_arms=2, seed=0)
+    big = np.full(65536, 3e36, dtype=np.float32)   # |g| ~ 7.7e38: the float32 cosines overflow
+    pol.update(Feedback(arm=0, learnability=0.1, sketch=big))
+    pol.update(Feedback(arm=1, learnability=0.2, sketch=big))
+    d = pol.diagnostics()
+    assert math.isnan(d["transfer"]) and pol.t_count == 0 and d["nonfinite_signals"] == 1
+    np.testing.assert_allclose(d["memory_norm"], [1.0, 1.0], rtol=1e-5)
+
+
+def test_float32_bank_matches_float64_reference_with_cancellation():
+    rng = np.random.default_rng(3)
+    d = 4096
+    pol = make("harnessbandit", n_arms=3, seed=0, warmup_rounds=1)
+    ref = PlainHarnessBandit(3, warmup_rounds=1)
+    base = rng.standard_normal(d)
+    for t in range(60):
+        arm = t % 3
+        sign = -1.0 if (t // 3) % 2 else 1.0        # alternate antiparallel pushes: near-cancellation
+        g = sign * base + 0.05 * rng.standard_normal(d)
+        pol.update(Feedback(arm=arm, learnability=float(rng.random()), sketch=g.astype(np.float32)))
+        ref.update(arm, pol.diagnostics()["learnability"], [float(v) for v in g.astype(np.float32)])
+        np.testing.assert_allclose(pol.probabilities(), ref.probs(), atol=1e-5)
+        m_ref = np.array(ref.mem[arm])
+        np.testing.assert_allclose(pol.bank.vector(arm), m_ref, atol=1e-5)
+        assert pol.diagnostics()["memory_norm"][arm] == pytest.approx(np.linalg.norm(m_ref), rel=1e-4, abs=1e-6)
+
+
+def test_state_dict_rejects_other_knobs_and_works_in_warmup():
+    src = make("harnessbandit", n_arms=3, seed=0, warmup_rounds=0)
+    with pytest.raises(ValueError, match="warmup_rounds=0 does not match"):
+        make("harnessbandit", n_arms=3, seed=0).load_state_dict(src.state_dict())
+    with pytest.raises(ValueError, match="arms="):
+        make("mixed", n_arms=3, seed=0).load_state_dict(make("mixed", n_arms=3, arms=[0, 1]).state_dict())
+    pol = make("harnessbandit", n_arms=6, seed=2)
+    _drive(pol, np.random.default_rng(0), 10)          # inside the 30-step warm-up
+    fresh = make("harnessbandit", n_arms=6, seed=2)
+    fresh.load_state_dict(pol.state_dict())
+    a, b = _drive(pol, np.random.default_rng(1), 40), _drive(fresh, np.random.default_rng(1), 40)
+    assert all((x[0] == y[0]).all() and (x[1] == y[1]).all() for x, y in zip(a, b))
+
+
 def test_state_dict_is_a_copy():
     pol = make("harnessbandit", n_arms=3, seed=0)
     _drive(pol, np.random.default_rng(0), 10)
     state = pol.state_dict()
     q_before = state["state"]["q"].copy()
+    mem_before = state["state"]["memory"]["rows"].copy()
     _drive(pol, np.random.default_rng(1), 10)
     np.testing.assert_array_equal(state["state"]["q"], q_before)
+    np.testing.assert_array_equal(state["state"]["memory"]["rows"], mem_before)
+    fresh = make("harnessbandit", n_arms=3, seed=0)
+    fresh.load_state_dict(state)
+    fresh.update(Feedback(arm=0, learnability=0.5, sketch=np.ones(16, np.float32)))
+    np.testing.assert_array_equal(state["state"]["memory"]["rows"], mem_before)
 
 
 def test_same_seed_same_draws_and_diagnostics_keys():

@@ -1,0 +1,17 @@
+"""`hb policies` and the dispatcher's error handling, through a subprocess."""
+import subprocess
+import sys
+
+
+def test_hb_policies_cli_lists_all_eight_and_errors_exit_2():
+    out = subprocess.run([sys.executable, "-m", "hbsim.cli", "policies"], capture_output=True, text=True)
+    assert out.returncode == 0
+    for name in ["uniform", "round_robin", "learnability", "transfer", "harnessbandit", "product", "min", "mixed"]:
+        assert f"\n{name} " in "\n" + out.stdout
+    assert "tau=0.3" in out.stdout and "arms=None" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "hbsim.cli", "nonsense"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "valid commands" in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "hbsim.cli", "policies", "--frob"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--frob" in bad.stderr
+    helped = subprocess.run([sys.executable, "-m", "hbsim.cli", "--help"], capture_output=True, text=True)
+    assert helped.returncode == 0 and "policies" in helped.stdout and "grid" in helped.stdout
