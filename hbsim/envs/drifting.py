@@ -201,8 +201,8 @@ class IntListKnob(Knob):
 
     def check(self, name: str, value):
         items = self.parse(name, value)
-        if self._pairs:
-            return ",".join(f"{a}-{b}" for a, b in items)
+        if self._pairs:                         # the order of disjoint pairs carries no meaning
+            return ",".join(f"{a}-{b}" for a, b in sorted(items))
         return ",".join(str(x) for x in sorted(set(items)))
 
 

@@ -120,6 +120,8 @@ class StudentEnv(SyntheticEnv):
 
     # -- learning ------------------------------------------------------------------
     def _learn(self, batch: Batch, rng: np.random.Generator):
+        """REINFORCE + optimizer step on the batch (module docstring). `rng` is unused: the
+        only noise is the sampling of the rollouts themselves."""
         n = len(batch)
         phi = self.phi[batch.tasks, batch.harnesses]                                 # (n, D)
         p_now = self.success_matrix()[batch.tasks, batch.harnesses]

@@ -29,6 +29,13 @@ def test_expected_group_signal_loo_is_p_one_minus_p_with_spec_keep_probability()
     assert keep[1] == pytest.approx(0.5695, abs=5e-5)                      # SPEC §2.3
 
 
+def test_expected_group_signal_large_groups_use_the_binomial_path():
+    p = np.linspace(0.0, 1.0, 11)
+    sig, keep = expected_group_signal(p, 12, "loo")                         # G > 10: pmf, not polynomial
+    np.testing.assert_allclose(sig, p * (1 - p), atol=1e-14)
+    np.testing.assert_allclose(keep, 1 - (1 - p) ** 12 - p ** 12, atol=1e-15)
+
+
 def test_expected_group_signal_mean_and_grpo_by_hand():
     p = np.array([0.2, 0.7])
     sig, _ = expected_group_signal(p, 4, "mean")
@@ -257,7 +264,7 @@ def test_bad_knobs_raise_naming_knob_value_and_range(knobs, words):
 
 def test_list_knobs_resolve_to_canonical_strings():
     knobs = DriftingEnv.resolve_knobs(phase_steps=[100, 50, 50], conflict_pairs=[[2, 3], (0, 1)])
-    assert knobs["phase_steps"] == "50,100" and knobs["conflict_pairs"] == "2-3,0-1"
+    assert knobs["phase_steps"] == "50,100" and knobs["conflict_pairs"] == "0-1,2-3"
     assert DriftingEnv.knobs()["phase_steps"] == "" and DriftingEnv.resolve_knobs(conflict_pairs="")["conflict_pairs"] == ""
     env = make_env("drifting", seed=0, conflict_pairs="", **SMALL)
     assert env.pairs == []
