@@ -6,6 +6,7 @@ baseline); whatever is dropped is listed in the returned notes.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -166,11 +167,19 @@ def paired_rows(al: Aligned, suite: str, cand: str, baseline: str, *, resamples:
     return rows
 
 
-def per_seed_rows(al: Aligned, suite: str, cand: str, baseline: str) -> list[dict]:
-    """Per seed: delta, W/T/L, and exact McNemar (+ mid-p) where the metric is binary."""
+def binary_metric(metric: str, attempts: int) -> bool:
+    """pass@k and pass^k are per-task binary outcomes exactly when k = n attempts."""
+    m = re.fullmatch(r"pass[@^](\d+)", metric)
+    return bool(m) and int(m.group(1)) == attempts
+
+
+def per_seed_rows(al: Aligned, suite: str, cand: str, baseline: str, attempts: int) -> list[dict]:
+    """Per seed: delta, W/T/L, and exact McNemar (+ mid-p) where the metric is binary
+    by construction (pass@k / pass^k with k = attempts)."""
     c, b = al.policies.index(cand), al.policies.index(baseline)
     rows = []
     for i, metric in enumerate(al.metrics):
+        binary = binary_metric(metric, attempts)
         for si, seed in enumerate(al.seeds):
             xc, xb = al.x[i, c, si], al.x[i, b, si]
             w, ti, lo = stats.wins_ties_losses(xc - xb)
@@ -179,7 +188,7 @@ def per_seed_rows(al: Aligned, suite: str, cand: str, baseline: str) -> list[dic
                    "baseline_value": float(xb.mean()), "delta": float((xc - xb).mean()),
                    "wins": w, "ties": ti, "losses": lo}
             keys = ("n11", "n10", "n01", "n00", "p", "mid_p")
-            mc = stats.mcnemar_test(xc, xb) if stats.is_binary(xc, xb) else dict.fromkeys(keys, np.nan)
+            mc = stats.mcnemar_test(xc, xb) if binary else dict.fromkeys(keys, None)
             row.update({f"mcnemar_{k}" if k in ("p", "mid_p") else k: v for k, v in mc.items()})
             rows.append(row)
     return rows

@@ -120,7 +120,7 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
             kw = dict(resamples=resamples, rng=rng, alpha=alpha)
             acc["paired"].append(pd.DataFrame(analysis.paired_rows(
                 pal, s, cand, baseline, progress=_stage(progress, stage0 + 2 + ci, stages), **kw)))
-            acc["per_seed"].append(pd.DataFrame(analysis.per_seed_rows(pal, s, cand, baseline)))
+            acc["per_seed"].append(pd.DataFrame(analysis.per_seed_rows(pal, s, cand, baseline, attempts[s])))
             acc["categories"].append(pd.DataFrame(analysis.category_rows(pal, s, cand, baseline, **kw)))
             flips, counts = analysis.flip_rows(pal, s, cand, baseline)
             acc["flips"].append(pd.DataFrame(flips))
@@ -128,6 +128,11 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     tables = {name: _concat(frames) for name, frames in acc.items() if name in
               ("summary", "per_task", "paired", "per_seed", "categories", "flips", "flip_counts", "gee")}
     tables["paired"] = _holm(tables["paired"])
+    if not tables["per_seed"].empty:
+        for col in ("n11", "n10", "n01", "n00"):
+            tables["per_seed"][col] = tables["per_seed"][col].astype("Int64")
+        for col in ("mcnemar_p", "mcnemar_mid_p"):
+            tables["per_seed"][col] = tables["per_seed"][col].astype(float)
     diag = diagnostics.compute(fr.train, fr.eval_all)
     notes += diag.notes
     tables["diagnostics"], tables["cost"], tables["visits"] = diag.spearman, diag.cost, diag.visits

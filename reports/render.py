@@ -27,6 +27,8 @@ def slug(text: str) -> str:
 
 
 def _fmt(v) -> str:
+    if v is pd.NA or v is None:
+        return ""
     if isinstance(v, (bool, np.bool_)):
         return "yes" if v else ""
     if isinstance(v, (float, np.floating)):
@@ -222,9 +224,19 @@ def _per_seed(doc: Doc, result, suite: str) -> None:
     if ps.empty:
         return
     sub = ps[ps["suite"] == suite]
-    doc.h(3, "Per seed (exact McNemar where the metric is binary)")
-    cols = ["metric", "candidate", "seed", "delta", "wins", "ties", "losses", "n10", "n01", "mcnemar_p", "mcnemar_mid_p"]
-    doc.table(sub[cols], max_rows=80)
+    doc.h(3, "Per seed: delta of each seed (is the sign stable across seeds?)")
+    wide = sub.pivot_table(index=["metric", "candidate"], columns="seed", values="delta", sort=False)
+    wide.columns = [f"seed {c}" for c in wide.columns]
+    doc.table(wide.reset_index(), max_rows=80)
+    mc = sub[sub["mcnemar_p"].notna()]
+    if not mc.empty:
+        doc.h(3, "Per seed: exact McNemar p (mid-p) on the binary per-task outcome")
+        mc = mc.assign(cell=[f"{p:.3g} ({m:.3g}) {a}:{b}" for p, m, a, b in
+                             zip(mc["mcnemar_p"], mc["mcnemar_mid_p"], mc["n10"], mc["n01"])])
+        wide = mc.pivot(index=["metric", "candidate"], columns="seed", values="cell")
+        wide.columns = [f"seed {c}" for c in wide.columns]
+        doc.p("cell = exact p (mid-p) candidate-only:baseline-only discordant tasks")
+        doc.table(wide.reset_index(), max_rows=80)
 
 
 def _flips(doc: Doc, result, suite: str) -> None:

@@ -245,10 +245,6 @@ def mde(d: np.ndarray, alpha: float, power: float = 0.8) -> float:
     return float(z * d.std(ddof=1) / np.sqrt(d.size))
 
 
-def is_binary(*arrays: np.ndarray) -> bool:
-    return all(np.isin(np.asarray(a), (0.0, 1.0)).all() for a in arrays)
-
-
 def mcnemar_test(cand: np.ndarray, base: np.ndarray) -> dict:
     """Exact McNemar on paired binary outcomes (tasks,) + mid-p.
 

@@ -104,7 +104,19 @@ def test_flips_show_swaps_hidden_by_equal_counts():
     flips = res.tables["flips"].set_index("task")["direction"].to_dict()
     assert flips == {"t0": "pass->fail", "t2": "fail->pass"}
     ps = res.tables["per_seed"]
-    assert (ps["n10"] == 1).all() and (ps["n01"] == 1).all() and (ps["mcnemar_p"] == 1.0).all()
+    binary = ps[ps["metric"] == "pass@1"]
+    assert len(binary) == 3 and (binary["n10"] == 1).all() and (binary["n01"] == 1).all()
+    assert (binary["mcnemar_p"] == 1.0).all()
+    np.testing.assert_allclose(binary["mcnemar_mid_p"], 0.5)  # 1 - P(X = 1 | 2, 1/2)
+    assert ps.loc[ps["metric"] == "score", "mcnemar_p"].isna().all()  # score is not binary by construction
+
+
+def test_mcnemar_only_where_binary_by_construction(result):
+    ps = result.tables["per_seed"]
+    has = ps.groupby(["suite", "metric"])["mcnemar_p"].apply(lambda v: v.notna().all()).to_dict()
+    assert has == {("heldout_harness", "pass@1"): False, ("heldout_harness", "pass@3"): True,
+                   ("heldout_harness", "pass^3"): True, ("heldout_harness", "score"): False,
+                   ("heldout_tasks", "pass@1"): True, ("heldout_tasks", "score"): False}
 
 
 def test_categories_gee_and_diagnostics(result):
