@@ -19,7 +19,9 @@ What a subclass implements
                                                 optimized `Batch` (its advantages!), mutate the
                                                 model, return the (d,) float32 gradient sketch
                                                 (or None) and the update sketch (or None);
-                                                `rng` is the env's "learn" noise stream
+                                                `rng` is the step's "learn" stream (fresh per
+                                                step, the same for every policy at step t);
+                                                not called when no group was optimized
     expected_gains(candidates) -> (C,) float    candidates (C, H) int group counts; the true
                                                 expected one-step change of the mean training
                                                 success (all training tasks x all training
@@ -32,6 +34,9 @@ What a subclass implements
     rewards_from_uniform(p, u) -> (m, G)        rewards in [0, 1] from success probabilities
                                                 p (m,) and uniforms u (m, G); default binary
     step_extras() -> dict                       extra per-step columns (floats)
+    _advance(rng)                               what happens every step whatever was trained
+                                                (drift, forgetting), after `_learn`; `rng` is
+                                                the step's "world" stream (same for every policy)
 
 The base provides `self.knobs` (resolved), `self.harnesses`, `self.heldout_harness`,
 `self.task_ids` (all tasks, training first), `self.task_category` (n_all,) int index into
@@ -40,8 +45,8 @@ CATEGORIES, `self.n_tasks`, `self.n_heldout`, `self.H`, `self.G`, `self.step_cou
 Randomness (common random numbers): every stream is a Generator built from
 `SeedSequence(seed, spawn_key=(STREAM, index))`, so a policy's choices on one harness never
 shift another harness's streams, the eval noise, or the structure. Streams: structure, per
-harness task order and reward noise, learn noise, and one stateless eval stream per
-env step. Same seed -> same tasks, task order, initial success matrix and eval uniforms
+harness task order and reward noise (stateful), and per step t the learn, world and eval
+streams (stateless: spawn key (STREAM, t)). Same seed -> same tasks, task order, initial success matrix and eval uniforms
 for every policy.
 
 Dynamic sampling (SPEC §2.2): for each harness with c groups in the allocation, retained
@@ -74,7 +79,7 @@ from hbsim import grpo
 CATEGORIES = ("skills", "integrations", "memory", "csv", "coding")
 
 #: spawn-key stream ids of the common random numbers
-STREAM_STRUCTURE, STREAM_TASKS, STREAM_REWARDS, STREAM_LEARN, STREAM_EVAL = 0, 1, 2, 3, 4
+STREAM_STRUCTURE, STREAM_TASKS, STREAM_REWARDS, STREAM_LEARN, STREAM_EVAL, STREAM_WORLD = 0, 1, 2, 3, 4, 5
 
 SUITES = ("heldout_tasks", "heldout_harness")
 
@@ -205,7 +210,6 @@ class SyntheticEnv:
         self.task_category = structure.integers(len(CATEGORIES), size=self.n_tasks + self.n_heldout)
         self._task_rngs = [_stream(self.seed, STREAM_TASKS, h) for h in range(self.H)]
         self._reward_rngs = [_stream(self.seed, STREAM_REWARDS, h) for h in range(self.H)]
-        self._learn_rng = _stream(self.seed, STREAM_LEARN)
         self._pools = [rng.permutation(self.n_tasks) for rng in self._task_rngs]
         self._cursors = [0] * self.H
         self._buffers = [self._empty_groups() for _ in range(self.H)]
@@ -238,6 +242,9 @@ class SyntheticEnv:
     def step_extras(self) -> dict:
         return {}
 
+    def _advance(self, rng: np.random.Generator) -> None:
+        """Per-step change that does not depend on the batch (default: none)."""
+
     # -- the adapter ---------------------------------------------------------------
     def config(self) -> dict:
         return {"kind": self.kind, **self.knobs}
@@ -265,7 +272,9 @@ class SyntheticEnv:
         else:
             gains = self.expected_gains(np.vstack([pure, counts[None, :]]))
         t2 = time.perf_counter()
-        sketch, update_sketch = self._learn(batch, self._learn_rng) if len(batch) else (None, None)
+        sketch, update_sketch = (self._learn(batch, _stream(self.seed, STREAM_LEARN, self.step_count))
+                                 if len(batch) else (None, None))
+        self._advance(_stream(self.seed, STREAM_WORLD, self.step_count))
         t3 = time.perf_counter()
         self.step_count += 1
         self._expire_leftovers()
@@ -315,7 +324,6 @@ class SyntheticEnv:
             "kind": self.kind, "seed": self.seed, "knobs": self.knobs, "step_count": self.step_count,
             "task_rngs": [r.bit_generator.state for r in self._task_rngs],
             "reward_rngs": [r.bit_generator.state for r in self._reward_rngs],
-            "learn_rng": self._learn_rng.bit_generator.state,
             "pools": self._pools, "cursors": self._cursors, "buffers": self._buffers,
             "model": self._model_state()})
 
@@ -329,7 +337,6 @@ class SyntheticEnv:
             rng.bit_generator.state = st
         for rng, st in zip(self._reward_rngs, state["reward_rngs"]):
             rng.bit_generator.state = st
-        self._learn_rng.bit_generator.state = state["learn_rng"]
         self._pools, self._cursors, self._buffers = state["pools"], state["cursors"], state["buffers"]
         self._load_model_state(state["model"])
 

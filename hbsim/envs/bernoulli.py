@@ -20,8 +20,9 @@ the policy-gradient signal on the logit is s_g = mean_i A_i (r_i - p_g) -- for b
 rewards and LOO advantages s_g = L_g / 2 exactly, so learnability is learning progress.
 
     S[c, h]  = sum_{g: c_g=c, h_g=h} s_g / n          (n = optimized groups)
-    z       <- (1 - forget) z + lr * S @ M + drift * N(0, 1)
-    u_t     <- u_t + task_lr * sum_{g: t_g=t} s_g / n
+    z       <- z + lr * S @ M,    u_t <- u_t + task_lr * sum_{g: t_g=t} s_g / n
+    then, every step whatever was trained (the step's world stream, common to all policies):
+    z, u    <- (1 - forget) (z, u);   z <- z + drift * N(0, 1)
 
 M (H, H+1) is the transfer matrix: M[h, h] = 1, off-diagonal entries transfer_scale * U(0.3, 1),
 a `negative_fraction` of them negated (negative transfer; the held-out column included).
@@ -32,7 +33,8 @@ of their transfer rows times that of their category signals. No update sketch (p
 Oracle: the expected one-step gain of an allocation is exact under the model for binary
 rewards: per task E[s | p] = sum_k Binom(k; G, p) s(k), retained tasks are drawn in
 proportion to their keep probability, and the update is linear in the allocation counts.
-Drift noise and the staleness of leftover groups are left out of the expectation.
+The oracle's gain is that of the expected update (forgetting included, the zero-mean drift
+noise and the staleness of leftover groups left out).
 """
 from __future__ import annotations
 
@@ -157,9 +159,8 @@ class BernoulliEnv(SyntheticEnv):
         S = np.bincount(cell, weights=s / n, minlength=C * H).reshape(C, H)
         gz = S @ self.M                                                                 # (C, H+1)
         gu = np.bincount(batch.tasks, weights=s / n, minlength=self.n_tasks)
-        keep = 1.0 - k["forget"]
-        self.z = keep * self.z + k["lr"] * gz + k["drift"] * rng.standard_normal(self.z.shape)
-        self.u = keep * self.u + k["task_lr"] * gu
+        self.z = self.z + k["lr"] * gz
+        self.u = self.u + k["task_lr"] * gu
         self._logit_cache = self._success_cache = None
         noise = k["grad_noise"] * rng.standard_normal(k["noise_dims"])
         sketch = np.concatenate([gz.ravel(), gu, noise]).astype(np.float32)
@@ -185,11 +186,12 @@ class BernoulliEnv(SyntheticEnv):
         H, forget = self.H, self.knobs["forget"]
         dz, du = self.expected_update(candidates)
         logit = self._logits()[: self.n_tasks, :H]                                     # (n, H)
-        if forget:
-            cats = self.task_category[: self.n_tasks]
-            logit = logit - forget * (self.z[cats, :H] + self.u[:, None])             # (n, H)
         x = self._onehot @ dz[:, :, :H]                                                # (K, n, H)
         x += du[:, :, None]
+        if forget:                     # the step's shrinkage applies to the updated z and u
+            cats = self.task_category[: self.n_tasks]
+            x *= 1.0 - forget
+            logit = logit - forget * (self.z[cats, :H] + self.u[:, None])             # (n, H)
         x += logit
         p_new = _sigmoid(x, out=x)
         p_new *= self.ceil[:H]
@@ -227,5 +229,12 @@ class BernoulliEnv(SyntheticEnv):
         self.z, self.u = np.array(state["z"], dtype=np.float64), np.array(state["u"], dtype=np.float64)
         self._logit_cache = self._success_cache = None
 
-    def step_extras(self) -> dict:
-        return {}
+    def _advance(self, rng: np.random.Generator) -> None:
+        """Every step: forgetting, then the competence random walk (the step's world stream)."""
+        k = self.knobs
+        if k["forget"]:
+            self.z = (1.0 - k["forget"]) * self.z
+            self.u = (1.0 - k["forget"]) * self.u
+        if k["drift"]:
+            self.z = self.z + k["drift"] * rng.standard_normal(self.z.shape)
+        self._logit_cache = self._success_cache = None

@@ -72,6 +72,19 @@ def test_per_harness_streams_do_not_shift():
     assert a._reward_rngs[1].bit_generator.state == b._reward_rngs[1].bit_generator.state
 
 
+def test_drift_noise_is_common_to_every_history():
+    """With learning switched off, the competence path is the same whatever is trained --
+    also when a step optimizes nothing (the zero-success harness)."""
+    a = make_env("bernoulli", seed=8, lr=0.0, task_lr=0.0, drift=0.1, forget=0.02, zero_offset=-50.0)
+    b = make_env("bernoulli", seed=8, lr=0.0, task_lr=0.0, drift=0.1, forget=0.02, zero_offset=-50.0)
+    zero = int(np.flatnonzero(a.roles == 1)[0])
+    for i in range(5):
+        a.train_step(pure(zero))
+        b.train_step(pure((zero + 1 + i) % 6))
+    np.testing.assert_array_equal(a.z, b.z)
+    assert np.abs(a.z).max() > 0.05
+
+
 def test_roles_zero_and_saturating_harnesses():
     env = make_env("bernoulli", seed=0, n_saturating=2, n_zero=1)
     truth = env.success_matrix()[: env.n_tasks].mean(axis=0)
@@ -189,7 +202,7 @@ def test_expected_gains_apply_the_expected_update(forget):
     before = env.success_matrix()[: env.n_tasks, :6].mean()
     for k in range(len(cands)):
         env.load_state_dict(state)
-        env._load_model_state({"z": (1 - forget) * env.z + dz[k], "u": (1 - forget) * env.u + du[k]})
+        env._load_model_state({"z": (1 - forget) * (env.z + dz[k]), "u": (1 - forget) * (env.u + du[k])})
         assert gains[k] == pytest.approx(env.success_matrix()[: env.n_tasks, :6].mean() - before, abs=1e-14)
     # a mixed batch's expected update is the count-weighted mix of the pure ones
     np.testing.assert_allclose(dz[6], (3 * dz[0] + 5 * dz[3]) / 8, atol=1e-15)
