@@ -218,6 +218,14 @@ def _optimizer_knobs(lr: float) -> dict[str, Knob]:
     }
 
 
+def knob_doc(cls: type) -> type:
+    """Class decorator: append one line per own knob (name, default, allowed, doc) to the
+    class docstring, so `help(Env)` documents every knob from the single KNOBS table."""
+    lines = [f"    {name} = {spec.default!r}: {spec.doc} ({spec.allowed()})" for name, spec in cls.KNOBS.items()]
+    cls.__doc__ = (cls.__doc__ or "") + "\n\n    Knobs:\n" + "\n".join(lines) + "\n"
+    return cls
+
+
 def sketch_coordinates(rng: np.random.Generator, dim: int, d: int) -> np.ndarray:
     """Fixed sketch coordinates: all of 0..dim-1 when d >= dim, else d drawn without
     replacement, sorted."""
@@ -227,6 +235,7 @@ def sketch_coordinates(rng: np.random.Generator, dim: int, d: int) -> np.ndarray
 
 
 # -- the environment -------------------------------------------------------------------
+@knob_doc
 class DriftingEnv(SyntheticEnv):
     """Drifting-gradient bandit; see the module docstring for the model. Knobs (beyond the
     common ones of hbsim.envs.base): `DriftingEnv.KNOBS` (name -> default, doc, range)."""

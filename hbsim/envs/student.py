@@ -40,7 +40,8 @@ import numpy as np
 from scipy.special import expit
 
 from hbsim.envs.base import CATEGORIES, Batch, Knob, SyntheticEnv
-from hbsim.envs.drifting import Optimizer, _optimizer_knobs, expected_group_signal, sketch_coordinates
+from hbsim.envs.drifting import (Optimizer, _optimizer_knobs, expected_group_signal, knob_doc,
+                                 sketch_coordinates)
 
 
 def student_features(x: np.ndarray, v: np.ndarray, interaction: float) -> np.ndarray:
@@ -56,6 +57,7 @@ def student_features(x: np.ndarray, v: np.ndarray, interaction: float) -> np.nda
     return np.concatenate([xb, oh, vb, outer], axis=2)
 
 
+@knob_doc
 class StudentEnv(SyntheticEnv):
     """Logistic student; see the module docstring for the model. Knobs (beyond the common
     ones of hbsim.envs.base): `StudentEnv.KNOBS` (name -> default, doc, range)."""
