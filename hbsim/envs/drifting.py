@@ -237,8 +237,8 @@ def sketch_coordinates(rng: np.random.Generator, dim: int, d: int) -> np.ndarray
 # -- the environment -------------------------------------------------------------------
 @knob_doc
 class DriftingEnv(SyntheticEnv):
-    """Drifting-gradient bandit; see the module docstring for the model. Knobs (beyond the
-    common ones of hbsim.envs.base): `DriftingEnv.KNOBS` (name -> default, doc, range)."""
+    """Drifting-gradient bandit; see the module docstring for the model. The knobs below come on top of
+    the common ones of hbsim.envs.base (COMMON_KNOBS); the table is `DriftingEnv.KNOBS`."""
 
     kind = "drifting"
     summary = "shared + harness-specific drifting gradient directions, SGD/Adam, conflicting pairs"

@@ -59,8 +59,8 @@ def student_features(x: np.ndarray, v: np.ndarray, interaction: float) -> np.nda
 
 @knob_doc
 class StudentEnv(SyntheticEnv):
-    """Logistic student; see the module docstring for the model. Knobs (beyond the common
-    ones of hbsim.envs.base): `StudentEnv.KNOBS` (name -> default, doc, range)."""
+    """Logistic student; see the module docstring for the model. The knobs below come on top of
+    the common ones of hbsim.envs.base (COMMON_KNOBS); the table is `StudentEnv.KNOBS`."""
 
     kind = "student"
     summary = "logistic student: theta, sigmoid(<theta, phi(task, harness)>), REINFORCE + Adam"
