@@ -90,7 +90,7 @@ class GRPOAdapter:
     def _build_model(self):
         if self.cfg.model_path:
             from real_runs.hf import load_hf_model
-            return load_hf_model(self.cfg.model_path, self.cfg.hf_block_path, self.device), "hf"
+            return load_hf_model(self.cfg.model_path, self.cfg.hf_block_path, self.device, self.cfg.max_len), "hf"
         from real_runs.model import ModelConfig, Transformer
         from real_runs.warmstart import warm_start
         warm_h = self._train_h[:min(self.cfg.warm_harnesses, len(self._train_h))]

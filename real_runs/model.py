@@ -137,8 +137,10 @@ class Transformer(nn.Module):
                 std = 0.02 / math.sqrt(2 * self.cfg.n_layer)
             p.copy_(torch.randn(p.shape, generator=generator) * std)
 
-    def forward(self, tokens, positions, mask, cache=None, start=0):
-        """tokens, positions: (B, T) long; mask: (B, 1, T, start+T) bool -> logits (B, T, V)."""
+    def forward(self, tokens, positions, key_valid, cache=None, start=0):
+        """tokens, positions: (B, T) long; key_valid: (B, start+T) bool, False at padding;
+        cache: from `new_cache`, filled at [start, start+T) -> logits (B, T, V) float32."""
+        mask = attention_mask(key_valid, tokens.shape[1], start)  # (B, 1, T, start+T)
         x = self.tok_emb(tokens) + self.pos_emb(positions.clamp(0, self.cfg.max_len - 1))  # (B, T, C)
         for i, block in enumerate(self.blocks):
             x = block(x, mask, None if cache is None else cache[i], start)
@@ -151,13 +153,14 @@ class Transformer(nn.Module):
         return [(p.new_zeros(shape), p.new_zeros(shape)) for _ in self.blocks]
 
 
-def causal_mask(valid: torch.Tensor) -> torch.Tensor:
-    """valid: (B, T) bool -> (B, 1, T, T) bool: key j visible to query i iff j <= i and
-    key j is real; every query sees itself, so padded rows stay finite."""
-    T = valid.shape[1]
-    tri = torch.ones(T, T, dtype=torch.bool, device=valid.device).tril()
-    eye = torch.eye(T, dtype=torch.bool, device=valid.device)
-    return ((tri & valid[:, None, :]) | eye)[:, None]
+def attention_mask(key_valid: torch.Tensor, T: int, start: int = 0) -> torch.Tensor:
+    """key_valid: (B, S) bool with S = start + T -> (B, 1, T, S) bool: query i (absolute
+    position start+i) sees key j iff j <= start+i and key j is real; every query sees
+    itself, so padded rows stay finite."""
+    S = key_valid.shape[1]
+    q = torch.arange(start, start + T, device=key_valid.device)[:, None]  # (T, 1)
+    k = torch.arange(S, device=key_valid.device)[None, :]  # (1, S)
+    return (((k <= q)[None] & key_valid[:, None, :]) | (k == q)[None])[:, None]
 
 
 def right_pad(rows: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,7 +180,7 @@ def token_logprobs(model: Transformer, tokens: torch.Tensor, valid: torch.Tensor
     tokens, valid: (B, T) -> (B, T-1) float32 (entry t scores token t+1).
     """
     positions = (valid.long().cumsum(1) - 1).clamp(min=0)
-    logits = model(tokens, positions, causal_mask(valid))  # (B, T, V)
+    logits = model(tokens, positions, valid)  # (B, T, V)
     logp = torch.log_softmax(logits[:, :-1], dim=-1)
     return logp.gather(-1, tokens[:, 1:, None]).squeeze(-1)  # (B, T-1)
 
@@ -192,7 +195,7 @@ def sample(model: Transformer, prompts: list[list[int]], stop_ids: list[int], ma
     Returns (completions: list of B token lists, logprobs: list of B float lists) where
     logprobs are the policy's log-probs of the sampled tokens (temperature 1 scale).
     """
-    device = model.tok_emb.weight.device
+    device = next(model.parameters()).device
     B, P = len(prompts), max(len(p) for p in prompts)
     tokens = torch.zeros(B, P, dtype=torch.long)
     valid = torch.zeros(B, P + max_new, dtype=torch.bool)
@@ -202,7 +205,7 @@ def sample(model: Transformer, prompts: list[list[int]], stop_ids: list[int], ma
     tokens, valid = tokens.to(device), valid.to(device)
     positions = (valid[:, :P].long().cumsum(1) - 1).clamp(min=0)  # (B, P)
     cache = model.new_cache(B, P + max_new)
-    logits = model(tokens, positions, causal_mask(valid[:, :P]), cache, 0)[:, -1]  # (B, V)
+    logits = model(tokens, positions, valid[:, :P], cache, 0)[:, -1]  # (B, V)
     stop = torch.tensor(stop_ids, dtype=torch.long, device=device)
     pos = positions[:, -1]
     done = torch.zeros(B, dtype=torch.bool, device=device)
@@ -219,8 +222,7 @@ def sample(model: Transformer, prompts: list[list[int]], stop_ids: list[int], ma
             break
         valid[:, P + t] = True
         pos = pos + 1
-        step_mask = valid[:, None, None, :P + t + 1]  # (B, 1, 1, P+t+1)
-        logits = model(nxt[:, None], pos[:, None], step_mask, cache, P + t)[:, -1]
+        logits = model(nxt[:, None], pos[:, None], valid[:, :P + t + 1], cache, P + t)[:, -1]
     toks = torch.stack(out_tok, 1).cpu()
     lps = torch.stack(out_lp, 1).float().cpu()
     keep = torch.stack(alive, 1).cpu()

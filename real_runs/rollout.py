@@ -44,7 +44,7 @@ def play(model, jobs: list[tuple[object, object]], *, generator: torch.Generator
     model: a `Transformer` (or a wrapper with the same `sample` contract); at most `chunk`
     episodes share one sampling batch. Deterministic given the generator's state.
     """
-    tok = tokenizer or ByteTokenizer()
+    tok = tokenizer or getattr(model, "tokenizer", None) or ByteTokenizer()
     limit = model.cfg.max_len - max_new
     t0 = time.perf_counter()
     episodes = [Episode(h, task) for h, task in jobs]

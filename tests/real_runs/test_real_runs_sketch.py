@@ -77,28 +77,10 @@ def test_ddp_all_reduced_sketch_equals_single_process_sketch(tmp_path):
     np.testing.assert_allclose(got["grads"], grads, rtol=1e-5, atol=1e-7)
 
 
-def _two_b_last_blocks(hidden=2048, mlp=6144, blocks=4):
-    """Parameter tensors shaped like the last 4 blocks of a 2B model (~0.9 GB of float32)."""
-    shapes = {}
-    for b in range(blocks):
-        for name in ("q", "k", "v", "o"):
-            shapes[f"layers.{b}.attn.{name}.weight"] = (hidden, hidden)
-        shapes[f"layers.{b}.mlp.up.weight"] = (mlp, hidden)
-        shapes[f"layers.{b}.mlp.gate.weight"] = (mlp, hidden)
-        shapes[f"layers.{b}.mlp.down.weight"] = (hidden, mlp)
-        shapes[f"layers.{b}.norm1.weight"] = (hidden,)
-        shapes[f"layers.{b}.norm2.weight"] = (hidden,)
-    return shapes
-
-
 def test_benchmark_sketch_gather_2b_shaped(benchmark):
-    shapes = _two_b_last_blocks()
-    named = []
-    for name, shape in shapes.items():
-        # the parameter is a zero-stride view (no memory); the gradient is resident, as after backward
-        p = nn.Parameter(torch.zeros(()).expand(shape))
-        p.grad = torch.ones(shape)
-        named.append((name, p))
-    sk = ParamSketch(named, plan_sketch(shapes, 65536, 0))
+    from real_runs.bench import gradient_sketch_fixture, two_b_last_blocks
+
+    sk = gradient_sketch_fixture("cpu")   # last 4 blocks of a 2B model, ~0.9 GB of resident gradients
+    assert len(sk.names) == len(two_b_last_blocks()) == 36
     out = benchmark(sk.grad)
     assert out.shape == (65536,) and float(out.sum()) == 65536.0

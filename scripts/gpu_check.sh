@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# GPU check of the real trainer, for one H200 (or any CUDA GPU), within about 8 minutes.
+#
+#   scripts/gpu_check.sh OUTDIR
+#
+# Runs from the repository root with the Python found as $PYTHON (default: python3) that
+# already has torch, numpy, pandas, scipy, statsmodels, matplotlib and pyarrow. No network,
+# no pip install: the repository is put on PYTHONPATH. Writes into OUTDIR:
+#   sketch_bench.json       (1) sketch gather of 65,536 coordinates, 2B-shaped last 4 blocks, CUDA
+#   gpu_small/ + .log/.json (2) one gpu-small run of 100 steps with the per-step time breakdown
+#   grid/                   (3) the real-run grid examples/real_grid.toml (8 designs x 2 seeds)
+#   report/                 (4) hb report of that grid against mixed-2
+#   summary.txt             the figures to quote
+# Each phase has a time limit so the whole script stays under 8 minutes; a grid cut short
+# is still collected and reported (the summary says how many cells finished).
+# A CPU dry run of the script's plumbing (not a measurement):
+#   GPU_CHECK_DEVICE=cpu GPU_CHECK_PRESET=tiny GPU_CHECK_STEPS=2 \
+#   GPU_CHECK_GRID=examples/real_grid_cpu.toml GPU_CHECK_JOBS=2 scripts/gpu_check.sh /tmp/gc
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:?usage: scripts/gpu_check.sh OUTDIR}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+PY=${PYTHON:-python3}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export HB_CACHE_DIR="$OUT/cache"          # warm starts: shared by the single run and the grid
+export PYTHONUNBUFFERED=1
+JOBS=${GPU_CHECK_JOBS:-8}
+DEVICE=${GPU_CHECK_DEVICE:-cuda}
+PRESET=${GPU_CHECK_PRESET:-gpu-small}
+STEPS=${GPU_CHECK_STEPS:-100}
+GRID=${GPU_CHECK_GRID:-examples/real_grid.toml}
+START=$(date +%s)
+log() { echo "[gpu_check +$(( $(date +%s) - START ))s] $*" | tee -a "$OUT/summary.txt" >&2; }
+
+log "host $(hostname); $($PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-")' 2>&1)"
+
+# (1) sketch extraction benchmark on CUDA
+timeout 60 $PY -m real_runs.bench sketch --device "$DEVICE" --repeats 100 > "$OUT/sketch_bench.json" 2> "$OUT/sketch_bench.log"
+log "(1) sketch bench rc=$? $(tr -d '\n ' < "$OUT/sketch_bench.json")"
+
+# (2) one gpu-small run, 100 steps, per-step breakdown
+timeout 150 $PY -m hbsim.cli real --preset "$PRESET" --policy harnessbandit --seed 0 --steps "$STEPS" \
+    --device "$DEVICE" --checkpoint-every 50 --out "$OUT/gpu_small" > "$OUT/gpu_small.txt" 2> "$OUT/gpu_small.log"
+log "(2) gpu-small run rc=$?"
+cat "$OUT/gpu_small.txt" | tee -a "$OUT/summary.txt" >&2
+grep -E "model ready|step (1|2|50|100)/" "$OUT/gpu_small.log" | tee -a "$OUT/summary.txt" >&2
+if [ -f "$OUT/gpu_small/train.parquet" ]; then
+    $PY -m real_runs.bench timing "$OUT/gpu_small" > "$OUT/gpu_small_timing.json"
+    log "(2) timing $(tr -d '\n ' < "$OUT/gpu_small_timing.json")"
+fi
+
+# (3) the real-run grid: 8 designs x 2 seeds, concurrent workers sharing the GPU
+timeout 190 $PY -m hbsim.cli grid run "$GRID" --out "$OUT/grid" --jobs "$JOBS" \
+    > "$OUT/grid.txt" 2> "$OUT/grid.log"
+log "(3) grid rc=$? ($(ls "$OUT/grid/cells" 2>/dev/null | wc -l) cells done)"
+$PY -m hbsim.cli grid status "$OUT/grid" >> "$OUT/grid.txt" 2>&1
+$PY -m hbsim.cli grid collect "$OUT/grid" >> "$OUT/grid.txt" 2>&1
+tail -n 25 "$OUT/grid.txt" | tee -a "$OUT/summary.txt" >&2
+
+# (4) the paired report against the 2-harness mixed baseline
+timeout 60 $PY -m hbsim.cli report "$OUT/grid" --baseline mixed-2 --resamples 2000 --out "$OUT/report" > "$OUT/report.txt" 2>&1
+log "(4) report rc=$?"
+head -n 40 "$OUT/report.txt" | tee -a "$OUT/summary.txt" >&2
+log "done in $(( $(date +%s) - START ))s"
