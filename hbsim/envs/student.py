@@ -94,6 +94,7 @@ class StudentEnv(SyntheticEnv):
         dx, D = self.x.shape[1], self.phi.shape[2]
         self._phi2 = np.ascontiguousarray(self.phi.reshape(-1, D))                   # (n_all (H+1), D)
         self._phi_train = np.ascontiguousarray(self.phi[: self.n_tasks, :H].reshape(-1, D))
+        self._phi_by_harness = np.ascontiguousarray(self.phi[: self.n_tasks].transpose(1, 0, 2))  # (H+1, n, D)
         bias = np.append(rng.permutation(np.linspace(k["bias_low"], k["bias_high"], H)), k["heldout_bias"])
         self.theta0 = np.concatenate([
             rng.normal(0.0, k["category_spread"], C), rng.normal(0.0, k["task_spread"], ntf), bias,
@@ -117,7 +118,7 @@ class StudentEnv(SyntheticEnv):
         p = self.success_matrix()[: self.n_tasks]
         sig, keep = expected_group_signal(p, self.G, self.knobs["advantage"])       # (n, H+1)
         total = keep.sum(axis=0)
-        g = np.einsum("th,thd->hd", sig, self.phi[: self.n_tasks], optimize=True)
+        g = np.matmul(sig.T[:, None, :], self._phi_by_harness)[:, 0, :]            # (H+1, D)
         return np.divide(g, total[:, None], out=np.zeros_like(g), where=total[:, None] > 1e-300)
 
     # -- learning ------------------------------------------------------------------
