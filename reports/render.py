@@ -107,7 +107,11 @@ def write(result, out: Path) -> None:
         _suite_section(doc, result, suite)
     _diagnostics_section(doc, result)
     doc.h(2, "Provenance")
-    doc.pre(json.dumps(result.config, indent=1, default=str)[:20000])
+    cfg = {k: v for k, v in result.config.items() if k != "runs"}
+    doc.pre(json.dumps(cfg, default=str))
+    runs = pd.DataFrame([{"run_id": k, **v} for k, v in result.config["runs"]["runs"].items()])
+    doc.p(f"{len(runs)} runs in the final evaluation (runs hash {result.config['runs']['hash']}):")
+    doc.table(runs, max_rows=400)
     _atomic(out / "report.md", "\n".join(doc.md))
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>harnessbandit report</title>"
             f"<style>{CSS}</style></head><body>{''.join(doc.html)}</body></html>")
