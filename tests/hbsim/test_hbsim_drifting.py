@@ -1,6 +1,9 @@
 """Drifting-gradient bandit (hbsim/envs/drifting.py): maths by hand, the note's §4.2
 counterexample through the env's optimizer, targets/drift geometry, CRN, oracle, knobs."""
+import json
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -268,3 +271,18 @@ def test_list_knobs_resolve_to_canonical_strings():
     assert DriftingEnv.knobs()["phase_steps"] == "" and DriftingEnv.resolve_knobs(conflict_pairs="")["conflict_pairs"] == ""
     env = make_env("drifting", seed=0, conflict_pairs="", **SMALL)
     assert env.pairs == []
+
+
+def test_hb_sim_cli_accepts_list_knobs_and_rejects_bad_ones(tmp_path):
+    base = [sys.executable, "-m", "hbsim.cli", "sim", "--env", "drifting", "--policy", "uniform",
+            "--seeds", "1", "--steps", "3", "--set", "env.n_tasks=20", "--set", "env.n_heldout_tasks=5"]
+    ok = subprocess.run(base + ["--set", "env.phase_steps=[2]", "--set", 'env.conflict_pairs="0-1,2-3"',
+                                "--out", str(tmp_path / "runs")], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert "uniform" in ok.stdout
+    meta = json.loads(next((tmp_path / "runs").rglob("run.json")).read_text())
+    assert meta["config"]["env"]["phase_steps"] == "2" and meta["config"]["env"]["conflict_pairs"] == "0-1,2-3"
+    bad = subprocess.run(base + ["--set", "env.conflict_pairs=0-9"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "conflict_pairs='0-9'" in bad.stderr and "[0, 5]" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
