@@ -89,6 +89,18 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
 PRELOAD = ["ablations.worker", "hbsim.experiment", "hbsim.records", "hbsim.envs.bernoulli",
            "hbsim.envs.drifting", "hbsim.envs.student", "pyarrow.parquet"]
 
+#: one BLAS/OpenMP thread per worker: N workers x (spinning) BLAS threads on N cores made
+#: every cell ~2.5x slower with --jobs 2 on a 2-core machine
+SINGLE_THREAD_ENV = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                            "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")}
+
+
+def _single_thread_workers() -> None:
+    """Workers (forked from a forkserver started after this) inherit these; user settings win."""
+    for name, value in SINGLE_THREAD_ENV.items():
+        os.environ.setdefault(name, value)
+
+
 def _pool_context():
     methods = mp.get_all_start_methods()
     if "forkserver" in methods:
@@ -104,6 +116,7 @@ def run_local(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], **_
             on_done(worker.execute(task))
         return
     jobs = min(jobs, len(tasks))
+    _single_thread_workers()
     with ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context()) as pool:
         pending = {pool.submit(worker.execute, t): t for t in tasks}
         try:
@@ -134,7 +147,8 @@ def run_ray(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], *,
         import ray
     except ImportError as exc:
         raise ValueError(f"--backend ray needs the ray package (pip install 'harnessbandit[ray]'): {exc}") from None
-    kwargs = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+    kwargs = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False,
+              "runtime_env": {"env_vars": {k: os.environ.get(k, v) for k, v in SINGLE_THREAD_ENV.items()}}}
     if ray_address:
         kwargs["address"] = ray_address
     else:

@@ -135,7 +135,7 @@ def clean_tmp(root: str | os.PathLike) -> int:
     return len(stale)
 
 
-def write_cell(root: str | os.PathLike, cell_id: str, write_into, log: str = "") -> bool:
+def write_cell(root: str | os.PathLike, cell_id: str, write_into, log: str | None = None) -> bool:
     """Write a cell atomically: `write_into(tmp_dir)` fills a temporary directory, which
     is then renamed to `cells/<cell_id>`. Returns False if the cell already existed
     (another worker finished it first); the temporary directory is removed either way.
@@ -147,7 +147,9 @@ def write_cell(root: str | os.PathLike, cell_id: str, write_into, log: str = "")
         shutil.rmtree(tmp)
     try:
         write_into(tmp)
-        (tmp / "log.txt").write_text(log)
+        if log is not None:
+            (tmp / "log.txt").write_text(log)
+        os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide cells from other users of a shared DIR
         try:
             os.rename(tmp, final)
         except OSError:
