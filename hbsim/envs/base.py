@@ -46,8 +46,8 @@ Randomness (common random numbers): every stream is a Generator built from
 `SeedSequence(seed, spawn_key=(STREAM, index))`, so a policy's choices on one harness never
 shift another harness's streams, the eval noise, or the structure. Streams: structure, per
 harness task order and reward noise (stateful), and per step t the learn, world and eval
-streams (stateless: spawn key (STREAM, t)). Same seed -> same tasks, task order, initial success matrix and eval uniforms
-for every policy.
+streams (stateless: spawn key (STREAM, t)). Same seed -> same tasks, task order, initial
+success matrix, world noise and eval uniforms for every policy.
 
 Dynamic sampling (SPEC §2.2): for each harness with c groups in the allocation, retained
 groups of its leftover buffer are used first (oldest first); then up to `max_rounds`
