@@ -189,6 +189,28 @@ def test_expected_update_matches_monte_carlo():
     assert np.abs(dz[0]).max() > 10 * se.max()          # the test has power
 
 
+def test_expected_gain_matches_mean_realised_gain():
+    """The oracle's gain of a pure step ~ the average realised change of mean training success."""
+    env = make_env("bernoulli", seed=4, drift=0.0, n_tasks=80)
+    for i in range(12):
+        env.train_step(pure(i % 6))
+    arms = np.flatnonzero(env.roles[:6] == 2)[:2]
+    gains = env.expected_gains(np.eye(6, dtype=np.int64)[arms] * 8)
+    state, before = env.state_dict(), env.success_matrix()[: env.n_tasks, :6].mean()
+    for h, gain in zip(arms, gains):
+        realised = []
+        for r in range(200):
+            env.load_state_dict(state)
+            env._reward_rngs[h] = np.random.default_rng(r)
+            env._pools[h] = np.random.default_rng(10**6 + r).permutation(env.n_tasks)
+            env._buffers[h] = env._empty_groups()
+            env.train_step(pure(int(h)))
+            realised.append(env.success_matrix()[: env.n_tasks, :6].mean() - before)
+        se = np.std(realised, ddof=1) / np.sqrt(len(realised))
+        assert abs(np.mean(realised) - gain) < 4 * se + 0.03 * abs(gain)
+        assert gain > 10 * se
+
+
 @pytest.mark.parametrize("forget", [0.0, 0.05])
 def test_expected_gains_apply_the_expected_update(forget):
     """gain(candidate) = mean training success after applying the expected update - before."""
