@@ -343,8 +343,7 @@ class SyntheticEnv:
     # -- sampling ------------------------------------------------------------------
     def _check_counts(self, allocation) -> np.ndarray:
         counts = np.asarray(getattr(allocation, "counts", allocation))
-        if counts.shape != (self.H,) or not np.issubdtype(counts.dtype, np.integer) or (counts < 0).any() \
-                or counts.sum() < 1:
+        if counts.shape != (self.H,) or counts.dtype.kind not in "iu" or counts.min() < 0 or counts.sum() < 1:
             raise ValueError(f"allocation counts={counts.tolist()!r} is not allowed: expected {self.H} "
                              f"non-negative integers with a positive sum")
         return counts.astype(np.int64)
