@@ -113,10 +113,8 @@ def summary_table(al: Aligned, suite: str, baseline: str, *, resamples: int, rng
     def stat(x, ws, wt):
         parts = [stats.weighted_mean(x, ws, wt), stats.weighted_iqm(x, ws, wt)]
         xr = x.reshape(m, p, s, t)
-        half = np.full(ws.shape[0], 0.5)  # P(baseline > baseline) = 1/2 exactly
-        pis = [half if j == b_idx else stats.weighted_prob_improvement(xr[i, j], xr[i, b_idx], ws, wt)
-               for i in range(m) for j in range(p)]
-        parts.append(np.stack(pis, axis=1))
+        base = np.broadcast_to(xr[:, b_idx:b_idx + 1], xr.shape)
+        parts.append(stats.weighted_prob_improvement(xr, base, ws, wt).reshape(-1, m * p))
         return np.stack(parts, axis=1)  # (b, 3, m*p)
 
     reps = stats.crossed_bootstrap(flat, stat, resamples=resamples, rng=rng, progress=progress,

@@ -84,11 +84,16 @@ def iqm(values: np.ndarray) -> float:
 
 def _trimmed(values: np.ndarray, w: np.ndarray, n: int) -> np.ndarray:
     """Mean of sorted positions [cut, n - cut) of the multiset {values[j] x w[b, j]}.
-    values: (U,) ascending; w: (B, U) integer multiplicities summing to n -> (B,)."""
+    values: (U,) ascending; w: (B, U) integer multiplicities summing to n -> (B,).
+    ``w`` is overwritten (it is a temporary of the caller)."""
     cut = int(0.25 * n)
-    hi = np.cumsum(w, axis=1)
-    kept = np.clip(np.minimum(hi, n - cut) - np.maximum(hi - w, cut), 0.0, None)
-    return kept @ values / (n - 2 * cut)
+    hi = np.cumsum(w, axis=1)  # end position of each value's block
+    lo = np.subtract(hi, w, out=w)  # start position
+    np.maximum(lo, cut, out=lo)
+    np.minimum(hi, n - cut, out=hi)
+    hi -= lo
+    np.maximum(hi, 0, out=hi)  # multiplicity kept inside [cut, n - cut)
+    return hi @ values.astype(hi.dtype) / (n - 2 * cut)
 
 
 def weighted_iqm(x: np.ndarray, ws: np.ndarray, wt: np.ndarray, max_levels: int = 64) -> np.ndarray:
@@ -113,15 +118,16 @@ def weighted_iqm(x: np.ndarray, ws: np.ndarray, wt: np.ndarray, max_levels: int 
         else:
             flat = x[j].ravel()
             order = np.argsort(flat, kind="stable")
-            w = ws[:, order // t].astype(np.float32) * wt[:, order % t].astype(np.float32)  # (B, S*T)
+            w = ws.astype(np.float32)[:, order // t]  # (B, S*T) in sorted order
+            w *= wt.astype(np.float32)[:, order % t]
             out[:, j] = _trimmed(flat[order], w, s * t)
     return out
 
 
 def _superiority(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """g[i, j, t] = 1 if x[i, t] > y[j, t], 0.5 if equal (within 1e-12, so that means
-    summed in another order still tie), else 0. x, y: (seeds, tasks)."""
-    diff = x[:, None, :] - y[None, :, :]
+    """g[..., i, j, t] = 1 if x[..., i, t] > y[..., j, t], 0.5 if equal (within 1e-12, so
+    that means summed in another order still tie), else 0. x, y: (..., seeds, tasks)."""
+    diff = x[..., :, None, :] - y[..., None, :, :]
     eq = np.abs(diff) < 1e-12
     return ((diff > 0) & ~eq) + 0.5 * eq
 
@@ -133,11 +139,18 @@ def prob_improvement(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def weighted_prob_improvement(x: np.ndarray, y: np.ndarray, ws: np.ndarray, wt: np.ndarray) -> np.ndarray:
-    """Bootstrap P(X > Y) with seed draws shared by both arms. -> (B,)."""
-    s, t = x.shape
-    g = _superiority(x, y)  # (S, S, T)
-    per = np.einsum("ijt,bi,bj->bt", g, ws, ws) / (s * s)
-    return (per * wt).sum(axis=1) / t
+    """Bootstrap P(X > Y) with seed draws shared by both arms.
+
+    x, y: (..., seeds, tasks); ws: (B, seeds); wt: (B, tasks) -> (B, ...). One GEMM over
+    the seed pairs: sum_ij ws[b, i] ws[b, j] g[..., i, j, t], then the task weights.
+    """
+    s, t = x.shape[-2:]
+    lead = x.shape[:-2]
+    g = _superiority(x, y).reshape(-1, s * s, t)  # (K, S*S, T)
+    pair = (ws[:, :, None] * ws[:, None, :]).reshape(-1, s * s)  # (B, S*S)
+    per = (pair @ g.transpose(1, 0, 2).reshape(s * s, -1)).reshape(-1, g.shape[0], t)  # (B, K, T)
+    out = np.einsum("bkt,bt->bk", per, wt) / (s * s * t)
+    return out.reshape(out.shape[0], *lead)
 
 
 def crossed_bootstrap(x: np.ndarray, stat: Callable, *, resamples: int, rng: np.random.Generator,
