@@ -172,3 +172,41 @@ def test_final_step_only(frames):
     assert set(fr.eval["step"]) == {12} and set(fr.eval_all["step"]) == {5, 12}
     res = reports.build_report(fr, "base", None, resamples=50)
     assert not res.diag.eval_curves.empty
+
+
+def test_single_policy_single_suite_without_train_renders(tmp_path, frames):
+    ev = frames[0][frames[0]["policy"] == "base"]
+    calls = []
+    res = reports.build_report(ev, "base", tmp_path / "rep", suite="heldout_harness", resamples=50,
+                               progress=lambda d, t, lab: calls.append((d, t, lab)))
+    assert calls == [(50, 50, "[1/1] summary heldout_harness")]
+    assert res.tables["paired"].empty and list(res.tables["paired"].columns) == analysis.PAIRED_COLUMNS
+    assert set(res.tables["summary"]["suite"]) == {"heldout_harness"}
+    assert "no train table: training diagnostics skipped" in res.notes
+    html = (tmp_path / "rep" / "index.html").read_text()
+    assert "intervals_heldout_harness" in html and "(baseline)" in reports.headline_table(res)
+    with pytest.raises(ValueError, match="--suite: got 'nope', allowed: one of"):
+        reports.build_report(ev, "base", None, suite="nope")
+
+
+def test_progress_reports_every_bootstrap_stage(frames):
+    labels = []
+    reports.build_report(frames, "base", None, resamples=1500,
+                         progress=lambda d, t, lab: labels.append(lab) if d == t else None)
+    assert labels == ["[1/6] summary heldout_harness", "[2/6] paired heldout_harness hb",
+                      "[3/6] paired heldout_harness mix", "[4/6] summary heldout_tasks",
+                      "[5/6] paired heldout_tasks hb", "[6/6] paired heldout_tasks mix"]
+
+
+def test_baseline_prob_improvement_is_one_half(result):
+    summ = result.tables["summary"]
+    base = summ[summ["is_baseline"]]
+    np.testing.assert_allclose(base[["prob_improvement", "pi_low", "pi_high"]].to_numpy(), 0.5, atol=1e-12)
+
+
+def test_build_report_speed(benchmark):
+    from conftest import make_synthetic
+
+    data = make_synthetic({f"p{i}": 0.1 * i for i in range(4)}, n_seeds=4, n_tasks=(80, 60))
+    res = benchmark(lambda: reports.build_report(data, "p0", None, resamples=1000))
+    assert len(res.tables["paired"]) == 3 * (2 + 4)
