@@ -83,14 +83,14 @@ def align(cells: pd.DataFrame, suite: str, policies: list[str], baseline: str,
         lost = [s for s in seeds if not (sub["seed"][sub["policy"] == pol] == s).any()]
         if lost:
             notes.append(f"{suite}: policy {pol!r} lacks seed(s) {lost} that the baseline has; "
-                         "excluded for both arms")
+                         "excluded in both arms of its comparison and from the all-policy summary")
             seeds = [s for s in seeds if s not in lost]
     for pol in policies:
         lost = [t for t in tasks if any((pol, s, t) not in present for s in seeds)]
         if lost:
             shown = ", ".join(lost[:5]) + (" ..." if len(lost) > 5 else "")
             notes.append(f"{suite}: policy {pol!r} lacks {len(lost)} task(s) the baseline has ({shown}); "
-                         "excluded for both arms")
+                         "excluded in both arms of its comparison and from the all-policy summary")
             tasks = [t for t in tasks if t not in lost]
     idx = pd.MultiIndex.from_product([policies, seeds, tasks], names=["policy", "seed", "task"])
     table = sub.set_index(["policy", "seed", "task"])

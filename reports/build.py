@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -88,7 +89,7 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     fr = _frames(dir_or_frames)
     policies, attempts, ks = _validate(fr, baseline, suite, ks, resamples, alpha)
     from reports import analysis, diagnostics
-    cands = [p for p in policies if p != baseline]
+
     rng = np.random.default_rng(seed)
     cells = analysis.cell_metrics(fr.eval, ks)
     notes: list[str] = []
@@ -97,48 +98,18 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
         if short:
             notes.append(f"pass@{k}/pass^{k} not computed for suite(s) {short}: fewer than {k} attempts per task")
     acc = {name: [] for name in TABLES}
-    stages = len(attempts) * (1 + len(cands))
+    stages = len(attempts) * len(policies)
     for si, s in enumerate(sorted(attempts)):
-        metrics = analysis.metric_names(ks, attempts[s])
-        stage0 = si * (1 + len(cands))
-        al, al_notes = analysis.align(cells, s, policies, baseline, metrics)
-        notes += al_notes
-        if not al.tasks or not al.seeds:
-            notes.append(f"{s}: no complete seeds x tasks rectangle; suite skipped")
-            continue
-        acc["summary"].append(pd.DataFrame(analysis.summary_table(
-            al, s, baseline, resamples=resamples, rng=rng, alpha=alpha,
-            progress=_stage(progress, stage0 + 1, stages))))
-        acc["per_task"].append(analysis.per_task_rows(al, s))
-        gee, gee_notes = analysis.gee_rows(fr.eval, al, s, baseline)
-        acc["gee"].append(pd.DataFrame(gee))
-        notes += gee_notes
-        for ci, cand in enumerate(cands):
-            pal, _ = analysis.align(cells, s, [cand, baseline], baseline, metrics)
-            if not pal.tasks or not pal.seeds:
-                continue
-            kw = dict(resamples=resamples, rng=rng, alpha=alpha)
-            acc["paired"].append(pd.DataFrame(analysis.paired_rows(
-                pal, s, cand, baseline, progress=_stage(progress, stage0 + 2 + ci, stages), **kw)))
-            acc["per_seed"].append(pd.DataFrame(analysis.per_seed_rows(pal, s, cand, baseline, attempts[s])))
-            acc["categories"].append(pd.DataFrame(analysis.category_rows(pal, s, cand, baseline, **kw)))
-            flips, counts = analysis.flip_rows(pal, s, cand, baseline)
-            acc["flips"].append(pd.DataFrame(flips))
-            acc["flip_counts"].append(pd.DataFrame(counts))
-    tables = {name: _concat(frames) for name, frames in acc.items() if name in
-              ("summary", "per_task", "paired", "per_seed", "categories", "flips", "flip_counts", "gee")}
+        notes += _compare_suite(acc, fr, cells, s, attempts[s], policies, baseline, ks, rng=rng, alpha=alpha,
+                                resamples=resamples, stages=(si * len(policies), stages), progress=progress)
+    tables = {name: _concat(frames) for name, frames in acc.items() if frames or name in _COMPARISON}
     tables["paired"] = _holm(tables["paired"])
-    if not tables["per_seed"].empty:
-        for col in ("n11", "n10", "n01", "n00"):
-            tables["per_seed"][col] = tables["per_seed"][col].astype("Int64")
-        for col in ("mcnemar_p", "mcnemar_mid_p"):
-            tables["per_seed"][col] = tables["per_seed"][col].astype(float)
+    _integer_counts(tables["per_seed"])
     diag = diagnostics.compute(fr.train, fr.eval_all)
     notes += diag.notes
     tables["diagnostics"], tables["cost"], tables["visits"] = diag.spearman, diag.cost, diag.visits
     for line in notes:
         if "excluded" in line or "lacks" in line:
-            import warnings
             warnings.warn(line, stacklevel=2)
     config = {"baseline": baseline, "suite": suite, "ks": list(ks), "resamples": resamples, "seed": seed,
               "alpha": alpha, "source": fr.source, "versions": _versions(), "runs": _runs(fr)}
@@ -147,6 +118,51 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
         from reports import render
         render.write(result, Path(out))
     return result
+
+
+_COMPARISON = ("summary", "per_task", "paired", "per_seed", "categories", "flips", "flip_counts", "gee")
+
+
+def _compare_suite(acc: dict, fr: load.Frames, cells: pd.DataFrame, suite: str, attempts: int, policies: list[str],
+                   baseline: str, ks, *, rng, alpha: float, resamples: int, stages: tuple[int, int],
+                   progress) -> list[str]:
+    """Append every comparison table of one suite to ``acc``; return the notes."""
+    from reports import analysis
+
+    metrics = analysis.metric_names(ks, attempts)
+    al, notes = analysis.align(cells, suite, policies, baseline, metrics)
+    if not al.tasks or not al.seeds:
+        return notes + [f"{suite}: no complete seeds x tasks rectangle; suite skipped"]
+    first, total = stages
+    kw = dict(resamples=resamples, rng=rng, alpha=alpha)
+    acc["summary"].append(analysis.summary_table(al, suite, baseline, progress=_stage(progress, first + 1, total), **kw))
+    acc["per_task"].append(analysis.per_task_rows(al, suite))
+    gee, gee_notes = analysis.gee_rows(fr.eval, al, suite, baseline)
+    acc["gee"].append(pd.DataFrame(gee))
+    notes += gee_notes
+    for ci, cand in enumerate(p for p in policies if p != baseline):
+        pal, _ = analysis.align(cells, suite, [cand, baseline], baseline, metrics)
+        if not pal.tasks or not pal.seeds:
+            notes.append(f"{suite}: {cand!r} shares no complete seeds x tasks with the baseline; not compared")
+            continue
+        stage = _stage(progress, first + 2 + ci, total)
+        acc["paired"].append(pd.DataFrame(analysis.paired_rows(pal, suite, cand, baseline, progress=stage, **kw)))
+        acc["per_seed"].append(pd.DataFrame(analysis.per_seed_rows(pal, suite, cand, baseline, attempts)))
+        acc["categories"].append(pd.DataFrame(analysis.category_rows(pal, suite, cand, baseline, **kw)))
+        flips, counts = analysis.flip_rows(pal, suite, cand, baseline)
+        acc["flips"].append(pd.DataFrame(flips))
+        acc["flip_counts"].append(pd.DataFrame(counts))
+    return notes
+
+
+def _integer_counts(per_seed: pd.DataFrame) -> None:
+    """McNemar counts as nullable integers (blank where the metric is not binary)."""
+    if per_seed.empty:
+        return
+    for col in ("n11", "n10", "n01", "n00"):
+        per_seed[col] = per_seed[col].astype("Int64")
+    for col in ("mcnemar_p", "mcnemar_mid_p"):
+        per_seed[col] = per_seed[col].astype(float)
 
 
 def _stage(progress, stage: int, stages: int):
