@@ -17,6 +17,8 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = ("examples: hb report runs/grid --baseline uniform --k 1,3;  "
+                     "hb report marginals --n 161 --a 67 --b 62")
     parser.add_argument("dir", metavar="DIR", help="grid or run directory (or the word 'marginals')")
     parser.add_argument("--baseline", help="policy label every other policy is compared against (required for DIR)")
     parser.add_argument("--out", help="output directory (default DIR/report)")
@@ -72,6 +74,9 @@ class _Progress:
 def main(args: argparse.Namespace) -> int:
     if args.dir == "marginals":
         return _marginals(args)
+    stray = [f"--{k}" for k in ("n", "a", "b") if getattr(args, k) is not None]
+    if stray:
+        raise ValueError(f"{', '.join(stray)}: only allowed with `hb report marginals`; got DIR {args.dir!r}")
     if args.baseline is None:
         raise ValueError("--baseline: missing; allowed: one of the policy labels of DIR (hb report DIR --baseline LABEL)")
     from reports import build_report, headline_table

@@ -114,6 +114,8 @@ def test_missing_baseline_is_a_usage_error(grid, capsys):
     assert capsys.readouterr().err.strip() == ("error: --baseline: missing; allowed: one of the policy labels of "
                                                "DIR (hb report DIR --baseline LABEL)")
     assert main(["report", "marginals", "--n", "4"]) == 2
+    assert main(["report", str(grid), "--baseline", "base", "--n", "4"]) == 2
+    assert "--n: only allowed with `hb report marginals`" in capsys.readouterr().err
 
 
 def _chromium():
