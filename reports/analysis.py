@@ -1,8 +1,19 @@
 """Tables of the evaluation comparison, assembled from the pure functions of `stats`.
 
-Joining is by ids (policy, seed, suite, task), never by row order. For every pair the
-analysis set is the rectangle of seeds x tasks present in both arms (and in the
-baseline); whatever is dropped is listed in the returned notes.
+Decisions (each visible in the report):
+* Joining is by ids (policy, seed, suite, task), never by row order.
+* Analysis sets: the baseline defines the seeds and tasks of a suite. A pair
+  (candidate, baseline) uses the complete seeds x tasks rectangle of both arms; the
+  all-policy summary uses the rectangle common to every policy. Whatever is dropped is
+  named in a note (and a warning) -- never silently.
+* D_t = per-task difference of the seed-averaged cell metric; delta = mean_t D_t.
+* Intervals: crossed bootstrap over tasks and seeds (draws shared by both arms).
+* Per-seed McNemar only where the metric is binary by construction (pass@k / pass^k with
+  k = number of attempts).
+* Flips: a seed passes a task when its metric is >= 0.5; the majority outcome passes when
+  MORE than half of the seeds pass (an even split counts as a fail).
+* The random generator is consumed in a fixed order (suites, then candidates, sorted), so
+  a fixed seed gives identical tables for any input row order.
 """
 from __future__ import annotations
 
