@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ablations.collect import collect as collect_grid, load as load_grid
 from ablations import store
-from ablations.runner import BACKENDS, default_jobs, run_grid
+from ablations.runner import BACKENDS, default_jobs, run_grid, warm_up
 from ablations.spec import load_spec, parse_spec
 
 
@@ -111,6 +111,7 @@ def cmd_plan(args) -> int:
 
 
 def cmd_run(args) -> int:
+    warm_up(args.backend, args.jobs)  # the worker pool's start-up overlaps with planning
     spec = load_spec(args.grid)
     report = run_grid(spec, args.out, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
                       force_mixed=args.force_mixed, progress=ProgressBar())
@@ -118,14 +119,28 @@ def cmd_run(args) -> int:
           f"{len(report.failed)} failed; results in {args.out}")
     for cell_id, reason, log in report.failed:
         print(f"  FAILED {cell_id}: {reason}  (log: {log})")
+    summary = _summary(args.out, {c.id for c in spec.cells()})
+    if summary:
+        print(summary)
+    return 1 if report.failed else 0
+
+
+#: the eval columns `hbsim.summary.summary_table` reads (the eval table is the large one)
+SUMMARY_EVAL_COLUMNS = ["run_id", "policy", "seed", "step", "suite", "reward"]
+
+
+def _summary(out, ids: set[str]) -> str | None:
+    """The `hb sim` summary table of the grid's cells (None, with a note, if none is done)."""
+    from hbsim.summary import summary_table
     try:
-        train, evals = load_grid(args.out, current=True)
+        train, evals = load_grid(out, only=ids, eval_columns=SUMMARY_EVAL_COLUMNS)
+        try:
+            return summary_table(train, evals)
+        except KeyError:  # the summary grew a column: read the whole eval table
+            return summary_table(*load_grid(out, only=ids))
     except ValueError as exc:
         print(f"no summary: {exc}", file=sys.stderr)
-    else:
-        from hbsim.summary import summary_table
-        print(summary_table(train, evals))
-    return 1 if report.failed else 0
+        return None
 
 
 def cmd_status(args) -> int:

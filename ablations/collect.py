@@ -40,17 +40,22 @@ def cell_ids(root: str | os.PathLike, current: bool = False) -> list[str]:
     return ids
 
 
-def load(root: str | os.PathLike, current: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+def load(root: str | os.PathLike, current: bool = False, only: set[str] | None = None,
+         eval_columns: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(train_df, eval_df) of all complete cells of a grid directory (SPEC §7 + sweep columns).
 
     Raises ValueError when the directory holds no cell, or when two cells carry the same
     (policy label, seed) with different configs (an edited grid file reusing a label):
-    pass current=True to keep only the cells of the grid file recorded last.
+    pass current=True to keep only the cells of the grid file recorded last, or `only`
+    (a set of cell ids) to keep just those. eval_columns: read only these eval columns
+    (the eval table is the large one; the sweep columns are added either way).
     """
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"grid directory {root}: not found")
     ids = cell_ids(root, current=current)
+    if only is not None:
+        ids = [i for i in ids if i in only]
     if not ids:
         raise ValueError(f"grid directory {root}: holds no finished cell (run `hb grid run` first)")
     metas = {i: _cell_meta(root / store.CELLS / i) for i in ids}
@@ -59,7 +64,8 @@ def load(root: str | os.PathLike, current: bool = False) -> tuple[pd.DataFrame, 
     sweep_keys = sorted({k for sweep in sweeps for k in sweep})
     frames = []
     for name in ("train", "eval"):
-        tables = _read_tables([root / store.CELLS / i / f"{name}.parquet" for i in ids])
+        tables = _read_tables([root / store.CELLS / i / f"{name}.parquet" for i in ids],
+                              eval_columns if name == "eval" else None)
         df = pa.concat_tables(tables, promote_options="default").to_pandas()
         counts = [t.num_rows for t in tables]
         for key in sweep_keys:  # constant per cell; absent where the key does not apply
@@ -69,11 +75,11 @@ def load(root: str | os.PathLike, current: bool = False) -> tuple[pd.DataFrame, 
     return frames[0], frames[1]
 
 
-def _read_tables(paths: list[Path]) -> list[pa.Table]:
+def _read_tables(paths: list[Path], columns: list[str] | None = None) -> list[pa.Table]:
     """Read parquet files on a few threads (arrow releases the GIL); order kept. The
     pandas metadata is dropped so the concatenation gets one fresh RangeIndex."""
     def read(path: Path) -> pa.Table:
-        return pq.read_table(path).replace_schema_metadata(None)
+        return pq.read_table(path, columns=columns).replace_schema_metadata(None)
     with ThreadPoolExecutor(max_workers=min(8, len(paths))) as pool:
         return list(pool.map(read, paths))
 

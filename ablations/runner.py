@@ -101,6 +101,17 @@ def _single_thread_workers() -> None:
         os.environ.setdefault(name, value)
 
 
+def warm_up(backend: str = "local", jobs: int | None = None) -> None:
+    """Start the forkserver now (it imports PRELOAD in the background) so that its start-up
+    overlaps with planning the grid; a no-op where no worker pool will be used."""
+    if backend != "local" or (jobs or default_jobs()) == 1 or "forkserver" not in mp.get_all_start_methods():
+        return
+    _single_thread_workers()
+    _pool_context()
+    from multiprocessing import forkserver
+    forkserver.ensure_running()
+
+
 def _pool_context():
     methods = mp.get_all_start_methods()
     if "forkserver" in methods:
