@@ -278,23 +278,32 @@ def gee_rows(final: pd.DataFrame, al: Aligned, suite: str, baseline: str) -> tup
     sub = sub.sort_values(["task", "policy", "seed", "attempt"], kind="stable")
     y = sub["success"].to_numpy(dtype=np.float64)
     cands = [p for p in al.policies if p != baseline]
-    if len(cands) == 0 or y.min() == y.max():
-        return [], [f"{suite}: GEE skipped (success is constant or there is no candidate)"]
+    if len(cands) == 0:
+        return [], []
     pol = sub["policy"].to_numpy()
+    rate = {p: float(y[pol == p].mean()) for p in al.policies}
+    if rate[baseline] in (0.0, 1.0):
+        return [], [f"{suite}: GEE skipped: the baseline's success rate is {rate[baseline]:.0f} (no contrast)"]
+    separated = [c for c in cands if rate[c] in (0.0, 1.0)]
+    if separated:
+        notes = [f"{suite}: GEE: {separated} succeed on all or no attempts (perfect separation); "
+                 "their log-odds are not identifiable and are left blank"]
+        cands = [c for c in cands if c not in separated]
+        keep = ~np.isin(pol, separated)  # their rows leave the model (else they join the intercept)
+        sub, y, pol = sub[keep], y[keep], pol[keep]
+    else:
+        notes = []
     exog = np.column_stack([np.ones(len(sub))] + [(pol == c).astype(np.float64) for c in cands])
     groups = pd.factorize(sub["task"])[0]
-    notes = []
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            model = GEE(y, exog, groups=groups, family=families.Binomial(),
-                        cov_struct=cov_struct.Exchangeable())
-            res = model.fit()
-        for w in caught:
-            notes.append(f"{suite}: GEE warning: {str(w.message).splitlines()[0]}")
+            res = GEE(y, exog, groups=groups, family=families.Binomial(), cov_struct=cov_struct.Exchangeable()).fit()
+            params, bse, pvals = np.asarray(res.params), np.asarray(res.bse), np.asarray(res.pvalues)
+            corr = float(np.ravel(res.cov_struct.dep_params)[0])
+        notes += sorted({f"{suite}: GEE warning: {str(w.message).splitlines()[0]}" for w in caught})
     except (np.linalg.LinAlgError, ValueError) as exc:
-        return [], [f"{suite}: GEE failed ({exc}); nonparametric results stand alone"]
-    params, bse, pvals = np.asarray(res.params), np.asarray(res.bse), np.asarray(res.pvalues)
+        return [], notes + [f"{suite}: GEE failed ({exc}); nonparametric results stand alone"]
     z = 1.959963984540054
     rows = []
     for j, cand in enumerate(cands, start=1):
@@ -303,7 +312,11 @@ def gee_rows(final: pd.DataFrame, al: Aligned, suite: str, baseline: str) -> tup
                      "or_ci_low": float(np.exp(params[j] - z * bse[j])),
                      "or_ci_high": float(np.exp(params[j] + z * bse[j])),
                      "n_obs": int(len(sub)), "n_clusters": int(groups.max() + 1),
-                     "working_corr": float(np.ravel(res.cov_struct.dep_params)[0])})
+                     "working_corr": corr})
+    for cand in separated:
+        rows.append({"suite": suite, "candidate": cand, "baseline": baseline, "log_odds": np.nan, "se": np.nan,
+                     "p": np.nan, "odds_ratio": np.nan, "or_ci_low": np.nan, "or_ci_high": np.nan,
+                     "n_obs": int(len(sub)), "n_clusters": int(groups.max() + 1), "working_corr": np.nan})
     return rows, notes
 
 

@@ -210,3 +210,23 @@ def test_build_report_speed(benchmark):
     data = make_synthetic({f"p{i}": 0.1 * i for i in range(4)}, n_seeds=4, n_tasks=(80, 60))
     res = benchmark(lambda: reports.build_report(data, "p0", None, resamples=1000))
     assert len(res.tables["paired"]) == 3 * (2 + 4)
+
+
+def test_gee_matches_marginal_odds_ratio_on_balanced_data_and_flags_separation(frames, result):
+    ev = frames[0]
+    gee = result.tables["gee"]
+    for _, row in gee.iterrows():
+        sub = ev[ev["suite"] == row["suite"]]
+        p1 = sub.loc[sub["policy"] == row["candidate"], "success"].mean()
+        p0 = sub.loc[sub["policy"] == "base", "success"].mean()
+        # saturated mean model, every task balanced across policies: the GEE estimate is the marginal OR
+        assert row["odds_ratio"] == pytest.approx((p1 / (1 - p1)) / (p0 / (1 - p0)), rel=1e-5)
+        assert row["or_ci_low"] < row["odds_ratio"] < row["or_ci_high"]
+    ev2 = ev.copy()
+    ev2.loc[ev2["policy"] == "hb", "success"] = True
+    res = reports.build_report((ev2, frames[1]), "base", None, resamples=50)
+    g = res.tables["gee"].set_index(["suite", "candidate"])
+    assert g.loc[("heldout_tasks", "hb"), "log_odds"] != g.loc[("heldout_tasks", "hb"), "log_odds"]  # NaN
+    assert g.loc[("heldout_tasks", "mix"), "odds_ratio"] == pytest.approx(
+        gee.set_index(["suite", "candidate"]).loc[("heldout_tasks", "mix"), "odds_ratio"], rel=1e-5)
+    assert any("perfect separation" in n for n in res.notes)
