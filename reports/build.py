@@ -113,6 +113,9 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
             warnings.warn(line, stacklevel=2)
     config = {"baseline": baseline, "suite": suite, "ks": list(ks), "resamples": resamples, "seed": seed,
               "alpha": alpha, "source": fr.source, "versions": _versions(), "runs": _runs(fr)}
+    canonical = json.dumps({k: config[k] for k in ("baseline", "suite", "ks", "resamples", "seed", "alpha", "runs")},
+                           sort_keys=True, separators=(",", ":"))
+    config["config_hash"] = hashlib.sha256(canonical.encode()).hexdigest()[:16]
     result = ReportResult(config, tables, diag, notes, attempts, policies)
     if out is not None:
         from reports import render

@@ -64,6 +64,7 @@ def test_shuffled_rows_give_identical_outputs(frames, result):
 
 def test_different_seed_changes_intervals_only(frames, result):
     other = reports.build_report(frames, "base", None, resamples=200, seed=1)
+    assert len(result.config["config_hash"]) == 16 and other.config["config_hash"] != result.config["config_hash"]
     a, b = result.tables["paired"], other.tables["paired"]
     pd.testing.assert_series_equal(a["delta"], b["delta"])
     assert not np.allclose(a["ci_low"], b["ci_low"])
@@ -159,6 +160,13 @@ def test_read_dir_finds_cells_and_collected(tmp_path, frames):
     a = load.read_dir(write_grid(tmp_path / "cells_grid", ev, tr))
     b = load.read_dir(write_grid(tmp_path / "collected", ev, tr, collected=True))
     assert len(a.runs) == 9 and a.eval.shape == b.eval.shape
+    nested = tmp_path / "nested"  # DIR/<policy>/<seed>/ run directories
+    for (pol, seed), g in ev.groupby(["policy", "seed"]):
+        d = nested / pol / f"seed{seed}"
+        d.mkdir(parents=True)
+        g.to_parquet(d / "eval.parquet")
+    c = load.read_dir(nested)
+    assert c.eval.shape == a.eval.shape and c.train is None
     key = ["policy", "seed", "suite", "task", "attempt"]
     pd.testing.assert_frame_equal(a.eval.sort_values(key).reset_index(drop=True),
                                   b.eval.sort_values(key).reset_index(drop=True))
