@@ -35,7 +35,10 @@ import itertools
 import json
 import os
 import re
-import tomllib
+try:
+    import tomllib
+except ImportError:  # Python 3.10: the tomli backport (a dependency there)
+    import tomli as tomllib
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-import tomllib
+try:
+    import tomllib
+except ImportError:  # Python 3.10: the tomli backport (a dependency there)
+    import tomli as tomllib
 
 import pytest
 from ablations_testkit import REPO
