@@ -178,7 +178,7 @@ class GRPOAdapter:
         t0 = time.perf_counter()
         rows = build_rows(groups, cfg.advantage)
         n_tokens = global_sum(rows.n_tokens, self.device)
-        self.model.train()
+        self.model.eval()  # no dropout: training log-probs must match the rollout's and the reference's
         stats = {}
         if n_tokens > 0:
             stats = accumulate_gradients(self.model, self.ref, rows, micro_batch=cfg.micro_batch,

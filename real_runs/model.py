@@ -22,15 +22,17 @@ VOCAB = 256  # one token per byte
 
 
 class ByteTokenizer:
-    """UTF-8 bytes <-> token ids 0..255; decoding replaces invalid sequences."""
+    """UTF-8 bytes <-> token ids 0..255, lossless both ways: invalid byte sequences decode
+    to lone surrogates (surrogateescape) and encode back to the same bytes, so a reply fed
+    to a harness reappears byte for byte in the next context."""
 
     vocab_size = VOCAB
 
     def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
+        return list(text.encode("utf-8", errors="surrogateescape"))
 
     def decode(self, ids) -> str:
-        return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+        return bytes(int(i) for i in ids).decode("utf-8", errors="surrogateescape")
 
     def stop_id(self, stop: str) -> int:
         """The token that ends a completion: the last byte of the harness's stop string."""
@@ -70,7 +72,8 @@ class Attention(nn.Module):
         self.o = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
 
     def forward(self, x, mask, cache=None, start=0):
-        """x: (B, T, C); mask: (B, 1, T, start+T) bool; cache: (k, v) each (B, H, Tmax, D)."""
+        """x: (B, T, C); mask: (B, 1, T, start+T) bool, or None for plain causal attention
+        (right-padded training rows: fused kernels); cache: (k, v) each (B, H, Tmax, D)."""
         B, T, C = x.shape
         shape = (B, T, self.n_head, C // self.n_head)
         q = self.q(x).view(shape).transpose(1, 2)  # (B, H, T, D)
@@ -80,7 +83,10 @@ class Attention(nn.Module):
             cache[0][:, :, start:start + T] = k
             cache[1][:, :, start:start + T] = v
             k, v = cache[0][:, :, :start + T], cache[1][:, :, :start + T]
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, D)
+        if mask is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.o(y.transpose(1, 2).reshape(B, T, C))
 
 
@@ -114,6 +120,7 @@ class Transformer(nn.Module):
     """Decoder-only transformer over bytes. `blocks` is the path of the transformer blocks."""
 
     block_path = "blocks"
+    causal_ok = True  # key_valid=None -> fused causal attention for right-padded rows
 
     def __init__(self, cfg: ModelConfig, generator: torch.Generator | None = None):
         super().__init__()
@@ -138,9 +145,12 @@ class Transformer(nn.Module):
             p.copy_(torch.randn(p.shape, generator=generator) * std)
 
     def forward(self, tokens, positions, key_valid, cache=None, start=0):
-        """tokens, positions: (B, T) long; key_valid: (B, start+T) bool, False at padding;
+        """tokens, positions: (B, T) long; key_valid: (B, start+T) bool, False at padding,
+        or None when every key before a query is real (right padding, no cache);
         cache: from `new_cache`, filled at [start, start+T) -> logits (B, T, V) float32."""
-        mask = attention_mask(key_valid, tokens.shape[1], start)  # (B, 1, T, start+T)
+        if key_valid is None and (cache is not None or start):
+            raise ValueError("key_valid=None is only allowed without a cache")
+        mask = None if key_valid is None else attention_mask(key_valid, tokens.shape[1], start)
         x = self.tok_emb(tokens) + self.pos_emb(positions.clamp(0, self.cfg.max_len - 1))  # (B, T, C)
         for i, block in enumerate(self.blocks):
             x = block(x, mask, None if cache is None else cache[i], start)
@@ -177,10 +187,11 @@ def right_pad(rows: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor
 def token_logprobs(model: Transformer, tokens: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """Teacher-forced log p(tokens[:, t+1] | tokens[:, :t+1]) for right-padded rows.
 
-    tokens, valid: (B, T) -> (B, T-1) float32 (entry t scores token t+1).
+    tokens, valid: (B, T) -> (B, T-1) float32 (entry t scores token t+1). Padding sits
+    after every real token, so plain causal attention is exact for real positions.
     """
     positions = (valid.long().cumsum(1) - 1).clamp(min=0)
-    logits = model(tokens, positions, valid)  # (B, T, V)
+    logits = model(tokens, positions, None if getattr(model, "causal_ok", False) else valid)  # (B, T, V)
     logp = torch.log_softmax(logits[:, :-1], dim=-1)
     return logp.gather(-1, tokens[:, 1:, None]).squeeze(-1)  # (B, T-1)
 

@@ -12,9 +12,10 @@ Departures from the paper's recipe (seed note §6), on purpose:
   checkpoint goes through the same code (`real_runs.hf`);
 * Adam's learning rate defaults to 1e-3-scale for the small models (paper: 1e-6 for 2B);
 * prompt and reply lengths are hundreds of bytes, not 40,000 / 8,192 tokens;
-* each turn of a multi-turn episode is its own training row (prompt = the context the
-  model saw, completion = its reply); every token of a trajectory carries the
-  trajectory's advantage, so l_i = |A_i| as with outcome rewards;
+* a multi-turn episode is trained on its transcript: turns whose next context extends
+  (context + reply) share one row with a mask on every reply; a context cut on the left
+  (longer than max_len) starts a new row. Every reply token carries the trajectory's
+  advantage, so l_i = |A_i| as with outcome rewards;
 * gradients are synchronised by an explicit SUM all-reduce after the sketch (each rank's
   loss is divided by the global token count), instead of DDP's mean hooks: the sketch is
   taken from local gradients and SUMmed, which equals the global gradient's sketch;
@@ -57,15 +58,16 @@ class Group:
 
 @dataclass
 class Rows:
-    """The training rows of a batch (one per turn), in batch order.
+    """The training rows of a batch, in batch order.
 
-    tokens: list of token lists (prompt + completion); start: index in the log-prob
-    axis of the first completion token; old_logp: rollout log-probs per row; adv: the
-    row's advantage; traj: global trajectory index; group: group index.
+    tokens: token lists; spans: per row, (start, length) of each completion in the
+    log-prob axis (entry t scores token t+1); old_logp: per row, the rollout log-probs of
+    its spans, concatenated; adv: the row's advantage; traj: global trajectory index;
+    group: group index.
     """
 
     tokens: list[list[int]]
-    start: list[int]
+    spans: list[list[tuple[int, int]]]
     old_logp: list[list[float]]
     adv: list[float]
     traj: list[int]
@@ -79,17 +81,33 @@ class Rows:
         return int(sum(len(lp) for lp in self.old_logp))
 
 
+def _merge_turns(turns: list[Turn]) -> list[tuple[list[int], list[tuple[int, int]], list[float]]]:
+    """Consecutive turns whose next prompt extends (prompt + completion) share one row, so
+    a multi-turn transcript is scored once; a prompt cut on the left starts a new row."""
+    rows = []
+    for turn in turns:
+        if rows and turn.prompt[:len(rows[-1][0])] == rows[-1][0]:
+            tokens, spans, logp = rows[-1]
+            tokens = turn.prompt + turn.completion
+        else:
+            tokens, spans, logp = turn.prompt + turn.completion, [], []
+            rows.append(None)
+        spans = spans + [(len(turn.prompt) - 1, len(turn.completion))]
+        rows[-1] = (tokens, spans, logp + list(turn.logprobs))
+    return rows
+
+
 def build_rows(groups: list[Group], kind: str = "loo") -> Rows:
-    """Flatten groups into per-turn rows with the trajectory's advantage (SPEC §2.1)."""
+    """Flatten groups into training rows with the trajectory's advantage (SPEC §2.1)."""
     rows = Rows([], [], [], [], [], [])
     traj = 0
     for g_index, group in enumerate(groups):
         adv = group_advantages(np.asarray(group.rewards, dtype=np.float64), kind)  # (G,)
         for i, turns in enumerate(group.turns):
-            for turn in turns:
-                rows.tokens.append(turn.prompt + turn.completion)
-                rows.start.append(len(turn.prompt) - 1)
-                rows.old_logp.append(turn.logprobs)
+            for tokens, spans, logp in _merge_turns(turns):
+                rows.tokens.append(tokens)
+                rows.spans.append(spans)
+                rows.old_logp.append(logp)
                 rows.adv.append(float(adv[i]))
                 rows.traj.append(traj)
                 rows.group.append(g_index)
@@ -106,10 +124,12 @@ def pad_rows(rows: Rows, select: list[int], device) -> dict[str, torch.Tensor]:
     old = torch.zeros(B, T - 1)
     adv = torch.zeros(B, T - 1)
     for b, i in enumerate(select):
-        s, n = rows.start[i], len(rows.old_logp[i])
-        mask[b, s:s + n] = 1.0
-        old[b, s:s + n] = torch.tensor(rows.old_logp[i])
-        adv[b, s:s + n] = rows.adv[i]
+        lp, k = rows.old_logp[i], 0
+        for s, n in rows.spans[i]:
+            mask[b, s:s + n] = 1.0
+            old[b, s:s + n] = torch.tensor(lp[k:k + n])
+            adv[b, s:s + n] = rows.adv[i]
+            k += n
     return {"tokens": tokens, "valid": valid, "mask": mask.to(device), "old_logp": old.to(device),
             "adv": adv.to(device)}
 

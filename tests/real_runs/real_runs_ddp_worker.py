@@ -33,7 +33,7 @@ def global_batch():
 
 def subset(rows, keep):
     from real_runs.trainer import Rows
-    return Rows(*[[getattr(rows, f)[i] for i in keep] for f in ("tokens", "start", "old_logp", "adv", "traj", "group")])
+    return Rows(*[[getattr(rows, f)[i] for i in keep] for f in ("tokens", "spans", "old_logp", "adv", "traj", "group")])
 
 
 def sketch_of(m):

@@ -59,9 +59,24 @@ def test_asymmetric_clip_and_no_kl():
 
 
 def _group(rewards, lens, harness=0):
-    """A group whose rollout i has turns of completion lengths lens[i] (prompt of 3 tokens)."""
+    """A group whose rollout i has turns of completion lengths lens[i] (each turn its own
+    row: every prompt starts afresh with 3 tokens)."""
     turns = [[Turn([1, 2, 3], [7] * n, [-0.5] * n) for n in per] for per in lens]
     return Group(harness, "t", np.asarray(rewards, dtype=float), turns, born=0)
+
+
+def test_multi_turn_transcript_shares_one_row_unless_the_context_was_cut():
+    t1 = Turn([1, 2], [3, 4], [-0.1, -0.2])
+    t2 = Turn([1, 2, 3, 4, 9], [5], [-0.3])          # context = prompt + reply + observation 9
+    t3 = Turn([4, 9, 5, 8], [6, 6], [-0.4, -0.5])     # cut on the left: a new row
+    rows = build_rows([Group(0, "t", np.array([1.0, 0.0]), [[t1, t2, t3], [t1]], 0)])
+    assert rows.tokens[0] == [1, 2, 3, 4, 9, 5] and rows.spans[0] == [(1, 2), (4, 1)]
+    assert rows.old_logp[0] == [-0.1, -0.2, -0.3]
+    assert rows.tokens[1] == [4, 9, 5, 8, 6, 6] and rows.spans[1] == [(3, 2)]
+    assert rows.traj == [0, 0, 1] and rows.n_tokens == 3 + 2 + 2
+    b = pad_rows(rows, [0], "cpu")
+    assert b["mask"].tolist() == [[0, 1, 1, 0, 1]]
+    assert b["old_logp"][0].tolist() == pytest.approx([0, -0.1, -0.2, 0, -0.3])
 
 
 def test_rows_carry_loo_advantages_and_masks():
