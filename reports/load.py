@@ -36,6 +36,14 @@ class Frames:
     source: str = "frames"
 
 
+def _parquet(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"{path.name}: {str(path)!r} is not a readable parquet table ({first})") from None
+
+
 def _run_dirs(root: Path) -> list[Path]:
     found = set()
     for pattern in ("cells/*/eval.parquet", "*/eval.parquet", "*/*/eval.parquet"):
@@ -60,8 +68,8 @@ def read_dir(path: str | Path) -> Frames:
         raise FileNotFoundError(f"DIR: {str(root)!r} is not a directory; expected a grid or run directory")
     runs: dict = {}
     if (root / "eval.parquet").exists():
-        ev = pd.read_parquet(root / "eval.parquet")
-        tr = pd.read_parquet(root / "train.parquet") if (root / "train.parquet").exists() else None
+        ev = _parquet(root / "eval.parquet")
+        tr = _parquet(root / "train.parquet") if (root / "train.parquet").exists() else None
         meta = _read_run_json(root)
         if meta:
             runs[str(meta.get("run_id"))] = meta
@@ -76,9 +84,9 @@ def read_dir(path: str | Path) -> Frames:
                              "(DIR/cells/*/, DIR/*/, DIR/*/*/ with eval.parquet); nothing to report")
         evs, trs = [], []
         for d in dirs:
-            evs.append(pd.read_parquet(d / "eval.parquet"))
+            evs.append(_parquet(d / "eval.parquet"))
             if (d / "train.parquet").exists():
-                trs.append(pd.read_parquet(d / "train.parquet"))
+                trs.append(_parquet(d / "train.parquet"))
             meta = _read_run_json(d)
             if meta:
                 runs[str(meta.get("run_id"))] = meta

@@ -172,6 +172,12 @@ def test_read_dir_finds_cells_and_collected(tmp_path, frames):
                                   b.eval.sort_values(key).reset_index(drop=True))
 
 
+def test_corrupt_parquet_is_a_value_error_naming_the_file(tmp_path):
+    (tmp_path / "eval.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(ValueError, match="eval.parquet: .* is not a readable parquet table"):
+        load.read_dir(tmp_path)
+
+
 def test_final_step_only(frames):
     from conftest import make_synthetic
 
