@@ -6,10 +6,16 @@
 DIR is a run directory (SPEC §7): train.parquet, eval.parquet, run.json, and
 checkpoints/last.pt (written every --checkpoint-every steps and at the end). Progress,
 per-step timings and the scheduler overhead fraction go to stderr; the summary to stdout.
+
+Data parallel: under `torchrun --nproc_per_node N -m hbsim.cli real ...` every rank runs
+the same loop on its share of the groups (gloo on CPU, nccl on CUDA with device
+cuda:LOCAL_RANK); sketches and gradients are SUMmed across ranks, so every rank's policy
+sees the same feedback and draws the same arms. Only rank 0 writes files and prints.
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -89,10 +95,33 @@ def _same_run(saved: dict, config: dict) -> None:
                          "only --steps may change")
 
 
+def _init_distributed(args) -> int:
+    """Join the torchrun process group if there is one; returns this process's rank."""
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return 0
+    import torch
+    import torch.distributed as dist
+
+    cuda = args.device.startswith("cuda") or (args.device == "auto" and torch.cuda.is_available())
+    if cuda:
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        args.device = f"cuda:{local}"
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo")
+    return dist.get_rank()
+
+
 def main(args) -> int:
     import hbsim
     from policies import make
     from real_runs import checkpoint, make_adapter
+
+    rank = _init_distributed(args)
+    if rank:  # followers train in lockstep but never write or print
+        sys.stdout = sys.stderr = open(os.devnull, "w")
 
     if args.steps < 0:
         raise ValueError(f"--steps={args.steps} is not allowed: expected an integer >= 0")
@@ -119,15 +148,16 @@ def main(args) -> int:
         raise ValueError(f"--steps={args.steps} is not allowed: the checkpoint is already at step {loop.t}")
     print(f"model ready in {time.perf_counter() - t0:.1f}s (warm start {adapter.warm_key}, device {adapter.device})",
           file=sys.stderr)
-    _train(loop, config, out, args)
+    _train(loop, config, out, args, rank)
     result = loop.result(config)
-    hbsim.write_run(result, out, overwrite=True)
-    checkpoint.save(out, config, loop.state_dict())
-    _summary(result, out)
+    if rank == 0:
+        hbsim.write_run(result, out, overwrite=True)
+        checkpoint.save(out, config, loop.state_dict())
+        _summary(result, out)
     return 0
 
 
-def _train(loop, config, out, args) -> None:
+def _train(loop, config, out, args, rank: int = 0) -> None:
     from real_runs import checkpoint
 
     every = config["eval_every"]
@@ -145,7 +175,7 @@ def _train(loop, config, out, args) -> None:
               f"{wall:.2f}s overhead={100 * row['overhead_frac']:.2f}%", file=sys.stderr)
         if (every and loop.t % every == 0) or loop.t == args.steps:
             loop.evaluate()
-        if loop.t % args.checkpoint_every == 0 and loop.t < args.steps:
+        if rank == 0 and loop.t % args.checkpoint_every == 0 and loop.t < args.steps:
             checkpoint.save(out, config, loop.state_dict())
 
 
