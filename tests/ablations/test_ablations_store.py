@@ -1,0 +1,63 @@
+"""The store's atomic cell writes and the progress bar's format (in-process, fast)."""
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from ablations import store
+from ablations.cli import ProgressBar
+
+
+def test_write_cell_is_all_or_nothing(tmp_path):
+    (tmp_path / "cells").mkdir()
+
+    def good(tmp):
+        tmp.mkdir()
+        (tmp / "train.parquet").write_text("t")
+
+    def bad(tmp):
+        tmp.mkdir()
+        (tmp / "train.parquet").write_text("partial")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        store.write_cell(tmp_path, "aaaa", bad, log="x")
+    assert list((tmp_path / "cells").iterdir()) == []          # no cell, no temporary left
+    store.write_failure(tmp_path, "bbbb", "Traceback\nValueError: boom\n")
+    assert store.failed_ids(tmp_path) == {"bbbb"}
+    assert store.failure_reason(tmp_path, "bbbb") == "ValueError: boom"
+    assert store.write_cell(tmp_path, "bbbb", good, log="ok") is True
+    assert store.done_ids(tmp_path) == {"bbbb"} and store.failed_ids(tmp_path) == set()
+    assert (tmp_path / "cells" / "bbbb" / "log.txt").read_text() == "ok"
+    # a second writer of the same cell loses the rename race without damage
+    assert store.write_cell(tmp_path, "bbbb", lambda tmp: (tmp.mkdir(), (tmp / "x").write_text("2")), log="") is False
+    assert sorted(p.name for p in (tmp_path / "cells" / "bbbb").iterdir()) == ["log.txt", "train.parquet"]
+    # leftovers of killed writers are hidden from done_ids and removed by clean_tmp
+    (tmp_path / "cells" / ".tmp-cccc-123").mkdir()
+    (tmp_path / "cells" / "..tmp-cccc-123.tmp-xyz").mkdir()
+    assert store.done_ids(tmp_path) == {"bbbb"}
+    assert store.clean_tmp(tmp_path) == 2 and store.done_ids(tmp_path) == {"bbbb"}
+
+
+def test_progress_bar_on_a_terminal_and_in_a_log():
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty = Tty()
+    bar = ProgressBar(stream=tty, width=10)
+    bar(2, 10, 0)
+    bar(5, 10, 1)
+    bar(10, 10, 1)
+    frames = tty.getvalue().split("\r")[1:]
+    assert frames[0].startswith("[##........] 2/10 cells  0.0 cells/s  ETA --:--:--")
+    assert frames[1].startswith("[#####.....] 5/10 cells ") and frames[1].endswith("(1 failed)")
+    assert frames[2].startswith("[##########] 10/10 cells ") and frames[2].endswith("ETA 0:00:00  (1 failed)\n")
+    log = io.StringIO()
+    bar = ProgressBar(stream=log, width=10)
+    for done in range(0, 101):
+        bar(done, 100, 0)
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue() and 10 <= len(lines) <= 12       # one line per ~10%, not 101
+    assert lines[-1].startswith("[##########] 100/100 cells")
