@@ -264,6 +264,10 @@ def _categories(doc: Doc, result, suite: str) -> None:
         return
     sub = cats[cats["suite"] == suite]
     doc.h(3, "Which categories regressed")
+    alpha = result.config["alpha"]
+    if not sub["regresses"].any():
+        doc.p(f"No category regresses significantly (negative delta with BH-adjusted p < {alpha}); "
+              "the worst category of each candidate and metric is marked in the table.")
     for _, r in sub[sub["regresses"]].iterrows():
         doc.p(f"{r['candidate']} regresses on {r['category']} ({r['metric']}): delta {r['delta']:+.3f} "
               f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}], BH p {r['p_bh']:.3g}", "note")
