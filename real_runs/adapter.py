@@ -15,6 +15,12 @@ One `train_step(allocation)`:
 Randomness: a numpy Generator per harness task pool and one torch Generator for sampling,
 all created from the run seed and saved in `state_dict`; evaluation draws from a
 generator seeded by (seed, step), so it never perturbs training.
+
+Data parallel (torch.distributed initialised by the caller, e.g. `hb real` under
+torchrun): each rank generates its share of every harness's groups (own sampling stream
+and leftover buffers); counts, token totals, rewards and learnability are summed across
+ranks, the loss is divided by the GLOBAL token count, and the sketch and the gradients
+are SUMmed, so all ranks step identically and report identical feedback.
 """
 from __future__ import annotations
 
