@@ -9,7 +9,7 @@ from reports import analysis, load, stats
 
 @pytest.fixture(scope="module")
 def frames():
-    from conftest import make_synthetic
+    from reports_synth import make_synthetic
 
     return make_synthetic({"base": 0.0, "hb": 0.8, "mix": -0.4}, n_seeds=3, n_tasks=(18, 12))
 
@@ -154,7 +154,7 @@ def test_bad_eval_tables_raise_naming_field(frames, mutate, match):
 
 
 def test_read_dir_finds_cells_and_collected(tmp_path, frames):
-    from conftest import write_grid
+    from reports_synth import write_grid
 
     ev, tr = frames
     a = load.read_dir(write_grid(tmp_path / "cells_grid", ev, tr))
@@ -179,7 +179,7 @@ def test_corrupt_parquet_is_a_value_error_naming_the_file(tmp_path):
 
 
 def test_final_step_only(frames):
-    from conftest import make_synthetic
+    from reports_synth import make_synthetic
 
     ev, tr = make_synthetic({"base": 0.0, "hb": 0.5}, n_seeds=2, n_tasks=(6, 4), eval_steps=(5, 12))
     fr = load.make_frames(ev, tr)
@@ -219,7 +219,7 @@ def test_baseline_prob_improvement_is_one_half(result):
 
 
 def test_build_report_speed(benchmark):
-    from conftest import make_synthetic
+    from reports_synth import make_synthetic
 
     data = make_synthetic({f"p{i}": 0.1 * i for i in range(4)}, n_seeds=4, n_tasks=(80, 60))
     res = benchmark(lambda: reports.build_report(data, "p0", None, resamples=1000))
@@ -244,3 +244,20 @@ def test_gee_matches_marginal_odds_ratio_on_balanced_data_and_flags_separation(f
     assert g.loc[("heldout_tasks", "mix"), "odds_ratio"] == pytest.approx(
         gee.set_index(["suite", "candidate"]).loc[("heldout_tasks", "mix"), "odds_ratio"], rel=1e-5)
     assert any("perfect separation" in n for n in res.notes)
+
+
+def test_a_planted_category_regression_is_flagged():
+    rows = []
+    cats = ["coding"] * 10 + ["memory"] * 10
+    for pol in ("base", "cand"):
+        for seed in range(3):
+            for t, cat in enumerate(cats):
+                ok = not (pol == "cand" and cat == "memory") and (t + seed) % 4 != 0
+                rows.append((f"{pol}{seed}", pol, seed, 1, "s", f"t{t:02d}", cat, "h", 0, float(ok), ok))
+    ev = pd.DataFrame(rows, columns=list(load.EVAL_REQUIRED))
+    res = reports.build_report(ev, "base", None, ks=(1,), resamples=2000)
+    cats_t = res.tables["categories"].set_index(["metric", "category"])
+    assert bool(cats_t.loc[("pass@1", "memory"), "regresses"]) and bool(cats_t.loc[("pass@1", "memory"), "worst"])
+    assert not bool(cats_t.loc[("pass@1", "coding"), "regresses"])
+    assert cats_t.loc[("pass@1", "coding"), "delta"] == 0.0 and cats_t.loc[("pass@1", "coding"), "p_bh"] == 1.0
+    assert cats_t.loc[("pass@1", "memory"), "p_bh"] < 0.05 and cats_t.loc[("pass@1", "memory"), "ci_high"] < 0

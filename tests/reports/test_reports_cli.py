@@ -25,7 +25,7 @@ def done(proc):
 
 @pytest.fixture(scope="module")
 def grid(tmp_path_factory):
-    from conftest import make_synthetic, write_grid
+    from reports_synth import make_synthetic, write_grid
 
     ev, tr = make_synthetic({"base": 0.0, "hb": 0.8, "mix": -0.4}, n_seeds=3, n_tasks=(18, 12))
     return write_grid(tmp_path_factory.mktemp("grid"), ev, tr)
@@ -76,7 +76,7 @@ def test_marginals_command():
 
 
 def _bad_dirs(root: Path) -> dict:
-    from conftest import make_synthetic, write_grid
+    from reports_synth import make_synthetic, write_grid
 
     ev, tr = make_synthetic({"base": 0.0, "hb": 0.5}, n_seeds=2, n_tasks=(6, 4))
     (root / "empty").mkdir()

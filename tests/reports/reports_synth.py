@@ -1,9 +1,9 @@
-"""Synthetic run tables in the SPEC §7 schema for the reports tests."""
+"""Synthetic run tables in the SPEC §7 schema for the reports tests (a helper module with
+a unique name, not a conftest, so that it never clashes with another folder's helpers)."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pytest
 
 HARNESSES = ("openclaw", "codex", "pi")
 PHASES = ("rollout", "tools", "backward", "sketch", "scheduler", "optimizer")
@@ -78,8 +78,3 @@ def write_grid(root, eval_df, train_df, collected=False):
         train_df[train_df["run_id"] == run_id].to_parquet(d / "train.parquet")
         (d / "run.json").write_text(json.dumps({"run_id": run_id, "config_hash": run_id, "seed": int(g["seed"].iloc[0])}))
     return root
-
-
-@pytest.fixture
-def synth():
-    return make_synthetic
