@@ -329,3 +329,15 @@ def per_task_rows(al: Aligned, suite: str) -> pd.DataFrame:
     out.insert(0, "suite", suite)
     out["category"] = np.tile(al.categories, m * p)
     return out
+
+
+def category_values(al: Aligned, suite: str) -> pd.DataFrame:
+    """Value of every policy per category (mean over seeds and the category's tasks)."""
+    rows = []
+    for cat in sorted(set(al.categories.tolist())):
+        mask = al.categories == cat
+        for i, metric in enumerate(al.metrics):
+            for j, pol in enumerate(al.policies):
+                rows.append({"suite": suite, "metric": metric, "category": cat, "n_tasks": int(mask.sum()),
+                             "policy": pol, "value": float(al.x[i, j][..., mask].mean())})
+    return pd.DataFrame(rows)

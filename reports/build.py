@@ -17,7 +17,7 @@ from reports import load
 # reports.analysis / reports.diagnostics (scipy, statsmodels) are imported after the
 # inputs are validated, so that a rejected call answers quickly.
 
-TABLES = ("summary", "per_task", "paired", "per_seed", "categories", "flips", "flip_counts", "gee", "diagnostics",
+TABLES = ("summary", "category_values", "per_task", "paired", "per_seed", "categories", "flips", "flip_counts", "gee", "diagnostics",
           "cost", "visits")
 
 
@@ -123,7 +123,7 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     return result
 
 
-_COMPARISON = ("summary", "per_task", "paired", "per_seed", "categories", "flips", "flip_counts", "gee")
+_COMPARISON = ("summary", "category_values", "per_task", "paired", "per_seed", "categories", "flips", "flip_counts", "gee")
 
 
 def _compare_suite(acc: dict, fr: load.Frames, cells: pd.DataFrame, suite: str, attempts: int, policies: list[str],
@@ -140,6 +140,7 @@ def _compare_suite(acc: dict, fr: load.Frames, cells: pd.DataFrame, suite: str, 
     kw = dict(resamples=resamples, rng=rng, alpha=alpha)
     acc["summary"].append(analysis.summary_table(al, suite, baseline, progress=_stage(progress, first + 1, total), **kw))
     acc["per_task"].append(analysis.per_task_rows(al, suite))
+    acc["category_values"].append(analysis.category_values(al, suite))
     gee, gee_notes = analysis.gee_rows(fr.eval, al, suite, baseline)
     acc["gee"].append(pd.DataFrame(gee))
     notes += gee_notes

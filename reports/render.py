@@ -172,6 +172,12 @@ def _suite_section(doc: Doc, result, suite: str) -> None:
     doc.h(3, "Values with intervals")
     doc.table(summ.drop(columns=["suite", "is_baseline"]))
     doc.figure(f"intervals_{suite}", figures.interval_plot(summ, suite))
+    cv = result.tables.get("category_values", pd.DataFrame())
+    if not cv.empty and (cv["suite"] == suite).any():
+        doc.h(3, "Values per category (mean over seeds and the category's tasks)")
+        sub = cv[cv["suite"] == suite]
+        wide = sub.pivot_table(index=["metric", "category", "n_tasks"], columns="policy", values="value", sort=False)
+        doc.table(wide.reset_index(), max_rows=80)
     _forests(doc, result, suite)
     _passk(doc, summ, suite)
     _scatter(doc, result, suite)

@@ -212,6 +212,14 @@ def test_progress_reports_every_bootstrap_stage(frames):
                       "[5/6] paired heldout_tasks hb", "[6/6] paired heldout_tasks mix"]
 
 
+def test_category_values_are_means_over_the_category_tasks(result, frames):
+    cv = result.tables["category_values"].set_index(["suite", "metric", "category", "policy"])
+    ev = frames[0]
+    sub = ev[(ev["suite"] == "heldout_tasks") & (ev["category"] == "memory") & (ev["policy"] == "hb")]
+    assert cv.loc[("heldout_tasks", "score", "memory", "hb"), "value"] == pytest.approx(sub["reward"].mean())
+    assert cv.loc[("heldout_tasks", "score", "memory", "hb"), "n_tasks"] == 6
+
+
 def test_baseline_prob_improvement_is_one_half(result):
     summ = result.tables["summary"]
     base = summ[summ["is_baseline"]]
