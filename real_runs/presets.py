@@ -37,7 +37,7 @@ class RealConfig:
     sample_rounds: int = 2          # sampling rounds per step before accepting a short batch
     leftover_max: int = 16          # groups kept per harness buffer (oldest dropped)
     leftover_max_age: int = 4       # steps a leftover group stays usable
-    max_new_tokens: int = 32        # per model call
+    max_new_tokens: int = 72        # per model call (the longest demonstrated reply is 69 bytes)
     temperature: float = 1.0
     # GRPO objective and optimizer
     advantage: str = "loo"
@@ -74,7 +74,7 @@ class RealConfig:
 PRESETS: dict[str, dict] = {
     "tiny": {},
     "gpu-small": dict(n_layer=4, d_model=256, n_head=4, d_mlp=768, max_len=512, group_size=8,
-                      max_new_tokens=64, lr=5e-4, sketch_blocks=4, micro_batch=128, warm_steps=2000,
+                      max_new_tokens=80, lr=5e-4, sketch_blocks=4, micro_batch=128, warm_steps=2000,
                       warm_batch=64, warm_lr=2e-3, eval_tasks=100, eval_attempts=3, device="auto"),
 }
 

@@ -23,8 +23,9 @@ import torch
 
 from real_runs.episode import Episode
 from real_runs.model import ByteTokenizer, ModelConfig, Transformer, right_pad, token_logprobs
+from real_runs.trainer import Turn, _merge_turns
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 def cache_root(cache_dir: str) -> Path:
@@ -33,28 +34,33 @@ def cache_root(cache_dir: str) -> Path:
     return Path(root)
 
 
-def demonstration_rows(harnesses: list, tasks: list, max_len: int, max_new: int) -> list[tuple[list[int], list[int]]]:
-    """(prompt tokens, completion tokens) for every turn of every demonstrated episode."""
+def demonstration_rows(harnesses: list, tasks: list, max_len: int, max_new: int) -> list[tuple[list[int], list]]:
+    """(tokens, completion spans) per demonstrated episode: the turns of a multi-turn
+    demonstration share one row, exactly as the GRPO trainer lays out its rollouts."""
     tok = ByteTokenizer()
     rows = []
     for h in harnesses:
         for task in tasks:
-            ep = Episode(h, task)
+            ep, turns = Episode(h, task), []
             for completion in h.demonstration(task):
                 prompt = tok.encode(ep.context())[-(max_len - max_new):]
-                rows.append((prompt, tok.encode(completion)[:max_new]))
+                reply = tok.encode(completion)[:max_new]
+                turns.append(Turn(prompt, reply, [0.0] * len(reply)))
                 if ep.feed(completion):
                     break
+            rows.extend((tokens, spans) for tokens, spans, _ in _merge_turns(turns))
     return rows
 
 
-def sft_loss(model: Transformer, rows: list[tuple[list[int], list[int]]], device) -> torch.Tensor:
-    """Mean cross-entropy of the completion tokens given their prompts (token-mean)."""
-    tokens, valid = right_pad([p + c for p, c in rows], device)
+def sft_loss(model: Transformer, rows: list[tuple[list[int], list]], device) -> torch.Tensor:
+    """Mean cross-entropy of the completion tokens given their contexts (token-mean)."""
+    tokens, valid = right_pad([t for t, _ in rows], device)
     logp = token_logprobs(model, tokens, valid)  # (B, T-1)
-    mask = torch.zeros_like(logp)
-    for b, (p, c) in enumerate(rows):
-        mask[b, len(p) - 1:len(p) - 1 + len(c)] = 1.0
+    mask = torch.zeros(logp.shape)
+    for b, (_, spans) in enumerate(rows):
+        for start, n in spans:
+            mask[b, start:start + n] = 1.0
+    mask = mask.to(logp.device)
     return -(logp * mask).sum() / mask.sum()
 
 
@@ -81,8 +87,8 @@ def warm_key(cfg, seed: int, rows, device_type: str = "cpu") -> str:
     """Cache key: seed, model shape, warm-start knobs, device type (numerics differ) and a
     digest of the demonstration data."""
     digest = hashlib.sha256()
-    for p, c in rows:
-        digest.update(bytes(p) + b"\x00" + bytes(c) + b"\x01")
+    for tokens, spans in rows:
+        digest.update(bytes(tokens) + repr(spans).encode() + b"\x01")
     spec = {"v": CACHE_VERSION, "seed": seed, "model": cfg.model_dict(), "data": digest.hexdigest(), "device": device_type,
             "warm": [cfg.warm_harnesses, cfg.warm_steps, cfg.warm_batch, cfg.warm_lr, cfg.max_new_tokens]}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
