@@ -81,7 +81,7 @@ class Rows:
         return int(sum(len(lp) for lp in self.old_logp))
 
 
-def _merge_turns(turns: list[Turn]) -> list[tuple[list[int], list[tuple[int, int]], list[float]]]:
+def merge_turns(turns: list[Turn]) -> list[tuple[list[int], list[tuple[int, int]], list[float]]]:
     """Consecutive turns whose next prompt extends (prompt + completion) share one row, so
     a multi-turn transcript is scored once; a prompt cut on the left starts a new row."""
     rows = []
@@ -104,7 +104,7 @@ def build_rows(groups: list[Group], kind: str = "loo") -> Rows:
     for g_index, group in enumerate(groups):
         adv = group_advantages(np.asarray(group.rewards, dtype=np.float64), kind)  # (G,)
         for i, turns in enumerate(group.turns):
-            for tokens, spans, logp in _merge_turns(turns):
+            for tokens, spans, logp in merge_turns(turns):
                 rows.tokens.append(tokens)
                 rows.spans.append(spans)
                 rows.old_logp.append(logp)

@@ -23,7 +23,7 @@ import torch
 
 from real_runs.episode import Episode
 from real_runs.model import ByteTokenizer, ModelConfig, Transformer, right_pad, token_logprobs
-from real_runs.trainer import Turn, _merge_turns
+from real_runs.trainer import Turn, merge_turns
 
 CACHE_VERSION = 2
 
@@ -48,7 +48,7 @@ def demonstration_rows(harnesses: list, tasks: list, max_len: int, max_new: int)
                 turns.append(Turn(prompt, reply, [0.0] * len(reply)))
                 if ep.feed(completion):
                     break
-            rows.extend((tokens, spans) for tokens, spans, _ in _merge_turns(turns))
+            rows.extend((tokens, spans) for tokens, spans, _ in merge_turns(turns))
     return rows
 
 
