@@ -229,7 +229,8 @@ def headline_table(result: ReportResult) -> str:
         lines.append(f"  {'metric':<8} {'policy':<{width}} {'value':>7}  {'delta':>7}  "
                      f"{f'{lo_pct:.0f}% CI':>17}  {'p_holm':>7}  {'W/T/L':>11}")
         for metric in g["metric"].drop_duplicates():
-            for _, r in g[g["metric"] == metric].iterrows():
+            rows = g[g["metric"] == metric]
+            for _, r in pd.concat([rows[rows["is_baseline"]], rows[~rows["is_baseline"]]]).iterrows():
                 row = f"  {metric:<8} {r['policy']:<{width}} {r['value']:7.3f}"
                 p = paired[(paired["suite"] == s) & (paired["metric"] == metric) & (paired["candidate"] == r["policy"])]
                 if len(p):
