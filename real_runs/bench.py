@@ -81,6 +81,11 @@ def run_timing(run_dir: str) -> dict:
         out["overhead_frac_mean"] = float(train["overhead_frac"].mean())
         out["overhead_frac_median"] = float(train["overhead_frac"].median())
     out["tokens_per_step"] = float(train["tokens"].mean())
+    out["reward_by_step"] = [float(x) for x in train["reward"]]
+    ev = pd.read_parquet(f"{run_dir}/eval.parquet")
+    if len(ev):  # held-out reward per harness at each evaluation (step 0 = after the warm start)
+        table = ev.groupby(["step", "harness"])["reward"].mean().unstack("harness")
+        out["eval_reward"] = {int(step): {h: round(float(v), 4) for h, v in row.items()} for step, row in table.iterrows()}
     out["groups_generated_per_optimized"] = float(train["groups_generated"].sum() / max(train["groups_optimized"].sum(), 1))
     return out
 

@@ -41,7 +41,7 @@ log "(1) sketch bench rc=$? $(tr -d '\n ' < "$OUT/sketch_bench.json")"
 
 # (2) one gpu-small run, 100 steps, per-step breakdown
 timeout 150 $PY -m hbsim.cli real --preset "$PRESET" --policy harnessbandit --seed 0 --steps "$STEPS" \
-    --device "$DEVICE" --checkpoint-every 50 --out "$OUT/gpu_small" > "$OUT/gpu_small.txt" 2> "$OUT/gpu_small.log"
+    --device "$DEVICE" --checkpoint-every 50 --eval-every 50 --out "$OUT/gpu_small" > "$OUT/gpu_small.txt" 2> "$OUT/gpu_small.log"
 log "(2) gpu-small run rc=$?"
 cat "$OUT/gpu_small.txt" | tee -a "$OUT/summary.txt" >&2
 grep -E "model ready|step (1|2|50|100)/" "$OUT/gpu_small.log" | tee -a "$OUT/summary.txt" >&2
