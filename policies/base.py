@@ -14,6 +14,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from policies.signals import inverse_cdf_draw
+
 
 @dataclass(frozen=True)
 class Allocation:
@@ -112,8 +114,7 @@ class Policy:
         top = int(np.argmax(p))
         if p[top] == 1.0:
             return top
-        cdf = np.cumsum(p)
-        return min(int(np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right")), self.n_arms - 1)
+        return inverse_cdf_draw(p, self._rng.random())
 
     @classmethod
     def knobs(cls) -> dict:

@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from policies.base import Allocation, Feedback, Policy, check_range
-from policies.signals import (FUSION_USES, FUSIONS, MemoryBank, minmax_normalise, selection_probabilities, sketch_norm,
+from policies.signals import (FUSION_USES, FUSIONS, MemoryBank, inverse_cdf_draw, minmax_normalise, selection_probabilities, sketch_norm,
                               transfer_and_update, window_push, window_values)
 
 _NAN = float("nan")
@@ -148,8 +148,12 @@ class ScoredPolicy(Policy):
         return self._law()[0].copy()
 
     def select(self, batch_groups: int = 8):
-        check_range("batch_groups", batch_groups, 1, 10**9, integer=True)
-        return Allocation.pure(self._draw(self._law()[0]), self.n_arms, batch_groups)
+        if type(batch_groups) is not int or batch_groups < 1:
+            check_range("batch_groups", batch_groups, 1, 10**9, integer=True)
+        p = self._law()[0]
+        top = self.t % self.n_arms
+        arm = top if self.in_warmup() else inverse_cdf_draw(p, self._rng.random())
+        return Allocation.pure(arm, self.n_arms, batch_groups)
 
     # -- update ------------------------------------------------------------------------
     def update(self, feedback: Feedback) -> None:

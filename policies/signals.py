@@ -42,7 +42,8 @@ def minmax_normalise(x: float, values: np.ndarray, degenerate: float = 0.5) -> f
     """
     if values.shape[0] < 2:
         return degenerate
-    lo, hi = float(values.min()), float(values.max())
+    listed = values.tolist()             # <= window values: Python min/max beat numpy reductions here
+    lo, hi = min(listed), max(listed)
     if hi == lo:
         return degenerate
     return min(1.0, max(0.0, (x - lo) / (hi - lo)))
@@ -110,7 +111,7 @@ class MemoryBank:
 
     def _renormalise(self, h: int) -> None:
         row = self.rows[h]
-        row *= self.scale[h]
+        row *= float(self.scale[h])        # a Python float keeps float32 rows in float32 (NEP 50)
         self.scale[h] = 1.0
         self.sq[h] = float(np.dot(row, row))
 
@@ -135,14 +136,14 @@ def transfer_and_update(bank: MemoryBank, arm: int, sketch: np.ndarray | None, e
         return float("nan")
     with np.errstate(over="ignore", invalid="ignore"):
         dots = bank.rows @ sketch                                  # (H,) rows_j . g, one pass over the bank
-    others = bank.has & (bank.sq > 0)
-    others[arm] = False
-    if eligible is not None:
-        others &= eligible
-    transfer = float("nan")
-    if others.any():
-        # cos(g, m_j) = scale_j rows_j.g / (|g| scale_j |rows_j|): the scale cancels
-        transfer = float(np.mean(dots[others] / (g_norm * np.sqrt(bank.sq[others]))))
+    # H is small: scalar Python over the arms beats a chain of tiny numpy calls here
+    total, count = 0.0, 0
+    for j, (has, sq, dot) in enumerate(zip(bank.has.tolist(), bank.sq.tolist(), dots.tolist())):
+        if j != arm and has and sq > 0 and (eligible is None or eligible[j]):
+            # cos(g, m_j) = scale_j rows_j.g / (|g| scale_j |rows_j|): the scale cancels
+            total += dot / (g_norm * math.sqrt(sq))
+            count += 1
+    transfer = total / count if count else float("nan")
     row = bank.rows[arm]
     if not math.isfinite(transfer):
         transfer = float("nan")                                 # overflow: never propagate inf
@@ -153,10 +154,11 @@ def transfer_and_update(bank: MemoryBank, arm: int, sketch: np.ndarray | None, e
         bank.has[arm] = True
     else:
         # m' = (1-eta) s r + (eta/|g|) g = (1-eta) s (r + c g),  c = eta / ((1-eta) s |g|)
-        c = eta / ((1.0 - eta) * bank.scale[arm] * g_norm)
+        # Python floats: a numpy float64 scalar would upcast float32 rows (NEP 50), 6x slower
+        c = float(eta / ((1.0 - eta) * float(bank.scale[arm]) * g_norm))
         np.multiply(sketch, c, out=bank.scratch, casting="same_kind")
         row += bank.scratch
-        old = bank.sq[arm]
+        old = float(bank.sq[arm])
         cg2 = (c * g_norm) ** 2
         new = old + 2.0 * c * float(dots[arm]) + cg2
         bank.scale[arm] *= (1.0 - eta)
@@ -242,11 +244,29 @@ def selection_probabilities(q: np.ndarray, q_defined: np.ndarray, n: np.ndarray,
 
     Q'_h = Q_h if defined else max defined Q (0.0 if none); U = Q' + c / sqrt(n + 1);
     p = (1 - eps) softmax(U / tau) + eps / H.
+
+    Scalar Python over the H arms: H is a handful, and on small arrays each numpy call
+    costs more than the whole loop (this runs every step).
     """
-    fill = float(q[q_defined].max()) if q_defined.any() else 0.0
-    q_prime = np.where(q_defined, q, fill)
-    u = q_prime + bonus_c / np.sqrt(n + 1.0)
-    z = (u - u.max()) / tau
-    e = np.exp(z)
-    p = (1.0 - epsilon) * e / e.sum() + epsilon / q.shape[0]
-    return p, u
+    qs, defined, visits = q.tolist(), q_defined.tolist(), n.tolist()
+    known = [v for v, d in zip(qs, defined) if d]
+    fill = max(known) if known else 0.0
+    u = [(v if d else fill) + bonus_c / math.sqrt(k + 1.0) for v, d, k in zip(qs, defined, visits)]
+    top = max(u)
+    e = [math.exp((x - top) / tau) for x in u]
+    total = sum(e)
+    floor = epsilon / len(u)
+    p = [(1.0 - epsilon) * x / total + floor for x in e]
+    return np.array(p), np.array(u)
+
+
+def inverse_cdf_draw(p: np.ndarray, uniform: float) -> int:
+    """The arm whose CDF interval holds `uniform` in [0, 1) (scaled by sum(p))."""
+    probs = p.tolist()
+    target = uniform * sum(probs)
+    acc = 0.0
+    for arm, x in enumerate(probs):
+        acc += x
+        if target < acc:
+            return arm
+    return len(probs) - 1
