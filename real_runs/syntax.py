@@ -88,11 +88,33 @@ class JsonSyntax(Syntax):
         return self._named(name, d)
 
 
+class _ConcatenatedCalls:
+    """Calls that can stand back to back in one reply, each matched by `pattern`;
+    the class provides `_from_match(m) -> Call | None`."""
+
+    pattern: re.Pattern
+
+    def parse(self, text):
+        m = self.pattern.fullmatch(text.strip())
+        return None if m is None else self._from_match(m)
+
+    def parse_many(self, text):
+        out, pos, text = [], 0, text.rstrip()
+        while pos < len(text):
+            m = self.pattern.match(text, pos)
+            call = None if m is None else self._from_match(m)
+            out.append(call)
+            if call is None:
+                break
+            pos = m.end()
+        return out or [None]
+
+
 _XML_CALL = re.compile(r'\s*<(\w+)((?:\s+\w+="[^"<>]*")*)\s*(?:/>|>([^<]*)</\1>)')
 _XML_ATTR = re.compile(r'(\w+)="([^"<>]*)"')
 
 
-class XmlSyntax(Syntax):
+class XmlSyntax(_ConcatenatedCalls, Syntax):
     """``<write path="a">x</write>``, ``<move src="a" dst="b"/>``, ``<finish/>``.
 
     A trailing ``text`` argument is the element body; the others are attributes.
@@ -123,20 +145,7 @@ class XmlSyntax(Syntax):
             kwargs["text"] = m.group(3)
         return self._named(m.group(1), kwargs)
 
-    def parse(self, text):
-        m = _XML_CALL.fullmatch(text.strip())
-        return None if m is None else self._from_match(m)
-
-    def parse_many(self, text):
-        out, pos, text = [], 0, text.rstrip()
-        while pos < len(text):
-            m = _XML_CALL.match(text, pos)
-            call = None if m is None else self._from_match(m)
-            out.append(call)
-            if call is None:
-                break
-            pos = m.end()
-        return out or [None]
+    pattern = _XML_CALL
 
 
 _ARG = r'(?:"[^"\\]*"|-?\d+)'
@@ -170,7 +179,7 @@ _SEXP_CALL = re.compile(rf"\s*\((\w+)((?:\s+{_SEXP_ATOM})*)\s*\)")
 _SEXP_ATOM_RE = re.compile(_SEXP_ATOM)
 
 
-class SexpSyntax(Syntax):
+class SexpSyntax(_ConcatenatedCalls, Syntax):
     """S-expressions: ``(write "a" "x")``; several calls side by side in one reply."""
 
     item = "({tool} {args})"
@@ -184,20 +193,7 @@ class SexpSyntax(Syntax):
         args = [_unquote(t) for t in _SEXP_ATOM_RE.findall(m.group(2))]
         return self._positional(m.group(1), args)
 
-    def parse(self, text):
-        m = _SEXP_CALL.fullmatch(text.strip())
-        return None if m is None else self._from_match(m)
-
-    def parse_many(self, text):
-        out, pos, text = [], 0, text.rstrip()
-        while pos < len(text):
-            m = _SEXP_CALL.match(text, pos)
-            call = None if m is None else self._from_match(m)
-            out.append(call)
-            if call is None:
-                break
-            pos = m.end()
-        return out or [None]
+    pattern = _SEXP_CALL
 
 
 _KV = re.compile(r'(\w+)=("[^"]*"|[^\s"]*)')
