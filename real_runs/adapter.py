@@ -98,9 +98,10 @@ class GRPOAdapter:
             from real_runs.hf import load_hf_model
             return load_hf_model(self.cfg.model_path, self.cfg.hf_block_path, self.device, self.cfg.max_len), "hf"
         from real_runs.model import ModelConfig, Transformer
-        from real_runs.warmstart import warm_start
+        from real_runs.warmstart import warm_start, warm_tasks
         warm_h = self._train_h[:min(self.cfg.warm_harnesses, len(self._train_h))]
-        state, key = warm_start(self.cfg, self.seed, warm_h, self.train_tasks, self.device)
+        tasks = warm_tasks(self.cfg, self.seed, self.train_tasks, self.heldout_tasks)
+        state, key = warm_start(self.cfg, self.seed, warm_h, tasks, self.device)
         model = Transformer(ModelConfig(**self.cfg.model_dict()))
         model.load_state_dict(state)
         return model.to(self.device), key

@@ -6,6 +6,13 @@ Prompts are LEFT-padded for sampling and rows are RIGHT-padded for training; in 
 cases a token's position is the number of real tokens before it, so teacher-forced
 log-probs equal the sampling log-probs up to float rounding.
 
+Each position's input is the embedding of its byte plus a learned embedding of the
+PREVIOUS byte (a token shift, as in RWKV and "smeared keys"; zero at a row's first
+token). With it one attention layer can match "the byte after an earlier copy of my
+byte" (an induction head), so the small models learn to copy file names and contents
+from their context in a few hundred supervised steps instead of thousands. The cache
+keeps each row's last token so that KV-cached decoding sees the same inputs.
+
 Parameter names are stable and readable (``blocks.3.attn.q.weight``,
 ``blocks.3.mlp.down.weight``), so the gradient sketch can address "the last 4 blocks".
 """
@@ -126,6 +133,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok_emb = nn.Embedding(VOCAB, cfg.d_model)
+        self.prev_emb = nn.Embedding(VOCAB, cfg.d_model)  # the previous byte (token shift)
         self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.norm_f = nn.RMSNorm(cfg.d_model)
@@ -148,19 +156,29 @@ class Transformer(nn.Module):
         """tokens, positions: (B, T) long; key_valid: (B, start+T) bool, False at padding,
         or None when every key before a query is real (right padding, no cache);
         cache: from `new_cache`, filled at [start, start+T) -> logits (B, T, V) float32."""
+        return self.lm_head(self.hidden(tokens, positions, key_valid, cache, start)).float()
+
+    def hidden(self, tokens, positions, key_valid, cache=None, start=0):
+        """The final normalised hidden states (B, T, C) of `forward` (before `lm_head`)."""
         if key_valid is None and (cache is not None or start):
             raise ValueError("key_valid=None is only allowed without a cache")
         mask = None if key_valid is None else attention_mask(key_valid, tokens.shape[1], start)
-        x = self.tok_emb(tokens) + self.pos_emb(positions.clamp(0, self.cfg.max_len - 1))  # (B, T, C)
+        last = tokens.new_zeros(tokens.shape[0], 1) if cache is None else cache[-1]  # (B, 1)
+        prev = torch.cat([last, tokens[:, :-1]], dim=1)  # (B, T): the byte before each position
+        if cache is not None:
+            cache[-1] = tokens[:, -1:].clone()
+        shift = self.prev_emb(prev) * (positions > 0).unsqueeze(-1).to(self.prev_emb.weight.dtype)
+        x = self.tok_emb(tokens) + shift + self.pos_emb(positions.clamp(0, self.cfg.max_len - 1))  # (B, T, C)
         for i, block in enumerate(self.blocks):
             x = block(x, mask, None if cache is None else cache[i], start)
-        return self.lm_head(self.norm_f(x)).float()
+        return self.norm_f(x)
 
     def new_cache(self, batch: int, length: int):
-        """Per-block (k, v) buffers, each (B, H, length, D)."""
+        """Per-block (k, v) buffers, each (B, H, length, D), then each row's last token (B, 1)."""
         p = self.tok_emb.weight
         shape = (batch, self.cfg.n_head, length, self.cfg.d_model // self.cfg.n_head)
-        return [(p.new_zeros(shape), p.new_zeros(shape)) for _ in self.blocks]
+        return [(p.new_zeros(shape), p.new_zeros(shape)) for _ in self.blocks] + \
+            [torch.zeros(batch, 1, dtype=torch.long, device=p.device)]
 
 
 def attention_mask(key_valid: torch.Tensor, T: int, start: int = 0) -> torch.Tensor:

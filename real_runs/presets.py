@@ -58,6 +58,7 @@ class RealConfig:
     warm_steps: int = 20
     warm_batch: int = 16
     warm_lr: float = 3e-3
+    warm_tasks: int = 0             # demonstrated tasks: 0 = the training tasks; N = first N of the stream
     cache_dir: str = ""             # "" = $HB_CACHE_DIR or ~/.cache/harnessbandit
     # evaluation
     eval_tasks: int = 4             # held-out tasks evaluated (first k)
@@ -73,13 +74,15 @@ class RealConfig:
 
 PRESETS: dict[str, dict] = {
     "tiny": {},
+    "cpu-small": dict(group_size=4, warm_steps=1200, warm_batch=16, warm_lr=3e-3, warm_tasks=900,
+                      threads=2, eval_tasks=24, eval_attempts=2, device="cpu"),
     "gpu-small": dict(n_layer=4, d_model=256, n_head=4, d_mlp=768, max_len=512, group_size=8,
                       max_new_tokens=80, lr=5e-4, sketch_blocks=4, micro_batch=128, warm_steps=2000,
                       warm_batch=64, warm_lr=2e-3, eval_tasks=100, eval_attempts=3, device="auto"),
 }
 
 #: batch_groups (groups per optimizer step) of each preset; the loop's allocation size.
-BATCH_GROUPS = {"tiny": 2, "gpu-small": 8}
+BATCH_GROUPS = {"tiny": 2, "cpu-small": 4, "gpu-small": 8}
 
 _CHOICES = {"device": None, "advantage": ("loo", "grpo", "mean"), "preset": tuple(PRESETS)}
 _POSITIVE_INT = ("n_train_tasks", "n_heldout_tasks", "n_layer", "d_model", "n_head", "d_mlp", "max_len",
@@ -98,8 +101,9 @@ def _check(cfg: RealConfig) -> None:
     for name in _POSITIVE_INT:
         check_range(name, getattr(cfg, name), 1, 2**40, integer=True)
     check_range("group_size", cfg.group_size, 2, 2**20, integer=True)
-    for name in ("leftover_max_age", "warm_steps", "sketch_seed", "threads"):
+    for name in ("leftover_max_age", "warm_steps", "sketch_seed", "threads", "warm_tasks"):
         check_range(name, getattr(cfg, name), 0, 2**40, integer=True)
+    check_range("warm_tasks", cfg.warm_tasks, 0, 100_000, integer=True)
     check_range("oversample", cfg.oversample, 1.0, 100.0)
     check_range("temperature", cfg.temperature, 0.0, 100.0, low_open=True)
     for name in ("lr", "warm_lr"):

@@ -1,9 +1,17 @@
 """Supervised warm start on demonstrations of a SUBSET of the training harnesses.
 
 A base model knows some agent interfaces and not others. We mimic that: the model is
-trained by next-token cross-entropy on the completions of demonstrated episodes of the
-first `warm_harnesses` training harnesses only, for `warm_steps` steps. Harnesses that
+trained by next-token cross-entropy on the completions (never the prompts or the
+observations) of demonstrated episodes of the first `warm_harnesses` training harnesses
+only, for `warm_steps` Adam steps of `warm_batch` episodes, learning rate `warm_lr` with
+a linear warm-up over the first 5% of the steps and a cosine decay to 10%. Harnesses that
 share notation with those start with some success; the rest start near zero.
+
+Demonstrations come from the first `warm_tasks` tasks of the seed's task stream (the
+training tasks come first; 0 = the training tasks only), minus any task equal to a
+held-out task. More distinct tasks than the 300 training tasks teach the model to COPY
+names and contents from its context instead of memorising the training tasks, so
+held-out tasks start above zero too.
 
 The result depends only on (seed, model shape, warm-start knobs, task world), so it is
 cached per seed under the cache directory and shared by every policy of that seed
@@ -15,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 
@@ -23,9 +32,10 @@ import torch
 
 from real_runs.episode import Episode
 from real_runs.model import ByteTokenizer, ModelConfig, Transformer, right_pad, token_logprobs
+from real_runs.tasks import make_tasks
 from real_runs.trainer import Turn, merge_turns
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 
 def cache_root(cache_dir: str) -> Path:
@@ -52,16 +62,47 @@ def demonstration_rows(harnesses: list, tasks: list, max_len: int, max_new: int)
     return rows
 
 
-def sft_loss(model: Transformer, rows: list[tuple[list[int], list]], device) -> torch.Tensor:
-    """Mean cross-entropy of the completion tokens given their contexts (token-mean)."""
-    tokens, valid = right_pad([t for t, _ in rows], device)
-    logp = token_logprobs(model, tokens, valid)  # (B, T-1)
-    mask = torch.zeros(logp.shape)
+def warm_tasks(cfg, seed: int, train_tasks: list, heldout_tasks: list) -> list:
+    """The demonstrated tasks: the training tasks, or the first `cfg.warm_tasks` tasks of
+    the seed's stream (which start with the training tasks) minus held-out instances."""
+    if cfg.warm_tasks <= len(train_tasks):
+        return list(train_tasks)
+    stream = make_tasks(seed, n_train=cfg.warm_tasks, n_heldout=0)[0]
+    held = {t.signature() for t in heldout_tasks}
+    return [t for t in stream if t.signature() not in held]
+
+
+def completion_mask(rows: list[tuple[list[int], list]], width: int) -> torch.Tensor:
+    """(B, width) bool in log-prob space (entry t scores token t+1): True exactly at the
+    completion tokens of each row's spans."""
+    mask = torch.zeros(len(rows), width, dtype=torch.bool)
     for b, (_, spans) in enumerate(rows):
         for start, n in spans:
-            mask[b, start:start + n] = 1.0
-    mask = mask.to(logp.device)
-    return -(logp * mask).sum() / mask.sum()
+            mask[b, start:start + n] = True
+    return mask
+
+
+def sft_loss(model: Transformer, rows: list[tuple[list[int], list]], device) -> torch.Tensor:
+    """Mean cross-entropy of the completion tokens given their contexts (token-mean).
+    The output layer runs on completion positions only (the prompts are most tokens)."""
+    tokens, valid = right_pad([t for t, _ in rows], device)
+    mask = completion_mask(rows, tokens.shape[1] - 1).to(tokens.device)  # (B, T-1)
+    if not hasattr(model, "hidden"):
+        logp = token_logprobs(model, tokens, valid)
+        return -(logp * mask).sum() / mask.sum()
+    positions = (valid.long().cumsum(1) - 1).clamp(min=0)
+    h = model.hidden(tokens, positions, None)[:, :-1][mask]  # (N, C)
+    logp = torch.log_softmax(model.lm_head(h).float(), dim=-1)
+    return -logp.gather(-1, tokens[:, 1:][mask][:, None]).mean()
+
+
+def lr_at(cfg, step: int) -> float:
+    """Linear warm-up over the first 5% of the steps, then cosine decay to 10% of warm_lr."""
+    warm = max(1, cfg.warm_steps // 20)
+    if step < warm:
+        return cfg.warm_lr * (step + 1) / warm
+    frac = (step - warm) / max(1, cfg.warm_steps - warm)
+    return cfg.warm_lr * (0.1 + 0.45 * (1.0 + math.cos(math.pi * frac)))
 
 
 def train_warm(cfg, seed: int, rows, device) -> dict:
@@ -71,9 +112,8 @@ def train_warm(cfg, seed: int, rows, device) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.warm_lr, weight_decay=0.0)
     rng = np.random.default_rng([seed, 12])
     for step in range(cfg.warm_steps):
-        lr = cfg.warm_lr * min(1.0, (step + 1) / 10) * (0.1 + 0.9 * (1 - step / max(cfg.warm_steps, 1)))
         for group in opt.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr_at(cfg, step)
         pick = rng.choice(len(rows), size=min(cfg.warm_batch, len(rows)), replace=False)
         loss = sft_loss(model, [rows[i] for i in pick], device)
         opt.zero_grad(set_to_none=True)
@@ -90,14 +130,15 @@ def warm_key(cfg, seed: int, rows, device_type: str = "cpu") -> str:
     for tokens, spans in rows:
         digest.update(bytes(tokens) + repr(spans).encode() + b"\x01")
     spec = {"v": CACHE_VERSION, "seed": seed, "model": cfg.model_dict(), "data": digest.hexdigest(), "device": device_type,
-            "warm": [cfg.warm_harnesses, cfg.warm_steps, cfg.warm_batch, cfg.warm_lr, cfg.max_new_tokens]}
+            "warm": [cfg.warm_harnesses, cfg.warm_steps, cfg.warm_batch, cfg.warm_lr, cfg.max_new_tokens,
+                     cfg.warm_tasks]}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def warm_start(cfg, seed: int, harnesses: list, tasks: list, device) -> tuple[dict, str]:
     """The warm-start state_dict for this seed (cached) and its cache key.
 
-    harnesses: the demonstrated subset; tasks: the training tasks.
+    harnesses: the demonstrated subset; tasks: the demonstrated tasks (`warm_tasks`).
     """
     rows = demonstration_rows(harnesses, tasks, cfg.max_len, cfg.max_new_tokens)
     key = warm_key(cfg, seed, rows, torch.device(device).type)
