@@ -101,7 +101,8 @@ class GRPOAdapter:
         from real_runs.warmstart import warm_start, warm_tasks
         warm_h = self._train_h[:min(self.cfg.warm_harnesses, len(self._train_h))]
         tasks = warm_tasks(self.cfg, self.seed, self.train_tasks, self.heldout_tasks)
-        state, key = warm_start(self.cfg, self.seed, warm_h, tasks, self.device)
+        others = self._train_h[len(warm_h):]
+        state, key = warm_start(self.cfg, self.seed, warm_h, tasks, self.device, others)
         model = Transformer(ModelConfig(**self.cfg.model_dict()))
         model.load_state_dict(state)
         return model.to(self.device), key

@@ -11,7 +11,10 @@ Demonstrations come from the first `warm_tasks` tasks of the seed's task stream 
 training tasks come first; 0 = the training tasks only), minus any task equal to a
 held-out task. More distinct tasks than the 300 training tasks teach the model to COPY
 names and contents from its context instead of memorising the training tasks, so
-held-out tasks start above zero too.
+held-out tasks start above zero too. Optionally (`warm_other_tasks` = k > 0) the other
+training harnesses are demonstrated on the first k of those tasks only: like a base model
+that has seen a little of every interface, they then start near zero but not at exactly
+zero, so GRPO groups on them can have reward variance.
 
 The result depends only on (seed, model shape, warm-start knobs, task world), so it is
 cached per seed under the cache directory and shared by every policy of that seed
@@ -131,16 +134,19 @@ def warm_key(cfg, seed: int, rows, device_type: str = "cpu") -> str:
         digest.update(bytes(tokens) + repr(spans).encode() + b"\x01")
     spec = {"v": CACHE_VERSION, "seed": seed, "model": cfg.model_dict(), "data": digest.hexdigest(), "device": device_type,
             "warm": [cfg.warm_harnesses, cfg.warm_steps, cfg.warm_batch, cfg.warm_lr, cfg.max_new_tokens,
-                     cfg.warm_tasks]}
+                     cfg.warm_tasks, cfg.warm_other_tasks]}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def warm_start(cfg, seed: int, harnesses: list, tasks: list, device) -> tuple[dict, str]:
+def warm_start(cfg, seed: int, harnesses: list, tasks: list, device, others: list = ()) -> tuple[dict, str]:
     """The warm-start state_dict for this seed (cached) and its cache key.
 
-    harnesses: the demonstrated subset; tasks: the demonstrated tasks (`warm_tasks`).
+    harnesses: the demonstrated subset; tasks: the demonstrated tasks (`warm_tasks`);
+    others: harnesses demonstrated on the first `cfg.warm_other_tasks` tasks only.
     """
     rows = demonstration_rows(harnesses, tasks, cfg.max_len, cfg.max_new_tokens)
+    if others and cfg.warm_other_tasks:
+        rows += demonstration_rows(list(others), tasks[:cfg.warm_other_tasks], cfg.max_len, cfg.max_new_tokens)
     key = warm_key(cfg, seed, rows, torch.device(device).type)
     root = cache_root(cfg.cache_dir)
     root.mkdir(parents=True, exist_ok=True)

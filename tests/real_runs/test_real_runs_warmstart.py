@@ -54,3 +54,16 @@ def test_warm_tasks_start_with_training_tasks_and_skip_heldout_instances():
     more = warm_tasks(resolve("tiny", warm_tasks=200), 0, train, held)
     assert more[:30] == train and 150 < len(more) <= 200
     assert not {t.signature() for t in more} & {t.signature() for t in held}
+
+
+def test_other_harnesses_are_demonstrated_on_the_first_k_tasks_only(tmp_path):
+    from real_runs.warmstart import warm_start
+    train, _ = make_tasks(0, n_train=8, n_heldout=0)
+    base = dict(n_layer=1, d_model=16, n_head=2, d_mlp=32, warm_steps=1, warm_batch=2, cache_dir=str(tmp_path))
+    sub, other = [HARNESSES["xml"]], [HARNESSES["kv"]]
+    _, k0 = warm_start(resolve("tiny", **base), 0, sub, train, "cpu", other)
+    _, k2 = warm_start(resolve("tiny", warm_other_tasks=2, **base), 0, sub, train, "cpu", other)
+    _, k2b = warm_start(resolve("tiny", warm_other_tasks=2, **base), 0, sub, train, "cpu", other)
+    assert k0 != k2 == k2b and len(list(tmp_path.glob("warm-*.pt"))) == 2   # second call: cached
+    rows = demonstration_rows(other, train[:2], 512, 72)
+    assert len(rows) == 2 and b"tool=" in bytes(rows[0][0])
