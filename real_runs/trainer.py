@@ -9,7 +9,8 @@ One optimizer step, read top to bottom in `optimize`:
 Departures from the paper's recipe (seed note §6), on purpose:
 * the policy is a small byte-level transformer trained from a supervised warm start on
   demonstrations (no pretrained LLM can be downloaded); an optional Hugging Face
-  checkpoint goes through the same code (`real_runs.hf`);
+  checkpoint goes through the same code (`real_runs.hf`). Its input adds an embedding of
+  the previous byte (token shift) so that two blocks learn to copy from the context;
 * Adam's learning rate defaults to 1e-3-scale for the small models (paper: 1e-6 for 2B);
 * prompt and reply lengths are hundreds of bytes, not 40,000 / 8,192 tokens;
 * a multi-turn episode is trained on its transcript: turns whose next context extends
