@@ -20,6 +20,9 @@
 # A CPU dry run of the script's plumbing (not a measurement):
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_PRESET=tiny GPU_CHECK_STEPS=2 \
 #   GPU_CHECK_GRID=examples/real_grid_cpu.toml GPU_CHECK_JOBS=2 scripts/gpu_check.sh /tmp/gc
+# and one on CPU that learns (cpu-small: a 2.5-minute warm start per seed, then real groups):
+#   GPU_CHECK_DEVICE=cpu GPU_CHECK_PRESET=cpu-small GPU_CHECK_STEPS=20 \
+#   GPU_CHECK_GRID=examples/real_grid_cpu_small.toml GPU_CHECK_JOBS=2 scripts/gpu_check.sh /tmp/gc
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: scripts/gpu_check.sh OUTDIR}
