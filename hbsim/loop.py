@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from hbsim.adapter import EVAL_COLUMNS
 from policies import Feedback
 
 #: per-harness diagnostics arrays -> column prefix
@@ -174,8 +175,7 @@ class Loop:
         train = pd.DataFrame(self._rows)
         train.insert(0, "run_id", run_id)
         evals = pd.concat(self._evals, ignore_index=True) if self._evals else pd.DataFrame(
-            columns=["policy", "seed", "step", "suite", "task", "category", "harness", "attempt",
-                     "reward", "success"])
+            columns=["policy", "seed", "step", *EVAL_COLUMNS])
         evals.insert(0, "run_id", run_id)
         policy_cfg = config.get("policy", {})
         meta = {"run_id": run_id, "config": config, "config_hash": run_id, "versions": versions(),

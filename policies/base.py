@@ -83,8 +83,9 @@ def check_range(name: str, value: Any, low: float, high: float, *, low_open: boo
 
 
 class Policy:
-    """Base class: config attributes are set by the constructor, learned state lives in
-    `self._state` (a dict of numpy arrays / scalars), randomness in `self._rng`."""
+    """Base class: config attributes are set by the constructor; learned state lives in
+    plain arrays (per-arm visits and step count here, the rest in subclasses, saved
+    through `_extra_state`), randomness in the policy's own `self._rng`."""
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
@@ -105,7 +106,8 @@ class Policy:
         raise NotImplementedError
 
     def select(self, batch_groups: int = 8) -> Allocation:
-        check_range("batch_groups", batch_groups, 1, 10**9, integer=True)
+        if type(batch_groups) is not int or batch_groups < 1:     # the common case costs no call
+            check_range("batch_groups", batch_groups, 1, 10**9, integer=True)
         return Allocation.pure(self._draw(self.probabilities()), self.n_arms, batch_groups)
 
     def _draw(self, p: np.ndarray) -> int:

@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from policies.base import Allocation, Feedback, Policy, check_range
+from policies.base import Feedback, Policy, check_range
 from policies.signals import (FUSION_USES, FUSIONS, MemoryBank, inverse_cdf_draw, minmax_normalise, selection_probabilities, sketch_norm,
                               transfer_and_update, window_push, window_values)
 
@@ -118,7 +118,6 @@ class ScoredPolicy(Policy):
         self.c_count = 0
         self.q = np.zeros(h)
         self.q_defined = np.zeros(h, dtype=bool)
-        self.n = np.zeros(h, dtype=np.int64)
         self.bank: MemoryBank | None = None             # transfer memories, allocated on the first sketch
         self.counters = {"missing_learnability": 0, "missing_transfer": 0, "nonfinite_signals": 0}
         self.last = {"arm": -1, "learnability": _NAN, "transfer": _NAN, "l_norm": _NAN, "t_norm": _NAN,
@@ -147,13 +146,16 @@ class ScoredPolicy(Policy):
     def probabilities(self) -> np.ndarray:
         return self._law()[0].copy()
 
-    def select(self, batch_groups: int = 8):
-        if type(batch_groups) is not int or batch_groups < 1:
-            check_range("batch_groups", batch_groups, 1, 10**9, integer=True)
-        p = self._law()[0]
-        top = self.t % self.n_arms
-        arm = top if self.in_warmup() else inverse_cdf_draw(p, self._rng.random())
-        return Allocation.pure(arm, self.n_arms, batch_groups)
+    @property
+    def n(self) -> np.ndarray:
+        """(H,) visit counts n_h: the base class's per-arm visits (every update counts)."""
+        return self._visits
+
+    def _draw(self, p: np.ndarray) -> int:
+        """Warm-up: arm t mod H, no randomness; afterwards one inverse-CDF draw."""
+        if self.in_warmup():
+            return self.t % self.n_arms
+        return inverse_cdf_draw(p, self._rng.random())
 
     # -- update ------------------------------------------------------------------------
     def update(self, feedback: Feedback) -> None:
@@ -161,10 +163,7 @@ class ScoredPolicy(Policy):
         self._law_cache = None
         score = self._score(arm, feedback)
         self._learn(arm, score)
-        self.n[arm] += 1
-        self._visits[arm] += 1
-        self._last_arm = arm
-        self.t += 1
+        self._record(feedback)          # n_h += 1 (always, SPEC §3 step 6) and t += 1
         self._law_cache = None          # (_learn may have cached the law of the step just taken)
 
     def _score(self, arm: int, feedback: Feedback) -> float:
@@ -229,19 +228,12 @@ class ScoredPolicy(Policy):
             # last_update holds (step index + 1) of each memory's update; the current step is t
             # age = global steps since the memory's last update, as in diagnostics()
             eligible = (self.t - self.bank.last_update) <= self.max_memory_age
-        transfer = transfer_and_update(self.bank, arm, sketch, self.eta, self.t + 1, eligible, g_norm)
+        transfer, compared = transfer_and_update(self.bank, arm, sketch, self.eta, self.t + 1, eligible, g_norm)
         if math.isnan(transfer):
             self.counters["missing_transfer"] += 1
-            if self._others_eligible(arm, eligible):
+            if compared:
                 self.counters["nonfinite_signals"] += 1       # the cosines overflowed
         return transfer
-
-    def _others_eligible(self, arm: int, eligible: np.ndarray | None) -> bool:
-        others = self.bank.has & (self.bank.sq > 0)
-        others[arm] = False
-        if eligible is not None:
-            others &= eligible
-        return bool(others.any())
 
     # -- diagnostics and state -----------------------------------------------------------
     def diagnostics(self) -> dict:
@@ -255,7 +247,7 @@ class ScoredPolicy(Policy):
                 "n": self.n.copy(), "memory_norm": norm, "memory_age": age, "probabilities": p,
                 **self.counters}
 
-    _ARRAYS = ("l_window", "t_window", "c_window", "q", "q_defined", "n")
+    _ARRAYS = ("l_window", "t_window", "c_window", "q", "q_defined")
 
     def _extra_state(self) -> dict:
         state = {k: getattr(self, k).copy() for k in self._ARRAYS}

@@ -117,7 +117,7 @@ class MemoryBank:
 
 
 def transfer_and_update(bank: MemoryBank, arm: int, sketch: np.ndarray | None, eta: float, step: int,
-                        eligible: np.ndarray | None = None, g_norm: float | None = None) -> float:
+                        eligible: np.ndarray | None = None, g_norm: float | None = None) -> tuple[float, int]:
     """Transferability of `arm`'s sketch, then the EMA update of its memory (SPEC §2.5).
 
     bank: the memories, updated IN PLACE for `arm` only. sketch: (d,). eta: EMA rate.
@@ -125,15 +125,17 @@ def transfer_and_update(bank: MemoryBank, arm: int, sketch: np.ndarray | None, e
     memories that may be compared (age limits). g_norm: optional precomputed
     `sketch_norm(sketch)`.
 
-    Returns T = mean over j != arm with an existing, non-zero (eligible) memory of
-    cos(sketch, m_j), computed BEFORE m_arm is updated; NaN when no such memory exists.
+    Returns (T, compared): T = mean over j != arm with an existing, non-zero (eligible)
+    memory of cos(sketch, m_j), computed BEFORE m_arm is updated, and the number of such
+    memories. T is NaN when none exists (compared = 0) or when the cosines overflowed
+    (compared > 0).
     A zero-norm, absent or non-finite sketch gives NaN and leaves the memory untouched.
     m_arm <- unit sketch if it did not exist, else (1 - eta) m_arm + eta * unit sketch.
     """
     if g_norm is None:
         g_norm = sketch_norm(sketch)
     if not math.isfinite(g_norm) or g_norm == 0.0:
-        return float("nan")
+        return float("nan"), 0
     with np.errstate(over="ignore", invalid="ignore"):
         dots = bank.rows @ sketch                                  # (H,) rows_j . g, one pass over the bank
     # H is small: scalar Python over the arms beats a chain of tiny numpy calls here
@@ -167,7 +169,7 @@ def transfer_and_update(bank: MemoryBank, arm: int, sketch: np.ndarray | None, e
         else:
             bank.sq[arm] = new
     bank.last_update[arm] = step
-    return transfer
+    return transfer, count
 
 
 # --------------------------------------------------------------------------------------

@@ -175,11 +175,12 @@ def test_degenerate_knob_is_used():
 # -- transfer memory ------------------------------------------------------------------------------
 def test_transfer_computed_before_memory_update_and_first_value_init():
     bank = MemoryBank(2, 3)
-    assert math.isnan(transfer_and_update(bank, 0, np.array([2.0, 0, 0]), 0.3, 1))
+    t, compared = transfer_and_update(bank, 0, np.array([2.0, 0, 0]), 0.3, 1)
+    assert math.isnan(t) and compared == 0
     np.testing.assert_allclose(bank.vector(0), [1, 0, 0])  # first value: the unit sketch
-    t = transfer_and_update(bank, 1, np.array([0.0, 3.0, 0]), 0.3, 2)
-    assert t == 0.0                                # orthogonal to m0; m1 did not exist before
-    t = transfer_and_update(bank, 0, np.array([0.0, 1.0, 0]), 0.3, 3)
+    t, compared = transfer_and_update(bank, 1, np.array([0.0, 3.0, 0]), 0.3, 2)
+    assert t == 0.0 and compared == 1              # orthogonal to m0; m1 did not exist before
+    t, _ = transfer_and_update(bank, 0, np.array([0.0, 1.0, 0]), 0.3, 3)
     assert t == pytest.approx(1.0)                 # compared with m1 = e2, then m0 updated
     np.testing.assert_allclose(bank.vector(0), [0.7, 0.3, 0])
     assert bank.norm()[0] == pytest.approx(math.hypot(0.7, 0.3))
