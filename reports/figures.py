@@ -24,16 +24,25 @@ def _label_margin(labels, fontsize: float = 8.0, width_in: float = 7.0) -> float
     return min(0.6, (0.3 + longest * fontsize * 0.55 / 72) / width_in)
 
 
+def _metric_panels(rows: pd.DataFrame, key: str, panel_width: float, extra_width: float, row_height: float):
+    """One panel per metric sharing the y axis, rows in first-seen order of `key`.
+    Returns fig, axes (1, M), y positions, labels, and [(ax, metric, rows reindexed by label)]."""
+    metrics = list(rows["metric"].drop_duplicates())
+    labels = list(rows[key].drop_duplicates())
+    width = panel_width * len(metrics) + extra_width
+    fig, axes = plt.subplots(1, len(metrics), figsize=(width, row_height * len(labels) + 1.4), sharey=True,
+                             squeeze=False)
+    panels = [(ax, metric, rows[rows["metric"] == metric].set_index(key).reindex(labels))
+              for ax, metric in zip(axes[0], metrics)]
+    return fig, axes, np.arange(len(labels))[::-1], labels, panels
+
+
 def interval_plot(summary: pd.DataFrame, title: str = ""):
     """Value and interval per policy, one panel per metric.
     summary rows: metric, policy, value, ci_low, ci_high, is_baseline."""
-    metrics = list(summary["metric"].drop_duplicates())
-    pols = list(summary["policy"].drop_duplicates())
-    width = 2.6 * len(metrics) + 2
-    fig, axes = plt.subplots(1, len(metrics), figsize=(width, 0.32 * len(pols) + 1.4), sharey=True, squeeze=False)
-    y = np.arange(len(pols))[::-1]
-    for ax, metric in zip(axes[0], metrics):
-        rows = summary[summary["metric"] == metric].set_index("policy").reindex(pols)
+    fig, axes, y, pols, panels = _metric_panels(summary, "policy", 2.6, 2, 0.32)
+    width = fig.get_figwidth()
+    for ax, metric, rows in panels:
         colors = ["tab:red" if b else "tab:blue" for b in rows["is_baseline"]]
         ax.hlines(y, rows["ci_low"], rows["ci_high"], colors=colors, lw=2)
         ax.scatter(rows["value"], y, color=colors, zorder=3, s=14)
@@ -51,13 +60,9 @@ def interval_plot(summary: pd.DataFrame, title: str = ""):
 def forest_plot(rows: pd.DataFrame, title: str = "", p_column: str = "p"):
     """Deltas with intervals, one panel per metric, rows in the same order in each panel.
     rows: metric, label, delta, ci_low, ci_high, <p_column>; filled marker: p < 0.05."""
-    metrics = list(rows["metric"].drop_duplicates())
-    labels = list(rows["label"].drop_duplicates())
-    width = 2.8 * len(metrics) + 3
-    fig, axes = plt.subplots(1, len(metrics), figsize=(width, 0.22 * len(labels) + 1.4), sharey=True, squeeze=False)
-    y = np.arange(len(labels))[::-1]
-    for ax, metric in zip(axes[0], metrics):
-        r = rows[rows["metric"] == metric].set_index("label").reindex(labels)
+    fig, axes, y, labels, panels = _metric_panels(rows, "label", 2.8, 3, 0.22)
+    width = fig.get_figwidth()
+    for ax, metric, r in panels:
         sig = r[p_column].to_numpy(dtype=float) < 0.05
         color = np.where(r["delta"].to_numpy(dtype=float) >= 0, "tab:green", "tab:red")
         ax.hlines(y, r["ci_low"], r["ci_high"], colors=color, lw=1.5)
