@@ -29,7 +29,6 @@ and what is allowed; validation builds each distinct env and policy once.
 """
 from __future__ import annotations
 
-import hashlib
 import importlib
 import itertools
 import json
@@ -41,6 +40,8 @@ except ImportError:  # Python 3.10: the tomli backport (a dependency there)
     import tomli as tomllib
 from dataclasses import dataclass, field
 from typing import Any
+
+from hbsim.records import canonical_json, config_hash
 
 TOP_KEYS = ("name", "description", "steps", "seeds", "eval_every", "batch_groups", "plugins",
             "env", "policies", "sweep")
@@ -90,35 +91,6 @@ class GridSpec:
         if self._cells is None:
             self._cells = plan_cells(self)
         return list(self._cells)
-
-
-# -- hashing -------------------------------------------------------------------------
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_json_default)
-
-
-def _json_default(obj: Any):
-    try:
-        import numpy as np
-        if isinstance(obj, np.generic):
-            return obj.item()
-        if isinstance(obj, np.ndarray):
-            return obj.tolist()
-    except ImportError:  # pragma: no cover - numpy is a dependency
-        pass
-    raise TypeError(f"value {obj!r} of type {type(obj).__name__} is not JSON serialisable")
-
-
-def config_hash(config: dict) -> str:
-    """sha256 of the canonical JSON of a resolved config, first 16 hex chars (ARCHITECTURE)."""
-    try:
-        import hbsim
-        fn = getattr(hbsim, "config_hash", None)
-    except ImportError:  # pragma: no cover
-        fn = None
-    if fn is not None:
-        return fn(config)
-    return hashlib.sha256(canonical_json(config).encode()).hexdigest()[:16]
 
 
 # -- parsing -------------------------------------------------------------------------
@@ -362,9 +334,17 @@ def _apply_point(keys: list[str], point: tuple, pol_defaults: dict):
 
 
 def format_value(value: Any) -> str:
+    """How a sweep value reads in a label (numpy values as plain JSON)."""
     if isinstance(value, str):
         return value
     return json.dumps(value, separators=(",", ":"), default=_json_default)
+
+
+def _json_default(obj: Any):
+    import numpy as np
+    if isinstance(obj, (np.generic, np.ndarray)):
+        return obj.tolist()
+    raise TypeError(f"value {obj!r} of type {type(obj).__name__} is not JSON serialisable")
 
 
 def _label(base: str | None, name: str, knobs: dict, suffix: str) -> str:
