@@ -106,7 +106,7 @@ class Policy:
         raise NotImplementedError
 
     def select(self, batch_groups: int = 8) -> Allocation:
-        if type(batch_groups) is not int or batch_groups < 1:     # the common case costs no call
+        if type(batch_groups) is not int or not 1 <= batch_groups <= 10**9:   # the common case costs no call
             check_range("batch_groups", batch_groups, 1, 10**9, integer=True)
         return Allocation.pure(self._draw(self.probabilities()), self.n_arms, batch_groups)
 
