@@ -108,11 +108,12 @@ class Policy:
     def select(self, batch_groups: int = 8) -> Allocation:
         if type(batch_groups) is not int or not 1 <= batch_groups <= 10**9:   # the common case costs no call
             check_range("batch_groups", batch_groups, 1, 10**9, integer=True)
-        return Allocation.pure(self._draw(self.probabilities()), self.n_arms, batch_groups)
+        return Allocation.pure(self._draw(), self.n_arms, batch_groups)
 
-    def _draw(self, p: np.ndarray) -> int:
-        """One draw from p with the policy's generator (inverse CDF); a one-hot law
-        (warm-up, round-robin) consumes no randomness."""
+    def _draw(self) -> int:
+        """One draw from `probabilities()` with the policy's generator (inverse CDF); a
+        one-hot law (warm-up, round-robin) consumes no randomness."""
+        p = self.probabilities()
         top = int(np.argmax(p))
         if p[top] == 1.0:
             return top
@@ -184,6 +185,8 @@ class Policy:
         pass
 
     def _check_arm(self, arm: Any) -> int:
+        if type(arm) is int and 0 <= arm < self.n_arms:      # the common case costs no isinstance calls
+            return arm
         if not isinstance(arm, (int, np.integer)) or isinstance(arm, bool) or not 0 <= arm < self.n_arms:
             raise ValueError(f"feedback.arm={arm!r} is not allowed: expected an integer in [0, {self.n_arms - 1}]")
         return int(arm)

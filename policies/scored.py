@@ -151,11 +151,12 @@ class ScoredPolicy(Policy):
         """(H,) visit counts n_h: the base class's per-arm visits (every update counts)."""
         return self._visits
 
-    def _draw(self, p: np.ndarray) -> int:
-        """Warm-up: arm t mod H, no randomness; afterwards one inverse-CDF draw."""
+    def _draw(self) -> int:
+        """Warm-up: arm t mod H, no randomness; afterwards one inverse-CDF draw from the
+        cached law (no copy)."""
         if self.in_warmup():
             return self.t % self.n_arms
-        return inverse_cdf_draw(p, self._rng.random())
+        return inverse_cdf_draw(self._law()[0], self._rng.random())
 
     # -- update ------------------------------------------------------------------------
     def update(self, feedback: Feedback) -> None:

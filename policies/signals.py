@@ -73,23 +73,42 @@ def sketch_norm(sketch: np.ndarray | None) -> float:
     return float(big * math.sqrt(float(np.dot(scaled, scaled))))
 
 
-class MemoryBank:
-    """The transfer memories m_h (SPEC §2.5) as plain arrays, stored scaled so that an
-    EMA update costs one axpy: m_h = scale[h] * rows[h], with sq[h] = ||rows[h]||^2.
+#: Rows of the memory bank are allocated in blocks of this many: OpenBLAS's float32 gemv
+#: works on 4 rows at a time (and splits blocks across threads), so 6 memories padded
+#: with 2 zero rows cost about what 4 do, not 6 rows taken 4 + 1 + 1.
+ROW_BLOCK = 4
 
-    rows: (H, d) float (float32 for float32 sketches); scale, sq: (H,) float64;
-    has: (H,) bool; last_update: (H,) int64, the (1-based) step of each memory's last
-    update. `norm()` gives ||m_h||. Rows are re-normalised (scale folded back in and sq
-    recomputed exactly) when the scale leaves [1e-8, 1e8] or cancellation is detected.
+#: The EMA update adds the raw sketch to a row (see `MemoryBank`), so a row has the
+#: magnitude |g|/eta of its arm's recent sketches and its product with a new sketch is
+#: at most about |g|^2/eta. A sketch is used raw when 1e-12 < |g| and |g|^2 < 1e30 * eta;
+#: otherwise it is divided by its norm first (a rare slow path), so float32 row-sketch
+#: products can neither overflow nor underflow.
+RAW_MIN_NORM, RAW_MAX_PRODUCT = 1e-12, 1e30
+
+
+class MemoryBank:
+    """The transfer memories m_h (SPEC §2.5) as plain arrays, stored as scaled rows:
+    m_h = scale[h] * rows[h], with sq[h] = ||rows[h]||^2.
+
+    An EMA update m' = (1 - eta) m + eta g/|g| is written as
+    rows[h] <- k rows[h] + g, scale[h] <- eta/|g|,  k = (1 - eta) scale[h] |g| / eta:
+    two in-place passes over one row, no scratch vector, and the new squared norm comes
+    from the dot products the transfer computation takes anyway. The scale is reset at
+    every update, so it never drifts; rows[h] has the magnitude of arm h's recent sketches.
+
+    rows: (H, d) float (float32 for float32 sketches; a view of a zero-padded block of
+    ROW_BLOCK-multiple rows); scale, sq: (H,) float64; has: (H,) bool; last_update:
+    (H,) int64, the (1-based) step of each memory's last update. `norm()` gives ||m_h||.
     """
 
     def __init__(self, n_arms: int, d: int, dtype=np.float64):
-        self.rows = np.zeros((n_arms, d), dtype=dtype)
+        padded = -(-n_arms // ROW_BLOCK) * ROW_BLOCK
+        self.block = np.zeros((padded, d), dtype=dtype)     # rows beyond n_arms stay zero
+        self.rows = self.block[:n_arms]
         self.scale = np.ones(n_arms)
         self.sq = np.zeros(n_arms)
         self.has = np.zeros(n_arms, dtype=bool)
         self.last_update = np.zeros(n_arms, dtype=np.int64)
-        self.scratch = np.empty(d, dtype=dtype)
 
     def norm(self) -> np.ndarray:
         """(H,) ||m_h|| (0 where no memory exists)."""
@@ -105,15 +124,10 @@ class MemoryBank:
     @classmethod
     def from_state(cls, state: dict) -> "MemoryBank":
         bank = cls(*state["rows"].shape, dtype=state["rows"].dtype)
-        for k in ("rows", "scale", "sq", "has", "last_update"):
+        bank.rows[...] = state["rows"]
+        for k in ("scale", "sq", "has", "last_update"):
             setattr(bank, k, state[k].copy())
         return bank
-
-    def _renormalise(self, h: int) -> None:
-        row = self.rows[h]
-        row *= float(self.scale[h])        # a Python float keeps float32 rows in float32 (NEP 50)
-        self.scale[h] = 1.0
-        self.sq[h] = float(np.dot(row, row))
 
 
 def transfer_and_update(bank: MemoryBank, arm: int, sketch: np.ndarray | None, eta: float, step: int,
@@ -126,48 +140,54 @@ def transfer_and_update(bank: MemoryBank, arm: int, sketch: np.ndarray | None, e
     `sketch_norm(sketch)`.
 
     Returns (T, compared): T = mean over j != arm with an existing, non-zero (eligible)
-    memory of cos(sketch, m_j), computed BEFORE m_arm is updated, and the number of such
-    memories. T is NaN when none exists (compared = 0) or when the cosines overflowed
-    (compared > 0).
+    memory of cos(sketch, m_j), and the number of such memories. T is NaN when none
+    exists (compared = 0) or when the cosines were not finite (compared > 0).
     A zero-norm, absent or non-finite sketch gives NaN and leaves the memory untouched.
     m_arm <- unit sketch if it did not exist, else (1 - eta) m_arm + eta * unit sketch.
+
+    T only reads the OTHER memories, so arm's row is updated first and the dot products
+    with every row are taken afterwards (one gemv over the bank, which then finds the
+    updated row in cache); the updated row's product gives its new norm.
     """
     if g_norm is None:
         g_norm = sketch_norm(sketch)
     if not math.isfinite(g_norm) or g_norm == 0.0:
         return float("nan"), 0
-    with np.errstate(over="ignore", invalid="ignore"):
-        dots = bank.rows @ sketch                                  # (H,) rows_j . g, one pass over the bank
+    row = bank.rows[arm]
+    if not (RAW_MIN_NORM < g_norm and g_norm * g_norm < RAW_MAX_PRODUCT * eta):
+        sketch = (np.asarray(sketch, dtype=np.float64) / g_norm).astype(row.dtype)   # rare: the unit sketch
+        g_norm = math.sqrt(float(np.dot(sketch, sketch)))
+    gg = g_norm * g_norm
+    fresh = not bank.has[arm] or eta == 1.0
+    if fresh:
+        row[...] = sketch                                        # m = g / |g|: scale 1/|g|
+        k = 0.0
+    else:
+        # Python floats: a numpy float64 scalar would upcast float32 rows (NEP 50), 6x slower
+        k = (1.0 - eta) * float(bank.scale[arm]) * g_norm / eta
+        row *= k
+        row += sketch
+    dots = (bank.block @ sketch).tolist()      # rows_j . g for every row, one pass (finite: see RAW_MAX_PRODUCT)
     # H is small: scalar Python over the arms beats a chain of tiny numpy calls here
     total, count = 0.0, 0
-    for j, (has, sq, dot) in enumerate(zip(bank.has.tolist(), bank.sq.tolist(), dots.tolist())):
+    for j, (has, sq, dot) in enumerate(zip(bank.has.tolist(), bank.sq.tolist(), dots)):
         if j != arm and has and sq > 0 and (eligible is None or eligible[j]):
             # cos(g, m_j) = scale_j rows_j.g / (|g| scale_j |rows_j|): the scale cancels
             total += dot / (g_norm * math.sqrt(sq))
             count += 1
     transfer = total / count if count else float("nan")
-    row = bank.rows[arm]
     if not math.isfinite(transfer):
-        transfer = float("nan")                                 # overflow: never propagate inf
-    if not bank.has[arm] or eta == 1.0:
-        np.multiply(sketch, 1.0 / g_norm, out=row, casting="same_kind")   # the unit sketch
-        bank.scale[arm] = 1.0
-        bank.sq[arm] = float(np.dot(row, row))
-        bank.has[arm] = True
-    else:
-        # m' = (1-eta) s r + (eta/|g|) g = (1-eta) s (r + c g),  c = eta / ((1-eta) s |g|)
-        # Python floats: a numpy float64 scalar would upcast float32 rows (NEP 50), 6x slower
-        c = float(eta / ((1.0 - eta) * float(bank.scale[arm]) * g_norm))
-        np.multiply(sketch, c, out=bank.scratch, casting="same_kind")
-        row += bank.scratch
-        old = float(bank.sq[arm])
-        cg2 = (c * g_norm) ** 2
-        new = old + 2.0 * c * float(dots[arm]) + cg2
-        bank.scale[arm] *= (1.0 - eta)
-        if not new >= 1e-3 * (old + cg2) or not 1e-8 < bank.scale[arm] < 1e8:
-            bank._renormalise(arm)                              # cancellation or scale drift: exact
-        else:
-            bank.sq[arm] = new
+        transfer = float("nan")                                 # never propagate inf
+    # |k r + g|^2 = k^2 |r|^2 + 2 k r.g + |g|^2, and (k r + g).g = k r.g + |g|^2
+    predicted = k * k * float(bank.sq[arm]) + gg
+    new = predicted + 2.0 * (dots[arm] - gg)
+    if fresh:
+        new = gg
+    elif not new >= 1e-3 * predicted:
+        new = float(np.dot(row, row))                           # cancellation: exact
+    bank.sq[arm] = new
+    bank.scale[arm] = (1.0 if fresh else eta) / g_norm
+    bank.has[arm] = True
     bank.last_update[arm] = step
     return transfer, count
 

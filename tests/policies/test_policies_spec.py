@@ -382,14 +382,29 @@ def test_state_dict_mid_stream_is_bit_identical_for_50_steps(name):
         np.testing.assert_array_equal(np.asarray(da[k]), np.asarray(db[k]))
 
 
-def test_overflowing_transfer_is_missing_and_counted():
+def test_huge_finite_sketches_give_the_exact_transfer():
     pol = make("harnessbandit", n_arms=2, seed=0)
-    big = np.full(65536, 3e36, dtype=np.float32)   # |g| ~ 7.7e38: the float32 cosines overflow
+    big = np.full(65536, 3e36, dtype=np.float32)   # |g| ~ 7.7e38: |g|^2 and raw products overflow float32
     pol.update(Feedback(arm=0, learnability=0.1, sketch=big))
     pol.update(Feedback(arm=1, learnability=0.2, sketch=big))
+    pol.update(Feedback(arm=0, learnability=0.2, sketch=-big))
+    d = pol.diagnostics()
+    assert d["transfer"] == pytest.approx(-1.0, rel=1e-6) and pol.t_count == 2 and d["nonfinite_signals"] == 0
+    np.testing.assert_allclose(d["memory_norm"], [0.4, 1.0], rtol=1e-5)     # 0.7 u - 0.3 u
+    tiny = np.full(8, 1e-20, dtype=np.float32)     # |g|^2 underflows float32 products
+    pol = make("harnessbandit", n_arms=2, seed=0)
+    pol.update(Feedback(arm=0, learnability=0.1, sketch=tiny))
+    pol.update(Feedback(arm=1, learnability=0.1, sketch=tiny * np.array([1, -1] * 4, dtype=np.float32)))
+    assert pol.diagnostics()["transfer"] == 0.0 and pol.t_count == 1
+
+
+def test_nonfinite_cosines_are_missing_and_counted():
+    pol = make("harnessbandit", n_arms=2, seed=0)
+    pol.update(Feedback(arm=0, learnability=0.1, sketch=np.ones(4)))
+    pol.bank.rows[0, 0] = np.inf                   # a corrupted memory: its product is inf
+    pol.update(Feedback(arm=1, learnability=0.2, sketch=np.ones(4)))
     d = pol.diagnostics()
     assert math.isnan(d["transfer"]) and pol.t_count == 0 and d["nonfinite_signals"] == 1
-    np.testing.assert_allclose(d["memory_norm"], [1.0, 1.0], rtol=1e-5)
 
 
 def test_float32_bank_matches_float64_reference_with_cancellation():
