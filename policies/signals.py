@@ -57,20 +57,21 @@ def minmax_normalise(x: float, values: np.ndarray, degenerate: float = 0.5) -> f
 def sketch_norm(sketch: np.ndarray | None) -> float:
     """||sketch||_2, or NaN when the sketch is absent, empty or not finite.
 
-    One pass (a dot product). A float32 dot that overflows to inf falls back to a
-    scaled float64 norm, so only genuinely non-finite sketches are reported as NaN.
+    One pass (a dot product). A float32 dot that overflows to inf, or underflows to 0
+    for a non-zero sketch, falls back to a scaled float64 norm, so only genuinely
+    non-finite sketches are reported as NaN and only all-zero sketches as 0.
     """
     if sketch is None or sketch.size == 0:
         return float("nan")
-    with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         sq = float(np.dot(sketch, sketch))
-    if math.isfinite(sq):
+    if math.isfinite(sq) and (sq > 0.0 or not sketch.any()):
         return math.sqrt(sq)
     if not np.isfinite(sketch).all():
         return float("nan")
-    big = np.abs(sketch).max().astype(np.float64)
-    scaled = sketch.astype(np.float64) / big
-    return float(big * math.sqrt(float(np.dot(scaled, scaled))))
+    big = float(np.abs(sketch).max())
+    scaled = np.asarray(sketch, dtype=np.float64) / big
+    return big * math.sqrt(float(np.dot(scaled, scaled)))
 
 
 #: Rows of the memory bank are allocated in blocks of this many: OpenBLAS's float32 gemv

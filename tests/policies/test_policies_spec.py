@@ -272,9 +272,12 @@ def test_product_and_min_policies_fuse_as_named():
         assert pol.diagnostics()["score"] == pytest.approx(expect)
 
 
-def test_sketch_norm_overflow_fallback():
+def test_sketch_norm_overflow_and_underflow_fallback():
     big = np.full(4, 1e30, dtype=np.float32)
     assert sketch_norm(big) == pytest.approx(2e30, rel=1e-6)
+    tiny = np.full(4, 1e-30, dtype=np.float32)     # the float32 squares underflow to 0
+    assert sketch_norm(tiny) == pytest.approx(2e-30, rel=1e-6)
+    assert sketch_norm(np.zeros(4, np.float32)) == 0.0
     assert math.isnan(sketch_norm(np.array([np.nan], np.float32)))
 
 
@@ -423,6 +426,27 @@ def test_float32_bank_matches_float64_reference_with_cancellation():
         m_ref = np.array(ref.mem[arm])
         np.testing.assert_allclose(pol.bank.vector(arm), m_ref, atol=1e-5)
         assert pol.diagnostics()["memory_norm"][arm] == pytest.approx(np.linalg.norm(m_ref), rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_bank_matches_float64_reference_across_sketch_magnitudes(dtype):
+    """Sketch norms from 1e-24 to 1e24 (both sides of the raw-sketch range, so the raw
+    and the unit-sketch update paths interleave on the same rows) and a small eta."""
+    rng = np.random.default_rng(11)
+    d, eta = 256, 0.05
+    pol = make("harnessbandit", n_arms=4, seed=0, warmup_rounds=1, eta=eta)
+    ref = PlainHarnessBandit(4, warmup_rounds=1, eta=eta)
+    base = rng.standard_normal(d)
+    for t in range(120):
+        arm = int(rng.integers(4))
+        g = (10.0 ** rng.uniform(-24, 24)) * (0.5 * base + rng.standard_normal(d))
+        g = g.astype(dtype)
+        pol.update(Feedback(arm=arm, learnability=float(rng.random()), sketch=g))
+        ref.update(arm, pol.diagnostics()["learnability"], [float(v) for v in g])
+        np.testing.assert_allclose(pol.probabilities(), ref.probs(), atol=1e-6 if dtype == np.float32 else 1e-12)
+        m_ref = np.array(ref.mem[arm])
+        np.testing.assert_allclose(pol.bank.vector(arm), m_ref, atol=1e-5 if dtype == np.float32 else 1e-12)
+        assert pol.diagnostics()["memory_norm"][arm] == pytest.approx(np.linalg.norm(m_ref), rel=1e-5)
 
 
 def test_state_dict_rejects_other_knobs_and_works_in_warmup():
