@@ -110,9 +110,9 @@ class ScoredPolicy(Policy):
 
     def _reset_state(self) -> None:
         h = self.n_arms
-        self.l_window = np.zeros(self.window)
-        self.t_window = np.zeros(self.window)
-        self.c_window = np.zeros(self.window)
+        self.l_window = [0.0] * self.window             # ring buffers (see policies.signals.window_push)
+        self.t_window = [0.0] * self.window
+        self.c_window = [0.0] * self.window
         self.l_count = 0
         self.t_count = 0
         self.c_count = 0
@@ -248,19 +248,23 @@ class ScoredPolicy(Policy):
                 "n": self.n.copy(), "memory_norm": norm, "memory_age": age, "probabilities": p,
                 **self.counters}
 
-    _ARRAYS = ("l_window", "t_window", "c_window", "q", "q_defined")
+    _ARRAYS = ("q", "q_defined")
+    _WINDOWS = ("l_window", "t_window", "c_window")
 
     def _extra_state(self) -> dict:
         state = {k: getattr(self, k).copy() for k in self._ARRAYS}
+        state.update({k: np.array(getattr(self, k)) for k in self._WINDOWS})    # saved as arrays
         state.update(l_count=self.l_count, t_count=self.t_count, c_count=self.c_count, counters=dict(self.counters),
                      last=dict(self.last), memory=None if self.bank is None else self.bank.state())
         return state
 
     def _load_extra_state(self, state: dict) -> None:
-        if state["q"].shape != (self.n_arms,) or state["l_window"].shape != (self.window,):
+        if state["q"].shape != (self.n_arms,) or np.shape(state["l_window"]) != (self.window,):
             raise ValueError("state_dict does not match this policy's n_arms or window")
         for k in self._ARRAYS:
             setattr(self, k, state[k].copy())
+        for k in self._WINDOWS:
+            setattr(self, k, [float(v) for v in state[k]])
         self.l_count, self.t_count, self.c_count = int(state["l_count"]), int(state["t_count"]), int(state["c_count"])
         self.counters, self.last = dict(state["counters"]), dict(state["last"])
         self.bank = None if state["memory"] is None else MemoryBank.from_state(state["memory"])

@@ -11,7 +11,7 @@ randomness is used.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -20,30 +20,31 @@ import numpy as np
 # --------------------------------------------------------------------------------------
 
 
-def window_push(buffer: np.ndarray, count: int, value: float) -> int:
-    """Append `value` to the ring `buffer` (capacity W) holding `count` values so far.
+def window_push(buffer: list[float], count: int, value: float) -> int:
+    """Append `value` to the ring `buffer` (a list of capacity W) holding `count` values so far.
 
     Mutates `buffer` in place; returns the new count. Once more than W values were
     pushed, the oldest is overwritten, so the window holds the W most recent values.
+    (A Python list, not an array: the window is read and written one scalar at a time,
+    where numpy's per-call cost dominates.)
     """
-    buffer[count % buffer.shape[0]] = value
+    buffer[count % len(buffer)] = value
     return count + 1
 
 
-def window_values(buffer: np.ndarray, count: int) -> np.ndarray:
-    """The values currently in the window (order not meaningful): (min(count, W),)."""
-    return buffer[: min(count, buffer.shape[0])]
+def window_values(buffer: list[float], count: int) -> list[float]:
+    """The values currently in the window (order not meaningful): min(count, W) values."""
+    return buffer if count >= len(buffer) else buffer[:count]
 
 
-def minmax_normalise(x: float, values: np.ndarray, degenerate: float = 0.5) -> float:
+def minmax_normalise(x: float, values: Sequence[float], degenerate: float = 0.5) -> float:
     """clip((x - min W) / (max W - min W), 0, 1); `degenerate` if |W| < 2 or max == min.
 
-    values: (n,) the window AFTER x was appended (SPEC §3 step 3).
+    values: the window AFTER x was appended (SPEC §3 step 3).
     """
-    if values.shape[0] < 2:
+    if len(values) < 2:
         return degenerate
-    listed = values.tolist()             # <= window values: Python min/max beat numpy reductions here
-    lo, hi = min(listed), max(listed)
+    lo, hi = min(values), max(values)
     if hi == lo:
         return degenerate
     return min(1.0, max(0.0, (x - lo) / (hi - lo)))
@@ -60,11 +61,12 @@ def sketch_norm(sketch: np.ndarray | None) -> float:
     One pass (a dot product). A float32 dot that overflows to inf, or underflows to 0
     for a non-zero sketch, falls back to a scaled float64 norm, so only genuinely
     non-finite sketches are reported as NaN and only all-zero sketches as 0.
+    (`np.vdot` does not raise numpy floating-point warnings, so the hot path needs no
+    `np.errstate` context, which costs microseconds per call.)
     """
     if sketch is None or sketch.size == 0:
         return float("nan")
-    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        sq = float(np.dot(sketch, sketch))
+    sq = float(np.vdot(sketch, sketch))
     if math.isfinite(sq) and (sq > 0.0 or not sketch.any()):
         return math.sqrt(sq)
     if not np.isfinite(sketch).all():
