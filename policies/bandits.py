@@ -171,7 +171,7 @@ class RankPrioritised(ScoredPolicy):
         self.last_chosen = np.zeros(self.n_arms, dtype=np.int64)
 
     def _index_law(self):
-        fill = float(self.q[self.q_defined].max()) if self.q_defined.any() else 0.0
+        fill = max([q for q, d in zip(self.q, self.q_defined) if d], default=0.0)
         q_prime = np.where(self.q_defined, self.q, fill)
         order = np.argsort(-q_prime, kind="stable")
         rank = np.empty(self.n_arms)

@@ -116,8 +116,8 @@ class ScoredPolicy(Policy):
         self.l_count = 0
         self.t_count = 0
         self.c_count = 0
-        self.q = np.zeros(h)
-        self.q_defined = np.zeros(h, dtype=bool)
+        self.q = [0.0] * h                              # per-arm scalars as lists: read and written
+        self.q_defined = [False] * h                    # one at a time, where numpy scalars cost more
         self.bank: MemoryBank | None = None             # transfer memories, allocated on the first sketch
         self.counters = {"missing_learnability": 0, "missing_transfer": 0, "nonfinite_signals": 0}
         self.last = {"arm": -1, "learnability": _NAN, "transfer": _NAN, "l_norm": _NAN, "t_norm": _NAN,
@@ -141,7 +141,7 @@ class ScoredPolicy(Policy):
 
     def _index_law(self) -> tuple[np.ndarray, np.ndarray]:
         """The post-warm-up law (p, index) — the one thing an index policy overrides."""
-        return selection_probabilities(self.q, self.q_defined, self.n, self.bonus_c, self.tau, self.epsilon)
+        return selection_probabilities(self.q, self.q_defined, self.n.tolist(), self.bonus_c, self.tau, self.epsilon)
 
     def probabilities(self) -> np.ndarray:
         return self._law()[0].copy()
@@ -248,23 +248,19 @@ class ScoredPolicy(Policy):
                 "n": self.n.copy(), "memory_norm": norm, "memory_age": age, "probabilities": p,
                 **self.counters}
 
-    _ARRAYS = ("q", "q_defined")
-    _WINDOWS = ("l_window", "t_window", "c_window")
+    _LISTS = ("l_window", "t_window", "c_window", "q", "q_defined")   # saved as arrays
 
     def _extra_state(self) -> dict:
-        state = {k: getattr(self, k).copy() for k in self._ARRAYS}
-        state.update({k: np.array(getattr(self, k)) for k in self._WINDOWS})    # saved as arrays
+        state = {k: np.array(getattr(self, k)) for k in self._LISTS}
         state.update(l_count=self.l_count, t_count=self.t_count, c_count=self.c_count, counters=dict(self.counters),
                      last=dict(self.last), memory=None if self.bank is None else self.bank.state())
         return state
 
     def _load_extra_state(self, state: dict) -> None:
-        if state["q"].shape != (self.n_arms,) or np.shape(state["l_window"]) != (self.window,):
+        if np.shape(state["q"]) != (self.n_arms,) or np.shape(state["l_window"]) != (self.window,):
             raise ValueError("state_dict does not match this policy's n_arms or window")
-        for k in self._ARRAYS:
-            setattr(self, k, state[k].copy())
-        for k in self._WINDOWS:
-            setattr(self, k, [float(v) for v in state[k]])
+        for k in self._LISTS:
+            setattr(self, k, np.asarray(state[k]).tolist())
         self.l_count, self.t_count, self.c_count = int(state["l_count"]), int(state["t_count"]), int(state["c_count"])
         self.counters, self.last = dict(state["counters"]), dict(state["last"])
         self.bank = None if state["memory"] is None else MemoryBank.from_state(state["memory"])

@@ -263,9 +263,10 @@ FUSION_USES: dict[str, tuple[bool, bool]] = {
 # --------------------------------------------------------------------------------------
 
 
-def selection_probabilities(q: np.ndarray, q_defined: np.ndarray, n: np.ndarray, bonus_c: float,
+def selection_probabilities(q: Sequence[float], q_defined: Sequence[bool], n: Sequence[float], bonus_c: float,
                             tau: float, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
-    """The post-warm-up law of SPEC §3. Returns (p, U), both (H,).
+    """The post-warm-up law of SPEC §3. q, q_defined, n: (H,) sequences (lists are
+    fastest). Returns (p, U), both (H,) arrays.
 
     Q'_h = Q_h if defined else max defined Q (0.0 if none); U = Q' + c / sqrt(n + 1);
     p = (1 - eps) softmax(U / tau) + eps / H.
@@ -273,10 +274,8 @@ def selection_probabilities(q: np.ndarray, q_defined: np.ndarray, n: np.ndarray,
     Scalar Python over the H arms: H is a handful, and on small arrays each numpy call
     costs more than the whole loop (this runs every step).
     """
-    qs, defined, visits = q.tolist(), q_defined.tolist(), n.tolist()
-    known = [v for v, d in zip(qs, defined) if d]
-    fill = max(known) if known else 0.0
-    u = [(v if d else fill) + bonus_c / math.sqrt(k + 1.0) for v, d, k in zip(qs, defined, visits)]
+    fill = max([v for v, d in zip(q, q_defined) if d], default=0.0)
+    u = [(v if d else fill) + bonus_c / math.sqrt(k + 1.0) for v, d, k in zip(q, q_defined, n)]
     top = max(u)
     e = [math.exp((x - top) / tau) for x in u]
     total = sum(e)

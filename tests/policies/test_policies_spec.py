@@ -224,7 +224,7 @@ def test_nan_learnability_is_missing_and_counted():
 def test_transfer_only_no_q_update_while_t_missing():
     pol = make("transfer", n_arms=2, seed=0)
     pol.update(Feedback(arm=0, learnability=0.9, sketch=np.array([1.0, 0.0])))  # T missing (no other memory)
-    assert not pol.q_defined.any()
+    assert not any(pol.q_defined)
     pol.update(Feedback(arm=1, learnability=0.9, sketch=np.array([1.0, 1.0])))  # T = cos45 -> T~ = .5
     np.testing.assert_allclose(pol.diagnostics()["Q"], [NAN, 0.5])
 
