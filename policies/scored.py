@@ -18,7 +18,9 @@ Index policies (`policies.bandits`) reuse this signal pipeline and override only
 
 State (plain arrays): pooled windows of raw L and T, Q (+ defined mask), visit counts,
 unit-sketch EMA memories with their norms and last-update steps, counters, and the
-policy's own `numpy.random.Generator`.
+policy's own `numpy.random.Generator`. The windows and Q are Python lists of floats
+(they are read and written one scalar at a time every step, where a numpy scalar access
+costs more than the arithmetic); `state_dict()` exports every piece as a numpy array.
 """
 from __future__ import annotations
 
