@@ -76,9 +76,10 @@ def sketch_norm(sketch: np.ndarray | None) -> float:
     return big * math.sqrt(float(np.dot(scaled, scaled)))
 
 
-#: Rows of the memory bank are allocated in blocks of this many: OpenBLAS's float32 gemv
-#: works on 4 rows at a time (and splits blocks across threads), so 6 memories padded
-#: with 2 zero rows cost about what 4 do, not 6 rows taken 4 + 1 + 1.
+#: Rows of the memory bank are allocated in blocks of this many (extra rows stay zero).
+#: OpenBLAS's float32 gemv takes 4 rows at a time and, with a second thread, splits 8
+#: rows 4 + 4: 6 memories padded to 8 rows cost about what 6 rows do on one core and
+#: ~20% less per cycle when a second core is free (README, Performance).
 ROW_BLOCK = 4
 
 #: The EMA update adds the raw sketch to a row (see `MemoryBank`), so a row has the
@@ -164,7 +165,6 @@ def transfer_and_update(bank: MemoryBank, arm: int, sketch: np.ndarray | None, e
     fresh = not bank.has[arm] or eta == 1.0
     if fresh:
         row[...] = sketch                                        # m = g / |g|: scale 1/|g|
-        k = 0.0
     else:
         # Python floats: a numpy float64 scalar would upcast float32 rows (NEP 50), 6x slower
         k = (1.0 - eta) * float(bank.scale[arm]) * g_norm / eta
@@ -181,13 +181,14 @@ def transfer_and_update(bank: MemoryBank, arm: int, sketch: np.ndarray | None, e
     transfer = total / count if count else float("nan")
     if not math.isfinite(transfer):
         transfer = float("nan")                                 # never propagate inf
-    # |k r + g|^2 = k^2 |r|^2 + 2 k r.g + |g|^2, and (k r + g).g = k r.g + |g|^2
-    predicted = k * k * float(bank.sq[arm]) + gg
-    new = predicted + 2.0 * (dots[arm] - gg)
     if fresh:
         new = gg
-    elif not new >= 1e-3 * predicted:
-        new = float(np.dot(row, row))                           # cancellation: exact
+    else:
+        # |k r + g|^2 = k^2 |r|^2 + 2 k r.g + |g|^2 = k^2 |r|^2 + 2 (k r + g).g - |g|^2
+        predicted = k * k * float(bank.sq[arm]) + gg
+        new = predicted + 2.0 * (dots[arm] - gg)
+        if not new >= 1e-3 * predicted:
+            new = float(np.dot(row, row))                       # cancellation: exact
     bank.sq[arm] = new
     bank.scale[arm] = (1.0 if fresh else eta) / g_norm
     bank.has[arm] = True
