@@ -29,7 +29,7 @@ import math
 import numpy as np
 
 from policies.base import Feedback, Policy, check_range
-from policies.signals import (FUSION_USES, FUSIONS, MemoryBank, inverse_cdf_draw, minmax_normalise, selection_probabilities, sketch_norm,
+from policies.signals import (FUSION_USES, FUSIONS, MemoryBank, as_float_sketch, inverse_cdf_draw, minmax_normalise, selection_probabilities, sketch_norm,
                               transfer_and_update, window_push, window_values)
 
 _NAN = float("nan")
@@ -211,12 +211,11 @@ class ScoredPolicy(Policy):
     def _transfer(self, arm: int, feedback: Feedback) -> float:
         sketch = feedback.update_sketch if self.transfer_source == "update" else feedback.sketch
         if sketch is not None:
-            sketch = np.asarray(sketch)
+            sketch = as_float_sketch(sketch)
             if sketch.ndim != 1:
                 raise ValueError(f"feedback sketch has shape {sketch.shape}: expected a 1-d vector")
             if self.bank is None:
-                dtype = sketch.dtype if sketch.dtype in (np.float32, np.float64) else np.float64
-                self.bank = MemoryBank(self.n_arms, sketch.shape[0], dtype)
+                self.bank = MemoryBank(self.n_arms, sketch.shape[0], sketch.dtype)
             elif sketch.shape[0] != self.bank.rows.shape[1]:
                 raise ValueError(f"feedback sketch has length {sketch.shape[0]}: expected "
                                  f"{self.bank.rows.shape[1]} (the length of earlier sketches)")

@@ -55,24 +55,43 @@ def minmax_normalise(x: float, values: Sequence[float], degenerate: float = 0.5)
 # --------------------------------------------------------------------------------------
 
 
+#: Below these sums of squares a float dot product may have lost digits to subnormal
+#: (or flushed) squares: the norm is then recomputed on a rescaled float64 copy.
+_RELIABLE_SQ = {np.dtype(t): float(np.finfo(t).tiny / np.finfo(t).eps) for t in (np.float32, np.float64)}
+
+
+def as_float_sketch(sketch) -> np.ndarray:
+    """The sketch as a float32 or float64 array; other dtypes (ints, bools, float16, ...)
+    are converted to float64, whose products cannot wrap around or lose precision."""
+    sketch = np.asarray(sketch)
+    if sketch.dtype not in _RELIABLE_SQ:
+        sketch = sketch.astype(np.float64)
+    return sketch
+
+
 def sketch_norm(sketch: np.ndarray | None) -> float:
     """||sketch||_2, or NaN when the sketch is absent, empty or not finite.
 
-    One pass (a dot product). A float32 dot that overflows to inf, or underflows to 0
-    for a non-zero sketch, falls back to a scaled float64 norm, so only genuinely
-    non-finite sketches are reported as NaN and only all-zero sketches as 0.
-    (`np.vdot` does not raise numpy floating-point warnings, so the hot path needs no
-    `np.errstate` context, which costs microseconds per call.)
+    One pass (a dot product). A dot that overflows to inf, or whose squares fall in the
+    subnormal range, is redone on a rescaled float64 copy, so only genuinely non-finite
+    sketches are reported as NaN and only all-zero sketches as 0. (`np.vdot` does not
+    raise numpy floating-point warnings, so the hot path needs no `np.errstate` context,
+    which costs microseconds per call.)
     """
-    if sketch is None or sketch.size == 0:
+    if sketch is None:
+        return float("nan")
+    sketch = as_float_sketch(sketch)
+    if sketch.size == 0:
         return float("nan")
     sq = float(np.vdot(sketch, sketch))
-    if math.isfinite(sq) and (sq > 0.0 or not sketch.any()):
+    if math.isfinite(sq) and sq >= _RELIABLE_SQ[sketch.dtype]:
         return math.sqrt(sq)
     if not np.isfinite(sketch).all():
         return float("nan")
     big = float(np.abs(sketch).max())
-    scaled = np.asarray(sketch, dtype=np.float64) / big
+    if big == 0.0:
+        return 0.0
+    scaled = sketch.astype(np.float64) / big
     return big * math.sqrt(float(np.dot(scaled, scaled)))
 
 
@@ -89,6 +108,14 @@ ROW_BLOCK = 4
 #: products can neither overflow nor underflow.
 RAW_MIN_NORM, RAW_MAX_PRODUCT = 1e-12, 1e30
 
+#: Below this eta, rows of magnitude |g|/eta could overflow: the memory is then updated
+#: additively instead (rows += c g, scale *= 1 - eta; one temporary vector per update).
+SCALED_MIN_ETA = 1e-6
+
+#: A memory whose update cancels to within this many float epsilons of its parts'
+#: size is exactly zero (what is left is rounding noise) and so is not compared.
+CANCELLED_EPS = 64
+
 
 class MemoryBank:
     """The transfer memories m_h (SPEC §2.5) as plain arrays, stored as scaled rows:
@@ -98,7 +125,10 @@ class MemoryBank:
     rows[h] <- k rows[h] + g, scale[h] <- eta/|g|,  k = (1 - eta) scale[h] |g| / eta:
     two in-place passes over one row, no scratch vector, and the new squared norm comes
     from the dot products the transfer computation takes anyway. The scale is reset at
-    every update, so it never drifts; rows[h] has the magnitude of arm h's recent sketches.
+    every update, so it never drifts; rows[h] has the magnitude |g|/eta of arm h's recent
+    sketches. For eta < SCALED_MIN_ETA the update is rows[h] += c g, scale[h] *= 1 - eta,
+    c = eta / ((1 - eta) scale[h] |g|), with the scale folded back into the row when it
+    falls below 1e-8.
 
     rows: (H, d) float (float32 for float32 sketches; a view of a zero-padded block of
     ROW_BLOCK-multiple rows); scale, sq: (H,) float64; has: (H,) bool; last_update:
@@ -157,19 +187,25 @@ def transfer_and_update(bank: MemoryBank, arm: int, sketch: np.ndarray | None, e
         g_norm = sketch_norm(sketch)
     if not math.isfinite(g_norm) or g_norm == 0.0:
         return float("nan"), 0
+    sketch = as_float_sketch(sketch)
     row = bank.rows[arm]
     if not (RAW_MIN_NORM < g_norm and g_norm * g_norm < RAW_MAX_PRODUCT * eta):
-        sketch = (np.asarray(sketch, dtype=np.float64) / g_norm).astype(row.dtype)   # rare: the unit sketch
+        sketch = (sketch.astype(np.float64) / g_norm).astype(row.dtype)   # rare: the unit sketch
         g_norm = math.sqrt(float(np.dot(sketch, sketch)))
     gg = g_norm * g_norm
     fresh = not bank.has[arm] or eta == 1.0
+    old_sq, old_scale = float(bank.sq[arm]), float(bank.scale[arm])
+    # row' = k row + c g.  Python floats: a numpy float64 scalar would upcast float32 rows (NEP 50)
     if fresh:
-        row[...] = sketch                                        # m = g / |g|: scale 1/|g|
-    else:
-        # Python floats: a numpy float64 scalar would upcast float32 rows (NEP 50), 6x slower
-        k = (1.0 - eta) * float(bank.scale[arm]) * g_norm / eta
+        row[...] = sketch                                   # m = g / |g|
+        k, c, scale = 0.0, 1.0, 1.0 / g_norm
+    elif eta >= SCALED_MIN_ETA:
+        k, c, scale = (1.0 - eta) * old_scale * g_norm / eta, 1.0, eta / g_norm
         row *= k
         row += sketch
+    else:
+        k, c, scale = 1.0, eta / ((1.0 - eta) * old_scale * g_norm), (1.0 - eta) * old_scale
+        row += c * sketch
     dots = (bank.block @ sketch).tolist()      # rows_j . g for every row, one pass (finite: see RAW_MAX_PRODUCT)
     # H is small: scalar Python over the arms beats a chain of tiny numpy calls here
     total, count = 0.0, 0
@@ -180,17 +216,23 @@ def transfer_and_update(bank: MemoryBank, arm: int, sketch: np.ndarray | None, e
             count += 1
     transfer = total / count if count else float("nan")
     if not math.isfinite(transfer):
-        transfer = float("nan")                                 # never propagate inf
+        transfer = float("nan")                             # never propagate inf
     if fresh:
         new = gg
     else:
-        # |k r + g|^2 = k^2 |r|^2 + 2 k r.g + |g|^2 = k^2 |r|^2 + 2 (k r + g).g - |g|^2
-        predicted = k * k * float(bank.sq[arm]) + gg
-        new = predicted + 2.0 * (dots[arm] - gg)
-        if not new >= 1e-3 * predicted:
-            new = float(np.dot(row, row))                       # cancellation: exact
+        # |k r + c g|^2 = k^2 |r|^2 + 2 k c r.g + c^2 |g|^2, and (k r + c g).g = k r.g + c |g|^2
+        predicted = k * k * old_sq + c * c * gg
+        new = predicted + 2.0 * c * (dots[arm] - c * gg)
+        if not new >= 1e-3 * predicted:                     # cancellation: exact
+            new = float(np.dot(row, row))
+            if new <= (CANCELLED_EPS * float(np.finfo(row.dtype).eps)) ** 2 * predicted:
+                row[...] = 0.0                              # cancelled to rounding noise: a zero memory
+                new = 0.0
+        if scale < 1e-8:                                    # additive form: fold the scale back in
+            row *= scale
+            new, scale = float(np.dot(row, row)), 1.0
     bank.sq[arm] = new
-    bank.scale[arm] = (1.0 if fresh else eta) / g_norm
+    bank.scale[arm] = scale
     bank.has[arm] = True
     bank.last_update[arm] = step
     return transfer, count

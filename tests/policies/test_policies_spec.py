@@ -277,6 +277,8 @@ def test_sketch_norm_overflow_and_underflow_fallback():
     assert sketch_norm(big) == pytest.approx(2e30, rel=1e-6)
     tiny = np.full(4, 1e-30, dtype=np.float32)     # the float32 squares underflow to 0
     assert sketch_norm(tiny) == pytest.approx(2e-30, rel=1e-6)
+    sub = np.full(4, 3e-23, dtype=np.float32)      # the squares are subnormal: digits lost
+    assert sketch_norm(sub) == pytest.approx(6e-23, rel=1e-6)
     assert sketch_norm(np.zeros(4, np.float32)) == 0.0
     assert math.isnan(sketch_norm(np.array([np.nan], np.float32)))
 
@@ -447,6 +449,57 @@ def test_bank_matches_float64_reference_across_sketch_magnitudes(dtype):
         m_ref = np.array(ref.mem[arm])
         np.testing.assert_allclose(pol.bank.vector(arm), m_ref, atol=1e-5 if dtype == np.float32 else 1e-12)
         assert pol.diagnostics()["memory_norm"][arm] == pytest.approx(np.linalg.norm(m_ref), rel=1e-5)
+
+
+@pytest.mark.parametrize("eta,dtype", [(1e-200, np.float64), (1e-310, np.float64), (1e-39, np.float32),
+                                       (1e-7, np.float32), (1e-6, np.float32)])
+def test_tiny_eta_keeps_memories_finite_and_exact(eta, dtype):
+    pol = make("harnessbandit", n_arms=2, seed=0, eta=eta)
+    a, b = np.array([1.0, 0.0], dtype), np.array([1.0, 1.0], dtype)
+    for sketch, arm in ((a, 0), (b, 0), (b, 1)):
+        pol.update(Feedback(arm=arm, learnability=0.5, sketch=sketch))
+    d = pol.diagnostics()
+    m0 = (1 - eta) * np.array([1.0, 0.0]) + eta * np.array([1.0, 1.0]) / math.sqrt(2)
+    np.testing.assert_allclose(d["memory_norm"], [np.linalg.norm(m0), 1.0], rtol=1e-6)
+    assert d["transfer"] == pytest.approx(m0 @ [1, 1] / (np.linalg.norm(m0) * math.sqrt(2)), rel=1e-6)
+
+
+def test_additive_update_folds_its_scale_and_matches_the_reference():
+    rng = np.random.default_rng(5)
+    pol = make("harnessbandit", n_arms=2, seed=0, warmup_rounds=1, eta=1e-7)
+    bank_ref = np.zeros(6)
+    for t in range(200):
+        g = rng.standard_normal(6)
+        pol.update(Feedback(arm=0, learnability=0.5, sketch=g))
+        u = g / np.linalg.norm(g)
+        bank_ref = u if t == 0 else (1 - 1e-7) * bank_ref + 1e-7 * u
+        if t == 100:
+            pol.bank.scale[0] = 1.00000005e-8          # as after ~1.8e7 additive updates
+            pol.bank.rows[0] = bank_ref / 1.00000005e-8
+            pol.bank.sq[0] = float(pol.bank.rows[0] @ pol.bank.rows[0])
+    assert pol.bank.scale[0] > 0.99                    # folded back in when it fell below 1e-8
+    np.testing.assert_allclose(pol.bank.vector(0), bank_ref, atol=1e-12)
+
+
+def test_integer_and_bool_sketches_are_taken_as_float64():
+    pol = make("harnessbandit", n_arms=2, seed=0)
+    pol.update(Feedback(arm=0, learnability=0.5, sketch=np.ones(3)))
+    pol.update(Feedback(arm=1, learnability=0.5, sketch=np.full(3, 3_000_000_000)))   # int64 squares wrap
+    assert pol.diagnostics()["transfer"] == pytest.approx(1.0)
+    assert sketch_norm(np.ones(4, dtype=bool)) == 2.0
+    assert sketch_norm(np.full(3, 3_000_000_000)) == pytest.approx(3e9 * math.sqrt(3))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_memory_cancelled_to_rounding_noise_is_zero(dtype):
+    rng = np.random.default_rng(2)
+    u = rng.standard_normal(8).astype(dtype)
+    pol = make("harnessbandit", n_arms=2, seed=0, eta=0.5)
+    pol.update(Feedback(arm=0, learnability=0.5, sketch=u))
+    pol.update(Feedback(arm=0, learnability=0.5, sketch=-u))          # 0.5 u - 0.5 u = 0
+    assert pol.diagnostics()["memory_norm"][0] == 0.0
+    pol.update(Feedback(arm=1, learnability=0.5, sketch=rng.standard_normal(8).astype(dtype)))
+    assert math.isnan(pol.diagnostics()["transfer"])                 # no non-zero other memory
 
 
 def test_state_dict_rejects_other_knobs_and_works_in_warmup():
