@@ -65,6 +65,7 @@ class NaiveHarnessBandit:
                    if j != h and m is not None and np.linalg.norm(m) > 0]
             T = sum(cos) / len(cos) if cos else None
             self.mem[h] = u if self.mem[h] is None else (1 - self.eta) * self.mem[h] + self.eta * u
+        self.last_T = T
         ln = tn = None
         if fb.learnability is not None and math.isfinite(fb.learnability):
             self.WL = (self.WL + [fb.learnability])[-self.window:]
@@ -91,6 +92,9 @@ def _warm(policy, sketches):
 
 
 def test_naive_agrees_with_policy():
+    """Same probabilities, raw T and memory norms at every step (so the baseline does the
+    same work, and an affine error in T, which the min-max normalisation would hide from
+    the probabilities, still fails)."""
     sk = _sketches(4)
     fast, naive = make("harnessbandit", n_arms=H, seed=0), NaiveHarnessBandit(H)
     for t in range(45):
@@ -98,6 +102,13 @@ def test_naive_agrees_with_policy():
         fast.update(fb)
         naive.update(fb)
         np.testing.assert_allclose(fast.probabilities(), naive.probabilities(), rtol=1e-5)
+        d = fast.diagnostics()
+        if naive.last_T is None:
+            assert math.isnan(d["transfer"])
+        else:
+            assert d["transfer"] == pytest.approx(naive.last_T, abs=1e-6)
+        norms = [np.linalg.norm(m) if m is not None else np.nan for m in naive.mem]
+        np.testing.assert_allclose(d["memory_norm"], norms, rtol=1e-5)
 
 
 def _bench(benchmark, policy):
