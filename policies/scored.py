@@ -29,8 +29,8 @@ import math
 import numpy as np
 
 from policies.base import Feedback, Policy, check_range
-from policies.signals import (FUSION_USES, FUSIONS, MemoryBank, as_float_sketch, inverse_cdf_draw, minmax_normalise, selection_probabilities, sketch_norm,
-                              transfer_and_update, window_push, window_values)
+from policies.signals import (FUSION_USES, FUSIONS, MemoryBank, as_float_sketch, inverse_cdf_draw, minmax_normalise,
+                              selection_probabilities, sketch_norm, transfer_and_update, window_push, window_values)
 
 _NAN = float("nan")
 
