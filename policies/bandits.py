@@ -26,6 +26,7 @@ import numpy as np
 
 from policies.base import check_range
 from policies.scored import ScoredPolicy
+from policies.signals import undefined_q_fill
 
 _SELECTION_KNOBS = ("bonus_c", "tau", "epsilon")
 
@@ -171,8 +172,7 @@ class RankPrioritised(ScoredPolicy):
         self.last_chosen = np.zeros(self.n_arms, dtype=np.int64)
 
     def _index_law(self):
-        fill = max([q for q, d in zip(self.q, self.q_defined) if d], default=0.0)
-        q_prime = np.where(self.q_defined, self.q, fill)
+        q_prime = np.where(self.q_defined, self.q, undefined_q_fill(self.q, self.q_defined))
         order = np.argsort(-q_prime, kind="stable")
         rank = np.empty(self.n_arms)
         rank[order] = np.arange(1, self.n_arms + 1)

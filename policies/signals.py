@@ -306,6 +306,15 @@ FUSION_USES: dict[str, tuple[bool, bool]] = {
 # --------------------------------------------------------------------------------------
 
 
+def undefined_q_fill(q: Sequence[float], q_defined: Sequence[bool]) -> float:
+    """The Q that arms with an undefined Q take (SPEC §3): the largest defined Q, 0.0 if none."""
+    fill = None
+    for v, d in zip(q, q_defined):
+        if d and (fill is None or v > fill):
+            fill = v
+    return 0.0 if fill is None else fill
+
+
 def selection_probabilities(q: Sequence[float], q_defined: Sequence[bool], n: Sequence[float], bonus_c: float,
                             tau: float, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
     """The post-warm-up law of SPEC §3. q, q_defined, n: (H,) sequences (lists are
@@ -319,12 +328,7 @@ def selection_probabilities(q: Sequence[float], q_defined: Sequence[bool], n: Se
     after the memory update has streamed megabytes through the cache, where each extra
     code object costs cache misses; measured ~30% faster there.)
     """
-    fill = None
-    for v, d in zip(q, q_defined):
-        if d and (fill is None or v > fill):
-            fill = v
-    if fill is None:
-        fill = 0.0
+    fill = undefined_q_fill(q, q_defined)
     u = []
     for v, d, k in zip(q, q_defined, n):
         u.append((v if d else fill) + bonus_c / math.sqrt(k + 1.0))
