@@ -19,6 +19,8 @@ import importlib
 import os
 import sys
 
+from policies.errors import UserError
+
 #: subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "policies": ("policies.cli", "list every scheduling policy with its default knobs"),
@@ -29,9 +31,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("ablations.demo", "the main job: paper-design grid on the bernoulli env + report"),
 }
 
-
-class UsageError(Exception):
-    """A user error: printed as one line, exit code 2."""
+#: kept for callers of the old name; the one user-error class is `policies.errors.UserError`
+UsageError = UserError
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"hb: unknown command {argv[0]!r}; valid commands: {', '.join(SUBCOMMANDS)}")
         module, args = _load(argv[0], argv[1:])
         return int(module.main(args) or 0)
-    except (UsageError, ValueError, FileNotFoundError, FileExistsError, PermissionError) as exc:
+    except (UserError, ValueError, FileNotFoundError, FileExistsError, PermissionError) as exc:
         if os.environ.get("HB_DEBUG"):
             raise
         print(f"error: {exc}".splitlines()[0], file=sys.stderr)
