@@ -108,3 +108,131 @@ def binary_group_learnability(k: np.ndarray | int, group_size: int) -> np.ndarra
     """Closed form L(k) = 2k(G-k) / (G(G-1)) of one LOO group with k successes of G."""
     k = np.asarray(k, dtype=np.float64)
     return 2.0 * k * (group_size - k) / (group_size * (group_size - 1))
+
+
+# --------------------------------------------------------------------------------------
+# Oracle and optimizer maths shared by the synthetic environments (hbsim.envs): the ONE
+# home of the exact expected group signal and of the SGD/Adam step.
+# --------------------------------------------------------------------------------------
+
+#: up to this G, E[sig](p) is evaluated as a monomial polynomial by Horner's rule (well
+#: conditioned for small G); above it, the exact binomial sum
+POLY_MAX_G = 10
+
+OPTIMIZERS = ("sgd", "adam")
+
+
+def _int_power(x: np.ndarray, n: int) -> np.ndarray:
+    """x ** n for an integer n >= 1 by repeated squaring (float `**` is slow)."""
+    result, base = None, x
+    while n:
+        if n & 1:
+            result = base if result is None else result * base
+        n >>= 1
+        if n:
+            base = base * base
+    return result
+
+
+def group_signal_table(group_size: int, kind: str = "loo") -> tuple[np.ndarray, np.ndarray]:
+    """(s_y, s_1), each (G+1,): mean_i A_i r_i and mean_i A_i of a binary group with k
+    successes (row k), A = advantages(r, kind)."""
+    G = int(group_size)
+    canon = (np.arange(G)[None, :] < np.arange(G + 1)[:, None]).astype(np.float64)  # row k: k ones
+    adv = advantages(canon, kind)
+    return (adv * canon).mean(axis=1), adv.mean(axis=1)
+
+
+def _signal_polynomial(G: int, kind: str) -> np.ndarray:
+    """Monomial coefficients (low to high) of E[sig](p) = sum_k Binom(k; G, p) (s_y[k] - p s_1[k]);
+    coefficients below 1e-12 of the largest are rounding noise and set to 0 (LOO: p - p^2)."""
+    from math import comb
+    P = np.polynomial.polynomial
+    s_y, s_1 = group_signal_table(G, kind)
+    coef = np.zeros(G + 2)
+    for k in range(G + 1):
+        bern = comb(G, k) * P.polymul(P.polypow([0.0, 1.0], k), P.polypow([1.0, -1.0], G - k))
+        term = P.polysub(s_y[k] * bern, s_1[k] * P.polymul([0.0, 1.0], bern))
+        coef[: term.size] += term
+    coef[np.abs(coef) < 1e-12 * np.abs(coef).max(initial=0.0)] = 0.0
+    return np.trim_zeros(coef, "b") if coef.any() else np.zeros(1)
+
+
+_POLY_CACHE: dict[tuple[int, str], np.ndarray] = {}
+
+
+def expected_group_signal(p: np.ndarray, group_size: int, kind: str = "loo") -> tuple[np.ndarray, np.ndarray]:
+    """Exact expectations for one group of G binary rollouts with success probability p.
+
+    p: any shape. Returns (E[sig], keep), both p's shape: sig = mean_i A_i (r_i - p) with
+    A = advantages(r, kind), keep = P(the group has non-zero variance) = 1 - p^G - (1-p)^G.
+    For kind="loo", E[sig] = p (1 - p). G <= POLY_MAX_G: Horner on the exact polynomial;
+    larger G: the binomial sum.
+    """
+    G = int(group_size)
+    p = np.asarray(p, dtype=np.float64)
+    if G <= POLY_MAX_G:
+        key = (G, kind)
+        if key not in _POLY_CACHE:
+            _POLY_CACHE[key] = _signal_polynomial(G, kind)
+        poly = _POLY_CACHE[key]
+        es = np.full_like(p, poly[-1])
+        for c in poly[-2::-1]:
+            es *= p
+            es += c
+        return es, 1.0 - _int_power(p, G) - _int_power(1.0 - p, G)
+    from scipy.special import comb
+    s_y, s_1 = group_signal_table(G, kind)
+    ks = np.arange(G + 1, dtype=np.float64)
+    pk = p[..., None]
+    pmf = comb(G, ks) * pk ** ks * (1.0 - pk) ** (G - ks)                        # (..., G+1)
+    return pmf @ s_y - p * (pmf @ s_1), 1.0 - p ** G - (1.0 - p) ** G
+
+
+def preconditioned_direction(grad: np.ndarray, m: np.ndarray, v: np.ndarray, t: int,
+                             beta1: float, beta2: float, eps: float) -> np.ndarray:
+    """Adam's direction d for loss gradient `grad` from state (m, v, t) BEFORE the step:
+    the update is Delta theta = -lr d, d = m_hat / (sqrt(v_hat) + eps) with
+    m' = beta1 m + (1-beta1) grad, v' = beta2 v + (1-beta2) grad^2, hats = bias-corrected
+    at t' = t + 1. Broadcasts over leading axes of grad."""
+    t1 = t + 1
+    m1 = beta1 * m + (1.0 - beta1) * grad
+    v1 = beta2 * v + (1.0 - beta2) * grad * grad
+    return (m1 / (1.0 - beta1 ** t1)) / (np.sqrt(v1 / (1.0 - beta2 ** t1)) + eps)
+
+
+class Optimizer:
+    """SGD (Delta theta = -lr grad) or Adam over a dim-vector; state m, v, t.
+
+    `peek(grad)` returns the update without changing the state; `step(grad)` applies it.
+    """
+
+    def __init__(self, kind: str, dim: int, lr: float, beta1: float = 0.9, beta2: float = 0.999,
+                 eps: float = 1e-8):
+        if kind not in OPTIMIZERS:
+            raise ValueError(f"env knob optimizer={kind!r} is not allowed: expected one of {', '.join(OPTIMIZERS)}")
+        self.kind, self.lr, self.beta1, self.beta2, self.eps = kind, lr, beta1, beta2, eps
+        self.m, self.v, self.t = np.zeros(dim), np.zeros(dim), 0
+
+    def direction(self, grad: np.ndarray) -> np.ndarray:
+        if self.kind == "sgd":
+            return np.asarray(grad, dtype=np.float64)
+        return preconditioned_direction(grad, self.m, self.v, self.t, self.beta1, self.beta2, self.eps)
+
+    def peek(self, grad: np.ndarray) -> np.ndarray:
+        return -self.lr * self.direction(grad)
+
+    def step(self, grad: np.ndarray) -> np.ndarray:
+        delta = self.peek(grad)
+        if self.kind == "adam":
+            self.m = self.beta1 * self.m + (1.0 - self.beta1) * grad
+            self.v = self.beta2 * self.v + (1.0 - self.beta2) * grad * grad
+            self.t += 1
+        return delta
+
+    def state_dict(self) -> dict:
+        return {"m": self.m.copy(), "v": self.v.copy(), "t": self.t}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.m, self.v = np.array(state["m"], dtype=np.float64), np.array(state["v"], dtype=np.float64)
+        self.t = int(state["t"])

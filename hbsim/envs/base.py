@@ -423,3 +423,36 @@ class SyntheticEnv:
             extras[f"true_{name}"] = value
         extras.update(self.step_extras())
         return extras
+
+
+# --------------------------------------------------------------------------------------
+# Helpers shared by the gradient-based environments (drifting, student): optimizer knobs,
+# knob documentation, sketch coordinates. (The oracle maths lives in hbsim.grpo.)
+# --------------------------------------------------------------------------------------
+def optimizer_knobs(lr: float) -> dict[str, Knob]:
+    """The optimizer knobs of an environment whose default learning rate is `lr`."""
+    return {
+        "optimizer": Knob("adam", "preconditioning of the update", choices=grpo.OPTIMIZERS),
+        "lr": Knob(lr, "learning rate (Adam moves every coordinate ~lr per step; plain SGD "
+                       "needs a ~30x larger lr for a similar pace)", 1e-12, 100.0),
+        "beta1": Knob(0.9, "Adam first-moment decay (0 = the update uses the current gradient only)", 0.0, 0.999999),
+        "beta2": Knob(0.999, "Adam second-moment decay", 0.0, 0.999999),
+        "eps": Knob(1e-8, "Adam epsilon", 1e-30, 1.0),
+        "sketch_dim": Knob(64, "d: sketch coordinates (a fixed uniform subset; all when d >= dim)", 1, 10**7),
+    }
+
+
+def knob_doc(cls: type) -> type:
+    """Class decorator: append one line per own knob (name, default, allowed, doc) to the
+    class docstring, so `help(Env)` documents every knob from the single KNOBS table."""
+    lines = [f"    {name} = {spec.default!r}: {spec.doc} ({spec.allowed()})" for name, spec in cls.KNOBS.items()]
+    cls.__doc__ = (cls.__doc__ or "") + "\n\n    Knobs:\n" + "\n".join(lines) + "\n"
+    return cls
+
+
+def sketch_coordinates(rng: np.random.Generator, dim: int, d: int) -> np.ndarray:
+    """Fixed sketch coordinates: all of 0..dim-1 when d >= dim, else d drawn without
+    replacement, sorted."""
+    if d >= dim:
+        return np.arange(dim)
+    return np.sort(rng.choice(dim, size=d, replace=False))

@@ -40,8 +40,6 @@ realised one-step gain within Monte Carlo error, see the tests).
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from hbsim import grpo
@@ -56,18 +54,6 @@ def _sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         np.exp(out, out=out)
     out += 1.0
     return np.reciprocal(out, out=out)
-
-
-def _int_power(x: np.ndarray, n: int) -> np.ndarray:
-    """x ** n for an integer n >= 1 by repeated squaring (float `**` is slow)."""
-    result, base = None, x
-    while n:
-        if n & 1:
-            result = base if result is None else result * base
-        n >>= 1
-        if n:
-            base = base * base
-    return result
 
 
 class BernoulliEnv(SyntheticEnv):
@@ -119,20 +105,7 @@ class BernoulliEnv(SyntheticEnv):
         self.z = np.zeros((C, H + 1))
         self.u = np.zeros(self.n_tasks)
         self._logit_cache = self._success_cache = None
-        # s(k): batch signal of a binary group with k successes under the advantage kind
-        canon = (np.arange(self.G)[None, :] < np.arange(self.G + 1)[:, None]).astype(np.float64)
-        self._s_of_k = (grpo.advantages(canon, k["advantage"]) * canon).mean(axis=1)   # (G+1,)
-        binom = np.array([math.comb(self.G, j) for j in range(self.G + 1)], dtype=np.float64)
-        self._s_coef = binom * self._s_of_k                                            # (G+1,)
         self._onehot = np.eye(C)[self.task_category[: self.n_tasks]]                    # (n, C)
-        self._es_poly = None
-        if self.G <= 16:                  # sum_k s_coef[k] p^k (1-p)^(G-k) in the power basis
-            P = np.polynomial.polynomial
-            terms = [P.polymul(P.polypow([0.0, 1.0], j), P.polypow([1.0, -1.0], self.G - j)) * c
-                     for j, c in enumerate(self._s_coef)]
-            poly = np.sum([np.pad(t, (0, self.G + 1 - len(t))) for t in terms], axis=0)
-            poly[np.abs(poly) < 1e-12 * np.abs(poly).max()] = 0.0      # LOO: exactly p - p^2
-            self._es_poly = np.trim_zeros(poly, "b") if poly.any() else np.zeros(1)
 
     # -- truth ---------------------------------------------------------------------
     def _logits(self) -> np.ndarray:
@@ -176,7 +149,7 @@ class BernoulliEnv(SyntheticEnv):
         cand = np.asarray(candidates, dtype=np.float64)                               # (K, H)
         frac = cand / cand.sum(axis=1, keepdims=True)
         p = self.success_matrix()[: self.n_tasks, :H]                                  # (n, H)
-        es, keep = self._binomial_moments(p)                                           # (n, H) each
+        es, keep = grpo.expected_group_signal(p, self.G, k["advantage"])                 # (n, H) each
         total = keep.sum(axis=0)                                                       # (H,)
         per_group = np.divide(es, total[None, :], out=np.zeros_like(es), where=total[None, :] > 1e-300)
         D = self._onehot.T @ per_group                                                 # (C, H)
@@ -200,28 +173,6 @@ class BernoulliEnv(SyntheticEnv):
         n_cells = self.n_tasks * H
         p_old = self.success_matrix()[: self.n_tasks, :H]
         return p_new.reshape(len(p_new), -1).sum(axis=1) / n_cells - p_old.sum() / n_cells
-
-    def _binomial_moments(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """E[s] = sum_k Binom(k; G, p) s(k) and the keep probability 1 - p^G - (1-p)^G,
-        p (...,) -> two arrays of p's shape. Horner's rule on the power-basis coefficients
-        (built once in _build) -- well conditioned for G <= 16, the exact sum above otherwise."""
-        if self._es_poly is not None:
-            es = np.full_like(p, self._es_poly[-1])
-            for c in self._es_poly[-2::-1]:
-                es *= p
-                es += c
-            return es, 1.0 - _int_power(p, self.G) - _int_power(1.0 - p, self.G)
-        G, q = self.G, 1.0 - p
-        q_pow = [np.ones_like(p)]
-        for _ in range(G):
-            q_pow.append(q_pow[-1] * q)
-        es, p_k = np.zeros_like(p), np.ones_like(p)
-        for j in range(G + 1):
-            if self._s_coef[j] != 0.0:
-                es += self._s_coef[j] * p_k * q_pow[G - j]
-            if j < G:
-                p_k = p_k * p
-        return es, 1.0 - p_k - q_pow[G]
 
     # -- state ---------------------------------------------------------------------
     def _model_state(self) -> dict:

@@ -48,114 +48,19 @@ Drift is common to all candidates and left out.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import numpy as np
-from numpy.polynomial import polynomial as P
-from scipy.special import comb, expit
+from scipy.special import expit
 
-from hbsim import grpo
-from hbsim.envs.base import CATEGORIES, Batch, Knob, SyntheticEnv, _stream
+from hbsim.envs.base import (CATEGORIES, Batch, Knob, SyntheticEnv, _stream, knob_doc, optimizer_knobs,
+                             sketch_coordinates)
+from hbsim.grpo import OPTIMIZERS, Optimizer, expected_group_signal, preconditioned_direction  # noqa: F401
 
 #: spawn-key stream id of the drift and gradient-noise stream (the base uses 0-4)
 STREAM_DRIFT = 10
 
-OPTIMIZERS = ("sgd", "adam")
-
 
 # -- pure maths ------------------------------------------------------------------------
-def expected_group_signal(p: np.ndarray, group_size: int, kind: str = "loo") -> tuple[np.ndarray, np.ndarray]:
-    """Exact expectations for one group of G binary rollouts with success probability p.
-
-    p: any shape. Returns (E[sig], keep), both p's shape: sig = mean_i A_i (r_i - p) with
-    A = grpo.advantages(r, kind), keep = P(the group has non-zero variance)
-    = 1 - p^G - (1-p)^G. For kind="loo", E[sig] = p (1 - p).
-    """
-    G = int(group_size)
-    p = np.asarray(p, dtype=np.float64)
-    keep = 1.0 - p ** G - (1.0 - p) ** G
-    if G <= _POLY_MAX_G:                                   # Horner on the exact polynomial in p
-        return P.polyval(p, _signal_polynomial(G, kind)), keep
-    s_y, s_1 = _signal_table(G, kind)
-    ks = np.arange(G + 1, dtype=np.float64)
-    pk = p[..., None]
-    pmf = comb(G, ks) * pk ** ks * (1.0 - pk) ** (G - ks)                        # (..., G+1)
-    return pmf @ s_y - p * (pmf @ s_1), keep
-
-
-#: up to this G, E[sig](p) is evaluated as a monomial polynomial (well conditioned for small G)
-_POLY_MAX_G = 10
-
-
-@lru_cache(maxsize=64)
-def _signal_table(G: int, kind: str) -> tuple[np.ndarray, np.ndarray]:
-    """(s_y, s_1), each (G+1,): mean_i A_i r_i and mean_i A_i of a group with k successes."""
-    canon = (np.arange(G)[None, :] < np.arange(G + 1)[:, None]).astype(np.float64)  # row k: k ones
-    adv = grpo.advantages(canon, kind)
-    return (adv * canon).mean(axis=1), adv.mean(axis=1)
-
-
-@lru_cache(maxsize=64)
-def _signal_polynomial(G: int, kind: str) -> np.ndarray:
-    """Monomial coefficients (low to high) of E[sig](p) = sum_k Binom(k; G, p) (s_y[k] - p s_1[k])."""
-    s_y, s_1 = _signal_table(G, kind)
-    coef = np.zeros(G + 2)
-    for k in range(G + 1):
-        bern = comb(G, k) * P.polymul(P.polypow([0.0, 1.0], k), P.polypow([1.0, -1.0], G - k))
-        term = P.polysub(s_y[k] * bern, s_1[k] * P.polymul([0.0, 1.0], bern))
-        coef[: term.size] += term
-    return coef
-
-
-def preconditioned_direction(grad: np.ndarray, m: np.ndarray, v: np.ndarray, t: int,
-                             beta1: float, beta2: float, eps: float) -> np.ndarray:
-    """Adam's direction d for loss gradient `grad` from state (m, v, t) BEFORE the step:
-    the update is Delta theta = -lr d, d = m_hat / (sqrt(v_hat) + eps) with
-    m' = beta1 m + (1-beta1) grad, v' = beta2 v + (1-beta2) grad^2, hats = bias-corrected
-    at t' = t + 1. Broadcasts over leading axes of grad."""
-    t1 = t + 1
-    m1 = beta1 * m + (1.0 - beta1) * grad
-    v1 = beta2 * v + (1.0 - beta2) * grad * grad
-    return (m1 / (1.0 - beta1 ** t1)) / (np.sqrt(v1 / (1.0 - beta2 ** t1)) + eps)
-
-
-class Optimizer:
-    """SGD (Delta theta = -lr grad) or Adam over a dim-vector; state m, v, t.
-
-    `peek(grad)` returns the update without changing the state; `step(grad)` applies it.
-    """
-
-    def __init__(self, kind: str, dim: int, lr: float, beta1: float = 0.9, beta2: float = 0.999,
-                 eps: float = 1e-8):
-        if kind not in OPTIMIZERS:
-            raise ValueError(f"env knob optimizer={kind!r} is not allowed: expected one of {', '.join(OPTIMIZERS)}")
-        self.kind, self.lr, self.beta1, self.beta2, self.eps = kind, lr, beta1, beta2, eps
-        self.m, self.v, self.t = np.zeros(dim), np.zeros(dim), 0
-
-    def direction(self, grad: np.ndarray) -> np.ndarray:
-        if self.kind == "sgd":
-            return np.asarray(grad, dtype=np.float64)
-        return preconditioned_direction(grad, self.m, self.v, self.t, self.beta1, self.beta2, self.eps)
-
-    def peek(self, grad: np.ndarray) -> np.ndarray:
-        return -self.lr * self.direction(grad)
-
-    def step(self, grad: np.ndarray) -> np.ndarray:
-        delta = self.peek(grad)
-        if self.kind == "adam":
-            self.m = self.beta1 * self.m + (1.0 - self.beta1) * grad
-            self.v = self.beta2 * self.v + (1.0 - self.beta2) * grad * grad
-            self.t += 1
-        return delta
-
-    def state_dict(self) -> dict:
-        return {"m": self.m.copy(), "v": self.v.copy(), "t": self.t}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.m, self.v = np.array(state["m"], dtype=np.float64), np.array(state["v"], dtype=np.float64)
-        self.t = int(state["t"])
-
-
 def orthonormal_rows(F: np.ndarray) -> np.ndarray:
     """Gram-Schmidt of the rows of F (K, D), K <= D: orthonormal rows, row k spanning the
     same first-k subspace as F's and pointing the same way (sign-fixed QR)."""
@@ -206,34 +111,6 @@ class IntListKnob(Knob):
         return ",".join(str(x) for x in sorted(set(items)))
 
 
-def _optimizer_knobs(lr: float) -> dict[str, Knob]:
-    return {
-        "optimizer": Knob("adam", "preconditioning of the update", choices=OPTIMIZERS),
-        "lr": Knob(lr, "learning rate (Adam moves every coordinate ~lr per step; plain SGD "
-                       "needs a ~30x larger lr for a similar pace)", 1e-12, 100.0),
-        "beta1": Knob(0.9, "Adam first-moment decay (0 = the update uses the current gradient only)", 0.0, 0.999999),
-        "beta2": Knob(0.999, "Adam second-moment decay", 0.0, 0.999999),
-        "eps": Knob(1e-8, "Adam epsilon", 1e-30, 1.0),
-        "sketch_dim": Knob(64, "d: sketch coordinates (a fixed uniform subset; all when d >= dim)", 1, 10**7),
-    }
-
-
-def knob_doc(cls: type) -> type:
-    """Class decorator: append one line per own knob (name, default, allowed, doc) to the
-    class docstring, so `help(Env)` documents every knob from the single KNOBS table."""
-    lines = [f"    {name} = {spec.default!r}: {spec.doc} ({spec.allowed()})" for name, spec in cls.KNOBS.items()]
-    cls.__doc__ = (cls.__doc__ or "") + "\n\n    Knobs:\n" + "\n".join(lines) + "\n"
-    return cls
-
-
-def sketch_coordinates(rng: np.random.Generator, dim: int, d: int) -> np.ndarray:
-    """Fixed sketch coordinates: all of 0..dim-1 when d >= dim, else d drawn without
-    replacement, sorted."""
-    if d >= dim:
-        return np.arange(dim)
-    return np.sort(rng.choice(dim, size=d, replace=False))
-
-
 # -- the environment -------------------------------------------------------------------
 @knob_doc
 class DriftingEnv(SyntheticEnv):
@@ -259,7 +136,7 @@ class DriftingEnv(SyntheticEnv):
         "heldout_bias": Knob(-0.5, "held-out harness logit offset", -50.0, 50.0),
         "task_spread": Knob(1.0, "std of the task difficulty offset", 0.0, 50.0),
         "pair_spread": Knob(0.5, "std of the per-(task, harness) offset jitter", 0.0, 50.0),
-        **_optimizer_knobs(0.005),
+        **optimizer_knobs(0.005),
     }
 
     @classmethod

@@ -39,9 +39,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
-from hbsim.envs.base import CATEGORIES, Batch, Knob, SyntheticEnv
-from hbsim.envs.drifting import (Optimizer, _optimizer_knobs, expected_group_signal, knob_doc,
-                                 sketch_coordinates)
+from hbsim.envs.base import CATEGORIES, Batch, Knob, SyntheticEnv, knob_doc, optimizer_knobs, sketch_coordinates
+from hbsim.grpo import Optimizer, expected_group_signal
 
 
 def student_features(x: np.ndarray, v: np.ndarray, interaction: float) -> np.ndarray:
@@ -74,7 +73,7 @@ class StudentEnv(SyntheticEnv):
         "bias_low": Knob(-5.0, "lowest training-harness bias (near zero success)", -50.0, 50.0),
         "bias_high": Knob(4.0, "highest training-harness bias (saturated)", -50.0, 50.0),
         "heldout_bias": Knob(-1.0, "held-out harness bias", -50.0, 50.0),
-        **_optimizer_knobs(0.005),
+        **optimizer_knobs(0.005),
     }
 
     @classmethod
