@@ -7,6 +7,7 @@ A grid file describes an ablation once::
     seeds = 10                  # or an explicit list: seeds = [0, 1, 2]
     eval_every = 50             # optional
     batch_groups = 8            # optional
+    counterfactual = 1          # optional: what-if probe every k-th step -> counterfactual.parquet
     plugins = ["my_policies"]   # optional: modules imported before planning and in workers
 
     [env]                       # hbsim.make_env kind and knobs ("real" -> real_runs)
@@ -44,7 +45,7 @@ from typing import Any
 from hbsim.records import canonical_json, config_hash
 
 TOP_KEYS = ("name", "description", "steps", "seeds", "eval_every", "batch_groups", "plugins",
-            "env", "policies", "sweep")
+            "env", "policies", "sweep", "counterfactual")
 REAL_KIND = "real"
 
 
@@ -85,6 +86,7 @@ class GridSpec:
     sweep: dict[str, list]
     plugins: list[str]
     raw: dict
+    counterfactual: int | None = None     # what-if probe every k-th step (hbsim.counterfactual)
     _cells: list[Cell] | None = None
 
     def cells(self) -> list[Cell]:
@@ -122,6 +124,8 @@ def parse_spec(raw: dict, path: str = "<grid>") -> GridSpec:
     seeds = _seeds(err, raw.get("seeds"))
     eval_every = None if raw.get("eval_every") is None else _int(err, "eval_every", raw["eval_every"], low=1)
     batch_groups = None if raw.get("batch_groups") is None else _int(err, "batch_groups", raw["batch_groups"], low=1)
+    counterfactual = None if raw.get("counterfactual") is None else _int(err, "counterfactual", raw["counterfactual"],
+                                                                        low=1)
     plugins = raw.get("plugins", [])
     if not isinstance(plugins, list) or not all(isinstance(p, str) and p for p in plugins):
         err("plugins", f"{plugins!r} is not allowed: expected a list of module names")
@@ -140,7 +144,8 @@ def parse_spec(raw: dict, path: str = "<grid>") -> GridSpec:
         err("sweep", "is not a table: expected [sweep] with \"env.<knob>\" / \"policy.<knob>\" = [values]")
     spec = GridSpec(path=path, name=name, steps=steps, seeds=seeds, eval_every=eval_every,
                     batch_groups=batch_groups, env=dict(env), policies=[dict(p) for p in policies],
-                    sweep={k: v for k, v in sweep.items()}, plugins=list(plugins), raw=raw)
+                    sweep={k: v for k, v in sweep.items()}, plugins=list(plugins), raw=raw,
+                    counterfactual=counterfactual)
     spec._cells = plan_cells(spec)
     return spec
 
@@ -244,6 +249,8 @@ def plan_cells(spec: GridSpec) -> list[Cell]:
             base = {"env": env_cfg, "policy": pol_cfg, "steps": spec.steps, "eval_every": spec.eval_every}
             if spec.batch_groups is not None:
                 base["batch_groups"] = spec.batch_groups
+            if spec.counterfactual is not None:
+                base["counterfactual"] = spec.counterfactual
             key = canonical_json({"env": env_cfg, "policy": {**pol_cfg, "label": ""}})
             if key not in checked:
                 _construct(err, where, base, swept)

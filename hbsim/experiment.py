@@ -4,6 +4,7 @@ cells and `hb real`:
     {"env": {"kind": "bernoulli", **env_knobs},
      "policy": {"name": "harnessbandit", "label": "harnessbandit", **policy_knobs},
      "seed": 3, "steps": 150, "eval_every": None, "batch_groups": 8}
+    (+ "counterfactual": k, only when set: a what-if probe every k-th step, hbsim.counterfactual)
 
 `resolve_config` fills every env and policy knob with its default, so that equal runs hash
 equally whatever was spelled out. The env is built with `make_env(kind, seed=seed, **knobs)`,
@@ -53,9 +54,10 @@ def resolve_config(partial: dict | None = None, *, resolve_env: bool = True) -> 
     (for adapters built by an `adapter_factory`, e.g. real runs); it must then say
     `n_harnesses` for the policy to be resolved."""
     partial = copy.deepcopy(partial or {})
-    unknown = sorted(set(partial) - set(TOP_LEVEL) - {"env", "policy"})
+    unknown = sorted(set(partial) - set(TOP_LEVEL) - {"env", "policy", "counterfactual"})
     if unknown:
-        raise ValueError(f"config key {unknown[0]!r} is unknown; valid keys: env, policy, {', '.join(TOP_LEVEL)}")
+        raise ValueError(f"config key {unknown[0]!r} is unknown; valid keys: env, policy, {', '.join(TOP_LEVEL)}, "
+                         f"counterfactual")
     env = dict(partial.get("env") or {})
     if resolve_env:
         kind = env.pop("kind", DEFAULT_ENV)
@@ -68,6 +70,8 @@ def resolve_config(partial: dict | None = None, *, resolve_env: bool = True) -> 
         value = partial.get(key, default)
         low = 0 if key in ("seed", "steps") else 1
         cfg[key] = _int(key, value, low, allow_none=key == "eval_every")
+    if partial.get("counterfactual") is not None:      # only when set: other configs hash as before
+        cfg["counterfactual"] = _int("counterfactual", partial["counterfactual"], 1)
     return cfg
 
 
@@ -88,7 +92,7 @@ def run_config(cfg: dict, progress: Callable[[int, int], None] | None = None,
     policy = make(cfg["policy"]["name"], n_arms=len(adapter.harnesses), seed=cfg["seed"], **knobs)
     return run(policy, adapter, cfg["steps"], label=cfg["policy"]["label"], seed=cfg["seed"],
                eval_every=cfg["eval_every"], config=cfg, progress=progress,
-               batch_groups=cfg["batch_groups"])
+               batch_groups=cfg["batch_groups"], counterfactual=cfg.get("counterfactual"))
 
 
 __all__ = ["POLICIES", "TOP_LEVEL", "resolve_config", "resolve_policy", "run_config"]

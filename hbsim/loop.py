@@ -41,6 +41,7 @@ class RunResult:
     train: pd.DataFrame
     eval: pd.DataFrame
     meta: dict = field(default_factory=dict)
+    counterfactual: pd.DataFrame | None = None   # with --counterfactual (hbsim.counterfactual)
 
 
 def _utc_now() -> str:
@@ -49,6 +50,12 @@ def _utc_now() -> str:
 
 def _nan(value) -> float:
     return float("nan") if value is None else float(value)
+
+
+def normalised_entropy(p: np.ndarray) -> float:
+    """-sum p log p / log H of a law p (H,): 1 = uniform, 0 = one arm (0 for H = 1)."""
+    q = p[p > 0]
+    return float(-(q * np.log(q)).sum() / np.log(p.size)) if p.size > 1 else 0.0
 
 
 class Loop:
@@ -72,10 +79,15 @@ class Loop:
         self.started = _utc_now()
         self._rows: list[dict] = []
         self._evals: list[pd.DataFrame] = []
+        #: hook(loop) callables run at the start of every step, before the policy is asked
+        #: (e.g. hbsim.counterfactual.Probe); they must leave policy and adapter as they found them
+        self.hooks: list[Callable[["Loop"], None]] = []
 
     # -- one step --------------------------------------------------------------------
     def step(self) -> dict:
         """One optimizer step; returns (and keeps) its train row."""
+        for hook in self.hooks:
+            hook(self)
         p = np.asarray(self.policy.probabilities(), dtype=np.float64)
         t0 = time.perf_counter()
         alloc = self.policy.select(batch_groups=self.batch_groups)
@@ -103,6 +115,7 @@ class Loop:
             row[key] = _nan(diag.get(key))
         row["reward"] = _nan(res.reward)
         row.update(zip(self._columns["p"], p.tolist()))
+        row["entropy"] = normalised_entropy(p)
         nan_arms = [float("nan")] * len(self.harnesses)
         for key, prefix in _ARM_COLUMNS:
             values = diag.get(key)
@@ -187,12 +200,23 @@ class Loop:
 
 def run(policy, adapter, steps: int, *, label: str | None = None, seed: int = 0,
         eval_every: int | None = None, out=None, config: dict | None = None,
-        progress: Callable[[int, int], None] | None = None, batch_groups: int | None = None) -> RunResult:
+        progress: Callable[[int, int], None] | None = None, batch_groups: int | None = None,
+        counterfactual: int | None = None) -> RunResult:
     """Run `steps` optimizer steps of `policy` on `adapter`, evaluate at the end (and every
-    `eval_every` steps), return the RunResult; with `out`, also write the run directory."""
+    `eval_every` steps), return the RunResult; with `out`, also write the run directory.
+    `counterfactual=k`: every k-th step, a what-if pure step on every harness first
+    (hbsim.counterfactual; the run itself is unchanged), in `result.counterfactual`."""
     loop = Loop(policy, adapter, label=label, seed=seed, eval_every=eval_every, batch_groups=batch_groups)
+    probe = None
+    if counterfactual:
+        from hbsim.counterfactual import Probe
+
+        probe = Probe(counterfactual)
+        loop.hooks.append(probe)
     loop.run(steps, progress=progress)
     result = loop.result(config)
+    if probe is not None:
+        result.counterfactual = probe.frame(result.train["run_id"].iloc[0] if len(result.train) else "")
     if out is not None:
         from hbsim.records import write_run
 

@@ -21,6 +21,8 @@ import numpy as np
 import pandas as pd
 
 RUN_FILES = ("train.parquet", "eval.parquet", "run.json")
+#: written next to them by runs with --counterfactual (hbsim.counterfactual, SPEC §7)
+COUNTERFACTUAL_FILE = "counterfactual.parquet"
 
 
 def _jsonable(value):
@@ -91,14 +93,19 @@ def write_run(result, out, *, overwrite: bool = False) -> Path:
     try:
         result.train.to_parquet(tmp / "train.parquet", index=False)
         result.eval.to_parquet(tmp / "eval.parquet", index=False)
+        if getattr(result, "counterfactual", None) is not None:
+            result.counterfactual.to_parquet(tmp / COUNTERFACTUAL_FILE, index=False)
         (tmp / "run.json").write_text(json.dumps(_jsonable(result.meta), indent=1, sort_keys=True) + "\n")
         if not out.exists():
             os.rename(tmp, out)
             return out
         if is_complete(out):
             os.remove(out / "run.json")          # the directory is incomplete until the end
-        for name in RUN_FILES:
-            os.replace(tmp / name, out / name)
+        if (out / COUNTERFACTUAL_FILE).exists() and not (tmp / COUNTERFACTUAL_FILE).exists():
+            os.remove(out / COUNTERFACTUAL_FILE)  # a stale probe of an overwritten run
+        for name in (COUNTERFACTUAL_FILE, *RUN_FILES):
+            if (tmp / name).exists():
+                os.replace(tmp / name, out / name)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -113,5 +120,7 @@ def read_run(run_dir):
     if not is_complete(run_dir):
         raise FileNotFoundError(f"run directory {str(run_dir)!r} has no run.json (not a complete run)")
     meta = json.loads((run_dir / "run.json").read_text())
+    cf = run_dir / COUNTERFACTUAL_FILE
     return RunResult(train=pd.read_parquet(run_dir / "train.parquet"),
-                     eval=pd.read_parquet(run_dir / "eval.parquet"), meta=meta)
+                     eval=pd.read_parquet(run_dir / "eval.parquet"), meta=meta,
+                     counterfactual=pd.read_parquet(cf) if cf.is_file() else None)

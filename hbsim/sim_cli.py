@@ -44,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="write DIR/<label>/seed<seed>/ run directories")
     parser.add_argument("--overwrite", action="store_true", help="replace existing complete run directories")
     parser.add_argument("--knobs", action="store_true", help="list the env's knobs (default, range, doc) and exit")
+    parser.add_argument("--counterfactual", type=int, nargs="?", const=1, default=None, metavar="EVERY",
+                        help="every EVERY-th step (default 1) a what-if pure step on every harness, restored "
+                             "exactly; writes counterfactual.parquet per run (hbsim.counterfactual)")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                         help="parallel worker processes (default: min(2, CPUs))")
 
@@ -97,7 +100,8 @@ def build_configs(args: argparse.Namespace) -> list[dict]:
         for seed in range(args.seed_offset, args.seed_offset + args.seeds):
             configs.append(resolve_config({"env": {"kind": args.env, **env_knobs}, "policy": {"name": name, **knobs},
                                            "seed": seed, "steps": args.steps, "eval_every": args.eval_every,
-                                           "batch_groups": args.batch_groups}))
+                                           "batch_groups": args.batch_groups,
+                                           "counterfactual": args.counterfactual}))
     return configs
 
 

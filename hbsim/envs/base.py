@@ -58,8 +58,11 @@ birth step. A batch can come out short (fewer optimized groups) when rounds run 
 Ground truth per step (extras): `oracle_arm` (pure harness with the largest expected
 one-step gain from the pre-step state), `regret` (max over the pure candidates and the
 chosen allocation of the expected gain, minus the chosen one's; >= 0 by construction),
-`gain` (expected gain of the chosen allocation) and `true_<harness>` (mean true success
-over training tasks AFTER the step, training harnesses and the held-out harness).
+`gain` (expected gain of the chosen allocation), `true_<harness>` (mean true success
+over training tasks AFTER the step, training harnesses and the held-out harness), and
+`true_heldout_tasks` / `true_heldout_harness` (noise-free held-out success AFTER the step:
+the mean true success probability of the held-out tasks on the training harnesses / on
+the held-out harness, i.e. the expected mean reward of the two eval suites).
 """
 from __future__ import annotations
 
@@ -418,9 +421,13 @@ class SyntheticEnv:
         pure, chosen = gains[: self.H], float(gains[-1])
         extras = {"oracle_arm": int(np.argmax(pure)), "gain": chosen,
                   "regret": float(max(pure.max(), chosen) - chosen)}
-        truth = (self.success_matrix()[: self.n_tasks].sum(axis=0) / self.n_tasks).tolist()
+        success = self.success_matrix()
+        truth = (success[: self.n_tasks].sum(axis=0) / self.n_tasks).tolist()
         for name, value in zip(self.harnesses + [self.heldout_harness], truth):
             extras[f"true_{name}"] = value
+        # noise-free held-out success (the eval suites' expected mean reward) after the step
+        extras["true_heldout_tasks"] = float(success[self.n_tasks:, : self.H].mean())
+        extras["true_heldout_harness"] = float(success[self.n_tasks:, self.H].mean())
         extras.update(self.step_extras())
         return extras
 
@@ -456,3 +463,79 @@ def sketch_coordinates(rng: np.random.Generator, dim: int, d: int) -> np.ndarray
     if d >= dim:
         return np.arange(dim)
     return np.sort(rng.choice(dim, size=d, replace=False))
+
+
+class IntListKnob(Knob):
+    """A knob holding a list of non-negative integers (or of integer pairs when `pairs`),
+    written as a string ("50,100"; pairs "0-1,2-3"; "" = none) or a list. Resolves to the
+    canonical string, so configs stay flat scalars for TOML, `--set` and hashing."""
+
+    def __init__(self, default: str, doc: str, pairs: bool = False):
+        super().__init__(default, doc)
+        object.__setattr__(self, "choices", None)
+        object.__setattr__(self, "_pairs", pairs)
+
+    def allowed(self) -> str:
+        if self._pairs:
+            return 'pairs of harness indices like "0-1,2-3" (or [[0, 1], [2, 3]]; "" = none)'
+        return 'non-negative integers like "50,100" (or [50, 100]; "" = none)'
+
+    def parse(self, name: str, value) -> list:
+        try:
+            if isinstance(value, str):
+                items = [s.strip() for s in value.split(",") if s.strip()]
+                if self._pairs:
+                    items = [tuple(int(x) for x in s.split("-")) for s in items]
+                else:
+                    items = [int(s) for s in items]
+            else:
+                items = [tuple(int(x) for x in it) if self._pairs else int(it) for it in value]
+                if not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for it in value
+                           for x in (it if self._pairs else [it])):
+                    raise TypeError
+        except (TypeError, ValueError):
+            raise ValueError(f"env knob {name}={value!r} is not allowed: expected {self.allowed()}") from None
+        flat = [x for it in items for x in (it if self._pairs else (it,))]
+        if any(x < 0 for x in flat) or (self._pairs and any(len(it) != 2 for it in items)):
+            raise ValueError(f"env knob {name}={value!r} is not allowed: expected {self.allowed()}")
+        return items
+
+    def check(self, name: str, value):
+        items = self.parse(name, value)
+        if self._pairs:                         # the order of disjoint pairs carries no meaning
+            return ",".join(f"{a}-{b}" for a, b in sorted(items))
+        return ",".join(str(x) for x in sorted(set(items)))
+
+    @staticmethod
+    def parse_list(value: str) -> list[int]:
+        """A resolved (canonical) non-pair value -> its integers."""
+        return [int(x) for x in value.split(",") if x.strip()]
+
+
+def heldout_align_knobs() -> dict[str, Knob]:
+    """Knobs that align the held-out harness with chosen training harnesses, so transfer to
+    it is real and known (every env reads them in its own model; default: no alignment)."""
+    return {
+        "heldout_align": IntListKnob("", "training harnesses the held-out harness is aligned with (\"\" = none)"),
+        "heldout_align_strength": Knob(0.9, "how strongly the held-out harness follows the aligned ones "
+                                            "(0 = not at all, 1 = their mean exactly)", 0.0, 1.0),
+    }
+
+
+def aligned_heldout(vectors: np.ndarray, knobs: dict, unit: bool = True) -> np.ndarray:
+    """vectors (H+1, D), the held-out harness's row last -> the held-out row replaced by
+    s * mean(aligned rows) + sqrt(1 - s^2) * its own row (s = heldout_align_strength); with
+    `unit` the mean direction is normalised first. No alignment: `vectors` unchanged."""
+    aligned = IntListKnob.parse_list(knobs["heldout_align"])
+    if not aligned:
+        return vectors
+    if max(aligned) >= vectors.shape[0] - 1:
+        raise ValueError(f"env knob heldout_align={knobs['heldout_align']!r} is not allowed: expected training "
+                         f"harness indices in [0, {vectors.shape[0] - 2}]")
+    s = knobs["heldout_align_strength"]
+    mean = vectors[aligned].mean(axis=0)
+    if unit:
+        mean = mean / max(np.linalg.norm(mean), 1e-300)
+    out = vectors.copy()
+    out[-1] = s * mean + np.sqrt(1.0 - s * s) * vectors[-1]
+    return out

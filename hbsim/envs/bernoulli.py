@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from hbsim import grpo
-from hbsim.envs.base import CATEGORIES, Batch, Knob, SyntheticEnv
+from hbsim.envs.base import CATEGORIES, Batch, Knob, SyntheticEnv, aligned_heldout, heldout_align_knobs
 
 
 def _sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -76,6 +76,7 @@ class BernoulliEnv(SyntheticEnv):
         "zero_offset": Knob(-8.0, "logit offset of the zero-success harnesses", -50.0, 0.0),
         "grad_noise": Knob(0.01, "std of the gradient sketch's nuisance coordinates", 0.0, 100.0),
         "noise_dims": Knob(32, "nuisance coordinates appended to the gradient sketch", 0, 100_000),
+        **heldout_align_knobs(),
     }
 
     @classmethod
@@ -102,6 +103,8 @@ class BernoulliEnv(SyntheticEnv):
         sign = np.where(rng.random((H, H + 1)) < k["negative_fraction"], -1.0, 1.0)
         self.M = sign * mag
         self.M[np.arange(H), np.arange(H)] = 1.0
+        self.M = aligned_heldout(self.M.T, k, unit=False).T      # held-out column <- aligned harnesses' columns
+        self.w = aligned_heldout(self.w.T, k, unit=False).T
         self.z = np.zeros((C, H + 1))
         self.u = np.zeros(self.n_tasks)
         self._logit_cache = self._success_cache = None
@@ -173,6 +176,33 @@ class BernoulliEnv(SyntheticEnv):
         n_cells = self.n_tasks * H
         p_old = self.success_matrix()[: self.n_tasks, :H]
         return p_new.reshape(len(p_new), -1).sum(axis=1) / n_cells - p_old.sum() / n_cells
+
+    def expected_success(self, candidates: np.ndarray) -> np.ndarray:
+        """(K, n_all, H+1) true success matrix after the expected (drift-free) step of each
+        candidate allocation (K, H), forgetting included; the state is not changed."""
+        forget, n_all = self.knobs["forget"], self.n_tasks + self.n_heldout
+        dz, du = self.expected_update(candidates)                                      # (K, C, H+1), (K, n)
+        cats = self.task_category
+        x = dz[:, cats, :]                                                             # (K, n_all, H+1)
+        x[:, : self.n_tasks] += du[:, :, None]
+        logit = self._logits()
+        if forget:
+            u_all = np.concatenate([self.u, np.zeros(self.n_heldout)])
+            x *= 1.0 - forget
+            logit = logit - forget * (self.z[cats] + u_all[:, None])
+        x += logit
+        assert x.shape[1] == n_all
+        return self.ceil[None, None, :] * _sigmoid(x, out=x)
+
+    def true_directions(self) -> np.ndarray:
+        """(H, C (H+1) + n_tasks) true expected gradient-sketch direction of a pure step per
+        training harness (the sketch's (S M, task-skill) part, no noise). No pure step on the
+        held-out harness exists here, so it has no row."""
+        dz, du = self.expected_update(np.eye(self.H, dtype=np.int64))
+        lr, task_lr = self.knobs["lr"], self.knobs["task_lr"]
+        gz = dz.reshape(self.H, -1) / lr if lr else np.zeros_like(dz.reshape(self.H, -1))
+        gu = du / task_lr if task_lr else np.zeros_like(du)
+        return np.concatenate([gz, gu], axis=1)
 
     # -- state ---------------------------------------------------------------------
     def _model_state(self) -> dict:

@@ -52,8 +52,9 @@ import math
 import numpy as np
 from scipy.special import expit
 
-from hbsim.envs.base import (CATEGORIES, Batch, Knob, SyntheticEnv, _stream, knob_doc, optimizer_knobs,
-                             sketch_coordinates)
+from hbsim.envs.base import (CATEGORIES, Batch, IntListKnob, Knob, SyntheticEnv, _stream, aligned_heldout, heldout_align_knobs,
+                             knob_doc,
+                             optimizer_knobs, sketch_coordinates)
 from hbsim.grpo import OPTIMIZERS, Optimizer, expected_group_signal, preconditioned_direction  # noqa: F401
 
 #: spawn-key stream id of the drift and gradient-noise stream (the base uses 0-4)
@@ -66,49 +67,6 @@ def orthonormal_rows(F: np.ndarray) -> np.ndarray:
     same first-k subspace as F's and pointing the same way (sign-fixed QR)."""
     q, r = np.linalg.qr(F.T)
     return (q * np.where(np.diag(r) < 0, -1.0, 1.0)).T
-
-
-# -- list-valued knobs ---------------------------------------------------------------
-class IntListKnob(Knob):
-    """A knob holding a list of non-negative integers (or of integer pairs when `pairs`),
-    written as a string ("50,100"; pairs "0-1,2-3"; "" = none) or a list. Resolves to the
-    canonical string, so configs stay flat scalars for TOML, `--set` and hashing."""
-
-    def __init__(self, default: str, doc: str, pairs: bool = False):
-        super().__init__(default, doc)
-        object.__setattr__(self, "choices", None)
-        object.__setattr__(self, "_pairs", pairs)
-
-    def allowed(self) -> str:
-        if self._pairs:
-            return 'pairs of harness indices like "0-1,2-3" (or [[0, 1], [2, 3]]; "" = none)'
-        return 'non-negative integers like "50,100" (or [50, 100]; "" = none)'
-
-    def parse(self, name: str, value) -> list:
-        try:
-            if isinstance(value, str):
-                items = [s.strip() for s in value.split(",") if s.strip()]
-                if self._pairs:
-                    items = [tuple(int(x) for x in s.split("-")) for s in items]
-                else:
-                    items = [int(s) for s in items]
-            else:
-                items = [tuple(int(x) for x in it) if self._pairs else int(it) for it in value]
-                if not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for it in value
-                           for x in (it if self._pairs else [it])):
-                    raise TypeError
-        except (TypeError, ValueError):
-            raise ValueError(f"env knob {name}={value!r} is not allowed: expected {self.allowed()}") from None
-        flat = [x for it in items for x in (it if self._pairs else (it,))]
-        if any(x < 0 for x in flat) or (self._pairs and any(len(it) != 2 for it in items)):
-            raise ValueError(f"env knob {name}={value!r} is not allowed: expected {self.allowed()}")
-        return items
-
-    def check(self, name: str, value):
-        items = self.parse(name, value)
-        if self._pairs:                         # the order of disjoint pairs carries no meaning
-            return ",".join(f"{a}-{b}" for a, b in sorted(items))
-        return ",".join(str(x) for x in sorted(set(items)))
 
 
 # -- the environment -------------------------------------------------------------------
@@ -137,6 +95,7 @@ class DriftingEnv(SyntheticEnv):
         "task_spread": Knob(1.0, "std of the task difficulty offset", 0.0, 50.0),
         "pair_spread": Knob(0.5, "std of the per-(task, harness) offset jitter", 0.0, 50.0),
         **optimizer_knobs(0.005),
+        **heldout_align_knobs(),
     }
 
     @classmethod
@@ -217,6 +176,7 @@ class DriftingEnv(SyntheticEnv):
         s, e, c = B[0], B[1: 1 + C], B[1 + C:]                                      # c: (H+1, D)
         for a, b, gamma, rest in self._gammas:
             c[b] = gamma * c[a] + rest * c[b]
+        c = aligned_heldout(c, self.knobs)
         return (self._w_shared[:, None] * s + self._w_own[:, None] * c)[None, :, :] \
             + math.sqrt(self.knobs["category_share"]) * e[:, None, :]
 
@@ -296,6 +256,23 @@ class DriftingEnv(SyntheticEnv):
         p_new = expit(self._logits(thetas)[:n, :H])                                 # (n, H, K)
         moved = np.any(grad != 0.0, axis=1)
         return np.where(moved, p_new.mean(axis=(0, 1)) - p.mean(), 0.0)
+
+    def expected_success(self, candidates: np.ndarray) -> np.ndarray:
+        """(K, n_all, H+1) true success matrix after the expected (noise-free) step of each
+        candidate allocation (K, H) from the current state (drift left out); the state is
+        not changed. Its training block's mean change is `expected_gains`."""
+        cand = np.asarray(candidates, dtype=np.float64)
+        frac = cand / cand.sum(axis=1, keepdims=True)
+        grad = -(frac @ self.true_gradients()[: self.H])                             # (K, D)
+        thetas = np.ascontiguousarray((self.theta + self.opt.peek(grad)).T)          # (D, K)
+        p_new = expit(self._logits(thetas)).transpose(2, 0, 1)                       # (K, n_all, H+1)
+        moved = np.any(grad != 0.0, axis=1)
+        return np.where(moved[:, None, None], p_new, self.success_matrix()[None])
+
+    def true_directions(self) -> np.ndarray:
+        """(H+1, D) true expected loss-gradient direction of a pure step per harness (the
+        held-out harness last): what the gradient sketch estimates without noise."""
+        return -self.true_gradients()
 
     # -- state ---------------------------------------------------------------------
     def _model_state(self) -> dict:

@@ -39,7 +39,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
-from hbsim.envs.base import CATEGORIES, Batch, Knob, SyntheticEnv, knob_doc, optimizer_knobs, sketch_coordinates
+from hbsim.envs.base import (CATEGORIES, Batch, Knob, SyntheticEnv, aligned_heldout, heldout_align_knobs, knob_doc,
+                             optimizer_knobs, sketch_coordinates)
 from hbsim.grpo import Optimizer, expected_group_signal
 
 
@@ -74,6 +75,7 @@ class StudentEnv(SyntheticEnv):
         "bias_high": Knob(4.0, "highest training-harness bias (saturated)", -50.0, 50.0),
         "heldout_bias": Knob(-1.0, "held-out harness bias", -50.0, 50.0),
         **optimizer_knobs(0.005),
+        **heldout_align_knobs(),
     }
 
     @classmethod
@@ -89,6 +91,7 @@ class StudentEnv(SyntheticEnv):
         u = rng.normal(0.0, 1.0, (n_all, ntf)) / np.sqrt(max(ntf, 1))
         self.x = np.concatenate([np.eye(C)[self.task_category], u], axis=1)          # (n_all, dx)
         self.v = rng.normal(0.0, 1.0, (H + 1, nhf)) / np.sqrt(max(nhf, 1))           # (H+1, dv)
+        self.v = aligned_heldout(self.v, k, unit=False)
         self.phi = student_features(self.x, self.v, k["interaction"])               # (n_all, H+1, D)
         dx, D = self.x.shape[1], self.phi.shape[2]
         self._phi2 = np.ascontiguousarray(self.phi.reshape(-1, D))                   # (n_all (H+1), D)
@@ -144,6 +147,22 @@ class StudentEnv(SyntheticEnv):
         p_new = expit(self._phi_train @ thetas)                                      # (n H, K)
         moved = np.any(grad != 0.0, axis=1)
         return np.where(moved, p_new.mean(axis=0) - p.mean(), 0.0)
+
+    def expected_success(self, candidates: np.ndarray) -> np.ndarray:
+        """(K, n_all, H+1) true success matrix after the expected step of each candidate
+        allocation (K, H) from the current state; the state is not changed."""
+        cand = np.asarray(candidates, dtype=np.float64)
+        frac = cand / cand.sum(axis=1, keepdims=True)
+        grad = -(frac @ self.true_gradients()[: self.H])                              # (K, D)
+        thetas = np.ascontiguousarray((self.theta + self.opt.peek(grad)).T)           # (D, K)
+        p_new = expit(self._phi2 @ thetas).T.reshape(len(cand), *self.phi.shape[:2])  # (K, n_all, H+1)
+        moved = np.any(grad != 0.0, axis=1)
+        return np.where(moved[:, None, None], p_new, self.success_matrix()[None])
+
+    def true_directions(self) -> np.ndarray:
+        """(H+1, D) true expected loss-gradient direction of a pure step per harness (the
+        held-out harness last)."""
+        return -self.true_gradients()
 
     # -- state ---------------------------------------------------------------------
     def _model_state(self) -> dict:
