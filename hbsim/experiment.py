@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from policies import POLICIES, make
 
-from hbsim.envs import ENVS, make_env
+from hbsim.envs import ENVS, expand_preset, make_env
 from hbsim.loop import RunResult, run
 
 #: top-level keys and their defaults (env and policy are resolved separately)
@@ -60,6 +60,7 @@ def resolve_config(partial: dict | None = None, *, resolve_env: bool = True) -> 
                          f"counterfactual")
     env = dict(partial.get("env") or {})
     if resolve_env:
+        env = expand_preset(env)
         kind = env.pop("kind", DEFAULT_ENV)
         env = {"kind": kind, **ENVS[kind].resolve_knobs(**env)}
     n_arms = env.get("n_harnesses")

@@ -23,14 +23,15 @@ import pandas as pd
 
 from policies import POLICIES
 
-from hbsim.envs import ENVS
+from hbsim.envs import ENV_PRESETS, ENVS
 from hbsim.experiment import resolve_config, run_config
 from hbsim.records import is_complete, write_run
 from hbsim.summary import summary_table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", default="bernoulli", help=f"environment kind: {', '.join(ENVS)}")
+    parser.add_argument("--env", default="bernoulli",
+                        help=f"environment kind: {', '.join(ENVS)}; or a preset: {', '.join(ENV_PRESETS)}")
     parser.add_argument("--policy", action="append", default=None, metavar="NAME",
                         help=f"policy to run (repeatable) or 'all': {', '.join(POLICIES)} (default: all)")
     parser.add_argument("--seeds", type=int, default=10, help="number of seeds, 0..N-1 (default 10)")

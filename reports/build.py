@@ -118,8 +118,9 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     config["config_hash"] = hashlib.sha256(canonical.encode()).hexdigest()[:16]
     result = ReportResult(config, tables, diag, notes, attempts, policies)
     if out is not None:
-        from reports import render
+        from reports import render, validity
         render.write(result, Path(out))
+        validity.write_page_if_any(fr.source if fr.source != "frames" else None, Path(out))   # validity.html
     return result
 
 

@@ -33,7 +33,8 @@ class _Registry(Mapping):
 
     def __getitem__(self, kind: str) -> type[SyntheticEnv]:
         if kind not in self._modules:
-            raise ValueError(f"env kind={kind!r} is unknown; valid kinds: {', '.join(self._modules)}")
+            raise ValueError(f"env kind={kind!r} is unknown; valid kinds: {', '.join(self._modules)} "
+                             f"(presets: {', '.join(ENV_PRESETS)})")
         if kind not in self._classes:
             module = importlib.import_module(self._modules[kind])
             found = [obj for obj in vars(module).values()
@@ -57,10 +58,43 @@ class _Registry(Mapping):
 ENVS = _Registry(ENV_MODULES)
 
 
+#: named presets: name -> (kind, knobs). A config's env section may say kind = "<preset>";
+#: the preset's knobs are then defaults that the section's own knobs override, and the
+#: resolved config records the underlying kind and every knob (`expand_preset`).
+ENV_PRESETS: dict[str, tuple[str, dict]] = {
+    # the reading note's Adam counterexample (§4.2, eq. 11): raw gradients that agree, per-
+    # coordinate Adam scaling (strongly anisotropic noise, no momentum) that turns the actual
+    # update directions against each other, so T on the gradient sketch and T on the update
+    # sketch disagree
+    "adam-counterexample": ("drifting", {"optimizer": "adam", "beta1": 0.0, "noise_spread": 3.0, "noise": 2.0,
+                                         "shared": 0.4, "shared_spread": 0.1, "category_share": 0.1,
+                                         "conflict_pairs": ""}),
+    # the same model with plain SGD: update direction = -lr * gradient, so both T agree
+    "sgd-control": ("drifting", {"optimizer": "sgd", "lr": 0.15, "beta1": 0.0, "noise_spread": 3.0, "noise": 2.0,
+                                 "shared": 0.4, "shared_spread": 0.1, "category_share": 0.1, "conflict_pairs": ""}),
+    # a held-out harness that really is like training harnesses 0 and 1 (transfer to it is known)
+    "aligned-heldout": ("student", {"heldout_align": "0,1", "heldout_align_strength": 0.9}),
+}
+
+
+def expand_preset(env: dict) -> dict:
+    """{"kind": preset, **knobs} -> {"kind": its kind, **preset knobs, **knobs}; other env
+    sections are returned unchanged."""
+    kind = env.get("kind")
+    if kind not in ENV_PRESETS:
+        return dict(env)
+    base, knobs = ENV_PRESETS[kind]
+    return {**knobs, **{k: v for k, v in env.items() if k != "kind"}, "kind": base}
+
+
 def make_env(kind: str, seed: int = 0, **knobs) -> SyntheticEnv:
-    """Build a registered environment; unknown kinds or knobs raise ValueError listing valid ones."""
+    """Build a registered environment (or a preset of ENV_PRESETS); unknown kinds or knobs
+    raise ValueError listing valid ones."""
+    if kind in ENV_PRESETS:
+        env = expand_preset({"kind": kind, **knobs})
+        kind, knobs = env.pop("kind"), env
     return ENVS[kind](seed=seed, **knobs)
 
 
-__all__ = ["CATEGORIES", "COMMON_KNOBS", "ENVS", "ENV_MODULES", "SUITES", "Batch", "Knob",
+__all__ = ["CATEGORIES", "COMMON_KNOBS", "ENVS", "ENV_MODULES", "ENV_PRESETS", "expand_preset", "SUITES", "Batch", "Knob",
            "SyntheticEnv", "make_env"]
