@@ -58,20 +58,23 @@ class _Registry(Mapping):
 ENVS = _Registry(ENV_MODULES)
 
 
+_COUNTEREXAMPLE = {"dim": 13, "sketch_dim": 13, "axis_aligned": True, "rotation": 0.0, "walk": 0.0, "noise": 0.01,
+                   "noise_spread": 0.0, "shared": 0.6, "shared_spread": 0.0, "category_share": 0.0,
+                   "conflict_pairs": "0-1,2-3,4-5", "conflict_cos": 0.2, "beta1": 0.0}
+
 #: named presets: name -> (kind, knobs). A config's env section may say kind = "<preset>";
 #: the preset's knobs are then defaults that the section's own knobs override, and the
 #: resolved config records the underlying kind and every knob (`expand_preset`).
 ENV_PRESETS: dict[str, tuple[str, dict]] = {
-    # the reading note's Adam counterexample (§4.2, eq. 11): raw gradients that agree, per-
-    # coordinate Adam scaling (strongly anisotropic noise, no momentum) that turns the actual
-    # update directions against each other, so T on the gradient sketch and T on the update
-    # sketch disagree
-    "adam-counterexample": ("drifting", {"optimizer": "adam", "beta1": 0.0, "noise_spread": 3.0, "noise": 2.0,
-                                         "shared": 0.4, "shared_spread": 0.1, "category_share": 0.1,
-                                         "conflict_pairs": ""}),
-    # the same model with plain SGD: update direction = -lr * gradient, so both T agree
-    "sgd-control": ("drifting", {"optimizer": "sgd", "lr": 0.15, "beta1": 0.0, "noise_spread": 3.0, "noise": 2.0,
-                                 "shared": 0.4, "shared_spread": 0.1, "category_share": 0.1, "conflict_pairs": ""}),
+    # the reading note's Adam counterexample (§4.2, eq. 11): every direction on a coordinate
+    # axis, harness pairs whose raw targets still agree (cos +0.2: a large shared part) but
+    # whose own parts are opposite, and an Adam state that has already seen large gradients
+    # on the shared axis, so it damps the shared part of every update. Gradient cosines (T on
+    # the gradient sketch, ~ +0.5) say "transfers"; the actual updates of a pair point
+    # against each other (T on the update sketch ~ -0.1) and a step helps nobody but its own
+    # harness. `sgd-control` is the same model with SGD, where both T agree.
+    "adam-counterexample": ("drifting", dict(_COUNTEREXAMPLE, optimizer="adam", shared_v0=100.0)),
+    "sgd-control": ("drifting", dict(_COUNTEREXAMPLE, optimizer="sgd", lr=0.15)),
     # a held-out harness that really is like training harnesses 0 and 1 (transfer to it is known)
     "aligned-heldout": ("student", {"heldout_align": "0,1", "heldout_align_strength": 0.9}),
 }

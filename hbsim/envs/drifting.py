@@ -96,6 +96,11 @@ class DriftingEnv(SyntheticEnv):
         "pair_spread": Knob(0.5, "std of the per-(task, harness) offset jitter", 0.0, 50.0),
         **optimizer_knobs(0.005),
         **heldout_align_knobs(),
+        "axis_aligned": Knob(False, "directions start on coordinate axes (shared = axis 0, then categories, "
+                                    "harnesses); with rotation = walk = 0 they stay there"),
+        "shared_v0": Knob(0.0, "Adam's starting second moment on the shared axis (a pre-trained optimizer "
+                               "state, t starting at 10^4 so no bias correction; needs axis_aligned): Adam then "
+                               "damps the shared part of every update (0 = fresh optimizer)", 0.0, 1e12),
     }
 
     @classmethod
@@ -109,6 +114,9 @@ class DriftingEnv(SyntheticEnv):
             raise ValueError(f"env knobs shared={knobs['shared']}, shared_spread={knobs['shared_spread']}, "
                              f"category_share={knobs['category_share']} are not allowed: expected "
                              f"shared - shared_spread >= 0 and shared + shared_spread + category_share <= 1")
+        if knobs["shared_v0"] > 0 and not knobs["axis_aligned"]:
+            raise ValueError(f"env knob shared_v0={knobs['shared_v0']} is not allowed with axis_aligned=False: "
+                             f"expected 0 (the shared direction is only an axis when axis_aligned = true)")
         if knobs["bias_low"] > knobs["bias_high"]:
             raise ValueError(f"env knob bias_low={knobs['bias_low']} is not allowed: expected <= "
                              f"bias_high={knobs['bias_high']}")
@@ -141,12 +149,17 @@ class DriftingEnv(SyntheticEnv):
         self.pairs = self.KNOBS["conflict_pairs"].parse("conflict_pairs", k["conflict_pairs"])
         self.phases = set(self.KNOBS["phase_steps"].parse("phase_steps", k["phase_steps"]))
         self.F, self.P = self._fresh_directions(rng, 1 + C + H + 1)               # (K, D) each
+        if k["axis_aligned"]:          # the note's counterexample: directions on coordinate axes
+            n = 1 + C + H + 1
+            self.F, self.P = np.eye(D)[:n], np.eye(D)[(np.arange(n) + 1) % D]
         self.onehot = np.eye(C)[self.task_category[: self.n_tasks]]                # (n, C)
         self.drift_rng = _stream(self.seed, STREAM_DRIFT)
         self.xi = self.drift_rng.standard_normal(D)                                # step 0's noise
         self.drift_step = 0
         self.theta = np.zeros(D)
         self.opt = Optimizer(k["optimizer"], D, k["lr"], k["beta1"], k["beta2"], k["eps"])
+        if k["shared_v0"] > 0:
+            self.opt.v[0], self.opt.t = k["shared_v0"], 10_000
         self._mixing()
         self._W, self._p = self._targets(), None
 
