@@ -29,7 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": ("reports.cli", "paired per-task significance report of a grid or run directory"),
     "real": ("real_runs.cli", "real GRPO training of a transformer, scheduled by a policy"),
     "demo": ("ablations.demo", "the main job: paper-design grid on the bernoulli env + report"),
-    "validity": ("reports.validity_cli", "does L, T or the fused score predict the true gain? (--counterfactual runs)"),
+    "validity": ("hbsim.validity_cli", "does L, T or the fused score predict the true gain? (--counterfactual runs)"),
 }
 
 #: kept for callers of the old name; the one user-error class is `policies.errors.UserError`

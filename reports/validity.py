@@ -56,10 +56,14 @@ def load(directory) -> pd.DataFrame:
         envs[str(f)] = env
         train_path = f.parent / "train.parquet"
         if train_path.is_file() and len(cf):
-            train = pd.read_parquet(train_path, columns=["step", "arm"]).rename(columns={"arm": "train_arm"})
+            train = pd.read_parquet(train_path)
+            keep = [c for c in ("step", "arm", "entropy") if c in train]
+            train = train[keep].rename(columns={"arm": "train_arm", "entropy": "law_entropy"})
             cf = cf.merge(train, on="step", how="left")
         else:
             cf["train_arm"] = -1
+        if "law_entropy" not in cf:
+            cf["law_entropy"] = np.nan
         cf["_file"] = str(f)
         frames.append(cf)
     out = pd.concat(frames, ignore_index=True)
@@ -179,7 +183,8 @@ def calibration(cf: pd.DataFrame, bins: int = 5, min_step: int = 0) -> pd.DataFr
 def regret_table(cf: pd.DataFrame, min_step: int = 0) -> pd.DataFrame:
     """(env, policy, target) -> mean per probed step of the regret of the run's pure choice
     on that target (max_h gain - gain of the chosen h; mixed steps left out), and the share
-    of steps where the training-objective oracle is also this target's best harness."""
+    of steps where the training-objective oracle is also this target's best harness;
+    law_entropy: mean normalised entropy of the run's sampling law at those steps (1 = uniform)."""
     rows = []
     cf = cf[cf["step"] > min_step]
     for (env, policy), g in cf.groupby(["env", "policy"], sort=True):
@@ -191,10 +196,11 @@ def regret_table(cf: pd.DataFrame, min_step: int = 0) -> pd.DataFrame:
             regret = (best[t][chosen.index] - chosen[t]).groupby(chosen["seed"]).mean()
             oracle_t = g.loc[per_step[t].idxmax(), ["seed", "step", "arm"]]
             agree = (oracle_t["arm"].to_numpy() == oracle_train["arm"].to_numpy())
+            entropy = g.get("law_entropy", pd.Series(np.nan, index=g.index)).mean()
             rows.append((env, policy, tname, float(regret.mean()) if len(regret) else float("nan"),
-                         float(agree.mean()), len(chosen)))
+                         float(agree.mean()), len(chosen), float(entropy)))
     return pd.DataFrame(rows, columns=["env", "policy", "target", "regret_per_step", "train_oracle_agrees",
-                                       "pure_steps"])
+                                       "pure_steps", "law_entropy"])
 
 
 def analyse(directory, min_step: int = 30, resamples: int = 2000, seed: int = 0, bins: int = 5) -> dict:
@@ -238,9 +244,10 @@ def validity_lines(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 
 def regret_lines(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    header = ["env", "policy", "target", "regret/step (this target)", "train oracle = best here", "pure steps"]
+    header = ["env", "policy", "target", "regret/step (this target)", "train oracle = best here", "pure steps",
+              "law entropy"]
     lines = [[r.env, r.policy, r.target, f"{r.regret_per_step:.2e}", f"{100 * r.train_oracle_agrees:.0f}%",
-              str(r.pure_steps)] for r in table.itertuples()]
+              str(r.pure_steps), f"{r.law_entropy:.2f}"] for r in table.itertuples()]
     return header, lines
 
 
@@ -251,7 +258,8 @@ def text_tables(tables: dict) -> str:
            "(share of steps where the signal's best harness is the truly best one; chance = 1/H)",
            _fixed(*validity_lines(tables["validity"])) if len(tables["validity"]) else "(no probed steps)", "",
            "Oracles and regret per target: regret of the run's own pure choice on each target, and how often the "
-           "training-objective oracle (train column oracle_arm) is also the best harness for that target",
+           "training-objective oracle (train column oracle_arm) is also the best harness for that target; law "
+           "entropy = mean normalised entropy of the sampling law (train column entropy; 1 = uniform)",
            _fixed(*regret_lines(tables["regret"])) if len(tables["regret"]) else "(no pure steps)"]
     return "\n".join(out)
 

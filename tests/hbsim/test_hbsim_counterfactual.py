@@ -153,3 +153,24 @@ def test_cli_sim_counterfactual_then_validity(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "hbsim.cli", "validity", str(tmp_path / "nope")],
                          capture_output=True, text=True, env=env, timeout=600)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "nope" in bad.stderr
+
+
+def test_cli_validity_study_runs_then_resumes(tmp_path):
+    study = tmp_path / "study.toml"
+    study.write_text('steps = 8\nseeds = 2\ncounterfactual = 2\nenvs = ["student", "adam-counterexample"]\n'
+                     '[env]\nn_tasks = 30\nn_heldout_tasks = 10\n[[policies]]\nname = "harnessbandit"\n'
+                     'warmup_rounds = 1\n')
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "hbsim.cli", "validity", str(tmp_path / "runs"), "--study", str(study),
+           "--min-step", "0", "--resamples", "100", "--workers", "1"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "4 of 4 runs to do" in done.stderr and "adam-counterexample" not in done.stdout
+    assert "drifting" in done.stdout and "student" in done.stdout and "law entropy" in done.stdout
+    cf = read_run(tmp_path / "runs" / "student" / "harnessbandit" / "seed1").counterfactual
+    assert sorted(cf["step"].unique()) == [2, 4, 6, 8]
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0 and "0 of 4 runs to do" in again.stderr
+    study.write_text('envs = "student"\n[[policies]]\nname = "harnessbandit"\n')
+    bad = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert bad.returncode == 2 and "envs='student' is not allowed" in bad.stderr

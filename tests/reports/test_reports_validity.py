@@ -102,7 +102,7 @@ def test_load_labels_envs_and_joins_the_runs_choice(tmp_path):
 
 
 def test_reports_validity_imports_neither_hbsim_nor_ablations():
-    code = "import sys, reports.validity, reports.validity_cli; print(sorted(m for m in sys.modules " \
+    code = "import sys, reports.validity; print(sorted(m for m in sys.modules " \
            "if m.split('.')[0] in ('hbsim', 'ablations')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

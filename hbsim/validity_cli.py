@@ -1,0 +1,135 @@
+"""`hb validity DIR`: does L, T or the fused score predict the true gain of training on a
+harness? Reads the `counterfactual.parquet` files of a run directory, an `hb sim --out`
+directory or a grid (runs made with `--counterfactual`) and prints, per env, signal and
+target, the Spearman correlation across harnesses and the top-1 agreement with the truly
+best harness (bootstrap intervals over seeds), then regret per target (reports.validity);
+`--out` also writes CSVs and validity.html.
+
+With `--study FILE` (e.g. examples/validity.toml) it first runs the study's missing runs
+into DIR/<env>/<label>/seed<s>/ (resumable), then analyses DIR. A study file:
+
+    steps = 150
+    seeds = 8
+    counterfactual = 1                      # probe every step
+    envs = ["bernoulli", "drifting", "student"]    # kinds or presets (hbsim.envs.ENV_PRESETS)
+    [[policies]]                            # as in grid files: name, optional label, knobs
+    name = "harnessbandit"
+    [env]                                   # optional knobs for every env (e.g. n_tasks)
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from policies.errors import UserError
+
+STUDY_KEYS = ("name", "description", "steps", "seeds", "counterfactual", "envs", "policies", "env", "batch_groups")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dir", help="run, hb sim --out or grid directory holding counterfactual.parquet files")
+    parser.add_argument("--study", default=None, metavar="FILE",
+                        help="first run this study file's missing runs into DIR (e.g. examples/validity.toml)")
+    parser.add_argument("--out", default=None,
+                        help="write validity.csv, calibration.csv, regret.csv and validity.html here")
+    parser.add_argument("--min-step", type=int, default=30,
+                        help="use probed steps after this one (default 30: the warm-up of 5 rounds x 6)")
+    parser.add_argument("--resamples", type=int, default=2000, help="bootstrap replicates over seeds (default 2000)")
+    parser.add_argument("--bins", type=int, default=5, help="quantile bins of the calibration tables (default 5)")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+                        help="parallel runs with --study (default: min(2, CPUs))")
+
+
+def main(args: argparse.Namespace) -> int:
+    for name, low in (("min_step", 0), ("resamples", 1), ("bins", 1), ("workers", 1)):
+        if getattr(args, name) < low:
+            raise UserError(f"--{name.replace('_', '-')} {getattr(args, name)} is not allowed: expected an "
+                            f"integer >= {low}")
+    if args.study is not None:
+        run_study(study_configs(args.study), Path(args.dir), args.workers)
+    from reports import validity
+
+    tables = validity.analyse(args.dir, min_step=args.min_step, resamples=args.resamples, seed=args.seed,
+                              bins=args.bins)
+    print(validity.text_tables(tables))
+    if args.out is not None:
+        paths = validity.write(tables, Path(args.out))
+        print(f"validity: {paths['html'].resolve()}")
+    return 0
+
+
+def study_configs(path: str) -> list[tuple[str, dict]]:
+    """(env name, resolved run config) of every run of a study file; all validation first."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    from hbsim.experiment import resolve_config
+
+    try:
+        with open(path, "rb") as fh:
+            raw = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise UserError(f"--study {path!r}: cannot read the study file: {exc}") from None
+    unknown = sorted(set(raw) - set(STUDY_KEYS))
+    if unknown:
+        raise UserError(f"{path}: key {unknown[0]!r} is unknown; valid keys: {', '.join(STUDY_KEYS)}")
+    envs, policies = raw.get("envs"), raw.get("policies")
+    if not isinstance(envs, list) or not envs or not all(isinstance(e, str) for e in envs):
+        raise UserError(f"{path}: envs={envs!r} is not allowed: expected a non-empty list of env kinds or presets")
+    if not isinstance(policies, list) or not policies or not all(isinstance(p, dict) for p in policies):
+        raise UserError(f"{path}: policies={policies!r} is not allowed: expected [[policies]] tables with a name")
+    seeds = raw.get("seeds", 8)
+    seeds = list(range(seeds)) if isinstance(seeds, int) and not isinstance(seeds, bool) else seeds
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
+        raise UserError(f"{path}: seeds={raw.get('seeds')!r} is not allowed: expected a count >= 1 or a list of "
+                        f"integers >= 0")
+    configs = []
+    for env in envs:
+        for pol in policies:
+            for seed in seeds:
+                partial = {"env": {**raw.get("env", {}), "kind": env}, "policy": dict(pol), "seed": seed,
+                           "steps": raw.get("steps", 150), "counterfactual": raw.get("counterfactual", 1),
+                           "batch_groups": raw.get("batch_groups", 8)}
+                try:
+                    configs.append((env, resolve_config(partial)))
+                except ValueError as exc:
+                    raise UserError(f"{path}: env {env!r}, policy {pol.get('name')!r}: {exc}") from None
+    return configs
+
+
+def _run(cfg: dict):
+    from hbsim.experiment import run_config
+    return run_config(cfg)
+
+
+def run_study(configs: list[tuple[str, dict]], out: Path, workers: int) -> None:
+    """Run the missing ones into out/<env>/<label>/seed<s>/; progress on stderr."""
+    from hbsim.records import is_complete, write_run
+
+    todo = [(env, cfg) for env, cfg in configs
+            if not is_complete(out / env / cfg["policy"]["label"] / f"seed{cfg['seed']}")]
+    start = time.perf_counter()
+    print(f"hb validity: {len(todo)} of {len(configs)} runs to do on {min(workers, max(len(todo), 1))} worker(s)",
+          file=sys.stderr)
+    if not todo:
+        return
+    if workers > 1 and len(todo) > 1:
+        pool = ProcessPoolExecutor(min(workers, len(todo)), mp_context=multiprocessing.get_context("fork"))
+        results = pool.map(_run, [cfg for _, cfg in todo])
+    else:
+        pool, results = None, map(_run, [cfg for _, cfg in todo])
+    try:
+        for i, ((env, cfg), result) in enumerate(zip(todo, results)):
+            write_run(result, out / env / cfg["policy"]["label"] / f"seed{cfg['seed']}")
+            print(f"[{i + 1}/{len(todo)}] {env} {cfg['policy']['label']} seed {cfg['seed']} "
+                  f"({time.perf_counter() - start:.1f}s)", file=sys.stderr)
+    finally:
+        if pool is not None:
+            pool.shutdown()
