@@ -3,7 +3,10 @@
 Per policy label, over seeds: final held-out score of each suite (mean reward of the
 final-step eval rows of a seed, then mean over seeds with a 95% t-interval), cumulative
 regret (sum over steps, mean over seeds), how often a pure policy picked the oracle's
-one-step best harness (oracle%), mean visits per harness (steps with groups on the
+one-step best harness (oracle%) -- regret and oracle measure the TRAINING OBJECTIVE (mean
+true success on training tasks x training harnesses), hence the `[train]` in their
+headers; per-target oracles and regret (held-out tasks, held-out harness) come from
+`--counterfactual` runs through `hb validity`, mean visits per harness (steps with groups on the
 harness), and groups generated per optimized group (ratio of sums).
 """
 from __future__ import annotations
@@ -80,7 +83,7 @@ def summary_table(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> str:
     if summ.empty:
         return "(no runs)"
     visit_cols = [c for c in summ.columns if c.startswith("visits_")]
-    header = ["policy", "seeds"] + [f"{s} (95% CI)" for s in SUITES] + ["cum. regret", "oracle%", "gen/opt",
+    header = ["policy", "seeds"] + [f"{s} (95% CI)" for s in SUITES] + ["cum. regret[train]", "oracle%[train]", "gen/opt",
                                                                        "visits " + "/".join(c[7:] for c in visit_cols)]
     lines = []
     for _, r in summ.iterrows():
