@@ -23,7 +23,7 @@ import pandas as pd
 
 from policies import POLICIES
 
-from hbsim.envs import ENV_PRESETS, ENVS
+from hbsim.envs import ENV_PRESETS, ENVS, expand_preset
 from hbsim.experiment import resolve_config, run_config
 from hbsim.records import is_complete, write_run
 from hbsim.summary import summary_table
@@ -115,7 +115,7 @@ def _run(cfg: dict):
 
 
 def knob_table(kind: str) -> str:
-    specs = ENVS[kind].knob_specs()
+    specs = ENVS[expand_preset({"kind": kind})["kind"]].knob_specs()
     width = max(map(len, specs))
     return "\n".join(f"{name.ljust(width)}  {spec.default!r:>8}  {spec.allowed():<32}  {spec.doc}"
                      for name, spec in specs.items())

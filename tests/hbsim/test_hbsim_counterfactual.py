@@ -174,3 +174,11 @@ def test_cli_validity_study_runs_then_resumes(tmp_path):
     study.write_text('envs = "student"\n[[policies]]\nname = "harnessbandit"\n')
     bad = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert bad.returncode == 2 and "envs='student' is not allowed" in bad.stderr
+
+
+@pytest.mark.parametrize("policy", sorted(__import__("policies").POLICIES))
+def test_every_policy_is_restored_exactly_by_the_probe(policy):
+    cfg = {"env": {"kind": "student", **SMALL}, "policy": {"name": policy}, "seed": 5, "steps": 10}
+    plain, probed = run_config(cfg), run_config({**cfg, "counterfactual": 3})
+    _same(plain.train, probed.train)
+    _same(plain.eval, probed.eval)

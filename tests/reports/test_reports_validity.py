@@ -106,3 +106,12 @@ def test_reports_validity_imports_neither_hbsim_nor_ablations():
            "if m.split('.')[0] in ('hbsim', 'ablations')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_report_page_only_where_counterfactual_files_exist(tmp_path):
+    assert v.write_page_if_any(tmp_path, tmp_path / "report") is None
+    assert v.write_page_if_any(None, tmp_path / "report") is None
+    _write_run(tmp_path / "r", {"kind": "student"}, _frame(seeds=(0,)))      # 3 steps: none after min_step 30
+    page = v.write_page_if_any(tmp_path, tmp_path / "report")
+    assert page.is_file() and "Signal validity" in page.read_text()
+    assert pd.read_csv(tmp_path / "report" / "regret.csv").empty
