@@ -38,6 +38,11 @@ update) against memories the probe keeps itself, one bank per sketch kind: after
 probed step every harness's what-if sketch enters its memory (EMA rate `eta`, the policy's
 when it has one, else SPEC's 0.3). So T is defined for every policy, mixed batches
 included; `t_policy` is T against the policy's own memories.
+
+Limits: the probe's rows and memories are not part of `Loop.state_dict()`, so a run
+paused and resumed from a checkpoint keeps only the probes after the resume. The expected
+gains leave out what the envs' one-step oracles leave out (drift, the staleness of leftover
+groups); the `real_*` columns include them.
 """
 from __future__ import annotations
 

@@ -43,7 +43,15 @@ Oracle: the expected one-step gain of an allocation. Per task, E[sig | p] is exa
 binary rewards (sum over k successes of Binom(k; G, p) sig(k)); retained groups are drawn
 in proportion to their keep probability; the candidate's expected gradient goes through
 the optimizer from the current state (Adam applied to the expected gradient, no noise).
-Drift is common to all candidates and left out.
+Drift is common to all candidates and left out. `expected_success` gives the whole success
+matrix after that expected step (held-out rows and column included), `true_directions` the
+true expected loss gradient per harness (hbsim.counterfactual).
+
+Knobs for the signal-validity study: `heldout_align` / `heldout_align_strength` make the
+held-out harness's own direction follow chosen training harnesses; `axis_aligned` puts
+every direction on a coordinate axis and `shared_v0` starts Adam with a large second
+moment on the shared axis (the reading note's §4.2 counterexample, preset
+`adam-counterexample` in hbsim.envs.ENV_PRESETS).
 """
 from __future__ import annotations
 
