@@ -381,7 +381,7 @@ def marginal_mcnemar_bounds(n: int, a: int, b: int) -> dict:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
             raise ValueError(f"{name}: got {v!r}, allowed: a non-negative integer")
     if n > MARGINAL_MAX_N:
-        raise ValueError(f"n: got {n}, allowed: at most {MARGINAL_MAX_N:.0e} tasks")
+        raise ValueError(f"n: got {n}, allowed: at most {MARGINAL_MAX_N:,} tasks (10**9)")
     if a > n or b > n:
         raise ValueError(f"a, b: got a={a}, b={b}, allowed: 0 <= a, b <= n = {n}")
     keys = ("p", "n11", "n10", "n01", "n00")

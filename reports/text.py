@@ -30,6 +30,7 @@ def fmt_seeds(n) -> str:
 
 
 def _suite_sentence(g: pd.DataFrame, suite: str, base: str, alpha: float) -> str:
+    n_tests = len(g)  # Holm runs over every candidate x metric of the suite
     metric = g["metric"].iloc[0]
     g = g[g["metric"] == metric]
     n_s = int(g["n_seeds"].max())
@@ -46,12 +47,15 @@ def _suite_sentence(g: pd.DataFrame, suite: str, base: str, alpha: float) -> str
         text = (f"{head}, no policy differs detectably from {base} (largest delta: {r['candidate']} "
                 f"{r['delta']:+.3f} [{r['boot_low']:+.3f}, {r['boot_high']:+.3f}], p_holm = {fmt_p(r['p_holm'])}; "
                 f"minimum detectable effect about {np.nanmedian(g['mde']):.3f})")
-    floor = float(g["p_floor"].iloc[0])
+    floor, m = float(g["p_floor"].iloc[0]), int(n_tests)
     if n_s < 2:
         text += " -- with one seed there is no seed-level test at all"
-    elif floor >= alpha:
-        text += (f" -- with {n_s} seeds the smallest attainable p is {fmt_p(floor)} >= alpha = {alpha}, so no "
-                 f"difference can be significant; run at least {_min_seeds(alpha)} seeds")
+    elif floor * m >= alpha:
+        r = g.loc[g["delta"].abs().idxmax()]
+        text += (f" -- with {n_s} seeds the smallest attainable p is {fmt_p(floor)}, too large to pass Holm over "
+                 f"{m} comparisons at alpha = {alpha}; at least {_min_seeds(alpha / m)} seeds are needed "
+                 f"(the paired t-test over seeds, which assumes normal d_s, gives {r['candidate']} "
+                 f"p = {fmt_p(r['p_seed_t'])})")
     return text
 
 
