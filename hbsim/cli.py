@@ -29,6 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": ("reports.cli", "paired per-task significance report of a grid or run directory"),
     "real": ("real_runs.cli", "real GRPO training of a transformer, scheduled by a policy"),
     "demo": ("ablations.demo", "the main job: paper-design grid on the bernoulli env + report"),
+    "calibrate": ("ablations.calibrate", "A/A calibration: false-positive rate of every test of hb report"),
 }
 
 #: kept for callers of the old name; the one user-error class is `policies.errors.UserError`
