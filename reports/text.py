@@ -44,9 +44,11 @@ def _suite_sentence(g: pd.DataFrame, suite: str, base: str, alpha: float) -> str
         text = f"{head}, {said}" + (f"; the other {rest} candidate(s) do not differ detectably" if rest else "")
     else:
         r = g.loc[g["delta"].abs().idxmax()]
+        mde = g["mde"].to_numpy(dtype=float)
+        mde_text = f"; minimum detectable effect about {np.median(mde):.3f}" if np.isfinite(mde).all() else ""
         text = (f"{head}, no policy differs detectably from {base} (largest delta: {r['candidate']} "
-                f"{r['delta']:+.3f} [{r['boot_low']:+.3f}, {r['boot_high']:+.3f}], p_holm = {fmt_p(r['p_holm'])}; "
-                f"minimum detectable effect about {np.nanmedian(g['mde']):.3f})")
+                f"{r['delta']:+.3f} [{r['boot_low']:+.3f}, {r['boot_high']:+.3f}], p_holm = {fmt_p(r['p_holm'])}"
+                f"{mde_text})")
     floor, m = float(g["p_floor"].iloc[0]), int(n_tests)
     if n_s < 2:
         text += " -- with one seed there is no seed-level test at all"

@@ -43,6 +43,9 @@ def test_report_smoke_writes_everything(smoke, grid):
     assert re.search(r"pass\^3\s+hb\s+\d\.\d{3}\s+[+-]\d\.\d{3}", out)
     assert out.strip().endswith(str(grid / "report" / "index.html"))
     assert "bootstrap [1/6] summary heldout_harness: 200/200" in err
+    assert "\r" not in err and "\r" not in out  # not a terminal: plain lines only
+    assert out.startswith("Conclusion (seed-level sign-flip test, Holm-adjusted, alpha = 0.05): at 3 seeds on")
+    assert "p_seed = sign-flip permutation test over seeds" in out  # the columns, explained once
     rep = grid / "report"
     for name in ("index.html", "report.md", "summary.csv", "paired.csv", "per_seed.csv", "categories.csv",
                  "flips.csv", "gee.csv", "diagnostics.csv", "cost.csv", "config.json"):
