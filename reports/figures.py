@@ -24,6 +24,12 @@ def _label_margin(labels, fontsize: float = 8.0, width_in: float = 7.0) -> float
     return min(0.6, (0.3 + longest * fontsize * 0.55 / 72) / width_in)
 
 
+def _top(fig, inches: float = 0.6) -> float:
+    """Top of the axes area (figure fraction) leaving ``inches`` for a suptitle above the
+    panel titles, whatever the figure's height (a fixed fraction overlaps on short figures)."""
+    return 1.0 - inches / fig.get_figheight()
+
+
 def _metric_panels(rows: pd.DataFrame, key: str, panel_width: float, extra_width: float, row_height: float):
     """One panel per metric sharing the y axis, rows in first-seen order of `key`.
     Returns fig, axes (1, M), y positions, labels, and [(ax, metric, rows reindexed by label)]."""
@@ -53,7 +59,8 @@ def interval_plot(summary: pd.DataFrame, title: str = ""):
         ax.tick_params(labelsize=7)
     axes[0, 0].set_yticks(y, pols, fontsize=8)
     fig.suptitle(f"{title} (percentile bootstrap intervals; red = baseline)", fontsize=9)
-    fig.subplots_adjust(left=_label_margin(pols, 8, width), right=0.98, top=0.82, bottom=0.12, wspace=0.08)
+    fig.subplots_adjust(left=_label_margin(pols, 8, width), right=0.98, top=_top(fig), bottom=0.5 / fig.get_figheight(),
+                        wspace=0.08)
     return fig, axes
 
 
@@ -71,9 +78,10 @@ def forest_plot(rows: pd.DataFrame, title: str = "", p_column: str = "p"):
         ax.axvline(0, color="black", lw=0.8)
         ax.set_title(metric, fontsize=9)
         ax.tick_params(labelsize=7)
+        ax.xaxis.set_major_locator(plt.MaxNLocator(5))
     axes[0, 0].set_yticks(y, labels, fontsize=7)
     fig.suptitle(f"{title} (filled: {p_column} < 0.05)", fontsize=9)
-    fig.subplots_adjust(left=_label_margin(labels, 7, width), right=0.98, top=1 - 0.5 / (0.22 * len(labels) + 1.4),
+    fig.subplots_adjust(left=_label_margin(labels, 7, width), right=0.98, top=_top(fig),
                         bottom=0.3 / (0.22 * len(labels) + 1.4), wspace=0.08)
     return fig, axes
 
@@ -103,7 +111,7 @@ def sensitivity_plot(rows: pd.DataFrame, axis: str, title: str = ""):
         ax.tick_params(labelsize=7)
     axes[0, 0].set_ylabel("delta vs baseline", fontsize=8)
     fig.suptitle(f"{title} (bootstrap intervals; filled: p_holm < 0.05)", fontsize=9)
-    fig.subplots_adjust(left=0.12, right=0.98, top=0.8, bottom=0.25, wspace=0.3)
+    fig.subplots_adjust(left=0.12, right=0.98, top=_top(fig), bottom=0.25, wspace=0.3)
     return fig, axes
 
 
@@ -140,8 +148,8 @@ def paired_scatter(pairs: dict, baseline: str, metric: str, title: str = ""):
         ax.set_xlabel(f"{baseline} {metric}", fontsize=7)
     for ax in axes.ravel()[len(pairs):]:
         ax.axis("off")
-    fig.suptitle(title)
-    fig.subplots_adjust(bottom=0.22, top=0.9)
+    fig.suptitle(title, fontsize=10)
+    fig.subplots_adjust(bottom=0.22 / rws, top=_top(fig), hspace=0.5)
     return fig, axes
 
 
@@ -165,8 +173,8 @@ def band_plot(df: pd.DataFrame, group: str, title: str = "", ylabel: str = "", f
         ax.axis("off")
     axes.ravel()[0].legend(fontsize=6)
     if facet:
-        fig.suptitle(title)
-    fig.subplots_adjust(bottom=0.22, top=0.9)
+        fig.suptitle(title, fontsize=10)
+    fig.subplots_adjust(bottom=0.5 / fig.get_figheight(), top=_top(fig) if facet else 0.9, wspace=0.3, hspace=0.5)
     return fig, axes
 
 
@@ -208,7 +216,7 @@ def facet_bars(df: pd.DataFrame, facet: str, x: str, value: str, err: str | None
     for ax in axes.ravel()[len(facets):]:
         ax.axis("off")
     fig.suptitle(title, fontsize=9)
-    fig.subplots_adjust(hspace=0.9, wspace=0.35, bottom=0.2)
+    fig.subplots_adjust(hspace=0.9, wspace=0.35, bottom=0.2, top=_top(fig, 0.7))
     return fig, axes
 
 

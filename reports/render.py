@@ -26,7 +26,13 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text.replace("@", "_at").replace("^", "_hat")).strip("_")
 
 
-def _fmt(v) -> str:
+def _is_p(column) -> bool:
+    c = str(column)
+    return c == "p" or c.startswith("p_") or c.endswith("_p") or c == "mcnemar_mid_p"
+
+
+def _fmt(v, p_value: bool = False) -> str:
+    """One format for every table: p-values as `text.fmt_p`, other floats with 3 decimals."""
     if v is pd.NA or v is None:
         return ""
     if isinstance(v, (bool, np.bool_)):
@@ -34,8 +40,14 @@ def _fmt(v) -> str:
     if isinstance(v, (float, np.floating)):
         if not np.isfinite(v):
             return "" if np.isnan(v) else str(v)
-        return f"{v:.1e}" if abs(v) < 1e-3 and v != 0 else f"{v:.3f}"
+        return text.fmt_p(v) if p_value else f"{v:.3f}"
     return str(v)
+
+
+def _rows(df: pd.DataFrame):
+    flags = [_is_p(c) for c in df.columns]
+    for row in df.itertuples(index=False):
+        yield [_fmt(v, f) for v, f in zip(row, flags)]
 
 
 def md_table(df: pd.DataFrame, max_rows: int = 60) -> str:
@@ -43,7 +55,7 @@ def md_table(df: pd.DataFrame, max_rows: int = 60) -> str:
         return "_(none)_\n"
     df = df.head(max_rows)
     lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    lines += ["| " + " | ".join(row) + " |" for row in _rows(df)]
     return "\n".join(lines) + "\n"
 
 
@@ -52,8 +64,7 @@ def html_table(df: pd.DataFrame, max_rows: int = 60) -> str:
         return "<p><i>(none)</i></p>"
     df = df.head(max_rows)
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
-                   for row in df.itertuples(index=False))
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in _rows(df))
     return f"<div style='overflow-x:auto'><table><tr>{head}</tr>{body}</table></div>"
 
 
@@ -225,7 +236,7 @@ def _forests(doc: Doc, result, suite: str) -> None:
                           "boot_low": c["boot_low"], "boot_high": c["boot_high"], "p": c["p_bh"]} for _, c in sel.iterrows()]
     if rows:
         doc.figure(f"forest_{suite}", figures.forest_plot(
-            pd.DataFrame(rows), f"{suite}: delta vs baseline (p: Holm overall, BH per category)"))
+            pd.DataFrame(rows), f"{suite}: delta vs baseline (all: seed-level p_holm; categories: task-level BH)"))
 
 
 def _passk(doc: Doc, summ: pd.DataFrame, suite: str) -> None:
@@ -322,7 +333,8 @@ def _diagnostics_section(doc: Doc, result) -> None:
     if not d.cost.empty:
         doc.h(3, "What it cost (sum over each run; mean and sd over seeds)")
         doc.table(d.cost.pivot(index="policy", columns="quantity", values="mean").reset_index())
-        doc.figure("cost", figures.facet_bars(d.cost, "quantity", "policy", "mean", "sd",
+        shown = d.cost.groupby("quantity")["mean"].transform(lambda v: bool((v != 0).any()))
+        doc.figure("cost", figures.facet_bars(d.cost[shown.astype(bool)], "quantity", "policy", "mean", "sd",
                                               "cost per run (mean ± sd over seeds)"))
     if not d.spearman.empty and d.spearman["rho"].notna().any():
         doc.h(3, "Are learnability and transfer distinct signals? (Spearman per run)")
@@ -340,7 +352,8 @@ def _diagnostics_section(doc: Doc, result) -> None:
     for name, sigs in (("signals_raw", ("learnability", "transfer")), ("signals_norm", ("l_norm", "t_norm"))):
         sub = d.signals[d.signals["signal"].isin(sigs)] if not d.signals.empty else d.signals
         if not sub.empty:
-            doc.figure(name, figures.band_plot(sub, "policy", name, "value", "signal"))
+            title = "raw signals" if name == "signals_raw" else "normalised signals"
+            doc.figure(name, figures.band_plot(sub, "policy", f"{title} (mean ± sd over seeds)", "value", "signal"))
     if not d.memory.empty:
         doc.figure("memory", figures.band_plot(d.memory, "policy", "memory (mean over harnesses)", "", "quantity"))
     if not d.regret.empty:
