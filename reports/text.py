@@ -26,7 +26,10 @@ def fmt_p(p) -> str:
 
 
 def fmt_seeds(n) -> str:
-    return "n/a" if not np.isfinite(n) else (f">{10000}" if n > 10000 else str(int(n)))
+    """seeds_needed: an integer, '>10000' (also for a zero delta), or 'n/a' (no estimate)."""
+    if n is None or np.isnan(n):
+        return "n/a"
+    return ">10000" if n > 10000 else str(int(n))
 
 
 def _suite_sentence(g: pd.DataFrame, suite: str, base: str, alpha: float) -> str:
