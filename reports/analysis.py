@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from reports import stats
+from reports import inference, stats
 
 CELL_KEYS = ["policy", "seed", "suite", "task"]
 
@@ -168,8 +168,6 @@ def paired_rows(al: Aligned, suite: str, cand: str, baseline: str, *, resamples:
 
     Tests: `inference.paired_tests` (seed level first, then the task-level ones,
     conditional on the trained models); interval: the crossed bootstrap."""
-    from reports import inference
-
     c, b = al.policies.index(cand), al.policies.index(baseline)
     diff = al.x[:, c] - al.x[:, b]  # (metrics, seeds, tasks)
     reps = stats.crossed_bootstrap(diff, stats.weighted_mean, resamples=resamples, rng=rng,
