@@ -373,5 +373,7 @@ def sensitivity_rows(paired: pd.DataFrame, axis: str, values: dict, baseline: st
     out = sub.assign(axis=axis, axis_value=sub["candidate"].map(values))
     key = pd.to_numeric(out["axis_value"], errors="coerce")
     order = key if key.notna().all() else out["axis_value"].astype(str)
-    out = out.assign(_order=order).sort_values(["suite", "metric", "_order", "candidate"], kind="stable")
+    rank = {m: i for i, m in enumerate(paired["metric"].drop_duplicates())}  # metrics in report order
+    out = out.assign(_order=order, _metric=out["metric"].map(rank))
+    out = out.sort_values(["suite", "_metric", "_order", "candidate"], kind="stable")
     return out[cols].reset_index(drop=True)

@@ -49,7 +49,7 @@ def _suite_sentence(g: pd.DataFrame, suite: str, base: str, alpha: float) -> str
         r = g.loc[g["delta"].abs().idxmax()]
         mde = g["mde"].to_numpy(dtype=float)
         mde_text = f"; minimum detectable effect about {np.median(mde):.3f}" if np.isfinite(mde).all() else ""
-        text = (f"{head}, no policy differs detectably from {base} (largest delta: {r['candidate']} "
+        text = (f"{head}, no policy differs detectably from {base} (largest |delta|: {r['candidate']} "
                 f"{r['delta']:+.3f} [{r['boot_low']:+.3f}, {r['boot_high']:+.3f}], p_holm = {fmt_p(r['p_holm'])}"
                 f"{mde_text})")
     floor, m = float(g["p_floor"].iloc[0]), int(n_tests)
