@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -48,6 +49,7 @@ def main(args: argparse.Namespace) -> int:
 
     result = reports.build_report(out, baseline=args.baseline, out=out / "report",
                                   resamples=args.resamples, seed=0, progress=_report_progress)
+    print(textwrap.fill(reports.conclusion(result), width=110) + "\n")
     print(reports.headline_table(result))
     print(f"report: {(out / 'report' / 'index.html').resolve()}")
     print(f"demo: total {time.perf_counter() - t0:.1f}s", file=sys.stderr)

@@ -30,6 +30,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "real": ("real_runs.cli", "real GRPO training of a transformer, scheduled by a policy"),
     "demo": ("ablations.demo", "the main job: paper-design grid on the bernoulli env + report"),
     "validity": ("hbsim.validity_cli", "does L, T or the fused score predict the true gain? (--counterfactual runs)"),
+    "calibrate": ("ablations.calibrate", "A/A calibration: false-positive rate of every test of hb report"),
 }
 
 #: kept for callers of the old name; the one user-error class is `policies.errors.UserError`

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import importlib
 
-_EXPORTS = {"ReportResult": "reports.build", "build_report": "reports.build", "headline_table": "reports.build",
+_EXPORTS = {"ReportResult": "reports.build", "build_report": "reports.build", "headline_table": "reports.text",
+            "conclusion": "reports.text",
             "Frames": "reports.load", "make_frames": "reports.load", "read_dir": "reports.load"}
 
 __all__ = sorted(_EXPORTS)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from reports import stats
+from reports import inference, stats
 
 CELL_KEYS = ["policy", "seed", "suite", "task"]
 
@@ -55,6 +55,13 @@ def cell_metrics(final: pd.DataFrame, ks: tuple[int, ...]) -> pd.DataFrame:
                 col[ok] = fn(n[ok], c[ok], k)
             cells[name] = col
     return cells
+
+
+def score_is_pass1(cells: pd.DataFrame, suite: str) -> bool:
+    """True when score and pass@1 agree on every cell of ``suite`` (binary rewards): the
+    report then shows that metric once."""
+    sub = cells[cells["suite"] == suite]
+    return bool(len(sub)) and bool(np.allclose(sub["score"], sub["pass@1"], rtol=0, atol=1e-12))
 
 
 @dataclass
@@ -113,10 +120,12 @@ def align(cells: pd.DataFrame, suite: str, policies: list[str], baseline: str,
 
 # ------------------------------------------------------------------------ summary
 
-def summary_table(al: Aligned, suite: str, baseline: str, *, resamples: int, rng: np.random.Generator,
-                  alpha: float, progress=None) -> pd.DataFrame:
-    """Per metric x policy: value, crossed-bootstrap interval, IQM (+ interval) and
-    P(policy > baseline) (+ interval), all from ONE set of task/seed draws."""
+def bootstrap_summary(al: Aligned, suite: str, baseline: str, *, resamples: int, rng: np.random.Generator,
+                      alpha: float, progress=None) -> pd.DataFrame:
+    """Per metric x policy: value, crossed-bootstrap percentile interval (boot_low,
+    boot_high: tasks and seeds resampled together), IQM (+ interval) and P(policy >
+    baseline) (+ interval), all from ONE set of task/seed draws. Not the t-interval over
+    seeds of `hb sim` (hbsim.summary): a different estimator of a different spread."""
     m, p, s, t = al.x.shape
     flat = al.x.reshape(m * p, s, t)
     b_idx = al.policies.index(baseline)
@@ -136,7 +145,7 @@ def summary_table(al: Aligned, suite: str, baseline: str, *, resamples: int, rng
         for j, pol in enumerate(al.policies):
             f = i * p + j
             rows.append({"suite": suite, "metric": metric, "policy": pol, "n_tasks": t, "n_seeds": s,
-                         "value": float(al.x[i, j].mean()), "ci_low": lo[0, f], "ci_high": hi[0, f],
+                         "value": float(al.x[i, j].mean()), "boot_low": lo[0, f], "boot_high": hi[0, f],
                          "iqm": stats.iqm(al.x[i, j]), "iqm_low": lo[1, f], "iqm_high": hi[1, f],
                          "prob_improvement": stats.prob_improvement(al.x[i, j], al.x[i, b_idx]),
                          "pi_low": lo[2, f], "pi_high": hi[2, f], "is_baseline": pol == baseline})
@@ -145,34 +154,40 @@ def summary_table(al: Aligned, suite: str, baseline: str, *, resamples: int, rng
 
 # ------------------------------------------------------------------ paired tables
 
+#: p_seed (and p_holm, its Holm adjustment) is the headline test; p_task_* are conditional on the models
 PAIRED_COLUMNS = ["suite", "metric", "candidate", "baseline", "n_tasks", "n_seeds", "candidate_value",
-                  "baseline_value", "delta", "ci_low", "ci_high", "p_permutation", "p_wilcoxon", "p_sign",
-                  "p_holm", "wins", "ties", "losses", "prob_improvement", "mde"]
+                  "baseline_value", "delta", "boot_low", "boot_high", "p_seed", "p_holm", "p_seed_t",
+                  "p_seed_wilcoxon", "seeds_up", "seeds_down", "sd_seed", "mde", "seeds_needed", "p_floor",
+                  "p_task_permutation", "p_task_wilcoxon", "p_task_sign", "wins", "ties", "losses",
+                  "prob_improvement"]
 
 
 def paired_rows(al: Aligned, suite: str, cand: str, baseline: str, *, resamples: int,
                 rng: np.random.Generator, alpha: float, progress=None) -> list[dict]:
-    """Rows of paired.csv for one (suite, candidate), every metric (p_holm filled later)."""
+    """Rows of paired.csv for one (suite, candidate), every metric (p_holm filled later).
+
+    Tests: `inference.paired_tests` (seed level first, then the task-level ones,
+    conditional on the trained models); interval: the crossed bootstrap."""
     c, b = al.policies.index(cand), al.policies.index(baseline)
     diff = al.x[:, c] - al.x[:, b]  # (metrics, seeds, tasks)
     reps = stats.crossed_bootstrap(diff, stats.weighted_mean, resamples=resamples, rng=rng,
                                    progress=progress, label=f"paired {suite} {cand}")
     lo, hi = stats.percentile_interval(reps, alpha)
-    dall = diff.mean(axis=1)  # D_t per metric: (metrics, tasks)
-    p_perm = stats.sign_flip_test(dall, resamples=resamples, rng=rng)
+    tests = inference.paired_tests(diff, resamples=resamples, rng=rng)
+    d_seed = stats.exact_ties(diff.mean(axis=2))  # (metrics, seeds)
     rows = []
     for i, metric in enumerate(al.metrics):
-        d = dall[i]
-        w, ti, lo_ = stats.wins_ties_losses(d)
-        rows.append({"suite": suite, "metric": metric, "candidate": cand, "baseline": baseline,
-                     "n_tasks": len(al.tasks), "n_seeds": len(al.seeds),
-                     "candidate_value": float(al.x[i, c].mean()), "baseline_value": float(al.x[i, b].mean()),
-                     "delta": float(d.mean()), "ci_low": float(lo[i]), "ci_high": float(hi[i]),
-                     "p_permutation": float(p_perm[i]),
-                     "p_wilcoxon": stats.wilcoxon_p(d), "p_sign": stats.sign_test(w, lo_), "p_holm": np.nan,
-                     "wins": w, "ties": ti, "losses": lo_,
-                     "prob_improvement": stats.prob_improvement(al.x[i, c], al.x[i, b]),
-                     "mde": stats.mde(d, alpha)})
+        w, ti, lo_ = stats.wins_ties_losses(diff[i].mean(axis=0))
+        row = {"suite": suite, "metric": metric, "candidate": cand, "baseline": baseline,
+               "n_tasks": len(al.tasks), "n_seeds": len(al.seeds),
+               "candidate_value": float(al.x[i, c].mean()), "baseline_value": float(al.x[i, b].mean()),
+               "delta": float(diff[i].mean()), "boot_low": float(lo[i]), "boot_high": float(hi[i]),
+               "p_holm": np.nan, "seeds_up": int((d_seed[i] > 0).sum()), "seeds_down": int((d_seed[i] < 0).sum()),
+               "wins": w, "ties": ti, "losses": lo_,
+               "prob_improvement": stats.prob_improvement(al.x[i, c], al.x[i, b])}
+        row.update({name: float(p[i]) for name, p in tests.items()})
+        row.update(inference.power_columns(diff[i].mean(axis=1), alpha, resamples))
+        rows.append(row)
     return rows
 
 
@@ -205,7 +220,9 @@ def per_seed_rows(al: Aligned, suite: str, cand: str, baseline: str, attempts: i
 
 def category_rows(al: Aligned, suite: str, cand: str, baseline: str, *, resamples: int,
                   rng: np.random.Generator, alpha: float) -> list[dict]:
-    """Per category: delta, crossed-bootstrap interval, sign-flip p, BH-adjusted p and flags."""
+    """Per category: delta, crossed-bootstrap interval, task-level sign-flip p (conditional
+    on the trained models: a screen for where to look, not a claim about the method),
+    BH-adjusted p and flags."""
     c, b = al.policies.index(cand), al.policies.index(baseline)
     rows = []
     cats = sorted(set(al.categories.tolist()))
@@ -222,15 +239,15 @@ def category_rows(al: Aligned, suite: str, cand: str, baseline: str, *, resample
                          "category": cat, "n_tasks": int(mask.sum()), "n_seeds": len(al.seeds),
                          "candidate_value": float(al.x[i, c][..., mask].mean()),
                          "baseline_value": float(al.x[i, b][..., mask].mean()),
-                         "delta": float(d.mean()), "ci_low": float(lo[i]), "ci_high": float(hi[i]),
-                         "p_permutation": float(p_perm[i])})
+                         "delta": float(d.mean()), "boot_low": float(lo[i]), "boot_high": float(hi[i]),
+                         "p_task_permutation": float(p_perm[i])})
     out = pd.DataFrame(rows)
     if out.empty:
         return rows
     out["p_bh"] = np.nan
     out["worst"] = False
     for _, idx in out.groupby("metric").groups.items():
-        out.loc[idx, "p_bh"] = stats.adjust(out.loc[idx, "p_permutation"].to_numpy(), "fdr_bh")
+        out.loc[idx, "p_bh"] = stats.adjust(out.loc[idx, "p_task_permutation"].to_numpy(), "fdr_bh")
         out.loc[out.loc[idx, "delta"].idxmin(), "worst"] = True
     out["regresses"] = (out["delta"] < 0) & (out["p_bh"] < alpha)
     return out.to_dict("records")
@@ -266,8 +283,10 @@ def flip_rows(al: Aligned, suite: str, cand: str, baseline: str) -> tuple[list[d
 # ----------------------------------------------------------------- model-based check
 
 def gee_rows(final: pd.DataFrame, al: Aligned, suite: str, baseline: str) -> tuple[list[dict], list[str]]:
-    """GEE logistic model success ~ C(policy) (baseline = reference), clustered by task,
-    exchangeable working correlation, on the attempts of the aligned seeds x tasks."""
+    """GEE logistic model success ~ C(policy) (baseline = reference), clustered by seed
+    (the training runs of one seed share its environment draw; every attempt of a run
+    shares the trained model), exchangeable working correlation, on the attempts of the
+    aligned seeds x tasks. With few seeds (clusters) the sandwich p is optimistic."""
     import warnings
 
     from statsmodels.genmod import cov_struct, families
@@ -275,7 +294,7 @@ def gee_rows(final: pd.DataFrame, al: Aligned, suite: str, baseline: str) -> tup
 
     sub = final[(final["suite"] == suite) & final["policy"].isin(al.policies)
                 & final["seed"].isin(al.seeds) & final["task"].isin(al.tasks)]
-    sub = sub.sort_values(["task", "policy", "seed", "attempt"], kind="stable")
+    sub = sub.sort_values(["seed", "policy", "task", "attempt"], kind="stable")
     y = sub["success"].to_numpy(dtype=np.float64)
     cands = [p for p in al.policies if p != baseline]
     if len(cands) == 0:
@@ -294,7 +313,7 @@ def gee_rows(final: pd.DataFrame, al: Aligned, suite: str, baseline: str) -> tup
     else:
         notes = []
     exog = np.column_stack([np.ones(len(sub))] + [(pol == c).astype(np.float64) for c in cands])
-    groups = pd.factorize(sub["task"])[0]
+    groups = pd.factorize(sub["seed"])[0]
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -341,3 +360,20 @@ def category_values(al: Aligned, suite: str) -> pd.DataFrame:
                 rows.append({"suite": suite, "metric": metric, "category": cat, "n_tasks": int(mask.sum()),
                              "policy": pol, "value": float(al.x[i, j][..., mask].mean())})
     return pd.DataFrame(rows)
+
+
+def sensitivity_rows(paired: pd.DataFrame, axis: str, values: dict, baseline: str) -> pd.DataFrame:
+    """Effect against the baseline as a function of a swept knob: the paired rows of the
+    candidates that carry a value of ``axis`` (values: label -> knob value), sorted by it."""
+    cols = ["suite", "metric", "axis", "axis_value", "candidate", "baseline", "n_seeds", "delta", "boot_low",
+            "boot_high", "p_seed", "p_holm", "mde"]
+    sub = paired[paired["candidate"].isin(list(values))]
+    if sub.empty:
+        return pd.DataFrame(columns=cols)
+    out = sub.assign(axis=axis, axis_value=sub["candidate"].map(values))
+    key = pd.to_numeric(out["axis_value"], errors="coerce")
+    order = key if key.notna().all() else out["axis_value"].astype(str)
+    rank = {m: i for i, m in enumerate(paired["metric"].drop_duplicates())}  # metrics in report order
+    out = out.assign(_order=order, _metric=out["metric"].map(rank))
+    out = out.sort_values(["suite", "_metric", "_order", "candidate"], kind="stable")
+    return out[cols].reset_index(drop=True)

@@ -13,12 +13,13 @@ import numpy as np
 import pandas as pd
 
 from reports import load
+from reports.text import conclusion, headline_table  # noqa: F401 (public: reports.headline_table)
 
 # reports.analysis / reports.diagnostics (scipy, statsmodels) are imported after the
 # inputs are validated, so that a rejected call answers quickly.
 
-TABLES = ("summary", "category_values", "per_task", "paired", "per_seed", "categories", "flips", "flip_counts", "gee", "diagnostics",
-          "cost", "visits")
+TABLES = ("summary", "category_values", "per_task", "paired", "per_seed", "categories", "flips", "flip_counts", "gee",
+          "sensitivity", "diagnostics", "cost", "visits")
 
 
 @dataclass
@@ -41,16 +42,16 @@ class ReportResult:
         raise AttributeError(name)
 
 
-def _frames(obj) -> load.Frames:
+def _frames(obj, extra: tuple[str, ...] = ()) -> load.Frames:
     if isinstance(obj, load.Frames):
         return obj
     if isinstance(obj, pd.DataFrame):
-        return load.make_frames(obj)
+        return load.make_frames(obj, extra=extra)
     if isinstance(obj, dict):
-        return load.make_frames(obj["eval"], obj.get("train"))
+        return load.make_frames(obj["eval"], obj.get("train"), extra=extra)
     if isinstance(obj, tuple):
-        return load.make_frames(*obj)
-    return load.read_dir(obj)
+        return load.make_frames(*obj, extra=extra)
+    return load.read_dir(obj, extra=extra)
 
 
 def _validate(fr: load.Frames, baseline: str, suite: str | None, ks, resamples: int, alpha: float):
@@ -78,16 +79,20 @@ def _validate(fr: load.Frames, baseline: str, suite: str | None, ks, resamples: 
 
 def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = None, ks=(1, 3),
                  resamples: int = 10000, seed: int = 0, alpha: float = 0.05,
-                 progress: Callable[[int, int, str], None] | None = None) -> ReportResult:
-    """Paired per-task comparison of every policy against ``baseline``.
+                 progress: Callable[[int, int, str], None] | None = None, axis: str | None = None) -> ReportResult:
+    """Paired comparison of every policy against ``baseline``; the seed is the unit of the
+    tests (reports.inference), the crossed bootstrap gives the intervals.
 
     dir_or_frames: a grid/run directory, a `load.Frames`, an eval DataFrame, a dict
     {"eval": df, "train": df} or a tuple (eval_df, train_df). out: directory to write
     index.html, report.md, figures (PNG) and CSVs into (None: compute only).
-    progress(done, total, label) is called while the bootstraps run.
+    progress(done, total, label) is called while the bootstraps run. axis: a swept knob
+    column of a collected grid (e.g. "policy.tau"): adds the `sensitivity` table (delta
+    against the baseline per knob value) and its figure.
     """
-    fr = _frames(dir_or_frames)
+    fr = _frames(dir_or_frames, (axis,) if axis else ())
     policies, attempts, ks = _validate(fr, baseline, suite, ks, resamples, alpha)
+    axis_values = load.axis_values(fr.eval, axis) if axis else None
     from reports import analysis, diagnostics
 
     rng = np.random.default_rng(seed)
@@ -104,6 +109,9 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
                                 resamples=resamples, stages=(si * len(policies), stages), progress=progress)
     tables = {name: _concat(frames) for name, frames in acc.items() if frames or name in _COMPARISON}
     tables["paired"] = _holm(tables["paired"])
+    notes += _power_notes(tables["paired"], alpha)
+    if axis:
+        tables["sensitivity"] = analysis.sensitivity_rows(tables["paired"], axis, axis_values, baseline)
     _integer_counts(tables["per_seed"])
     diag = diagnostics.compute(fr.train, fr.eval_all)
     notes += diag.notes
@@ -112,8 +120,9 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
         if "excluded" in line or "lacks" in line:
             warnings.warn(line, stacklevel=2)
     config = {"baseline": baseline, "suite": suite, "ks": list(ks), "resamples": resamples, "seed": seed,
-              "alpha": alpha, "source": fr.source, "versions": _versions(), "runs": _runs(fr)}
-    canonical = json.dumps({k: config[k] for k in ("baseline", "suite", "ks", "resamples", "seed", "alpha", "runs")},
+              "alpha": alpha, "axis": axis, "source": fr.source, "versions": _versions(), "runs": _runs(fr)}
+    canonical = json.dumps({k: config[k] for k in ("baseline", "suite", "ks", "resamples", "seed", "alpha", "axis",
+                                                   "runs")},
                            sort_keys=True, separators=(",", ":"))
     config["config_hash"] = hashlib.sha256(canonical.encode()).hexdigest()[:16]
     result = ReportResult(config, tables, diag, notes, attempts, policies)
@@ -134,12 +143,19 @@ def _compare_suite(acc: dict, fr: load.Frames, cells: pd.DataFrame, suite: str, 
     from reports import analysis
 
     metrics = analysis.metric_names(ks, attempts)
-    al, notes = analysis.align(cells, suite, policies, baseline, metrics)
+    notes = []
+    if analysis.score_is_pass1(cells, suite):
+        metrics.remove("score")
+        notes.append(f"{suite}: score equals pass@1 on every task (rewards are 1 for a success, else 0); "
+                     "shown once, as pass@1")
+    al, align_notes = analysis.align(cells, suite, policies, baseline, metrics)
+    notes += align_notes
     if not al.tasks or not al.seeds:
         return notes + [f"{suite}: no complete seeds x tasks rectangle; suite skipped"]
     first, total = stages
     kw = dict(resamples=resamples, rng=rng, alpha=alpha)
-    acc["summary"].append(analysis.summary_table(al, suite, baseline, progress=_stage(progress, first + 1, total), **kw))
+    acc["summary"].append(analysis.bootstrap_summary(al, suite, baseline, progress=_stage(progress, first + 1, total),
+                                                     **kw))
     acc["per_task"].append(analysis.per_task_rows(al, suite))
     acc["category_values"].append(analysis.category_values(al, suite))
     gee, gee_notes = analysis.gee_rows(fr.eval, al, suite, baseline)
@@ -182,15 +198,37 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def _holm(paired: pd.DataFrame) -> pd.DataFrame:
-    """Holm over all candidates x metrics of each suite, applied to p_permutation."""
+    """Holm over all candidates x metrics of each suite, applied to p_seed (the seed-level
+    sign-flip test: the replication unit of a training method is the seed)."""
     from reports import analysis, stats
 
     if paired.empty:
         return pd.DataFrame(columns=analysis.PAIRED_COLUMNS)
     paired = paired.copy()
     for _, idx in paired.groupby("suite").groups.items():
-        paired.loc[idx, "p_holm"] = stats.adjust(paired.loc[idx, "p_permutation"].to_numpy(), "holm")
+        paired.loc[idx, "p_holm"] = stats.adjust(paired.loc[idx, "p_seed"].to_numpy(), "holm")
     return paired[analysis.PAIRED_COLUMNS]
+
+
+def _power_notes(paired: pd.DataFrame, alpha: float) -> list[str]:
+    """Warnings: one seed (no seed-level test); p_seed at its floor (the test cannot say
+    how small p really is); a floor above alpha (nothing can be significant)."""
+    notes = []
+    for suite, g in paired.groupby("suite", sort=True):
+        n_s = int(g["n_seeds"].min())
+        floor = float(g["p_floor"].iloc[0])
+        if n_s < 2:
+            notes.append(f"{suite}: only {n_s} seed: no seed-level test is possible (p_seed = 1, no t-test); "
+                         "the task-level tests are conditional on this one trained model per policy")
+        elif floor >= alpha:
+            notes.append(f"{suite}: with {n_s} seeds the smallest attainable p_seed is {floor:.4g} >= alpha = "
+                         f"{alpha}: no comparison can be significant; see mde and seeds_needed in paired.csv")
+        at = g[np.isclose(g["p_seed"], floor, rtol=1e-9, atol=0)]
+        if n_s >= 2 and len(at):
+            pairs = ", ".join(f"{c} {m}" for c, m in zip(at["candidate"], at["metric"]))
+            notes.append(f"{suite}: p_seed sits at its floor {floor:.4g} (every seed on the same side) for {pairs}; "
+                         "the true p may be smaller, only more seeds can show it")
+    return notes
 
 
 def _versions() -> dict:
@@ -212,34 +250,3 @@ def _runs(fr: load.Frames) -> dict:
         out[run_id] = {"policy": pol, "seed": int(seed), "config_hash": meta.get("config_hash")}
     digest = hashlib.sha256(json.dumps(out, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
     return {"hash": digest, "runs": out}
-
-
-def headline_table(result: ReportResult) -> str:
-    """Plain-text headline: per suite and metric, each policy's value and, for
-    candidates, delta vs the baseline with its interval, Holm p and W/T/L."""
-    summ, paired = result.tables["summary"], result.tables["paired"]
-    if summ.empty:
-        return "(no comparable data)"
-    base = result.config["baseline"]
-    lo_pct = 100 * (1 - result.config["alpha"])
-    width = max(12, max(len(p) for p in result.policies) + 2)
-    lines = []
-    for s, g in summ.groupby("suite", sort=True):
-        n_t, n_s = int(g["n_tasks"].iloc[0]), int(g["n_seeds"].iloc[0])
-        lines.append(f"suite {s}: {n_t} tasks x {n_s} seeds, {result.suites[s]} attempt(s), baseline {base}")
-        lines.append(f"  {'metric':<8} {'policy':<{width}} {'value':>7}  {'delta':>7}  "
-                     f"{f'{lo_pct:.0f}% CI':>17}  {'p_holm':>7}  {'W/T/L':>11}")
-        for metric in g["metric"].drop_duplicates():
-            rows = g[g["metric"] == metric]
-            for _, r in pd.concat([rows[rows["is_baseline"]], rows[~rows["is_baseline"]]]).iterrows():
-                row = f"  {metric:<8} {r['policy']:<{width}} {r['value']:7.3f}"
-                p = paired[(paired["suite"] == s) & (paired["metric"] == metric) & (paired["candidate"] == r["policy"])]
-                if len(p):
-                    q = p.iloc[0]
-                    row += (f"  {q['delta']:+7.3f}  [{q['ci_low']:+.3f}, {q['ci_high']:+.3f}]  {q['p_holm']:7.4f}"
-                            f"  {int(q['wins']):>3}/{int(q['ties']):>3}/{int(q['losses']):>3}")
-                elif r["policy"] == base:
-                    row += "  (baseline)"
-                lines.append(row)
-        lines.append("")
-    return "\n".join(lines).rstrip() + "\n"

@@ -1,8 +1,8 @@
 """`hb report`: the paired report of a grid or run directory, and `hb report marginals`.
 
     hb report DIR --baseline LABEL [--out OUTDIR] [--suite NAME] [--k 1,3]
-                  [--resamples 10000] [--seed 0] [--alpha 0.05]
-    hb report marginals --n 161 --a 67 --b 62
+                  [--resamples 10000] [--seed 0] [--alpha 0.05] [--axis policy.tau]
+    hb report marginals --n 161 --a 67 --b 62      (n <= 1e9; closed form)
 
 The first positional word `marginals` selects the marginal-McNemar helper instead of a
 directory (to report on a directory literally called "marginals", write ./marginals).
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import time
 import warnings
 from pathlib import Path
@@ -27,10 +28,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resamples", type=int, default=10000, help="bootstrap / permutation resamples")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap generator")
     parser.add_argument("--alpha", type=float, default=0.05, help="1 - interval coverage and test level")
+    parser.add_argument("--axis", help="a swept knob column of the collected grid (e.g. policy.tau): delta against "
+                                       "the baseline as a function of it, table + figure")
     group = parser.add_argument_group("marginals", "hb report marginals --n N --a A --b B")
-    group.add_argument("--n", type=int, help="number of tasks both systems were evaluated on")
-    group.add_argument("--a", type=int, help="tasks solved by system A")
-    group.add_argument("--b", type=int, help="tasks solved by system B")
+    group.add_argument("--n", type=_count("--n"), help="number of tasks both systems were evaluated on (<= 1e9)")
+    group.add_argument("--a", type=_count("--a"), help="tasks solved by system A")
+    group.add_argument("--b", type=_count("--b"), help="tasks solved by system B")
+
+
+def _count(flag: str):
+    """argparse type: a non-negative integer, also written as 1e8 (an integral float)."""
+    def parse(text: str) -> int:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not (value >= 0 and value == int(value)):  # also rejects nan and inf
+            raise argparse.ArgumentTypeError(f"got {text!r}, allowed: a non-negative integer (e.g. 161 or 1e8)")
+        return int(value)
+    parse.__name__ = "count"
+    return parse
 
 
 def _parse_ks(text: str) -> tuple[int, ...]:
@@ -60,12 +77,19 @@ def _marginals(args) -> int:
 
 
 class _Progress:
+    """Bootstrap progress on stderr: a self-overwriting line on a terminal, otherwise one
+    plain line per finished stage (no carriage returns in logs)."""
+
     def __init__(self):
         self.tty, self.last = sys.stderr.isatty(), 0.0
 
     def __call__(self, done: int, total: int, label: str) -> None:
         now = time.monotonic()
-        if done == total or (self.tty and now - self.last > 0.2):
+        if not self.tty:
+            if done == total:
+                print(f"bootstrap {label}: {done}/{total}", file=sys.stderr, flush=True)
+            return
+        if done == total or now - self.last > 0.2:
             end = "\n" if done == total else ""
             print(f"\rbootstrap {label}: {done}/{total}", end=end, file=sys.stderr, flush=True)
             self.last = now
@@ -80,14 +104,18 @@ def main(args: argparse.Namespace) -> int:
     if args.baseline is None:
         raise ValueError("--baseline: missing; allowed: one of the policy labels of DIR (hb report DIR --baseline LABEL)")
     from reports import build_report, headline_table
+    from reports.text import LEGEND, conclusion
 
     out = Path(args.out) if args.out else Path(args.dir) / "report"
     with warnings.catch_warnings():  # exclusions are printed below as one line each
         warnings.simplefilter("ignore")
         result = build_report(args.dir, args.baseline, out, suite=args.suite, ks=_parse_ks(args.k),
-                              resamples=args.resamples, seed=args.seed, alpha=args.alpha, progress=_Progress())
+                              resamples=args.resamples, seed=args.seed, alpha=args.alpha, progress=_Progress(),
+                              axis=args.axis)
     for line in result.notes:
         print(f"warning: {line}", file=sys.stderr)
-    print(headline_table(result), end="")
+    print(textwrap.fill(conclusion(result), width=110) + "\n")
+    print(headline_table(result))
+    print(textwrap.fill(LEGEND, width=110) + "\n")
     print(f"report: {result.files['index']}")
     return 0

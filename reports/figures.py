@@ -24,6 +24,12 @@ def _label_margin(labels, fontsize: float = 8.0, width_in: float = 7.0) -> float
     return min(0.6, (0.3 + longest * fontsize * 0.55 / 72) / width_in)
 
 
+def _top(fig, inches: float = 0.6) -> float:
+    """Top of the axes area (figure fraction) leaving ``inches`` for a suptitle above the
+    panel titles, whatever the figure's height (a fixed fraction overlaps on short figures)."""
+    return 1.0 - inches / fig.get_figheight()
+
+
 def _metric_panels(rows: pd.DataFrame, key: str, panel_width: float, extra_width: float, row_height: float):
     """One panel per metric sharing the y axis, rows in first-seen order of `key`.
     Returns fig, axes (1, M), y positions, labels, and [(ax, metric, rows reindexed by label)]."""
@@ -39,12 +45,12 @@ def _metric_panels(rows: pd.DataFrame, key: str, panel_width: float, extra_width
 
 def interval_plot(summary: pd.DataFrame, title: str = ""):
     """Value and interval per policy, one panel per metric.
-    summary rows: metric, policy, value, ci_low, ci_high, is_baseline."""
+    summary rows: metric, policy, value, boot_low, boot_high, is_baseline."""
     fig, axes, y, pols, panels = _metric_panels(summary, "policy", 2.6, 2, 0.32)
     width = fig.get_figwidth()
     for ax, metric, rows in panels:
         colors = ["tab:red" if b else "tab:blue" for b in rows["is_baseline"]]
-        ax.hlines(y, rows["ci_low"], rows["ci_high"], colors=colors, lw=2)
+        ax.hlines(y, rows["boot_low"], rows["boot_high"], colors=colors, lw=2)
         ax.scatter(rows["value"], y, color=colors, zorder=3, s=14)
         base = rows[rows["is_baseline"].astype(bool)]
         if len(base):
@@ -53,28 +59,59 @@ def interval_plot(summary: pd.DataFrame, title: str = ""):
         ax.tick_params(labelsize=7)
     axes[0, 0].set_yticks(y, pols, fontsize=8)
     fig.suptitle(f"{title} (percentile bootstrap intervals; red = baseline)", fontsize=9)
-    fig.subplots_adjust(left=_label_margin(pols, 8, width), right=0.98, top=0.82, bottom=0.12, wspace=0.08)
+    fig.subplots_adjust(left=_label_margin(pols, 8, width), right=0.98, top=_top(fig), bottom=0.5 / fig.get_figheight(),
+                        wspace=0.08)
     return fig, axes
 
 
 def forest_plot(rows: pd.DataFrame, title: str = "", p_column: str = "p"):
     """Deltas with intervals, one panel per metric, rows in the same order in each panel.
-    rows: metric, label, delta, ci_low, ci_high, <p_column>; filled marker: p < 0.05."""
+    rows: metric, label, delta, boot_low, boot_high, <p_column>; filled marker: p < 0.05."""
     fig, axes, y, labels, panels = _metric_panels(rows, "label", 2.8, 3, 0.22)
     width = fig.get_figwidth()
     for ax, metric, r in panels:
         sig = r[p_column].to_numpy(dtype=float) < 0.05
         color = np.where(r["delta"].to_numpy(dtype=float) >= 0, "tab:green", "tab:red")
-        ax.hlines(y, r["ci_low"], r["ci_high"], colors=color, lw=1.5)
+        ax.hlines(y, r["boot_low"], r["boot_high"], colors=color, lw=1.5)
         ax.scatter(r["delta"][sig], y[sig], c=color[sig], zorder=3, s=14)
         ax.scatter(r["delta"][~sig], y[~sig], facecolors="white", edgecolors=color[~sig], zorder=3, s=14)
         ax.axvline(0, color="black", lw=0.8)
         ax.set_title(metric, fontsize=9)
         ax.tick_params(labelsize=7)
+        ax.xaxis.set_major_locator(plt.MaxNLocator(5))
     axes[0, 0].set_yticks(y, labels, fontsize=7)
     fig.suptitle(f"{title} (filled: {p_column} < 0.05)", fontsize=9)
-    fig.subplots_adjust(left=_label_margin(labels, 7, width), right=0.98, top=1 - 0.5 / (0.22 * len(labels) + 1.4),
+    fig.subplots_adjust(left=_label_margin(labels, 7, width), right=0.98, top=_top(fig),
                         bottom=0.3 / (0.22 * len(labels) + 1.4), wspace=0.08)
+    return fig, axes
+
+
+def sensitivity_plot(rows: pd.DataFrame, axis: str, title: str = ""):
+    """Delta against the baseline (with its interval) as a function of a swept knob, one
+    panel per metric. rows: metric, axis_value, delta, boot_low, boot_high, p_holm
+    (in the order to draw); numeric knob values on a numeric axis, others as categories."""
+    metrics = list(rows["metric"].drop_duplicates())
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics) + 0.8, 3.4), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        r = rows[rows["metric"] == metric]
+        x = pd.to_numeric(r["axis_value"], errors="coerce")
+        numeric = bool(x.notna().all())
+        xs = x.to_numpy(dtype=float) if numeric else np.arange(len(r), dtype=float)
+        d = r["delta"].to_numpy(dtype=float)
+        err = np.vstack([d - r["boot_low"].to_numpy(dtype=float), r["boot_high"].to_numpy(dtype=float) - d])
+        sig = r["p_holm"].to_numpy(dtype=float) < 0.05
+        ax.errorbar(xs, d, yerr=err, fmt="-", color="tab:blue", lw=1, capsize=3, zorder=2)
+        ax.scatter(xs[sig], d[sig], color="tab:blue", zorder=3, s=20)
+        ax.scatter(xs[~sig], d[~sig], facecolors="white", edgecolors="tab:blue", zorder=3, s=20)
+        ax.axhline(0, color="black", lw=0.8)
+        if not numeric:
+            ax.set_xticks(xs, r["axis_value"].astype(str), rotation=30, ha="right", fontsize=7)
+        ax.set_xlabel(axis, fontsize=8)
+        ax.set_title(metric, fontsize=9)
+        ax.tick_params(labelsize=7)
+    axes[0, 0].set_ylabel("delta vs baseline", fontsize=8)
+    fig.suptitle(f"{title} (bootstrap intervals; filled: p_holm < 0.05)", fontsize=9)
+    fig.subplots_adjust(left=0.12, right=0.98, top=_top(fig), bottom=0.25, wspace=0.3)
     return fig, axes
 
 
@@ -111,8 +148,8 @@ def paired_scatter(pairs: dict, baseline: str, metric: str, title: str = ""):
         ax.set_xlabel(f"{baseline} {metric}", fontsize=7)
     for ax in axes.ravel()[len(pairs):]:
         ax.axis("off")
-    fig.suptitle(title)
-    fig.subplots_adjust(bottom=0.22, top=0.9)
+    fig.suptitle(title, fontsize=10)
+    fig.subplots_adjust(bottom=0.22 / rws, top=_top(fig), hspace=0.5)
     return fig, axes
 
 
@@ -136,8 +173,8 @@ def band_plot(df: pd.DataFrame, group: str, title: str = "", ylabel: str = "", f
         ax.axis("off")
     axes.ravel()[0].legend(fontsize=6)
     if facet:
-        fig.suptitle(title)
-    fig.subplots_adjust(bottom=0.22, top=0.9)
+        fig.suptitle(title, fontsize=10)
+    fig.subplots_adjust(bottom=0.5 / fig.get_figheight(), top=_top(fig) if facet else 0.9, wspace=0.3, hspace=0.5)
     return fig, axes
 
 
@@ -179,7 +216,7 @@ def facet_bars(df: pd.DataFrame, facet: str, x: str, value: str, err: str | None
     for ax in axes.ravel()[len(facets):]:
         ax.axis("off")
     fig.suptitle(title, fontsize=9)
-    fig.subplots_adjust(hspace=0.9, wspace=0.35, bottom=0.2)
+    fig.subplots_adjust(hspace=0.9, wspace=0.35, bottom=0.2, top=_top(fig, 0.7))
     return fig, axes
 
 

@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+#: the eval columns the loader needs (SPEC §7); `step` is optional (absent: one final evaluation, step 0)
 EVAL_REQUIRED = ("run_id", "policy", "seed", "step", "suite", "task", "category", "harness",
                  "attempt", "reward", "success")
+EVAL_OPTIONAL = ("step",)
 TRAIN_REQUIRED = ("run_id", "policy", "seed", "step")
 
 
@@ -61,8 +63,9 @@ def _read_run_json(d: Path) -> dict | None:
         raise ValueError(f"run.json: {path} is not valid JSON ({exc.msg}); expected the run record of SPEC §7") from None
 
 
-def read_dir(path: str | Path) -> Frames:
-    """Read a grid / run directory into validated Frames."""
+def read_dir(path: str | Path, extra: tuple[str, ...] = ()) -> Frames:
+    """Read a grid / run directory into validated Frames (``extra``: eval columns to keep
+    beyond the required ones, e.g. a swept knob)."""
     root = Path(path)
     if not root.is_dir():
         raise FileNotFoundError(f"DIR: {str(root)!r} is not a directory; expected a grid or run directory")
@@ -92,13 +95,13 @@ def read_dir(path: str | Path) -> Frames:
                 runs[str(meta.get("run_id"))] = meta
         ev = pd.concat(evs, ignore_index=True)
         tr = pd.concat(trs, ignore_index=True) if trs else None
-    return make_frames(ev, tr, runs=runs, source=str(root))
+    return make_frames(ev, tr, runs=runs, source=str(root), extra=extra)
 
 
 def make_frames(eval_df: pd.DataFrame, train_df: pd.DataFrame | None = None, *, runs: dict | None = None,
-                source: str = "frames") -> Frames:
+                source: str = "frames", extra: tuple[str, ...] = ()) -> Frames:
     """Validate raw tables and select the final evaluation (largest step per run_id)."""
-    ev = validate_eval(eval_df)
+    ev = validate_eval(eval_df, extra)
     tr = validate_train(train_df) if train_df is not None and len(train_df) else None
     last = ev.groupby("run_id")["step"].transform("max")
     final = ev[ev["step"] == last].reset_index(drop=True)
@@ -107,13 +110,24 @@ def make_frames(eval_df: pd.DataFrame, train_df: pd.DataFrame | None = None, *, 
     return Frames(eval_all=ev, eval=final, train=tr, runs=dict(runs or {}), source=source)
 
 
-def validate_eval(df: pd.DataFrame) -> pd.DataFrame:
-    missing = [c for c in EVAL_REQUIRED if c not in df.columns]
+def validate_eval(df: pd.DataFrame, extra: tuple[str, ...] = ()) -> pd.DataFrame:
+    """The required columns (plus ``extra``), typed and checked; other columns are dropped.
+    Without a `step` column every run has one evaluation, given step 0."""
+    need = [c for c in EVAL_REQUIRED if c not in EVAL_OPTIONAL]
+    missing = [c for c in need if c not in df.columns]
     if missing:
-        raise ValueError(f"eval table: missing column(s) {missing}; required: {list(EVAL_REQUIRED)}")
+        raise ValueError(f"eval table: missing column(s) {missing}; required: {need} (optional: "
+                         f"{list(EVAL_OPTIONAL)})")
+    absent = [c for c in extra if c not in df.columns]
+    if absent:
+        knobs = sorted(c for c in df.columns if "." in str(c))
+        raise ValueError(f"--axis: got {absent[0]!r}, allowed: a swept knob column of the collected eval table "
+                         f"({knobs if knobs else 'none: collect a grid with a sweep (hb grid collect)'})")
     if len(df) == 0:
         raise ValueError("eval table: has no rows; expected one row per attempt")
-    ev = df.loc[:, list(EVAL_REQUIRED)].copy()
+    ev = df.loc[:, [c for c in EVAL_REQUIRED if c in df.columns] + list(extra)].copy()
+    if "step" not in ev.columns:
+        ev["step"] = 0
     for col in ("run_id", "policy", "suite", "task", "category", "harness"):
         ev[col] = ev[col].astype(str)
     for col in ("seed", "step", "attempt"):
@@ -182,6 +196,20 @@ def attempts_per_suite(final: pd.DataFrame) -> dict[str, int]:
     """suite -> number of attempts per (run, task) (validated to be constant)."""
     counts = final.groupby(["suite", "run_id", "task"]).size()
     return {str(s): int(c.iloc[0]) for s, c in counts.groupby(level="suite")}
+
+
+def axis_values(final: pd.DataFrame, axis: str) -> dict:
+    """policy label -> its value of the swept knob ``axis`` (policies without one are left
+    out); a label with two values raises (the knob must be constant per label)."""
+    out = {}
+    for pol, vals in final.groupby("policy", sort=True)[axis]:
+        vals = vals.dropna().unique()
+        if len(vals) > 1:
+            raise ValueError(f"--axis: {axis!r} takes {len(vals)} values under policy label {pol!r} "
+                             f"({sorted(map(str, vals))[:4]}); allowed: a knob that is constant per label")
+        if len(vals) == 1:
+            out[str(pol)] = vals[0]
+    return out
 
 
 def harnesses(train: pd.DataFrame) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from reports import figures
+from reports import figures, text
 
 CSS = ("body{font-family:sans-serif;max-width:1100px;margin:auto;padding:1em;color:#222}"
        "table{border-collapse:collapse;font-size:12px;margin:.5em 0}td,th{border:1px solid #ccc;"
@@ -26,16 +26,28 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text.replace("@", "_at").replace("^", "_hat")).strip("_")
 
 
-def _fmt(v) -> str:
+def _is_p(column) -> bool:
+    c = str(column)
+    return c == "p" or c.startswith("p_") or c.endswith("_p") or c == "mcnemar_mid_p"
+
+
+def _fmt(v, p_value: bool = False) -> str:
+    """One format for every table: p-values as `text.fmt_p`, other floats with 3 decimals."""
     if v is pd.NA or v is None:
         return ""
     if isinstance(v, (bool, np.bool_)):
         return "yes" if v else ""
     if isinstance(v, (float, np.floating)):
         if not np.isfinite(v):
-            return ""
-        return f"{v:.4g}" if abs(v) < 1e-3 and v != 0 else f"{v:.3f}"
+            return "" if np.isnan(v) else str(v)
+        return text.fmt_p(v) if p_value else f"{v:.3f}"
     return str(v)
+
+
+def _rows(df: pd.DataFrame):
+    flags = [_is_p(c) for c in df.columns]
+    for row in df.itertuples(index=False):
+        yield [_fmt(v, f) for v, f in zip(row, flags)]
 
 
 def md_table(df: pd.DataFrame, max_rows: int = 60) -> str:
@@ -43,7 +55,7 @@ def md_table(df: pd.DataFrame, max_rows: int = 60) -> str:
         return "_(none)_\n"
     df = df.head(max_rows)
     lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    lines += ["| " + " | ".join(row) + " |" for row in _rows(df)]
     return "\n".join(lines) + "\n"
 
 
@@ -52,8 +64,7 @@ def html_table(df: pd.DataFrame, max_rows: int = 60) -> str:
         return "<p><i>(none)</i></p>"
     df = df.head(max_rows)
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
-                   for row in df.itertuples(index=False))
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in _rows(df))
     return f"<div style='overflow-x:auto'><table><tr>{head}</tr>{body}</table></div>"
 
 
@@ -92,9 +103,8 @@ class Doc:
 
 
 def write(result, out: Path) -> None:
-    """Write CSVs, figures, report.md and index.html into ``out`` (files replaced atomically)."""
-    from reports.build import headline_table
-
+    """Write CSVs, figures, report.md and index.html into ``out`` (files replaced atomically,
+    created with the user's umask)."""
     out.mkdir(parents=True, exist_ok=True)
     fig_dir = out / "figures"
     fig_dir.mkdir(exist_ok=True)
@@ -102,9 +112,10 @@ def write(result, out: Path) -> None:
         _atomic(out / f"{name}.csv", df.to_csv(index=False))
         result.files[name] = out / f"{name}.csv"
     doc = Doc(fig_dir)
-    _header(doc, result, headline_table(result))
+    _header(doc, result, text.headline_table(result))
     for suite in sorted(result.suites):
         _suite_section(doc, result, suite)
+    _sensitivity(doc, result)
     _diagnostics_section(doc, result)
     doc.h(2, "Provenance")
     cfg = {k: v for k, v in result.config.items() if k != "runs"}
@@ -124,10 +135,19 @@ def write(result, out: Path) -> None:
     result.out = out
 
 
-def _atomic(path: Path, text: str) -> None:
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _atomic(path: Path, content: str) -> None:
+    """Write via a temporary file + rename; the file gets the permissions a plain open()
+    would give (0666 minus the umask), not mkstemp's 0600."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w") as fh:
-        fh.write(text)
+        fh.write(content)
+    os.chmod(tmp, 0o666 & ~_umask())
     os.replace(tmp, path)
 
 
@@ -137,10 +157,14 @@ def _header(doc: Doc, result, headline: str) -> None:
     doc.p(f"Source: {cfg['source']}. Policies: {', '.join(result.policies)}. Bootstrap: {cfg['resamples']} "
           f"crossed task x seed resamples (generator seed {cfg['seed']}), alpha = {cfg['alpha']}. "
           f"Runs hash {cfg['runs']['hash']}.")
+    doc.p(text.conclusion(result))
     doc.pre(headline)
-    doc.p("delta = candidate - baseline on the per-task, seed-averaged metric; CI = percentile interval "
-          "of the crossed bootstrap; p_holm = sign-flip permutation p, Holm-adjusted over all candidates x "
-          "metrics of the suite; W/T/L = tasks won / tied / lost.")
+    doc.p(text.LEGEND)
+    doc.p("Why the seed is the unit: every task of one training run shares that run's luck (the model it "
+          "trained), so tasks are not independent replications of a training method. p_seed and p_holm "
+          "test the per-seed paired difference over seeds; the task-level tests (p_task_*) answer 'on these "
+          "tasks, for these trained models' and are shown for that question only. `hb calibrate` measures "
+          "each test's false-positive rate on A/A comparisons.")
     if result.notes:
         doc.h(2, "Warnings and exclusions")
         for line in result.notes:
@@ -149,13 +173,20 @@ def _header(doc: Doc, result, headline: str) -> None:
 
 def _verdict(r, alpha: float) -> str:
     if r["p_holm"] < alpha:
-        word = "distinguishable from task and seed noise"
-    elif abs(r["delta"]) < r["mde"]:
-        word = f"not distinguishable (|delta| below the minimum detectable effect {r['mde']:.3f})"
+        word = "distinguishable from seed noise"
+    elif np.isfinite(r["mde"]) and abs(r["delta"]) < r["mde"]:
+        word = (f"not distinguishable: |delta| is below the minimum detectable effect {r['mde']:.3f} at "
+                f"{int(r['n_seeds'])} seeds (about {text.fmt_seeds(r['seeds_needed'])} seeds would detect it)")
     else:
         word = "not significant after Holm adjustment"
-    return (f"{r['candidate']} on {r['metric']}: delta {r['delta']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}], "
-            f"p_holm {r['p_holm']:.3g}, {int(r['wins'])}/{int(r['ties'])}/{int(r['losses'])} W/T/L: {word}.")
+    return (f"{r['candidate']} on {r['metric']}: delta {r['delta']:+.3f} [{r['boot_low']:+.3f}, {r['boot_high']:+.3f}], "
+            f"p_seed {text.fmt_p(r['p_seed'])}, p_holm {text.fmt_p(r['p_holm'])}, ahead on "
+            f"{int(r['seeds_up'])} of {int(r['n_seeds'])} seeds: {word}.")
+
+
+#: the paired columns shown in the page (paired.csv has them all)
+SHOWN = ["metric", "candidate", "delta", "boot_low", "boot_high", "p_seed", "p_holm", "p_seed_t", "p_seed_wilcoxon",
+         "seeds_up", "seeds_down", "mde", "seeds_needed", "p_task_permutation", "wins", "ties", "losses"]
 
 
 def _suite_section(doc: Doc, result, suite: str) -> None:
@@ -168,8 +199,10 @@ def _suite_section(doc: Doc, result, suite: str) -> None:
     doc.h(3, "Is the delta distinguishable from seed noise?")
     for _, r in paired.iterrows():
         doc.p(_verdict(r, result.config["alpha"]))
-    doc.table(paired.drop(columns=["suite", "baseline"]))
-    doc.h(3, "Values with intervals")
+    doc.table(paired[SHOWN].assign(seeds_needed=paired["seeds_needed"].map(text.fmt_seeds)))
+    doc.p("p_seed / p_seed_t / p_seed_wilcoxon: sign-flip, paired t and Wilcoxon tests over seeds; "
+          "p_task_permutation: over tasks, conditional on these trained models (all columns in paired.csv).")
+    doc.h(3, "Values with crossed-bootstrap intervals")
     doc.table(summ.drop(columns=["suite", "is_baseline"]))
     doc.figure(f"intervals_{suite}", figures.interval_plot(summ, suite))
     cv = result.tables.get("category_values", pd.DataFrame())
@@ -186,7 +219,7 @@ def _suite_section(doc: Doc, result, suite: str) -> None:
     _categories(doc, result, suite)
     gee = t["gee"]
     if not gee.empty and (gee["suite"] == suite).any():
-        doc.h(3, "Model-based check: GEE logistic, success ~ policy, clustered by task")
+        doc.h(3, "Model-based check: GEE logistic, success ~ policy, clustered by seed")
         doc.table(gee[gee["suite"] == suite].drop(columns=["suite"]))
 
 
@@ -195,15 +228,15 @@ def _forests(doc: Doc, result, suite: str) -> None:
     rows = []
     for metric in paired.loc[paired["suite"] == suite, "metric"].drop_duplicates():
         for _, r in paired[(paired["suite"] == suite) & (paired["metric"] == metric)].iterrows():
-            rows.append({"metric": metric, "label": f"{r['candidate']}: all", "delta": r["delta"], "ci_low": r["ci_low"],
-                         "ci_high": r["ci_high"], "p": r["p_holm"]})
+            rows.append({"metric": metric, "label": f"{r['candidate']}: all", "delta": r["delta"], "boot_low": r["boot_low"],
+                         "boot_high": r["boot_high"], "p": r["p_holm"]})
             if not cats.empty:
                 sel = cats[(cats["suite"] == suite) & (cats["metric"] == metric) & (cats["candidate"] == r["candidate"])]
                 rows += [{"metric": metric, "label": f"{r['candidate']}: {c['category']} ({c['n_tasks']})", "delta": c["delta"],
-                          "ci_low": c["ci_low"], "ci_high": c["ci_high"], "p": c["p_bh"]} for _, c in sel.iterrows()]
+                          "boot_low": c["boot_low"], "boot_high": c["boot_high"], "p": c["p_bh"]} for _, c in sel.iterrows()]
     if rows:
         doc.figure(f"forest_{suite}", figures.forest_plot(
-            pd.DataFrame(rows), f"{suite}: delta vs baseline (p: Holm overall, BH per category)"))
+            pd.DataFrame(rows), f"{suite}: delta vs baseline (all: seed-level p_holm; categories: task-level BH)"))
 
 
 def _passk(doc: Doc, summ: pd.DataFrame, suite: str) -> None:
@@ -276,8 +309,22 @@ def _categories(doc: Doc, result, suite: str) -> None:
               "the worst category of each candidate and metric is marked in the table.")
     for _, r in sub[sub["regresses"]].iterrows():
         doc.p(f"{r['candidate']} regresses on {r['category']} ({r['metric']}): delta {r['delta']:+.3f} "
-              f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}], BH p {r['p_bh']:.3g}", "note")
+              f"[{r['boot_low']:+.3f}, {r['boot_high']:+.3f}], BH p {r['p_bh']:.3g}", "note")
     doc.table(sub.drop(columns=["suite", "baseline"]), max_rows=80)
+
+
+def _sensitivity(doc: Doc, result) -> None:
+    sens = result.tables.get("sensitivity", pd.DataFrame())
+    axis = result.config.get("axis")
+    if not axis:
+        return
+    doc.h(2, f"Sensitivity: delta against {result.config['baseline']} as a function of {axis}")
+    if sens.empty:
+        doc.p(f"No candidate carries a value of {axis}.", "note")
+        return
+    doc.table(sens.drop(columns=["axis", "baseline"]), max_rows=120)
+    for suite, g in sens.groupby("suite", sort=True):
+        doc.figure(f"sensitivity_{suite}", figures.sensitivity_plot(g, axis, f"{suite}: delta vs {axis}"))
 
 
 def _diagnostics_section(doc: Doc, result) -> None:
@@ -286,7 +333,8 @@ def _diagnostics_section(doc: Doc, result) -> None:
     if not d.cost.empty:
         doc.h(3, "What it cost (sum over each run; mean and sd over seeds)")
         doc.table(d.cost.pivot(index="policy", columns="quantity", values="mean").reset_index())
-        doc.figure("cost", figures.facet_bars(d.cost, "quantity", "policy", "mean", "sd",
+        shown = d.cost.groupby("quantity")["mean"].transform(lambda v: bool((v != 0).any()))
+        doc.figure("cost", figures.facet_bars(d.cost[shown.astype(bool)], "quantity", "policy", "mean", "sd",
                                               "cost per run (mean ± sd over seeds)"))
     if not d.spearman.empty and d.spearman["rho"].notna().any():
         doc.h(3, "Are learnability and transfer distinct signals? (Spearman per run)")
@@ -304,7 +352,8 @@ def _diagnostics_section(doc: Doc, result) -> None:
     for name, sigs in (("signals_raw", ("learnability", "transfer")), ("signals_norm", ("l_norm", "t_norm"))):
         sub = d.signals[d.signals["signal"].isin(sigs)] if not d.signals.empty else d.signals
         if not sub.empty:
-            doc.figure(name, figures.band_plot(sub, "policy", name, "value", "signal"))
+            title = "raw signals" if name == "signals_raw" else "normalised signals"
+            doc.figure(name, figures.band_plot(sub, "policy", f"{title} (mean ± sd over seeds)", "value", "signal"))
     if not d.memory.empty:
         doc.figure("memory", figures.band_plot(d.memory, "policy", "memory (mean over harnesses)", "", "quantity"))
     if not d.regret.empty:

@@ -182,54 +182,101 @@ def percentile_interval(reps: np.ndarray, alpha: float) -> tuple[np.ndarray, np.
 
 # ----------------------------------------------------------------- paired tests
 
-def _is_all_zero(d: np.ndarray) -> bool:
-    return bool(np.all(np.abs(d) < 1e-12))
-
-
-def sign_flip_test(d: np.ndarray, *, resamples: int, rng: np.random.Generator):
-    """Two-sided sign-flip permutation test of mean(d) = 0 (scipy permutation_test,
-    permutation_type="samples"); exact when 2**tasks <= resamples.
-
-    d: (tasks,) -> float, or (rows, tasks) -> (rows,) p-values (one test per row, the
-    sign patterns shared by the rows). A row of zeros gets p = 1; no task -> nan.
-    """
+def exact_ties(d, digits: int = 12) -> np.ndarray:
+    """``d`` rounded to ``digits`` significant digits of its largest magnitude, so that
+    differences that are equal as rationals (k/3 - j/3 computed in different orders) are
+    equal floats and float noise around zero is an exact zero. Applied before every
+    rank-, sign- and tie-based test. d: any shape (rounded as one set of values)."""
     d = np.asarray(d, dtype=np.float64)
+    finite = np.abs(d[np.isfinite(d)])
+    top = float(finite.max()) if finite.size else 0.0
+    if top == 0.0:
+        return d.copy()
+    decimals = digits - 1 - int(np.floor(np.log10(top)))
+    return np.round(d, decimals) + 0.0  # + 0.0 turns -0.0 into 0.0
+
+
+def _sign_patterns(n: int, resamples: int, rng: np.random.Generator, exact_max: int):
+    """(patterns, n) of +-1 and whether they are all 2**n patterns (then the identity is one of them)."""
+    if n <= exact_max or 2 ** n <= resamples:
+        bits = (np.arange(2 ** n)[:, None] >> np.arange(n)[None, :]) & 1
+        return 1.0 - 2.0 * bits, True
+    return 1.0 - 2.0 * rng.integers(0, 2, size=(resamples, n)), False
+
+
+def sign_flip_test(d: np.ndarray, *, resamples: int, rng: np.random.Generator, exact_max: int = 16,
+                   chunk: int = 2000):
+    """Two-sided sign-flip permutation test of mean(d) = 0 over the last axis.
+
+    d: (n,) -> float, or (rows, n) -> (rows,) p-values (the sign patterns shared by the
+    rows). Exact (all 2**n patterns enumerated, p = share of patterns with |mean| >= the
+    observed one) when n <= exact_max or 2**n <= resamples; otherwise Monte Carlo with
+    ``resamples`` random patterns from ``rng`` and p = (1 + hits) / (resamples + 1), so
+    the smallest attainable p is 2 / 2**n (exact) or 1 / (resamples + 1). Differences are
+    passed through `exact_ties`; a row of zeros gets p = 1; n = 0 -> nan.
+    """
+    d = exact_ties(d)
     rows = np.atleast_2d(d)
-    p = np.ones(rows.shape[0])
-    if rows.shape[1] == 0:
-        p[:] = np.nan
-    elif rows.shape[1] > 1:  # one task: both sign patterns are as extreme, p = 1
-        live = ~np.all(np.abs(rows) < 1e-12, axis=1)
-        if live.any():
-            res = sps.permutation_test((rows[live],), lambda a, axis: np.mean(a, axis=axis), vectorized=True,
-                                       permutation_type="samples", n_resamples=resamples,
-                                       alternative="two-sided", random_state=rng, axis=-1)
-            p[live] = np.minimum(1.0, res.pvalue)
+    n = rows.shape[1]
+    if n == 0:
+        p = np.full(rows.shape[0], np.nan)
+        return float(p[0]) if d.ndim == 1 else p
+    observed = np.abs(rows.sum(axis=1))  # (rows,)
+    tol = 1e-9 * np.maximum(1.0, np.abs(rows).sum(axis=1))
+    signs, exact = _sign_patterns(n, resamples, rng, exact_max)
+    hits = np.zeros(rows.shape[0])
+    for start in range(0, signs.shape[0], chunk):
+        flipped = np.abs(signs[start:start + chunk] @ rows.T)  # (patterns, rows)
+        hits += (flipped >= observed - tol).sum(axis=0)
+    p = hits / signs.shape[0] if exact else (1.0 + hits) / (signs.shape[0] + 1.0)
+    p = np.minimum(1.0, p)
+    p[np.all(rows == 0, axis=1)] = 1.0
     return float(p[0]) if d.ndim == 1 else p
 
 
-def wilcoxon_p(d: np.ndarray) -> float:
-    """Wilcoxon signed-rank p (zero_method="zsplit"). All differences zero -> 1.0 (no
-    evidence of any difference; scipy would return nan); empty -> nan.
+def p_floor(n: int, resamples: int, exact_max: int = 16) -> float:
+    """Smallest p `sign_flip_test` can return for n units: 2 / 2**n when exact, else
+    1 / (resamples + 1)."""
+    if n < 1:
+        return float("nan")
+    if n <= exact_max or 2 ** n <= resamples:
+        return 2.0 / 2 ** n
+    return 1.0 / (resamples + 1)
 
-    The exact null distribution is used for <= 50 tasks without zeros or ties, the
+
+def t_test_p(d: np.ndarray) -> float:
+    """Two-sided one-sample t-test of mean(d) = 0 (= the paired t-test of the two arms,
+    scipy ttest_1samp). Fewer than 2 values -> nan; all zero -> 1; constant non-zero -> 0."""
+    d = exact_ties(d)
+    if d.size < 2:
+        return float("nan")
+    if np.all(d == d[0]):
+        return 1.0 if d[0] == 0 else 0.0
+    return float(sps.ttest_1samp(d, 0.0).pvalue)
+
+
+def wilcoxon_p(d: np.ndarray) -> float:
+    """Wilcoxon signed-rank p (zero_method="zsplit") on `exact_ties` differences. All
+    differences zero -> 1.0 (no evidence of any difference; scipy would return nan);
+    empty -> nan.
+
+    The exact null distribution is used for <= 50 values without zeros or ties, the
     tie-corrected normal approximation otherwise (scipy's "auto" would fall back to a
     slow Monte-Carlo permutation there; the sign-flip test is our permutation test).
     """
-    d = np.asarray(d, dtype=np.float64)
+    d = exact_ties(d)
     if d.size == 0:
         return float("nan")
-    if _is_all_zero(d):
+    if np.all(d == 0):
         return 1.0
     a = np.abs(d)
-    clean = d.size <= 50 and not (a < 1e-12).any() and np.unique(a).size == a.size
+    clean = d.size <= 50 and not (a == 0).any() and np.unique(a).size == a.size
     return float(sps.wilcoxon(d, zero_method="zsplit", method="exact" if clean else "approx").pvalue)
 
 
 def wins_ties_losses(d: np.ndarray) -> tuple[int, int, int]:
-    d = np.asarray(d, dtype=np.float64)
-    ties = np.abs(d) < 1e-12
-    return int(((d > 0) & ~ties).sum()), int(ties.sum()), int(((d < 0) & ~ties).sum())
+    d = exact_ties(d)
+    return int((d > 0).sum()), int((d == 0).sum()), int((d < 0).sum())
 
 
 def sign_test(wins: int, losses: int) -> float:
@@ -249,13 +296,48 @@ def adjust(p: np.ndarray, method: str) -> np.ndarray:
     return out
 
 
+def _t_power(effect: float, n: int, alpha: float) -> float:
+    """Power of the two-sided one-sample t-test at standardised effect ``effect`` and n values."""
+    df = n - 1
+    crit = sps.t.ppf(1 - alpha / 2, df)
+    nc = effect * np.sqrt(n)
+    return float(sps.nct.sf(crit, df, nc) + sps.nct.cdf(-crit, df, nc))
+
+
 def mde(d: np.ndarray, alpha: float, power: float = 0.8) -> float:
-    """Minimum detectable mean difference (z_{1-alpha/2} + z_power) * sd(d) / sqrt(T)."""
+    """Minimum detectable mean difference of the paired t-test over the n values of d
+    (one per seed) at level alpha and the given power: the standardised effect e with
+    power(e, n) = power (noncentral t), times sd(d, ddof=1). n < 2 -> nan."""
     d = np.asarray(d, dtype=np.float64)
     if d.size < 2:
         return float("nan")
-    z = sps.norm.ppf(1 - alpha / 2) + sps.norm.ppf(power)
-    return float(z * d.std(ddof=1) / np.sqrt(d.size))
+    lo, hi = 0.0, 1.0
+    while _t_power(hi, d.size, alpha) < power:
+        hi *= 2.0
+    for _ in range(60):  # bisection; power is increasing in the effect
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if _t_power(mid, d.size, alpha) < power else (lo, mid)
+    return float(hi * d.std(ddof=1))
+
+
+def seeds_needed(delta: float, sd: float, alpha: float, power: float = 0.8, most: int = 10000) -> float:
+    """Smallest number of seeds n >= 2 at which the paired t-test detects a true mean
+    difference ``delta`` with the given power, when per-seed differences have standard
+    deviation ``sd``; inf if more than ``most`` (or delta = 0), nan if sd is not finite."""
+    if not np.isfinite(sd) or not np.isfinite(delta):
+        return float("nan")
+    if sd == 0:
+        return 2.0 if delta != 0 else float("inf")
+    effect = abs(delta) / sd
+    if effect == 0 or _t_power(effect, most, alpha) < power:
+        return float("inf")
+    lo, hi = 1, 2
+    while _t_power(effect, hi, alpha) < power:
+        lo, hi = hi, min(most, hi * 2)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _t_power(effect, mid, alpha) < power else (lo, mid)
+    return float(hi)
 
 
 def mcnemar_test(cand: np.ndarray, base: np.ndarray) -> dict:
@@ -273,10 +355,14 @@ def mcnemar_test(cand: np.ndarray, base: np.ndarray) -> dict:
 
 
 def mcnemar_exact_p(n10: int, n01: int) -> float:
-    """Two-sided exact McNemar p from the discordant counts (binomial test, p = 1/2)."""
+    """Two-sided exact McNemar p from the discordant counts: the binomial test at p = 1/2,
+    which by symmetry is min(1, 2 P(Bin(n10 + n01, 1/2) <= min(n10, n01))) (O(1))."""
     if n10 + n01 == 0:
         return 1.0
-    return float(sps.binomtest(min(n10, n01), n10 + n01, 0.5).pvalue)
+    return float(min(1.0, 2.0 * sps.binom.cdf(min(n10, n01), n10 + n01, 0.5)))
+
+
+MARGINAL_MAX_N = 10 ** 9
 
 
 def marginal_mcnemar_bounds(n: int, a: int, b: int) -> dict:
@@ -284,17 +370,24 @@ def marginal_mcnemar_bounds(n: int, a: int, b: int) -> dict:
 
     Two systems solve a and b of the same n tasks; unpaired, the 2x2 table is unknown.
     Every feasible table has n11 in [max(0, a+b-n), min(a, b)], n10 = a - n11,
-    n01 = b - n11, n00 = n - a - b + n11 (so n10 - n01 = a - b is fixed).
+    n01 = b - n11, n00 = n - a - b + n11, so n10 - n01 = a - b is fixed and only the
+    number of discordant tasks m = a + b - 2 n11 moves. For a fixed difference the exact
+    p = min(1, 2 P(Bin(m, 1/2) <= (m - |a - b|) / 2)) is non-decreasing in m (adding two
+    discordant tasks changes that probability by (P(X = k + 1) - P(X = k)) / 4 >= 0), so
+    the smallest p is at n11 = min(a, b) and the largest at n11 = max(0, a + b - n):
+    closed form, O(1) for any n <= MARGINAL_MAX_N.
     """
     for name, v in (("n", n), ("a", a), ("b", b)):
-        if v < 0:
-            raise ValueError(f"{name}: got {v}, allowed: a non-negative integer")
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise ValueError(f"{name}: got {v!r}, allowed: a non-negative integer")
+    if n > MARGINAL_MAX_N:
+        raise ValueError(f"n: got {n}, allowed: at most {MARGINAL_MAX_N:,} tasks (10**9)")
     if a > n or b > n:
         raise ValueError(f"a, b: got a={a}, b={b}, allowed: 0 <= a, b <= n = {n}")
-    rows = []
-    for n11 in range(max(0, a + b - n), min(a, b) + 1):
-        n10, n01 = a - n11, b - n11
-        rows.append((mcnemar_exact_p(n10, n01), n11, n10, n01, n - a - b + n11))
-    lo, hi = min(rows), max(rows)
     keys = ("p", "n11", "n10", "n01", "n00")
-    return {"min": dict(zip(keys, lo)), "max": dict(zip(keys, hi)), "tables": len(rows)}
+    out = {}
+    for name, n11 in (("min", min(a, b)), ("max", max(0, a + b - n))):
+        n10, n01 = a - n11, b - n11
+        out[name] = dict(zip(keys, (mcnemar_exact_p(n10, n01), n11, n10, n01, n - a - b + n11)))
+    out["tables"] = min(a, b) - max(0, a + b - n) + 1
+    return out

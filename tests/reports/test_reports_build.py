@@ -27,7 +27,7 @@ def test_paired_table_has_exact_columns_and_consistent_values(result, frames):
         ["pass@1", "pass@3", "pass^3", "score"]
     assert sorted(paired.loc[paired["suite"] == "heldout_tasks", "metric"].unique()) == ["pass@1", "score"]
     np.testing.assert_allclose(paired["delta"], paired["candidate_value"] - paired["baseline_value"], atol=1e-12)
-    assert ((paired["ci_low"] <= paired["delta"] + 1e-12) & (paired["delta"] <= paired["ci_high"] + 1e-12)).all()
+    assert ((paired["boot_low"] <= paired["delta"] + 1e-12) & (paired["delta"] <= paired["boot_high"] + 1e-12)).all()
     assert (paired["wins"] + paired["ties"] + paired["losses"] == paired["n_tasks"]).all()
     # the baseline value recomputed by hand from the raw eval rows (final step, pass@1 on heldout_tasks)
     ev = frames[0]
@@ -37,7 +37,7 @@ def test_paired_table_has_exact_columns_and_consistent_values(result, frames):
     assert row["baseline_value"] == pytest.approx(want)
     # Holm over candidates x metrics of the suite
     sub = paired[paired["suite"] == "heldout_harness"]
-    np.testing.assert_allclose(sub["p_holm"], stats.adjust(sub["p_permutation"].to_numpy(), "holm"))
+    np.testing.assert_allclose(sub["p_holm"], stats.adjust(sub["p_seed"].to_numpy(), "holm"))
 
 
 def test_cell_metrics_hand_case():
@@ -67,7 +67,7 @@ def test_different_seed_changes_intervals_only(frames, result):
     assert len(result.config["config_hash"]) == 16 and other.config["config_hash"] != result.config["config_hash"]
     a, b = result.tables["paired"], other.tables["paired"]
     pd.testing.assert_series_equal(a["delta"], b["delta"])
-    assert not np.allclose(a["ci_low"], b["ci_low"])
+    assert not np.allclose(a["boot_low"], b["boot_low"])
 
 
 def test_missing_seed_and_task_are_reported_and_excluded_in_both_arms(frames):
@@ -125,11 +125,11 @@ def test_categories_gee_and_diagnostics(result):
     assert set(cats["category"]) == {"coding", "memory", "skills"}
     for _, g in cats.groupby(["suite", "metric", "candidate"]):
         assert g["worst"].sum() == 1 and g.loc[g["worst"], "delta"].iloc[0] == g["delta"].min()
-        np.testing.assert_allclose(g["p_bh"], stats.adjust(g["p_permutation"].to_numpy(), "fdr_bh"))
+        np.testing.assert_allclose(g["p_bh"], stats.adjust(g["p_task_permutation"].to_numpy(), "fdr_bh"))
     gee = result.tables["gee"]
     assert set(gee["candidate"]) == {"hb", "mix"}
     hb = gee[(gee["candidate"] == "hb") & (gee["suite"] == "heldout_harness")].iloc[0]
-    assert hb["log_odds"] > 0 and hb["n_clusters"] == 12
+    assert hb["log_odds"] > 0 and hb["n_clusters"] == 3  # clustered by seed
     diag = result.tables["diagnostics"]
     assert len(diag) == 9 and diag["rho"].between(-1, 1).all()
     assert set(result.tables["cost"]["quantity"]) >= {"generated_per_optimized", "seconds_rollout"}
@@ -268,4 +268,74 @@ def test_a_planted_category_regression_is_flagged():
     assert bool(cats_t.loc[("pass@1", "memory"), "regresses"]) and bool(cats_t.loc[("pass@1", "memory"), "worst"])
     assert not bool(cats_t.loc[("pass@1", "coding"), "regresses"])
     assert cats_t.loc[("pass@1", "coding"), "delta"] == 0.0 and cats_t.loc[("pass@1", "coding"), "p_bh"] == 1.0
-    assert cats_t.loc[("pass@1", "memory"), "p_bh"] < 0.05 and cats_t.loc[("pass@1", "memory"), "ci_high"] < 0
+    assert cats_t.loc[("pass@1", "memory"), "p_bh"] < 0.05 and cats_t.loc[("pass@1", "memory"), "boot_high"] < 0
+
+
+def test_a_users_own_eval_parquet_without_step_loads_and_reports(tmp_path):
+    rng = np.random.default_rng(0)
+    rows = []
+    for pol, eff in (("base", 0.0), ("cand", 0.3)):
+        for seed in range(6):
+            run = rng.normal(0, 0.05)
+            for t in range(12):
+                for k in range(3):
+                    ok = rng.random() < 0.4 + eff + run
+                    rows.append((f"{pol}-{seed}", pol, seed, "mine", f"t{t}", "c", "h", k, float(ok), ok))
+    cols = ["run_id", "policy", "seed", "suite", "task", "category", "harness", "attempt", "reward", "success"]
+    pd.DataFrame(rows, columns=cols).to_parquet(tmp_path / "eval.parquet")  # exactly the documented columns
+    res = reports.build_report(tmp_path, "base", tmp_path / "rep", resamples=200)
+    row = res.tables["paired"].iloc[0]
+    assert (row["n_seeds"], row["n_tasks"]) == (6, 12) and row["delta"] > 0.15
+    assert list(res.tables["paired"]["metric"]) == ["pass@1", "pass@3", "pass^3"]  # score == pass@1: once
+    assert any("score equals pass@1" in n for n in res.notes)
+    assert (tmp_path / "rep" / "index.html").exists()
+
+
+def test_umask_conclusion_and_power_warnings(tmp_path, frames):
+    import os
+
+    old = os.umask(0o027)
+    try:
+        res = reports.build_report(frames, "base", tmp_path / "rep", resamples=100)
+    finally:
+        os.umask(old)
+    for name in ("index.html", "report.md", "paired.csv", "config.json"):
+        assert (tmp_path / "rep" / name).stat().st_mode & 0o777 == 0o640, name
+    text = reports.build.conclusion(res)
+    # 3 seeds: the sign-flip test over seeds cannot go below 2/8; the report says so
+    assert "with 3 seeds the smallest attainable p is 0.250" in text and "no policy differs detectably" in text
+    assert any("smallest attainable p_seed is 0.25" in n for n in res.notes)
+    assert any("sits at its floor 0.25" in n for n in res.notes)
+    one = reports.build_report(frames[0][frames[0]["seed"] == 0], "base", None, resamples=50)
+    assert any("only 1 seed: no seed-level test" in n for n in one.notes)
+    assert "with one seed there is no seed-level test" in reports.build.conclusion(one)
+
+
+def test_conclusion_names_a_clear_winner_at_eight_seeds():
+    from reports_synth import make_synthetic
+
+    ev, tr = make_synthetic({"base": 0.0, "hb": 1.5}, n_seeds=8, n_tasks=(30, 20))
+    res = reports.build_report((ev, tr), "base", None, resamples=500)
+    text = reports.build.conclusion(res)
+    assert "at 8 seeds on heldout_tasks (score), hb beats base by +0." in text
+    p = res.tables["paired"]
+    assert (p["p_seed"] == 2 / 256).all() and (p["p_holm"] < 0.05).all()
+
+
+def test_axis_gives_delta_per_knob_value(tmp_path):
+    from reports_synth import make_synthetic
+
+    ev, tr = make_synthetic({"uniform": 0.0, "hb[tau=0.3]": 0.9, "hb[tau=0.1]": 0.3, "hb[tau=1]": 0.0},
+                            n_seeds=3, n_tasks=(12, 8))
+    ev["policy.tau"] = ev["policy"].map({"hb[tau=0.3]": 0.3, "hb[tau=0.1]": 0.1, "hb[tau=1]": 1.0})
+    ev.to_parquet(tmp_path / "eval.parquet")
+    res = reports.build_report(tmp_path, "uniform", tmp_path / "rep", resamples=100, axis="policy.tau")
+    sens = res.tables["sensitivity"]
+    sub = sens[(sens["suite"] == "heldout_tasks") & (sens["metric"] == "score")]
+    assert list(sub["axis_value"]) == [0.1, 0.3, 1.0] and (sub["axis"] == "policy.tau").all()
+    paired = res.tables["paired"].set_index(["suite", "metric", "candidate"])
+    assert list(sub["delta"]) == [paired.loc[("heldout_tasks", "score", c), "delta"]
+                                  for c in ("hb[tau=0.1]", "hb[tau=0.3]", "hb[tau=1]")]
+    assert (tmp_path / "rep" / "figures" / "sensitivity_heldout_tasks.png").exists()
+    with pytest.raises(ValueError, match=r"--axis: got 'policy.nope', allowed: a swept knob column .*policy.tau"):
+        reports.build_report(tmp_path, "uniform", None, axis="policy.nope")

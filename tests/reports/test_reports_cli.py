@@ -43,6 +43,9 @@ def test_report_smoke_writes_everything(smoke, grid):
     assert re.search(r"pass\^3\s+hb\s+\d\.\d{3}\s+[+-]\d\.\d{3}", out)
     assert out.strip().endswith(str(grid / "report" / "index.html"))
     assert "bootstrap [1/6] summary heldout_harness: 200/200" in err
+    assert "\r" not in err and "\r" not in out  # not a terminal: plain lines only
+    assert out.startswith("Conclusion (seed-level sign-flip test, Holm-adjusted, alpha = 0.05): at 3 seeds on")
+    assert "p_seed = sign-flip permutation test over seeds" in out  # the columns, explained once
     rep = grid / "report"
     for name in ("index.html", "report.md", "summary.csv", "paired.csv", "per_seed.csv", "categories.csv",
                  "flips.csv", "gee.csv", "diagnostics.csv", "cost.csv", "config.json"):
@@ -73,6 +76,24 @@ def test_marginals_command():
     assert "63 pairings are consistent (n10 - n01 = 5)" in out
     assert "smallest exact McNemar p = 0.0625  (both 62, only A 5, only B 0, neither 94)" in out
     assert "largest exact McNemar p = 0.7249  (both 0, only A 67, only B 62, neither 32)" in out
+
+
+def test_marginals_huge_n_is_closed_form_and_bad_values_are_one_line():
+    procs = [hb("marginals", "--n", "1e8", "--a", "60000000", "--b", "59990000"),
+             hb("marginals", "--n", "2e9", "--a", 1, "--b", 1), hb("marginals", "--n", "1.5", "--a", 1, "--b", 1),
+             hb("marginals", "--n", 10, "--a", 11, "--b", 1)]
+    rc, out, err = done(procs[0])
+    assert rc == 0, err
+    assert "40000001 pairings are consistent (n10 - n01 = 10000)" in out
+    # 10,000 more of 80,010,000 discordant tasks: z = 10000 / sqrt(80010000) = 1.118, p = 0.2636
+    assert "largest exact McNemar p = 0.2636  (both 19990000, only A 40010000, only B 40000000, neither 0)" in out
+    assert "smallest exact McNemar p = 0  (both 59990000, only A 10000, only B 0, neither 40000000)" in out
+    wants = ["error: n: got 2000000000, allowed: at most 1,000,000,000 tasks",
+             "error: hb report: argument --n: got '1.5', allowed: a non-negative integer",
+             "error: a, b: got a=11, b=1, allowed: 0 <= a, b <= n = 10"]
+    for proc, want in zip(procs[1:], wants):
+        rc, out, err = done(proc)
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and err.startswith(want), err
 
 
 def _bad_dirs(root: Path) -> dict:

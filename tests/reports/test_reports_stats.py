@@ -77,11 +77,73 @@ def test_wilcoxon_sign_test_and_wins():
     assert np.isnan(stats.wilcoxon_p(np.array([])))
 
 
-def test_mde_formula():
-    d = np.array([0.1, -0.1, 0.2, 0.0])
-    z = sps.norm.ppf(0.975) + sps.norm.ppf(0.8)
-    assert stats.mde(d, 0.05) == pytest.approx(z * np.std(d, ddof=1) / 2)
-    assert z == pytest.approx(2.8016, abs=1e-4)
+def test_mde_and_seeds_needed_match_statsmodels_t_power():
+    from statsmodels.stats.power import TTestPower
+
+    d = np.array([0.1, -0.1, 0.2, 0.0, 0.15])  # one paired difference per seed
+    sd = np.std(d, ddof=1)
+    want = TTestPower().solve_power(nobs=5, alpha=0.05, power=0.8) * sd
+    assert stats.mde(d, 0.05) == pytest.approx(want, rel=1e-6)
+    # at n = 5 the t-based MDE is larger than the normal one (z 2.8016 * sd / sqrt(5))
+    assert stats.mde(d, 0.05) > 2.8016 * sd / np.sqrt(5)
+    assert np.isnan(stats.mde(d[:1], 0.05))
+    # seeds needed: the smallest n whose power reaches 0.8
+    n = stats.seeds_needed(0.05, sd, 0.05)
+    power = TTestPower().power(effect_size=0.05 / sd, nobs=n, alpha=0.05)
+    power_less = TTestPower().power(effect_size=0.05 / sd, nobs=n - 1, alpha=0.05)
+    assert power >= 0.8 > power_less
+    assert stats.seeds_needed(0.0, sd, 0.05) == float("inf")
+    assert stats.seeds_needed(1e-6, 1.0, 0.05) == float("inf")  # beyond 10,000 seeds
+
+
+def test_exact_ties_make_equal_rationals_equal():
+    a = np.array([1 - 2 / 3, 1 / 3 - 0.0, (0.1 + 0.2) - 0.3, -1e-17])
+    assert a[0] != a[1] and a[2] != 0.0  # the float noise the rounding removes
+    r = stats.exact_ties(a)
+    assert r[0] == r[1] == 0.333333333333 and r[2] == 0.0 and r[3] == 0.0
+    assert str(r[3]) == "0.0"  # no negative zero
+    tiny = np.array([1e-20, 3e-20])  # 12 digits relative to the data, not absolute
+    np.testing.assert_allclose(stats.exact_ties(tiny), tiny, rtol=1e-11)
+
+
+def test_wilcoxon_on_thirds_equals_the_tie_correct_value_on_exact_integers():
+    # pass@1 with 3 attempts: per-task values k/3, differences (k - j)/3 computed as floats
+    rng = np.random.default_rng(4)
+    kc, kb = rng.integers(0, 4, 40), rng.integers(0, 4, 40)
+    d_float = np.array([a / 3 - b / 3 for a, b in zip(kc, kb)])
+    d_float += rng.choice([0.0, 1e-16, -1e-16], 40) * (d_float != 0)  # summation-order noise
+    d_int = (kc - kb).astype(np.int64)  # the same differences times 3, exact
+    want = sps.wilcoxon(d_int, zero_method="zsplit", method="approx").pvalue
+    assert stats.wilcoxon_p(d_float) == pytest.approx(want, rel=1e-12)
+    raw = sps.wilcoxon(d_float, zero_method="zsplit", method="approx").pvalue
+    assert raw != pytest.approx(want, rel=1e-6)  # without the rounding, ties break
+    assert stats.wins_ties_losses(d_float) == (int((d_int > 0).sum()), int((d_int == 0).sum()),
+                                               int((d_int < 0).sum()))
+
+
+def test_seed_sign_flip_is_exact_enumeration_and_vectorised():
+    d = np.array([0.2, 0.1, 0.3, -0.05, 0.15])  # 5 seeds: 32 patterns
+    obs = abs(d.sum())
+    want = np.mean([abs((np.array(s) * d).sum()) >= obs - 1e-12
+                    for s in itertools.product([-1.0, 1.0], repeat=5)])
+    assert want == pytest.approx(4 / 32)  # the identity, flipping -0.05 (sum 0.8), and their mirrors
+    got = stats.sign_flip_test(d, resamples=10, rng=np.random.default_rng(0))  # exact regardless
+    assert got == pytest.approx(want)
+    assert stats.p_floor(5, 10000) == pytest.approx(2 / 32)
+    assert stats.sign_flip_test(np.abs(d), resamples=10, rng=None) == pytest.approx(2 / 32)
+    assert stats.p_floor(200, 10000) == pytest.approx(1 / 10001)
+    # Monte Carlo above exact_max: (1 + hits) / (B + 1), reproducible from the generator
+    big = np.full(30, 0.1)
+    p = stats.sign_flip_test(big, resamples=999, rng=np.random.default_rng(1))
+    assert p == pytest.approx(1 / 1000)
+    assert p == stats.sign_flip_test(big, resamples=999, rng=np.random.default_rng(1))
+
+
+def test_t_test_p_over_seeds():
+    d = np.array([0.1, 0.3, 0.2, -0.1])
+    assert stats.t_test_p(d) == pytest.approx(sps.ttest_1samp(d, 0).pvalue)
+    assert stats.t_test_p(np.zeros(3)) == 1.0 and stats.t_test_p(np.full(3, 0.2)) == 0.0
+    assert np.isnan(stats.t_test_p(np.array([0.1])))
 
 
 def test_mcnemar_table_and_mid_p():
@@ -121,6 +183,16 @@ def test_marginal_bounds_of_the_paper_counts():
     assert res["tables"] == 63
     with pytest.raises(ValueError, match="allowed"):
         stats.marginal_mcnemar_bounds(10, 11, 2)
+
+
+def test_marginal_bounds_are_closed_form_for_huge_n():
+    res = stats.marginal_mcnemar_bounds(10 ** 8, 6 * 10 ** 7, 5 * 10 ** 7)  # was O(n) binomial tests
+    assert res["tables"] == 5 * 10 ** 7 - 10 ** 7 + 1
+    assert (res["min"]["n10"], res["min"]["n01"]) == (10 ** 7, 0) and res["min"]["p"] == 0.0
+    assert res["max"]["n11"] == 10 ** 7 and res["max"]["p"] < 1e-300
+    for bad in (-1, 10 ** 9 + 1, 1.5, True):
+        with pytest.raises(ValueError, match="allowed"):
+            stats.marginal_mcnemar_bounds(bad, 0, 0)
 
 
 def _explicit_resample(x, ws, wt, b):

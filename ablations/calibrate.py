@@ -1,0 +1,139 @@
+"""`hb calibrate`: how often does each test of `hb report` cry wolf? (A/A calibration)
+
+    hb calibrate [--env bernoulli] [--policy uniform] [--blocks 20] [--seeds 8] [--steps 100]
+                 [--alpha 0.05] [--resamples 2000] [--seed 0] [--csv FILE]
+
+Each of K blocks runs the same policy twice on S seeds: arm A with policy seed s, arm B
+with policy seed s + 1,000,000, both on the environment built with seed s (common random
+numbers: the same tasks and noise streams, only the scheduler's draws differ). There is
+no true difference, so every p < alpha is a false positive. For every suite, metric and
+test of `reports.inference.TESTS` (plus the seed-clustered GEE) the command prints the
+empirical false-positive rate over the K blocks with an exact binomial 95% interval.
+A valid test's rate is about alpha; one whose interval lies above alpha is too optimistic.
+Progress goes to stderr. This module runs simulations, so it lives in `ablations`
+(`reports` only provides the pure tests).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+
+POLICY_SEED_OFFSET = 1_000_000
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", default="bernoulli", help="synthetic environment kind (default bernoulli)")
+    parser.add_argument("--policy", default="uniform", help="the policy run in both arms (default uniform)")
+    parser.add_argument("--blocks", type=int, default=20, help="number of A/A comparisons K (default 20)")
+    parser.add_argument("--seeds", type=int, default=8, help="seeds per comparison S (default 8)")
+    parser.add_argument("--steps", type=int, default=100, help="optimizer steps per run (default 100)")
+    parser.add_argument("--alpha", type=float, default=0.05, help="test level (default 0.05)")
+    parser.add_argument("--resamples", type=int, default=2000, help="permutation resamples (default 2000)")
+    parser.add_argument("--seed", type=int, default=0, help="first environment seed and permutation generator seed")
+    parser.add_argument("--csv", help="also write the per-block p-values to this CSV file")
+
+
+def _check(args) -> None:
+    for name, low in (("blocks", 1), ("seeds", 2), ("steps", 1), ("resamples", 1)):
+        value = getattr(args, name)
+        if value < low:
+            raise ValueError(f"--{name}: got {value}, allowed: an integer >= {low}")
+    if not 0 < args.alpha < 1:
+        raise ValueError(f"--alpha: got {args.alpha}, allowed: 0 < alpha < 1")
+    from hbsim.envs import ENVS
+    from policies import POLICIES
+
+    if args.env not in ENVS:
+        raise ValueError(f"--env: got {args.env!r}, allowed: one of {sorted(ENVS)}")
+    if args.policy not in POLICIES:
+        raise ValueError(f"--policy: got {args.policy!r}, allowed: one of {sorted(POLICIES)}")
+
+
+def aa_block(env: str, policy: str, seeds: list[int], steps: int) -> pd.DataFrame:
+    """Final eval rows of arms "A" and "B" (same policy, policy seeds s and s + offset) on
+    environment seeds ``seeds``."""
+    import hbsim
+    from policies import make
+
+    frames = []
+    for s in seeds:
+        for label, policy_seed in (("A", s), ("B", s + POLICY_SEED_OFFSET)):
+            adapter = hbsim.make_env(env, seed=s)
+            pol = make(policy, n_arms=len(adapter.harnesses), seed=policy_seed)
+            frames.append(hbsim.run(pol, adapter, steps, label=label, seed=s).eval)
+    return pd.concat(frames, ignore_index=True)
+
+
+def block_pvalues(ev: pd.DataFrame, *, resamples: int, rng: np.random.Generator) -> list[dict]:
+    """Rows (suite, metric, test, p) of every test of one A/A block (B against A)."""
+    from reports import analysis, inference, load
+
+    final = load.make_frames(ev).eval
+    cells = analysis.cell_metrics(final, (1,))
+    rows = []
+    for suite in sorted(final["suite"].unique()):
+        metrics = ["pass@1"] if analysis.score_is_pass1(cells, suite) else ["score", "pass@1"]
+        al, _ = analysis.align(cells, suite, ["A", "B"], "A", metrics)
+        tests = inference.paired_tests(al.x[:, 1] - al.x[:, 0], resamples=resamples, rng=rng)
+        for i, metric in enumerate(metrics):
+            rows += [{"suite": suite, "metric": metric, "test": name, "p": float(p[i])} for name, p in tests.items()]
+        gee, _ = analysis.gee_rows(final, al, suite, "A")
+        p = gee[0]["p"] if gee else np.nan
+        rows.append({"suite": suite, "metric": "success", "test": "p_gee_seed", "p": float(p)})
+    return rows
+
+
+def calibrate(env: str, policy: str, blocks: int, seeds: int, steps: int, *, resamples: int, seed: int,
+              progress=None) -> pd.DataFrame:
+    """Per-block p-values of every test: block, suite, metric, test, p."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for b in range(blocks):
+        env_seeds = [seed + b * seeds + j for j in range(seeds)]
+        ev = aa_block(env, policy, env_seeds, steps)
+        rows += [{"block": b, **r} for r in block_pvalues(ev, resamples=resamples, rng=rng)]
+        if progress is not None:
+            progress(b + 1, blocks)
+    return pd.DataFrame(rows)
+
+
+def fpr_table(pvals: pd.DataFrame, alpha: float) -> pd.DataFrame:
+    """False-positive rate per (suite, metric, test) with its exact binomial interval."""
+    from reports.inference import false_positive_rates
+
+    parts = []
+    for (suite, metric), g in pvals.groupby(["suite", "metric"], sort=True):
+        tab = false_positive_rates({t: gg["p"].to_numpy() for t, gg in g.groupby("test", sort=False)}, alpha)
+        parts.append(tab.assign(suite=suite, metric=metric))
+    out = pd.concat(parts, ignore_index=True)
+    return out[["suite", "metric", "test", "blocks", "rejections", "fpr", "fpr_low", "fpr_high"]]
+
+
+def main(args: argparse.Namespace) -> int:
+    _check(args)
+    t0 = time.perf_counter()
+    print(f"calibrate: {args.blocks} A/A blocks x {args.seeds} seeds x 2 runs of {args.policy} on {args.env}, "
+          f"{args.steps} steps", file=sys.stderr)
+
+    def progress(done: int, total: int) -> None:
+        print(f"calibrate: block {done}/{total} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+
+    pvals = calibrate(args.env, args.policy, args.blocks, args.seeds, args.steps, resamples=args.resamples,
+                      seed=args.seed, progress=progress)
+    if args.csv:
+        pvals.to_csv(args.csv, index=False)
+    table = fpr_table(pvals, args.alpha)
+    print(f"A/A calibration: {args.policy} vs {args.policy} (policy seeds differ, environment seeds shared) on "
+          f"{args.env}, {args.blocks} blocks x {args.seeds} seeds, {args.steps} steps; false-positive rate at "
+          f"alpha = {args.alpha} (exact binomial 95% interval; a valid test is near {args.alpha})")
+    print(f"  {'suite':<16} {'metric':<8} {'test':<19} {'p < alpha':>9}  {'FPR':>5}  {'95% interval':>14}")
+    for r in table.itertuples(index=False):
+        print(f"  {r.suite:<16} {r.metric:<8} {r.test:<19} {f'{r.rejections}/{r.blocks}':>9}  {r.fpr:5.2f}  "
+              f"[{r.fpr_low:.2f}, {r.fpr_high:.2f}]")
+    print("  p_seed*: tests over seeds (the replication unit); p_task*: over tasks, conditional on the trained "
+          "models; p_gee_seed: GEE logistic clustered by seed")
+    return 0

@@ -1,0 +1,65 @@
+"""The seed is the replication unit: seed-level tests hold their level under strong
+per-run effects, task-level tests do not; power columns; the FPR table."""
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from reports import inference, stats
+
+
+def _null_blocks(rng, blocks=80, seeds=8, tasks=60, run_sd=0.15, noise_sd=0.1):
+    """A/A difference cubes (blocks, seeds, tasks): each run (arm, seed) has its own
+    random effect shared by ALL its tasks (the model that run trained), plus task noise.
+    No true difference between the arms."""
+    run = rng.normal(0, run_sd, (blocks, 2, seeds, 1))  # (blocks, arm, seeds, 1)
+    task = rng.normal(0, 0.3, (blocks, 1, 1, tasks))  # shared by both arms (same tasks)
+    x = 0.5 + run + task + rng.normal(0, noise_sd, (blocks, 2, seeds, tasks))
+    return x[:, 1] - x[:, 0]
+
+
+def test_seed_level_tests_hold_alpha_where_task_level_tests_do_not():
+    diff = _null_blocks(np.random.default_rng(2024))
+    p = inference.paired_tests(diff, resamples=500, rng=np.random.default_rng(0))
+    fpr = {name: float((v < 0.05).mean()) for name, v in p.items()}
+    assert len(p["p_seed"]) == 80
+    for name in ("p_seed", "p_seed_t", "p_seed_wilcoxon"):
+        assert fpr[name] <= 0.10, (name, fpr)
+    # every task of a run shares the run's luck: the task-level tests see 60 "replications"
+    for name in ("p_task_permutation", "p_task_wilcoxon", "p_task_sign"):
+        assert fpr[name] >= 0.5, (name, fpr)
+    table = inference.false_positive_rates(p, 0.05).set_index("test")
+    k = int(table.loc["p_seed", "rejections"])
+    lo, hi = sps.binomtest(k, 80).proportion_ci(0.95)
+    assert (table.loc["p_seed", "fpr_low"], table.loc["p_seed", "fpr_high"]) == pytest.approx((lo, hi))
+    assert table.loc["p_task_permutation", "fpr_low"] > 0.05  # clearly anti-conservative
+
+
+def test_paired_tests_hand_case_and_rows_are_independent():
+    # 2 seeds x 3 tasks; d_s = (0.2, 0.1): sign flips over 2 seeds -> exact p = 2/4
+    diff = np.array([[[0.3, 0.1, 0.2], [0.0, 0.2, 0.1]]])
+    p = inference.paired_tests(diff, resamples=100, rng=np.random.default_rng(0))
+    assert p["p_seed"][0] == pytest.approx(0.5)
+    assert p["p_seed_t"][0] == pytest.approx(sps.ttest_1samp([0.2, 0.1], 0).pvalue)
+    assert p["p_task_sign"][0] == pytest.approx(0.25)  # 3 wins of 3: 2 * 1/8
+    rng = np.random.default_rng(5)
+    cube = rng.normal(0.05, 0.1, (3, 6, 20))
+    together = inference.paired_tests(cube, resamples=300, rng=np.random.default_rng(1))
+    alone = inference.paired_tests(cube[1:2], resamples=300, rng=np.random.default_rng(1))
+    for name in ("p_seed", "p_seed_t", "p_seed_wilcoxon", "p_task_wilcoxon", "p_task_sign"):
+        assert together[name][1] == pytest.approx(alone[name][0]), name
+
+
+def test_power_columns():
+    d = np.array([0.02, 0.05, 0.03, 0.04, 0.01])
+    cols = inference.power_columns(d, 0.05, 10000)
+    assert cols["sd_seed"] == pytest.approx(np.std(d, ddof=1))
+    assert cols["mde"] == pytest.approx(stats.mde(d, 0.05)) and cols["p_floor"] == pytest.approx(2 / 32)
+    assert cols["seeds_needed"] == stats.seeds_needed(d.mean(), np.std(d, ddof=1), 0.05)
+    one = inference.power_columns(np.array([0.1]), 0.05, 10000)
+    assert np.isnan(one["mde"]) and np.isnan(one["seeds_needed"]) and one["p_floor"] == 1.0
+
+
+def test_paired_tests_speed(benchmark):
+    diff = _null_blocks(np.random.default_rng(0), blocks=4, seeds=5, tasks=200)
+    out = benchmark(lambda: inference.paired_tests(diff, resamples=10000, rng=np.random.default_rng(0)))
+    assert out["p_task_permutation"].shape == (4,)
