@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from real_runs.presets import BATCH_GROUPS, PRESETS
+from policies.errors import UserError
 
 #: fraction of step time spent on the scheduler side: sketch gather + all-reduce + policy
 OVERHEAD_PHASES = ("seconds_sketch", "seconds_allreduce", "seconds_scheduler")
@@ -62,7 +63,7 @@ def build_config(args) -> dict:
     for item in args.set:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise ValueError(f"--set {item!r} is not allowed: expected KEY=VALUE")
+            raise UserError(f"--set {item!r} is not allowed: expected KEY=VALUE")
         value = parse_value(raw)
         if key.startswith("policy."):
             policy[key[len("policy."):]] = value
@@ -91,7 +92,7 @@ def _same_run(saved: dict, config: dict) -> None:
     if a != b:
         diff = sorted(k for k in set(a["env"]) | set(b["env"]) if a["env"].get(k) != b["env"].get(k))
         where = f"env knobs {diff}" if diff else "policy, seed, eval_every or batch_groups"
-        raise ValueError(f"--resume config does not match the checkpoint's ({where} differ); "
+        raise UserError(f"--resume config does not match the checkpoint's ({where} differ); "
                          "only --steps may change")
 
 
@@ -124,14 +125,14 @@ def main(args) -> int:
         sys.stdout = sys.stderr = open(os.devnull, "w")
 
     if args.steps < 0:
-        raise ValueError(f"--steps={args.steps} is not allowed: expected an integer >= 0")
+        raise UserError(f"--steps={args.steps} is not allowed: expected an integer >= 0")
     if args.checkpoint_every < 1:
-        raise ValueError(f"--checkpoint-every={args.checkpoint_every} is not allowed: expected an integer >= 1")
+        raise UserError(f"--checkpoint-every={args.checkpoint_every} is not allowed: expected an integer >= 1")
     out = Path(args.out)
     config = build_config(args)
     saved = checkpoint.load(out) if args.resume else None
     if not args.resume and ((out / "run.json").exists() or (checkpoint.checkpoint_dir(out) / checkpoint.LAST).exists()):
-        raise ValueError(f"--out {str(out)!r} already holds a run; use --resume or another directory")
+        raise UserError(f"--out {str(out)!r} already holds a run; use --resume or another directory")
     if saved is not None:
         _same_run(saved["config"], config)
     env = {k: v for k, v in config["env"].items()}
@@ -145,7 +146,7 @@ def main(args) -> int:
         loop.load_state_dict(saved["loop"])
         print(f"resumed {out} at step {loop.t}", file=sys.stderr)
     if loop.t > args.steps:
-        raise ValueError(f"--steps={args.steps} is not allowed: the checkpoint is already at step {loop.t}")
+        raise UserError(f"--steps={args.steps} is not allowed: the checkpoint is already at step {loop.t}")
     print(f"model ready in {time.perf_counter() - t0:.1f}s (warm start {adapter.warm_key}, device {adapter.device})",
           file=sys.stderr)
     _train(loop, config, out, args, rank)

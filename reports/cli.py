@@ -14,6 +14,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from policies.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,9 +38,9 @@ def _parse_ks(text: str) -> tuple[int, ...]:
     try:
         ks = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
-        raise ValueError(f"--k: got {text!r}, allowed: comma-separated positive integers, e.g. 1,3") from None
+        raise UserError(f"--k: got {text!r}, allowed: comma-separated positive integers, e.g. 1,3") from None
     if not ks or min(ks) < 1:
-        raise ValueError(f"--k: got {text!r}, allowed: comma-separated positive integers, e.g. 1,3")
+        raise UserError(f"--k: got {text!r}, allowed: comma-separated positive integers, e.g. 1,3")
     return ks
 
 
@@ -48,7 +49,7 @@ def _marginals(args) -> int:
 
     missing = [f"--{k}" for k in ("n", "a", "b") if getattr(args, k) is None]
     if missing:
-        raise ValueError(f"hb report marginals: missing {', '.join(missing)}; usage: hb report marginals --n N --a A --b B")
+        raise UserError(f"hb report marginals: missing {', '.join(missing)}; usage: hb report marginals --n N --a A --b B")
     res = marginal_mcnemar_bounds(args.n, args.a, args.b)
     lo, hi = res["min"], res["max"]
     print(f"n={args.n} tasks, A solved {args.a}, B solved {args.b}: {res['tables']} pairings are consistent "
@@ -76,9 +77,9 @@ def main(args: argparse.Namespace) -> int:
         return _marginals(args)
     stray = [f"--{k}" for k in ("n", "a", "b") if getattr(args, k) is not None]
     if stray:
-        raise ValueError(f"{', '.join(stray)}: only allowed with `hb report marginals`; got DIR {args.dir!r}")
+        raise UserError(f"{', '.join(stray)}: only allowed with `hb report marginals`; got DIR {args.dir!r}")
     if args.baseline is None:
-        raise ValueError("--baseline: missing; allowed: one of the policy labels of DIR (hb report DIR --baseline LABEL)")
+        raise UserError("--baseline: missing; allowed: one of the policy labels of DIR (hb report DIR --baseline LABEL)")
     from reports import build_report, headline_table
 
     out = Path(args.out) if args.out else Path(args.dir) / "report"

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Iterator
 
 from hbsim.envs.base import CATEGORIES, COMMON_KNOBS, SUITES, Batch, Knob, SyntheticEnv
+from policies.errors import UserError
 
 #: kind -> module that defines it
 ENV_MODULES: dict[str, str] = {
@@ -33,7 +34,7 @@ class _Registry(Mapping):
 
     def __getitem__(self, kind: str) -> type[SyntheticEnv]:
         if kind not in self._modules:
-            raise ValueError(f"env kind={kind!r} is unknown; valid kinds: {', '.join(self._modules)}")
+            raise UserError(f"env kind={kind!r} is unknown; valid kinds: {', '.join(self._modules)}")
         if kind not in self._classes:
             module = importlib.import_module(self._modules[kind])
             found = [obj for obj in vars(module).values()

@@ -74,6 +74,7 @@ import pandas as pd
 
 from hbsim.adapter import EVAL_COLUMNS, CostLedger, StepResult
 from hbsim import grpo
+from policies.errors import UserError
 
 #: PinchBench-like task categories; `task_category` indexes this tuple.
 CATEGORIES = ("skills", "integrations", "memory", "csv", "coding")
@@ -108,12 +109,12 @@ class Knob:
         else:
             ok = isinstance(value, str)
         if not ok:
-            raise ValueError(f"env knob {name}={value!r} is not allowed: expected {allowed}")
+            raise UserError(f"env knob {name}={value!r} is not allowed: expected {allowed}")
         value = kind(value)
         if self.choices is not None and value not in self.choices:
-            raise ValueError(f"env knob {name}={value!r} is not allowed: expected {allowed}")
+            raise UserError(f"env knob {name}={value!r} is not allowed: expected {allowed}")
         if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
-            raise ValueError(f"env knob {name}={value!r} is out of range: expected {allowed}")
+            raise UserError(f"env knob {name}={value!r} is out of range: expected {allowed}")
         return value
 
     def allowed(self) -> str:
@@ -183,7 +184,7 @@ class SyntheticEnv:
         specs = cls.knob_specs()
         unknown = sorted(set(knobs) - set(specs))
         if unknown:
-            raise ValueError(f"env knob {unknown[0]!r} is unknown for kind={cls.kind!r}; "
+            raise UserError(f"env knob {unknown[0]!r} is unknown for kind={cls.kind!r}; "
                              f"valid knobs: {', '.join(specs)}")
         resolved = {name: spec.check(name, knobs.get(name, spec.default)) for name, spec in specs.items()}
         cls._check_knobs(resolved)
@@ -196,7 +197,7 @@ class SyntheticEnv:
     # -- construction --------------------------------------------------------------
     def __init__(self, seed: int = 0, **knobs):
         if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
-            raise ValueError(f"seed={seed!r} is not allowed: expected an integer >= 0")
+            raise UserError(f"seed={seed!r} is not allowed: expected an integer >= 0")
         self.seed = int(seed)
         self.knobs = self.resolve_knobs(**knobs)
         k = self.knobs

@@ -56,6 +56,7 @@ from scipy.special import comb, expit
 
 from hbsim import grpo
 from hbsim.envs.base import CATEGORIES, Batch, Knob, SyntheticEnv, _stream
+from policies.errors import UserError
 
 #: spawn-key stream id of the drift and gradient-noise stream (the base uses 0-4)
 STREAM_DRIFT = 10
@@ -128,7 +129,7 @@ class Optimizer:
     def __init__(self, kind: str, dim: int, lr: float, beta1: float = 0.9, beta2: float = 0.999,
                  eps: float = 1e-8):
         if kind not in OPTIMIZERS:
-            raise ValueError(f"env knob optimizer={kind!r} is not allowed: expected one of {', '.join(OPTIMIZERS)}")
+            raise UserError(f"env knob optimizer={kind!r} is not allowed: expected one of {', '.join(OPTIMIZERS)}")
         self.kind, self.lr, self.beta1, self.beta2, self.eps = kind, lr, beta1, beta2, eps
         self.m, self.v, self.t = np.zeros(dim), np.zeros(dim), 0
 
@@ -193,10 +194,10 @@ class IntListKnob(Knob):
                            for x in (it if self._pairs else [it])):
                     raise TypeError
         except (TypeError, ValueError):
-            raise ValueError(f"env knob {name}={value!r} is not allowed: expected {self.allowed()}") from None
+            raise UserError(f"env knob {name}={value!r} is not allowed: expected {self.allowed()}") from None
         flat = [x for it in items for x in (it if self._pairs else (it,))]
         if any(x < 0 for x in flat) or (self._pairs and any(len(it) != 2 for it in items)):
-            raise ValueError(f"env knob {name}={value!r} is not allowed: expected {self.allowed()}")
+            raise UserError(f"env knob {name}={value!r} is not allowed: expected {self.allowed()}")
         return items
 
     def check(self, name: str, value):
@@ -266,20 +267,20 @@ class DriftingEnv(SyntheticEnv):
     def _check_knobs(cls, knobs: dict) -> None:
         H, C = knobs["n_harnesses"], len(CATEGORIES)
         if knobs["dim"] < H + C + 2:
-            raise ValueError(f"env knob dim={knobs['dim']} is not allowed: expected >= n_harnesses + "
+            raise UserError(f"env knob dim={knobs['dim']} is not allowed: expected >= n_harnesses + "
                              f"{C + 2} = {H + C + 2} (orthonormal directions)")
         lo, hi = knobs["shared"] - knobs["shared_spread"], knobs["shared"] + knobs["shared_spread"]
         if lo < 0.0 or hi + knobs["category_share"] > 1.0:
-            raise ValueError(f"env knobs shared={knobs['shared']}, shared_spread={knobs['shared_spread']}, "
+            raise UserError(f"env knobs shared={knobs['shared']}, shared_spread={knobs['shared_spread']}, "
                              f"category_share={knobs['category_share']} are not allowed: expected "
                              f"shared - shared_spread >= 0 and shared + shared_spread + category_share <= 1")
         if knobs["bias_low"] > knobs["bias_high"]:
-            raise ValueError(f"env knob bias_low={knobs['bias_low']} is not allowed: expected <= "
+            raise UserError(f"env knob bias_low={knobs['bias_low']} is not allowed: expected <= "
                              f"bias_high={knobs['bias_high']}")
         pairs = cls.KNOBS["conflict_pairs"].parse("conflict_pairs", knobs["conflict_pairs"])
         flat = [x for pair in pairs for x in pair]
         if any(x >= H for x in flat) or len(set(flat)) != len(flat):
-            raise ValueError(f"env knob conflict_pairs={knobs['conflict_pairs']!r} is not allowed: expected "
+            raise UserError(f"env knob conflict_pairs={knobs['conflict_pairs']!r} is not allowed: expected "
                              f"disjoint pairs of distinct harness indices in [0, {H - 1}]")
         if pairs:
             rho = _shared_shares(knobs)
@@ -288,7 +289,7 @@ class DriftingEnv(SyntheticEnv):
             best = min(_pair_cos_range(rho[i], rho[j], knobs["category_share"])[1]
                        for i in range(H) for j in range(H) if i != j)
             if not worst - 1e-12 <= knobs["conflict_cos"] <= best + 1e-12:
-                raise ValueError(f"env knob conflict_cos={knobs['conflict_cos']} is not allowed with these "
+                raise UserError(f"env knob conflict_cos={knobs['conflict_cos']} is not allowed with these "
                                  f"shared shares: expected in [{worst:.4g}, {best:.4g}]")
 
     # -- structure -----------------------------------------------------------------
