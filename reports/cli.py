@@ -1,7 +1,7 @@
 """`hb report`: the paired report of a grid or run directory, and `hb report marginals`.
 
     hb report DIR --baseline LABEL [--out OUTDIR] [--suite NAME] [--k 1,3]
-                  [--resamples 10000] [--seed 0] [--alpha 0.05]
+                  [--resamples 10000] [--seed 0] [--alpha 0.05] [--recollect] [--force]
     hb report marginals --n 161 --a 67 --b 62
 
 The first positional word `marginals` selects the marginal-McNemar helper instead of a
@@ -14,6 +14,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from policies import validate
 from policies.errors import UserError
 
 
@@ -28,6 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resamples", type=int, default=10000, help="bootstrap / permutation resamples")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap generator")
     parser.add_argument("--alpha", type=float, default=0.05, help="1 - interval coverage and test level")
+    parser.add_argument("--recollect", action="store_true",
+                        help="a grid whose cells are newer than its collected tables: collect them again first")
+    parser.add_argument("--force", action="store_true",
+                        help="write into --out although it holds other output or files hb did not create")
     group = parser.add_argument_group("marginals", "hb report marginals --n N --a A --b B")
     group.add_argument("--n", type=int, help="number of tasks both systems were evaluated on")
     group.add_argument("--a", type=int, help="tasks solved by system A")
@@ -72,6 +77,24 @@ class _Progress:
             self.last = now
 
 
+def _check_paths(args) -> Path:
+    """Before any work: --resamples bounded, the output folder writable and a report
+    folder (policies.validate), and a grid's collected tables not older than its cells
+    (exit 2, or collect again with --recollect). Returns the output folder."""
+    validate.check_int("--resamples", args.resamples, 1, validate.MAX_RESAMPLES)
+    out = Path(args.out) if args.out else Path(args.dir) / "report"
+    validate.check_output_dir(out, "report", force=args.force)
+    stale = validate.stale_collected_tables(args.dir)
+    if stale and not args.recollect:
+        raise UserError(f"DIR {args.dir!r}: its collected tables (eval.parquet, train.parquet) are stale: {stale}; "
+                        f"run `hb grid collect {args.dir}` or pass --recollect")
+    if stale:
+        from ablations.collect import collect  # the one exception to "reports imports none of the others"
+        collect(args.dir)
+        print(f"report: collected {args.dir} again ({stale})", file=sys.stderr)
+    return out
+
+
 def main(args: argparse.Namespace) -> int:
     if args.dir == "marginals":
         return _marginals(args)
@@ -80,13 +103,14 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"{', '.join(stray)}: only allowed with `hb report marginals`; got DIR {args.dir!r}")
     if args.baseline is None:
         raise UserError("--baseline: missing; allowed: one of the policy labels of DIR (hb report DIR --baseline LABEL)")
+    out = _check_paths(args)
     from reports import build_report, headline_table
 
-    out = Path(args.out) if args.out else Path(args.dir) / "report"
     with warnings.catch_warnings():  # exclusions are printed below as one line each
         warnings.simplefilter("ignore")
         result = build_report(args.dir, args.baseline, out, suite=args.suite, ks=_parse_ks(args.k),
                               resamples=args.resamples, seed=args.seed, alpha=args.alpha, progress=_Progress())
+    validate.claim_output_dir(out, "report", tool="hb report")
     for line in result.notes:
         print(f"warning: {line}", file=sys.stderr)
     print(headline_table(result), end="")
