@@ -142,9 +142,17 @@ def dir_mode() -> int:
     return 0o777 & ~current_umask()
 
 
+def _exists(path: Path) -> bool:
+    try:
+        path.stat()
+    except OSError:  # missing, or a name too long to look up
+        return False
+    return True
+
+
 def _existing_ancestor(path: Path) -> Path:
     probe = path
-    while not probe.exists() and probe.parent != probe:
+    while not _exists(probe) and probe.parent != probe:
         probe = probe.parent
     return probe
 
