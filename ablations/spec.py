@@ -120,10 +120,11 @@ def parse_spec(raw: dict, path: str = "<grid>") -> GridSpec:
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
         err("name", f"{name!r} is not allowed: expected a non-empty string")
-    steps = _int(err, "steps", raw.get("steps"), low=1, high=MAX_STEPS)
+    steps = _int(err, "steps", raw.get("steps"), low=1)
     seeds = _seeds(err, raw.get("seeds"))
-    eval_every = None if raw.get("eval_every") is None else _int(err, "eval_every", raw["eval_every"], low=1, high=MAX_STEPS)
-    batch_groups = None if raw.get("batch_groups") is None else _int(err, "batch_groups", raw["batch_groups"], low=1, high=MAX_BATCH_GROUPS)
+    eval_every = None if raw.get("eval_every") is None else _int(err, "eval_every", raw["eval_every"], low=1)
+    batch_groups = None if raw.get("batch_groups") is None else _int(err, "batch_groups", raw["batch_groups"], low=1,
+                                                                      high=MAX_BATCH_GROUPS)
     plugins = raw.get("plugins", [])
     if not isinstance(plugins, list) or not all(isinstance(p, str) and p for p in plugins):
         err("plugins", f"{plugins!r} is not allowed: expected a list of module names")
@@ -155,7 +156,7 @@ class _Errors:
         raise SpecError(f"{self.path}: key {key!r}: {problem}")
 
 
-def _int(err, key: str, value: Any, low: int, high: int) -> int:
+def _int(err, key: str, value: Any, low: int, high: int = MAX_STEPS) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         err(key, f"{value!r} is not allowed: expected an integer in [{low}, {high}]")
     return int(value)

@@ -6,7 +6,10 @@ same seeds (common random numbers), and print a compact per-policy table.
 
 `--policy all` runs every registered policy. `--set policy.KNOB=V` goes to every selected
 policy that has the knob (an error if none has it). `--out DIR` writes one run directory
-per (policy, seed): DIR/<label>/seed<seed>/. Progress goes to stderr, the table to stdout.
+per (policy, seed): DIR/<label>/seed<seed>/, in a folder of kind "sim" (policies.validate):
+runs already there with the identical config are reused, not rerun; a different run at the
+same place needs --overwrite; other env/steps settings, another kind of folder or one hb
+did not create need --force. Progress goes to stderr, the table to stdout.
 """
 from __future__ import annotations
 

@@ -194,8 +194,9 @@ def check_writable(path: str | os.PathLike, flag: str = "--out") -> None:
         what = "is a file" if probe == root else f"lies under {str(probe)!r}, which is a file"
         raise UserError(f"{flag} {str(root)!r} {what}, not a folder; choose a folder path")
     if probe == root:
-        if not os.access(root, os.W_OK | os.X_OK):
-            raise UserError(f"{flag} {str(root)!r}: the folder is not writable; choose a writable folder")
+        if not os.access(root, os.R_OK | os.W_OK | os.X_OK):
+            raise UserError(f"{flag} {str(root)!r}: the folder is not writable (or not readable); "
+                            "choose a writable folder")
         return
     try:
         fd, name = tempfile.mkstemp(prefix=".hb-probe-", dir=probe)

@@ -108,6 +108,8 @@ def _check_out(args) -> None:
     (policies.validate): never a file, a grid, an `hb sim` folder, a report or a folder
     hb did not create; with --resume, an existing run directory holding a checkpoint."""
     validate.check_int("--steps", args.steps, 0, validate.MAX_STEPS)
+    if args.model is not None and not Path(args.model).is_dir():
+        raise UserError(f"--model {args.model!r} is not a folder; expected a local Hugging Face model directory")
     if args.resume:
         validate.check_resume_dir(args.out)
     validate.check_output_dir(args.out, "run", force_flag=None)

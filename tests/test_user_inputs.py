@@ -298,7 +298,8 @@ def test_library_bug_prints_a_traceback_in_a_real_process():
     code = ("import sys, types; from hbsim import cli; m = types.ModuleType('boom'); "
             "m.add_arguments = lambda p: None\n"
             "def main(a): raise ValueError('a library bug')\n"
-            "m.main = main; sys.modules['boom'] = m; cli.SUBCOMMANDS['boom'] = ('boom', 'x'); sys.exit(cli.main(['boom']))")
+            "m.main = main; sys.modules['boom'] = m; cli.SUBCOMMANDS['boom'] = ('boom', 'x')\n"
+            "sys.exit(cli.main(['boom']))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "Traceback" in proc.stderr and "ValueError: a library bug" in proc.stderr
 
