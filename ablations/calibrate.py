@@ -18,9 +18,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from policies.errors import UserError
+from policies.validate import (MAX_RESAMPLES, MAX_SEEDS, MAX_STEPS, check_choice, check_float, check_int,
+                               check_path_length, check_writable)
 
 POLICY_SEED_OFFSET = 1_000_000
 
@@ -38,19 +43,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(args) -> None:
-    for name, low in (("blocks", 1), ("seeds", 2), ("steps", 1), ("resamples", 1)):
-        value = getattr(args, name)
-        if value < low:
-            raise ValueError(f"--{name}: got {value}, allowed: an integer >= {low}")
-    if not 0 < args.alpha < 1:
-        raise ValueError(f"--alpha: got {args.alpha}, allowed: 0 < alpha < 1")
+    """Every argument is checked before the first simulation runs."""
+    check_int("--blocks", args.blocks, 1, 10_000)
+    check_int("--seeds", args.seeds, 2, MAX_SEEDS)
+    check_int("--steps", args.steps, 1, MAX_STEPS)
+    check_int("--resamples", args.resamples, 1, MAX_RESAMPLES)
+    check_float("--alpha", args.alpha, 0.0, 1.0, low_open=True, high_open=True)
     from hbsim.envs import ENVS
     from policies import POLICIES
 
-    if args.env not in ENVS:
-        raise ValueError(f"--env: got {args.env!r}, allowed: one of {sorted(ENVS)}")
-    if args.policy not in POLICIES:
-        raise ValueError(f"--policy: got {args.policy!r}, allowed: one of {sorted(POLICIES)}")
+    check_choice("--env", args.env, sorted(ENVS))
+    check_choice("--policy", args.policy, sorted(POLICIES))
+    if args.csv:
+        csv = Path(args.csv)
+        if csv.is_dir():
+            raise UserError(f"--csv {args.csv!r} is a folder: expected a CSV file path")
+        if csv.exists():
+            raise UserError(f"--csv {args.csv!r} already exists: nothing is overwritten; choose a new path")
+        check_path_length(csv, "--csv")
+        check_writable(csv.parent if str(csv.parent) else Path("."), "--csv")
 
 
 def aa_block(env: str, policy: str, seeds: list[int], steps: int) -> pd.DataFrame:

@@ -1,12 +1,15 @@
 """`hb grid`: plan, run, inspect and collect ablation grids.
 
     hb grid plan GRID.toml [--out DIR]
-    hb grid run GRID.toml --out DIR [--jobs N] [--backend local|ray] [--ray-address ADDR] [--force-mixed]
+    hb grid run GRID.toml --out DIR [--jobs N] [--backend local|ray] [--ray-address ADDR] [--force]
     hb grid status DIR
     hb grid collect DIR [--current]
 
 Progress goes to stderr; tables to stdout. `run` exits 1 when any cell failed
 (`status` lists them with their log paths), 2 on bad input (nothing in DIR modified).
+DIR is checked before any work (policies.validate): a file, an unwritable or too long
+path, a folder of another kind (`hb sim`/`hb real`/report) or a non-empty folder hb did
+not create is refused unless `--force`.
 """
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ from ablations.collect import collect as collect_grid, load as load_grid
 from ablations import store
 from ablations.runner import BACKENDS, default_jobs, run_grid, warm_up
 from ablations.spec import load_spec, parse_spec
+from policies.errors import UserError
+from policies.validate import MAX_JOBS, check_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=None, help=f"worker processes (default: cores = {default_jobs()})")
     p.add_argument("--backend", default="local", help=f"one of {', '.join(BACKENDS)} (default: local)")
     p.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
-    p.add_argument("--force-mixed", action="store_true", help="allow adding cells to a directory of another grid")
+    p.add_argument("--force", "--force-mixed", dest="force_mixed", action="store_true",
+                   help="write into DIR although it holds another grid, another kind of output, or files hb did "
+                        "not create")
     p = sub.add_parser("status", help="done, missing and failed cells of a grid directory")
     p.add_argument("dir", help="grid directory")
     p = sub.add_parser("collect", help="write DIR/train.parquet and DIR/eval.parquet of all cells")
@@ -111,6 +118,8 @@ def cmd_plan(args) -> int:
 
 
 def cmd_run(args) -> int:
+    if args.jobs is not None:
+        check_int("--jobs", args.jobs, 1, MAX_JOBS)
     warm_up(args.backend, args.jobs)  # the worker pool's start-up overlaps with planning
     spec = load_spec(args.grid)
     report = run_grid(spec, args.out, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
@@ -147,7 +156,7 @@ def cmd_status(args) -> int:
     root = Path(args.dir)
     record = store.read_grid_json(root)
     if record is None:
-        raise ValueError(f"grid directory {root}: no {store.GRID_JSON} (not a grid directory)")
+        raise UserError(f"grid directory {root}: no {store.GRID_JSON} (not a grid directory)")
     done, failed = store.done_ids(root), store.failed_ids(root)
     raw = record.get("spec", {})
     spec = parse_spec(raw.get("raw", {}), raw.get("path", str(root / store.GRID_JSON)))
@@ -170,6 +179,9 @@ def cmd_status(args) -> int:
 
 
 def cmd_collect(args) -> int:
+    if store.read_grid_json(args.dir) is None:
+        raise UserError(f"grid directory {args.dir}: no {store.GRID_JSON} (not a grid directory); "
+                        "hb grid collect writes only into folders made by hb grid run")
     train_path, eval_path = collect_grid(args.dir, current=args.current)
     print(f"wrote {train_path} and {eval_path}")
     return 0

@@ -18,13 +18,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ablations import store
+from policies.errors import UserError
 
 
 def _cell_meta(cell: Path) -> dict:
     try:
         return json.loads((cell / "run.json").read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{cell}/run.json: unreadable cell record ({exc})") from None
+        raise UserError(f"{cell}/run.json: unreadable cell record ({exc})") from None
 
 
 def cell_ids(root: str | os.PathLike, current: bool = False) -> list[str]:
@@ -52,12 +53,12 @@ def load(root: str | os.PathLike, current: bool = False, only: set[str] | None =
     """
     root = Path(root)
     if not root.is_dir():
-        raise ValueError(f"grid directory {root}: not found")
+        raise UserError(f"grid directory {root}: not found")
     ids = cell_ids(root, current=current)
     if only is not None:
         ids = [i for i in ids if i in only]
     if not ids:
-        raise ValueError(f"grid directory {root}: holds no finished cell (run `hb grid run` first)")
+        raise UserError(f"grid directory {root}: holds no finished cell (run `hb grid run` first)")
     metas = {i: _cell_meta(root / store.CELLS / i) for i in ids}
     _check_unmixed(root, metas)
     sweeps = [metas[i].get("grid", {}).get("sweep", {}) for i in ids]
@@ -97,7 +98,7 @@ def _check_unmixed(root: Path, metas: dict[str, dict]) -> None:
         key = (grid.get("label", meta.get("label")), grid.get("seed", meta.get("seed")))
         if key in seen:
             other = seen[key]
-            raise ValueError(f"grid directory {root}: cells {other} and {cell_id} both hold policy={key[0]!r} "
+            raise UserError(f"grid directory {root}: cells {other} and {cell_id} both hold policy={key[0]!r} "
                              f"seed={key[1]} with different configs (the grid file changed); "
                              "collect with --current to keep the cells of the last grid file")
         seen[key] = cell_id

@@ -18,6 +18,8 @@ from ablations.collect import collect as collect_grid, load as load_grid
 from ablations.cli import ProgressBar
 from ablations.runner import default_jobs, run_grid
 from ablations.spec import load_spec
+from policies.validate import (MAX_JOBS, MAX_RESAMPLES, check_choice, check_int, check_output_dir,
+                               claim_output_dir)
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_GRID = REPO / "examples" / "demo_grid.toml"
@@ -29,15 +31,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/demo", help="grid directory (default: runs/demo)")
     parser.add_argument("--jobs", type=int, default=None, help=f"worker processes (default: {default_jobs()})")
     parser.add_argument("--baseline", default=BASELINE, help=f"baseline policy label (default: {BASELINE})")
-    parser.add_argument("--resamples", type=int, default=2000, help="bootstrap replicates (default: 2000)")
+    parser.add_argument("--resamples", type=int, default=2000,
+                        help=f"bootstrap replicates, 1..{MAX_RESAMPLES} (default: 2000)")
+    parser.add_argument("--force", action="store_true",
+                        help="write into --out although it holds other output or files hb did not create")
 
 
 def main(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     spec = load_spec(args.grid)
     out = Path(args.out)
+    _check_inputs(args, spec, out)
     print(f"demo: grid {spec.name!r} ({len(spec.cells())} cells) -> {out}", file=sys.stderr)
-    report = run_grid(spec, out, jobs=args.jobs, progress=ProgressBar())
+    report = run_grid(spec, out, jobs=args.jobs, force_mixed=args.force, progress=ProgressBar())
     if report.failed:
         for cell_id, reason, log in report.failed:
             print(f"FAILED {cell_id}: {reason}  (log: {log})", file=sys.stderr)
@@ -49,11 +55,23 @@ def main(args: argparse.Namespace) -> int:
 
     result = reports.build_report(out, baseline=args.baseline, out=out / "report",
                                   resamples=args.resamples, seed=0, progress=_report_progress)
+    claim_output_dir(out / "report", "report", tool="hb demo")
     print(textwrap.fill(reports.conclusion(result), width=110) + "\n")
     print(reports.headline_table(result))
     print(f"report: {(out / 'report' / 'index.html').resolve()}")
     print(f"demo: total {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     return 0
+
+
+def _check_inputs(args: argparse.Namespace, spec, out: Path) -> None:
+    """Everything the report needs is checked before the grid runs (minutes of work)."""
+    labels = sorted({c.label for c in spec.cells()})
+    check_choice("--baseline", args.baseline, labels)
+    check_int("--resamples", args.resamples, 1, MAX_RESAMPLES)
+    if args.jobs is not None:
+        check_int("--jobs", args.jobs, 1, MAX_JOBS)
+    check_output_dir(out, "grid", force=args.force)
+    check_output_dir(out / "report", "report", force=args.force)
 
 
 def _report_progress(done: int, total: int, label: str = "") -> None:

@@ -22,6 +22,7 @@ from typing import Callable
 
 from ablations import store, worker
 from ablations.spec import GridSpec
+from policies.errors import UserError
 
 
 @dataclass
@@ -58,9 +59,9 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
     cells already present too).
     """
     if backend not in BACKENDS:
-        raise ValueError(f"--backend {backend!r} is unknown; valid backends: {', '.join(BACKENDS)}")
+        raise UserError(f"--backend {backend!r} is unknown; valid backends: {', '.join(BACKENDS)}")
     if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
-        raise ValueError(f"--jobs {jobs!r} is not allowed: expected an integer >= 1")
+        raise UserError(f"--jobs {jobs!r} is not allowed: expected an integer >= 1")
     store.check_writable(out)
     store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=force_mixed)
     store.clean_tmp(out)
@@ -157,7 +158,7 @@ def run_ray(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], *,
     try:
         import ray
     except ImportError as exc:
-        raise ValueError(f"--backend ray needs the ray package (pip install 'harnessbandit[ray]'): {exc}") from None
+        raise UserError(f"--backend ray needs the ray package (pip install 'harnessbandit[ray]'): {exc}") from None
     kwargs = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False,
               "runtime_env": {"env_vars": {k: os.environ.get(k, v) for k, v in SINGLE_THREAD_ENV.items()}}}
     if ray_address:

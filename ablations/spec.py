@@ -25,7 +25,7 @@ or spelling a default out, never changes an id. The `policy` label of a cell is 
 per variant AND sweep point (`harnessbandit[window=16]`, or the user's label with the
 same suffix) so that reports can pair variants.
 
-Every problem is a `SpecError` (a ValueError) whose message names the file, the key
+Every problem is a `SpecError` (a UserError) whose message names the file, the key
 and what is allowed; validation builds each distinct env and policy once.
 """
 from __future__ import annotations
@@ -43,13 +43,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hbsim.records import canonical_json, config_hash
+from policies.errors import UserError
+from policies.validate import MAX_BATCH_GROUPS, MAX_SEEDS, MAX_STEPS
 
 TOP_KEYS = ("name", "description", "steps", "seeds", "eval_every", "batch_groups", "plugins",
             "env", "policies", "sweep", "counterfactual")
 REAL_KIND = "real"
 
 
-class SpecError(ValueError):
+class SpecError(UserError):
     """A bad grid file: one line naming file, key and problem."""
 
 
@@ -123,9 +125,10 @@ def parse_spec(raw: dict, path: str = "<grid>") -> GridSpec:
     steps = _int(err, "steps", raw.get("steps"), low=1)
     seeds = _seeds(err, raw.get("seeds"))
     eval_every = None if raw.get("eval_every") is None else _int(err, "eval_every", raw["eval_every"], low=1)
-    batch_groups = None if raw.get("batch_groups") is None else _int(err, "batch_groups", raw["batch_groups"], low=1)
+    batch_groups = None if raw.get("batch_groups") is None else _int(err, "batch_groups", raw["batch_groups"], low=1,
+                                                                      high=MAX_BATCH_GROUPS)
     counterfactual = None if raw.get("counterfactual") is None else _int(err, "counterfactual", raw["counterfactual"],
-                                                                        low=1)
+                                                                        low=1, high=MAX_STEPS)
     plugins = raw.get("plugins", [])
     if not isinstance(plugins, list) or not all(isinstance(p, str) and p for p in plugins):
         err("plugins", f"{plugins!r} is not allowed: expected a list of module names")
@@ -158,16 +161,16 @@ class _Errors:
         raise SpecError(f"{self.path}: key {key!r}: {problem}")
 
 
-def _int(err, key: str, value: Any, low: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        err(key, f"{value!r} is not allowed: expected an integer >= {low}")
+def _int(err, key: str, value: Any, low: int, high: int = MAX_STEPS) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        err(key, f"{value!r} is not allowed: expected an integer in [{low}, {high}]")
     return int(value)
 
 
 def _seeds(err, value: Any) -> list[int]:
     if isinstance(value, int) and not isinstance(value, bool):
-        if value < 1:
-            err("seeds", f"{value!r} is not allowed: expected a count >= 1 or a list of seeds")
+        if not 1 <= value <= MAX_SEEDS:
+            err("seeds", f"{value!r} is not allowed: expected a count in [1, {MAX_SEEDS}] or a list of seeds")
         return list(range(value))
     if isinstance(value, list) and value and all(isinstance(s, int) and not isinstance(s, bool)
                                                  and s >= 0 for s in value):
@@ -207,7 +210,7 @@ def env_knobs(kind: str) -> dict:
     import hbsim
     kinds = env_kinds()
     if kind not in kinds:
-        raise ValueError(f"unknown env kind {kind!r}; valid kinds: {', '.join(kinds)}")
+        raise UserError(f"unknown env kind {kind!r}; valid kinds: {', '.join(kinds)}")
     return dict(hbsim.ENVS[kind].knobs())
 
 

@@ -1,6 +1,7 @@
 """The grid directory on disk, with atomic cells.
 
-    DIR/grid.json                 name of the grid (+ every name admitted by --force-mixed) and its spec
+    DIR/.hb-kind.json             the folder's kind marker ("grid"; policies.validate)
+    DIR/grid.json                 name of the grid (+ every name admitted by --force) and its spec
     DIR/cells/<id>/               a complete run directory: train.parquet, eval.parquet, run.json, log.txt
     DIR/cells/.tmp-<id>-<pid>/    a cell being written (never read; removed by the next run)
     DIR/failed/<id>/log.txt       the traceback of a failed cell
@@ -15,8 +16,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
+from policies import validate
+from policies.errors import UserError
 
 GRID_JSON = "grid.json"
 CELLS = "cells"
@@ -58,29 +60,10 @@ def failure_reason(root: str | os.PathLike, cell_id: str) -> str:
 
 
 def check_writable(root: str | os.PathLike) -> None:
-    """Raise ValueError unless `root` is (or can be created as) a writable directory.
-
-    An existing DIR is checked with access(2); for a DIR still to be created, a probe
-    file is created and removed in its nearest existing ancestor (nothing stays).
-    """
-    root = Path(root)
-    probe = root
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if probe.exists() and not probe.is_dir():
-        raise ValueError(f"--out {root}: {probe} is not a directory")
-    if probe == root:  # an existing DIR is not touched: ask the kernel (EROFS included)
-        if not os.access(root, os.W_OK | os.X_OK):
-            raise ValueError(f"--out {root}: directory is not writable")
-        return
-    try:
-        fd, name = tempfile.mkstemp(prefix=".hb-probe-", dir=probe)
-        os.close(fd)
-        os.unlink(name)
-    except OSError as exc:
-        raise ValueError(f"--out {root}: directory is not writable ({exc.strerror or exc})") from None
+    """Raise UserError unless `root` is (or can be created as) a writable folder whose
+    path is not too long (policies.validate; nothing is written)."""
+    validate.check_path_length(root)
+    validate.check_writable(root)
 
 
 def read_grid_json(root: str | os.PathLike) -> dict | None:
@@ -90,7 +73,7 @@ def read_grid_json(root: str | os.PathLike) -> dict | None:
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: unreadable grid record ({exc})") from None
+        raise UserError(f"{path}: unreadable grid record ({exc})") from None
 
 
 def write_json_atomic(path: Path, obj: dict) -> None:
@@ -100,21 +83,25 @@ def write_json_atomic(path: Path, obj: dict) -> None:
 
 
 def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bool = False) -> None:
-    """Create DIR (if needed) and record the grid; refuse a different grid's DIR.
+    """Create DIR (if needed) and record the grid; refuse a different grid's DIR, a folder
+    of another kind and a non-empty folder hb did not create (`policies.validate`), unless
+    `force_mixed` (`--force`).
 
     Call only after every input has been validated: this is the first write to DIR.
     """
     root = Path(root)
+    validate.check_output_dir(root, "grid", force=force_mixed)
     record = read_grid_json(root)
     if record is not None:
         names = record.get("names", [record.get("name")])
         if name not in names and not force_mixed:
-            raise ValueError(f"--out {root}: holds cells of grid {record.get('name')!r}, not {name!r}; "
-                             "use another --out or pass --force-mixed")
+            raise UserError(f"--out {root}: holds cells of grid {record.get('name')!r}, not {name!r}; "
+                             "use another --out or pass --force")
     elif root.exists() and any(p for p in (root / CELLS).glob("[!.]*")):
         if not force_mixed:
-            raise ValueError(f"--out {root}: holds cells but no {GRID_JSON}; pass --force-mixed to add to it")
+            raise UserError(f"--out {root}: holds cells but no {GRID_JSON}; pass --force to add to it")
     root.mkdir(parents=True, exist_ok=True)
+    validate.claim_output_dir(root, "grid", tool="hb grid run")
     (root / CELLS).mkdir(exist_ok=True)
     names = list(record.get("names", [record.get("name")])) if record else []
     if name not in names:
@@ -149,7 +136,7 @@ def write_cell(root: str | os.PathLike, cell_id: str, write_into, log: str | Non
         write_into(tmp)
         if log is not None:
             (tmp / "log.txt").write_text(log)
-        os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide cells from other users of a shared DIR
+        os.chmod(tmp, validate.dir_mode())  # as mkdir under the user's umask (mkdtemp gives 0700)
         try:
             os.rename(tmp, final)
         except OSError:

@@ -8,9 +8,10 @@ reports reads only files). A subcommand module provides
     add_arguments(parser: argparse.ArgumentParser) -> None
     main(args: argparse.Namespace) -> int
 
-Errors meant for users (ValueError, UsageError, FileNotFoundError of an input) become
-one line on stderr and exit code 2; nothing else is printed (set HB_DEBUG=1 to
-see the traceback instead).
+Errors meant for users are `policies.errors.UserError` (argparse's errors included):
+they become one line on stderr and exit code 2 (set HB_DEBUG=1 to see the traceback
+instead). Any other exception -- a plain ValueError, KeyError, OSError... -- is a bug
+or an unexpected failure and shows its full traceback.
 """
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"hb: unknown command {argv[0]!r}; valid commands: {', '.join(SUBCOMMANDS)}")
         module, args = _load(argv[0], argv[1:])
         return int(module.main(args) or 0)
-    except (UserError, ValueError, FileNotFoundError, FileExistsError, PermissionError) as exc:
+    except UserError as exc:
         if os.environ.get("HB_DEBUG"):
             raise
         print(f"error: {exc}".splitlines()[0], file=sys.stderr)

@@ -53,6 +53,7 @@ import pandas as pd
 
 from policies import Allocation, Feedback
 from policies.signals import MemoryBank, as_float_sketch, sketch_norm, transfer_and_update
+from policies.errors import UserError
 
 #: the three targets: name -> (rows, columns) of the success matrix, resolved per env
 TARGETS = ("train", "heldout_tasks", "heldout_harness")
@@ -91,7 +92,7 @@ class Probe:
 
     def __init__(self, every: int = 1):
         if not isinstance(every, (int, np.integer)) or isinstance(every, bool) or every < 1:
-            raise ValueError(f"counterfactual={every!r} is not allowed: expected an integer >= 1 (probe every "
+            raise UserError(f"counterfactual={every!r} is not allowed: expected an integer >= 1 (probe every "
                              f"k-th step)")
         self.every = int(every)
         self.banks: dict[str, MemoryBank | None] = {"grad": None, "update": None}

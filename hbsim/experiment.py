@@ -19,6 +19,7 @@ from policies import POLICIES, make
 
 from hbsim.envs import ENVS, expand_preset, make_env
 from hbsim.loop import RunResult, run
+from policies.errors import UserError
 
 #: top-level keys and their defaults (env and policy are resolved separately)
 TOP_LEVEL = {"seed": 0, "steps": 150, "eval_every": None, "batch_groups": 8}
@@ -31,7 +32,7 @@ def _int(name: str, value: Any, low: int, allow_none: bool = False) -> int | Non
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         extra = "None or " if allow_none else ""
-        raise ValueError(f"config {name}={value!r} is not allowed: expected {extra}an integer >= {low}")
+        raise UserError(f"config {name}={value!r} is not allowed: expected {extra}an integer >= {low}")
     return value
 
 
@@ -42,7 +43,7 @@ def resolve_policy(policy: dict, n_arms: int) -> dict:
     name = policy.pop("name", DEFAULT_POLICY)
     label = policy.pop("label", None) or name
     if not isinstance(label, str):
-        raise ValueError(f"config policy.label={label!r} is not allowed: expected a string")
+        raise UserError(f"config policy.label={label!r} is not allowed: expected a string")
     built = make(name, n_arms=n_arms, seed=0, **policy)
     knobs = {k: v for k, v in built.config().items() if k not in ("n_arms", "seed")}
     return {"name": name, "label": label, **knobs}
@@ -56,8 +57,8 @@ def resolve_config(partial: dict | None = None, *, resolve_env: bool = True) -> 
     partial = copy.deepcopy(partial or {})
     unknown = sorted(set(partial) - set(TOP_LEVEL) - {"env", "policy", "counterfactual"})
     if unknown:
-        raise ValueError(f"config key {unknown[0]!r} is unknown; valid keys: env, policy, {', '.join(TOP_LEVEL)}, "
-                         f"counterfactual")
+        raise UserError(f"config key {unknown[0]!r} is unknown; valid keys: env, policy, {', '.join(TOP_LEVEL)}, "
+                        f"counterfactual")
     env = dict(partial.get("env") or {})
     if resolve_env:
         env = expand_preset(env)
@@ -65,7 +66,7 @@ def resolve_config(partial: dict | None = None, *, resolve_env: bool = True) -> 
         env = {"kind": kind, **ENVS[kind].resolve_knobs(**env)}
     n_arms = env.get("n_harnesses")
     if not isinstance(n_arms, int):
-        raise ValueError(f"config env.n_harnesses={n_arms!r} is not allowed: expected an integer >= 1")
+        raise UserError(f"config env.n_harnesses={n_arms!r} is not allowed: expected an integer >= 1")
     cfg = {"env": env, "policy": resolve_policy(partial.get("policy") or {}, n_arms)}
     for key, default in TOP_LEVEL.items():
         value = partial.get(key, default)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+from policies.errors import UserError
 
 #: Added to the population std by the "grpo" advantage (SPEC §2.1).
 GRPO_EPS = 1e-6
@@ -19,7 +20,7 @@ GRPO_EPS = 1e-6
 def _loo(rewards: np.ndarray) -> np.ndarray:
     g = rewards.shape[-1]
     if g < 2:
-        raise ValueError(f"group size G={g} is not allowed for kind='loo': expected G >= 2")
+        raise UserError(f"group size G={g} is not allowed for kind='loo': expected G >= 2")
     return g / (g - 1) * (rewards - rewards.mean(axis=-1, keepdims=True))
 
 
@@ -46,7 +47,7 @@ def advantages(rewards: np.ndarray, kind: str = "loo") -> np.ndarray:
     kind: "loo" (default), "grpo" or "mean" (SPEC §2.1); anything else raises ValueError.
     """
     if kind not in ADVANTAGES:
-        raise ValueError(f"advantage kind={kind!r} is unknown; valid kinds: {', '.join(ADVANTAGES)}")
+        raise UserError(f"advantage kind={kind!r} is unknown; valid kinds: {', '.join(ADVANTAGES)}")
     r = np.asarray(rewards, dtype=np.float64)
     if r.ndim < 1 or r.shape[-1] < 1:
         raise ValueError(f"rewards shape={r.shape} is not allowed: expected (..., G) with G >= 1")
@@ -210,7 +211,7 @@ class Optimizer:
     def __init__(self, kind: str, dim: int, lr: float, beta1: float = 0.9, beta2: float = 0.999,
                  eps: float = 1e-8):
         if kind not in OPTIMIZERS:
-            raise ValueError(f"env knob optimizer={kind!r} is not allowed: expected one of {', '.join(OPTIMIZERS)}")
+            raise UserError(f"env knob optimizer={kind!r} is not allowed: expected one of {', '.join(OPTIMIZERS)}")
         self.kind, self.lr, self.beta1, self.beta2, self.eps = kind, lr, beta1, beta2, eps
         self.m, self.v, self.t = np.zeros(dim), np.zeros(dim), 0
 

@@ -28,6 +28,7 @@ import pandas as pd
 
 from hbsim.adapter import EVAL_COLUMNS
 from policies import Feedback
+from policies.errors import UserError
 
 #: per-harness diagnostics arrays -> column prefix
 _ARM_COLUMNS = (("Q", "q"), ("n", "n"), ("memory_norm", "mem_norm"), ("memory_age", "mem_age"))
@@ -64,11 +65,11 @@ class Loop:
     def __init__(self, policy, adapter, *, label: str | None = None, seed: int = 0,
                  eval_every: int | None = None, batch_groups: int | None = None):
         if eval_every is not None and (not isinstance(eval_every, (int, np.integer)) or eval_every < 1):
-            raise ValueError(f"eval_every={eval_every!r} is not allowed: expected None or an integer >= 1")
+            raise UserError(f"eval_every={eval_every!r} is not allowed: expected None or an integer >= 1")
         if batch_groups is None:
             batch_groups = 8
         if not isinstance(batch_groups, (int, np.integer)) or isinstance(batch_groups, bool) or batch_groups < 1:
-            raise ValueError(f"batch_groups={batch_groups!r} is not allowed: expected an integer >= 1")
+            raise UserError(f"batch_groups={batch_groups!r} is not allowed: expected an integer >= 1")
         self.policy, self.adapter = policy, adapter
         self.label = label if label is not None else getattr(policy, "name", type(policy).__name__)
         self.seed, self.eval_every, self.batch_groups = int(seed), eval_every, int(batch_groups)
@@ -143,7 +144,7 @@ class Loop:
         step (no final evaluation), e.g. to checkpoint with `state_dict()` and resume with
         another `run(steps)`."""
         if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool) or steps < 0:
-            raise ValueError(f"steps={steps!r} is not allowed: expected an integer >= 0")
+            raise UserError(f"steps={steps!r} is not allowed: expected an integer >= 0")
         stop = steps if pause_at is None else min(steps, pause_at)
         if self.eval_every and self.t == 0 and not self._evals:
             self.evaluate()

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from policies.errors import UserError
+from policies.validate import dir_mode
 
 RUN_FILES = ("train.parquet", "eval.parquet", "run.json")
 #: written next to them by runs with --counterfactual (hbsim.counterfactual, SPEC §7)
@@ -81,16 +83,17 @@ def write_run(result, out, *, overwrite: bool = False) -> Path:
     The files are written into a temporary directory next to `out` and then moved in:
     a fresh `out` is renamed into place in one step; an existing incomplete `out` (e.g. a
     grid cell holding only its log) receives the files one atomic replace at a time,
-    run.json last. An existing complete run directory raises FileExistsError unless
-    `overwrite`.
+    run.json last. An existing complete run directory raises UserError unless
+    `overwrite`. The run directory gets the mode a plain mkdir would (the user's umask).
     """
     out = Path(out)
     if is_complete(out) and not overwrite:
-        raise FileExistsError(f"run directory {str(out)!r} already holds a complete run; "
+        raise UserError(f"run directory {str(out)!r} already holds a complete run; "
                               f"choose another --out or allow overwriting")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
+        os.chmod(tmp, dir_mode())  # mkdtemp's 0700 ignores the umask
         result.train.to_parquet(tmp / "train.parquet", index=False)
         result.eval.to_parquet(tmp / "eval.parquet", index=False)
         if getattr(result, "counterfactual", None) is not None:
@@ -118,7 +121,7 @@ def read_run(run_dir):
 
     run_dir = Path(run_dir)
     if not is_complete(run_dir):
-        raise FileNotFoundError(f"run directory {str(run_dir)!r} has no run.json (not a complete run)")
+        raise UserError(f"run directory {str(run_dir)!r} has no run.json (not a complete run)")
     meta = json.loads((run_dir / "run.json").read_text())
     cf = run_dir / COUNTERFACTUAL_FILE
     return RunResult(train=pd.read_parquet(run_dir / "train.parquet"),

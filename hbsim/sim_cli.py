@@ -6,12 +6,14 @@ same seeds (common random numbers), and print a compact per-policy table.
 
 `--policy all` runs every registered policy. `--set policy.KNOB=V` goes to every selected
 policy that has the knob (an error if none has it). `--out DIR` writes one run directory
-per (policy, seed): DIR/<label>/seed<seed>/. Progress goes to stderr, the table to stdout.
+per (policy, seed): DIR/<label>/seed<seed>/, in a folder of kind "sim" (policies.validate):
+runs already there with the identical config are reused, not rerun; a different run at the
+same place needs --overwrite; other env/steps settings, another kind of folder or one hb
+did not create need --force. Progress goes to stderr, the table to stdout.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import sys
@@ -25,8 +27,11 @@ from policies import POLICIES
 
 from hbsim.envs import ENV_PRESETS, ENVS, expand_preset
 from hbsim.experiment import resolve_config, run_config
-from hbsim.records import is_complete, write_run
+from hbsim.records import config_hash, is_complete, read_run, write_run
 from hbsim.summary import summary_table
+from policies import validate
+from policies.errors import UserError
+from policies.validate import MAX_BATCH_GROUPS, MAX_JOBS, MAX_SEED, MAX_SEEDS, MAX_STEPS, check_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="env.KNOB=VALUE or policy.KNOB=VALUE (repeatable; VALUE parsed as JSON)")
     parser.add_argument("--out", default=None, help="write DIR/<label>/seed<seed>/ run directories")
     parser.add_argument("--overwrite", action="store_true", help="replace existing complete run directories")
+    parser.add_argument("--force", action="store_true",
+                        help="write into an --out folder of another kind or settings, or one hb did not create")
     parser.add_argument("--knobs", action="store_true", help="list the env's knobs (default, range, doc) and exit")
     parser.add_argument("--counterfactual", type=int, nargs="?", const=1, default=None, metavar="EVERY",
                         help="every EVERY-th step (default 1) a what-if pure step on every harness, restored "
@@ -52,24 +59,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="parallel worker processes (default: min(2, CPUs))")
 
 
-def parse_value(text: str):
-    """JSON when it parses (numbers, true/false/null, lists), else the plain string."""
-    if text in ("None", "none"):
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
 def parse_sets(items: list[str]) -> tuple[dict, dict]:
+    """--set env.KNOB=VALUE / policy.KNOB=VALUE -> (env knobs, policy knobs)."""
     env, policy = {}, {}
-    for item in items:
-        key, sep, value = item.partition("=")
+    for key, value in validate.parse_sets(items).items():
         section, dot, knob = key.partition(".")
-        if not sep or not dot or not knob or section not in ("env", "policy"):
-            raise ValueError(f"--set {item!r} is not allowed: expected env.KNOB=VALUE or policy.KNOB=VALUE")
-        (env if section == "env" else policy)[knob] = parse_value(value)
+        if not dot or not knob or section not in ("env", "policy"):
+            raise UserError(f"--set {key}=... is not allowed: expected env.KNOB=VALUE or policy.KNOB=VALUE")
+        (env if section == "env" else policy)[knob] = value
     return env, policy
 
 
@@ -78,7 +75,7 @@ def policy_names(requested: list[str] | None) -> list[str]:
     for name in requested or ["all"]:
         for n in (list(POLICIES) if name == "all" else [name]):
             if n not in POLICIES:
-                raise ValueError(f"--policy {n!r} is unknown; valid policies: all, {', '.join(POLICIES)}")
+                raise UserError(f"--policy {n!r} is unknown; valid policies: all, {', '.join(POLICIES)}")
             if n not in names:
                 names.append(n)
     return names
@@ -86,15 +83,18 @@ def policy_names(requested: list[str] | None) -> list[str]:
 
 def build_configs(args: argparse.Namespace) -> list[dict]:
     """Every resolved (policy, seed) config; all validation happens here, before any run."""
-    if args.seeds < 1:
-        raise ValueError(f"--seeds {args.seeds} is not allowed: expected an integer >= 1")
-    if args.workers < 1:
-        raise ValueError(f"--workers {args.workers} is not allowed: expected an integer >= 1")
+    check_int("--seeds", args.seeds, 1, MAX_SEEDS)
+    check_int("--seed-offset", args.seed_offset, 0, MAX_SEED - args.seeds + 1)
+    check_int("--steps", args.steps, 1, MAX_STEPS)
+    check_int("--batch-groups", args.batch_groups, 1, MAX_BATCH_GROUPS)
+    check_int("--workers", args.workers, 1, MAX_JOBS)
+    if args.eval_every is not None:
+        check_int("--eval-every", args.eval_every, 1, MAX_STEPS)
     env_knobs, policy_knobs = parse_sets(args.set)
     names = policy_names(args.policy)
     for knob in policy_knobs:
         if not any(knob in POLICIES[n].knobs() for n in names):
-            raise ValueError(f"--set policy.{knob} is not a knob of any selected policy ({', '.join(names)})")
+            raise UserError(f"--set policy.{knob} is not a knob of any selected policy ({', '.join(names)})")
     configs = []
     for name in names:
         knobs = {k: v for k, v in policy_knobs.items() if k in POLICIES[name].knobs()}
@@ -108,6 +108,34 @@ def build_configs(args: argparse.Namespace) -> list[dict]:
 
 def run_dir(out: str, cfg: dict) -> Path:
     return Path(out) / cfg["policy"]["label"] / f"seed{cfg['seed']}"
+
+
+def _settings_hash(cfg: dict) -> str:
+    """Hash of what every run of an `hb sim` folder shares (env, steps, eval_every,
+    batch_groups): more policies or seeds may be added to a folder, other settings not."""
+    return config_hash({k: v for k, v in cfg.items() if k not in ("policy", "seed")})
+
+
+def _check_out(args: argparse.Namespace, configs: list[dict]) -> dict:
+    """Validate --out before any run; returns config hash -> RunResult of the runs already
+    finished there with exactly this config (reused, not rerun)."""
+    if args.out is None:
+        return {}
+    validate.check_output_dir(args.out, "sim", _settings_hash(configs[0]), force=args.force)
+    reused = {}
+    for cfg in configs:
+        path = run_dir(args.out, cfg)
+        if path.exists() and not path.is_dir():
+            raise UserError(f"--out {args.out!r}: {str(path)!r} is a file, not a run directory; choose a new --out")
+        if not is_complete(path) or args.overwrite:
+            continue
+        result = read_run(path)
+        if result.meta.get("config_hash") != config_hash(cfg):
+            raise UserError(f"--out {args.out!r} already holds a different run in {str(path)!r} (config hash "
+                            f"{result.meta.get('config_hash')}, this one {config_hash(cfg)}); nothing was written: "
+                            "choose a new --out or pass --overwrite")
+        reused[config_hash(cfg)] = result
+    return reused
 
 
 def _run(cfg: dict):
@@ -126,22 +154,23 @@ def main(args: argparse.Namespace) -> int:
         print(knob_table(args.env))
         return 0
     configs = build_configs(args)
-    if args.out is not None and not args.overwrite:
-        for cfg in configs:
-            if is_complete(run_dir(args.out, cfg)):
-                raise FileExistsError(f"--out {args.out!r} already holds {run_dir(args.out, cfg)}; "
-                                      f"use another --out or --overwrite")
+    reused = _check_out(args, configs)
+    todo = [c for c in configs if config_hash(c) not in reused]
     start = time.perf_counter()
-    results = []
-    workers = min(args.workers, len(configs))
-    print(f"hb sim: {len(configs)} runs ({args.env}, {args.steps} steps) on {workers} worker(s)", file=sys.stderr)
+    workers = max(1, min(args.workers, len(todo)))
+    print(f"hb sim: {len(todo)} runs ({args.env}, {args.steps} steps) on {workers} worker(s)"
+          + (f"; {len(reused)} finished runs reused from {args.out}" if reused else ""), file=sys.stderr)
+    if args.out is not None:
+        validate.claim_output_dir(args.out, "sim", _settings_hash(configs[0]), tool="hb sim")
+    done = dict(reused)
     if workers > 1:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            for i, result in enumerate(pool.map(_run, configs, chunksize=max(1, len(configs) // (4 * workers)))):
-                results.append(_done(result, args, i, len(configs), start))
+            for i, result in enumerate(pool.map(_run, todo, chunksize=max(1, len(todo) // (4 * workers)))):
+                done[result.meta["config_hash"]] = _done(result, args, i, len(todo), start)
     else:
-        for i, cfg in enumerate(configs):
-            results.append(_done(_run(cfg), args, i, len(configs), start))
+        for i, cfg in enumerate(todo):
+            done[config_hash(cfg)] = _done(_run(cfg), args, i, len(todo), start)
+    results = [done[config_hash(c)] for c in configs]
     train = pd.concat([r.train for r in results], ignore_index=True)
     evals = pd.concat([r.eval for r in results], ignore_index=True)
     print(summary_table(train, evals))

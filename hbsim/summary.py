@@ -45,11 +45,14 @@ def summarize(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> pd.DataFrame:
     """One row per policy label: <suite>_mean, <suite>_ci95, regret, regret_ci95, seeds,
     oracle_share (nan for mixed batches), gen_per_opt, visits_<harness>."""
     scores = final_scores(eval_df)
+    if "policy" not in train_df:  # runs of 0 steps have an empty train table without columns
+        train_df = pd.DataFrame(columns=["policy", "seed", "arm", "groups_generated", "groups_optimized"])
     alloc_cols = [c for c in train_df.columns if c.startswith("alloc_")]
     rows = []
-    for label in pd.unique(train_df["policy"]):
+    for label in dict.fromkeys([*pd.unique(train_df["policy"]), *pd.unique(scores["policy"])]):
         tr = train_df[train_df["policy"] == label]
-        row = {"policy": label, "seeds": int(tr["seed"].nunique())}
+        seeds = pd.concat([tr["seed"], scores.loc[scores["policy"] == label, "seed"]])
+        row = {"policy": label, "seeds": int(seeds.nunique())}
         for suite in SUITES:
             vals = scores[(scores["policy"] == label) & (scores["suite"] == suite)]["score"].to_numpy()
             row[f"{suite}_mean"], row[f"{suite}_ci95"] = t_interval(vals)

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from policies.signals import inverse_cdf_draw
+from policies.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -75,11 +76,11 @@ def check_range(name: str, value: Any, low: float, high: float, *, low_open: boo
     lo_b, hi_b = ("(" if low_open else "["), (")" if high_open else "]")
     allowed = f"{'an integer' if integer else 'a number'} in {lo_b}{low}, {high}{hi_b}"
     if not ok_type or not np.isfinite(value):
-        raise ValueError(f"{name}={value!r} is not allowed: expected {allowed}")
+        raise UserError(f"{name}={value!r} is not allowed: expected {allowed}")
     too_low = value <= low if low_open else value < low
     too_high = value >= high if high_open else value > high
     if too_low or too_high:
-        raise ValueError(f"{name}={value!r} is out of range: expected {allowed}")
+        raise UserError(f"{name}={value!r} is out of range: expected {allowed}")
 
 
 class Policy:
@@ -129,7 +130,7 @@ class Policy:
         unknown = sorted(set(knobs) - set(cls.knobs()))
         if unknown:
             valid = ", ".join(cls.knobs()) or "none"
-            raise ValueError(f"policy {cls.name!r} has no knob {unknown[0]!r}; valid knobs: {valid}")
+            raise UserError(f"policy {cls.name!r} has no knob {unknown[0]!r}; valid knobs: {valid}")
         return cls(n_arms, seed, **knobs)
 
     def _record(self, feedback: "Feedback") -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from policies.base import Allocation, Feedback, Policy, check_range
+from policies.errors import UserError
 
 
 class Mixed(Policy):
@@ -26,14 +27,14 @@ class Mixed(Policy):
         if arms is None:
             arms = list(range(self.n_arms))
         if not isinstance(arms, (list, tuple, np.ndarray)) or len(arms) == 0:
-            raise ValueError(f"arms={arms!r} is not allowed: expected a non-empty list of distinct harness "
+            raise UserError(f"arms={arms!r} is not allowed: expected a non-empty list of distinct harness "
                              f"indices in [0, {self.n_arms - 1}]")
         for a in arms:
             if not isinstance(a, (int, np.integer)) or isinstance(a, bool) or not 0 <= a < self.n_arms:
-                raise ValueError(f"arms={list(arms)!r} is not allowed: expected distinct harness indices "
+                raise UserError(f"arms={list(arms)!r} is not allowed: expected distinct harness indices "
                                  f"in [0, {self.n_arms - 1}]")
         if len(set(int(a) for a in arms)) != len(arms):
-            raise ValueError(f"arms={list(arms)!r} is not allowed: indices must be distinct")
+            raise UserError(f"arms={list(arms)!r} is not allowed: indices must be distinct")
         self.arms = [int(a) for a in arms]
 
     def config(self) -> dict:

@@ -6,6 +6,7 @@ from policies.bandits import UCB1, DiscountedTS, Exp3S, RankPrioritised
 from policies.mixed import Mixed
 from policies.scored import LearnabilityOnly, MinFusion, ProductFusion, ScoredPolicy, TransferOnly
 from policies.simple import RoundRobin, Uniform
+from policies.errors import UserError
 
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
@@ -23,5 +24,5 @@ def make(name: str, n_arms: int, seed: int = 0, **knobs) -> Policy:
     `make("harnessbandit", n_arms=6, seed=0, tau=0.1)`; `make("mixed", n_arms=6, arms=[0, 4])`.
     """
     if name not in POLICIES:
-        raise ValueError(f"policy name={name!r} is unknown; valid names: {', '.join(POLICIES)}")
+        raise UserError(f"policy name={name!r} is unknown; valid names: {', '.join(POLICIES)}")
     return POLICIES[name].build(n_arms=n_arms, seed=seed, **knobs)

@@ -31,6 +31,7 @@ import numpy as np
 from policies.base import Feedback, Policy, check_range
 from policies.signals import (FUSION_USES, FUSIONS, MemoryBank, as_float_sketch, inverse_cdf_draw, minmax_normalise,
                               selection_probabilities, sketch_norm, transfer_and_update, window_push, window_values)
+from policies.errors import UserError
 
 _NAN = float("nan")
 
@@ -69,7 +70,7 @@ class ScoredPolicy(Policy):
         super().__init__(n_arms, seed)
         if self.fixed_fusion is not None:
             if fusion not in (None, self.fixed_fusion):
-                raise ValueError(f"fusion={fusion!r} is not allowed for policy {self.name!r}: it is fixed to "
+                raise UserError(f"fusion={fusion!r} is not allowed for policy {self.name!r}: it is fixed to "
                                  f"{self.fixed_fusion!r}; use 'harnessbandit' with fusion=... instead")
             fusion = self.fixed_fusion
         fusion = "mean" if fusion is None else fusion
@@ -83,9 +84,9 @@ class ScoredPolicy(Policy):
         check_range("warmup_rounds", warmup_rounds, 0, 10**7, integer=True)
         check_range("degenerate", degenerate, 0.0, 1.0)
         if fusion not in FUSIONS:
-            raise ValueError(f"fusion={fusion!r} is unknown; valid fusions: {', '.join(FUSIONS)}")
+            raise UserError(f"fusion={fusion!r} is unknown; valid fusions: {', '.join(FUSIONS)}")
         if transfer_source not in ("gradient", "update"):
-            raise ValueError(f"transfer_source={transfer_source!r} is not allowed: expected 'gradient' or 'update'")
+            raise UserError(f"transfer_source={transfer_source!r} is not allowed: expected 'gradient' or 'update'")
         if max_memory_age is not None:
             check_range("max_memory_age", max_memory_age, 0, 10**9, integer=True)
         check_range("cost_weight", cost_weight, 0.0, 1e9)

@@ -25,6 +25,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from policies.base import check_range
+from policies.errors import UserError
 
 DEFAULT_BLOCK_PATTERN = r"(?:^|\.)(?:blocks|layers|h|layer)\.(\d+)\."
 DEFAULT_EXCLUDE = (r"embed", r"wte", r"wpe", r"lm_head", r"head\.")
@@ -103,6 +104,6 @@ def select_parameters(names: Iterable[str], last_blocks: int | None = 4, blocks:
     chosen = [n for n in names
               if (index.get(n) in wanted or any(p.search(n) for p in inc)) and not any(p.search(n) for p in exc)]
     if not chosen:
-        raise ValueError(f"no parameter matched the sketch selection (blocks={sorted(wanted)}, "
+        raise UserError(f"no parameter matched the sketch selection (blocks={sorted(wanted)}, "
                          f"block_pattern={block_pattern!r}); found block indices {found}")
     return chosen

@@ -10,6 +10,7 @@ torch is imported only when the trainer is used, so `real_runs.tasks` stays ligh
 from __future__ import annotations
 
 import importlib
+from policies.errors import UserError
 
 _LAZY = {"GRPOAdapter": "real_runs.adapter", "RealConfig": "real_runs.presets",
          "PRESETS": "real_runs.presets", "resolve": "real_runs.presets"}
@@ -37,10 +38,10 @@ def make_adapter(seed: int = 0, **knobs):
     knobs = dict(knobs)
     kind = knobs.pop("kind", "real")
     if kind != "real":
-        raise ValueError(f"env kind={kind!r} is not allowed here: expected 'real'")
+        raise UserError(f"env kind={kind!r} is not allowed here: expected 'real'")
     n = knobs.pop("n_harnesses", len(TRAIN_HARNESSES))
     if n != len(TRAIN_HARNESSES):
-        raise ValueError(f"env n_harnesses={n!r} is not allowed for kind 'real': the task world has "
+        raise UserError(f"env n_harnesses={n!r} is not allowed for kind 'real': the task world has "
                          f"{len(TRAIN_HARNESSES)} training harnesses")
     return GRPOAdapter(resolve(**knobs), seed=seed)
 

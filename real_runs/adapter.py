@@ -42,13 +42,14 @@ from real_runs.sketch import ParamSketch, all_reduce_sum
 from real_runs.tasks import make_tasks
 from real_runs.trainer import (Group, accumulate_gradients, apply_update, build_rows, global_sum,
                                pad_rows, token_learnability)
+from policies.errors import UserError
 
 
 def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device={name!r} is not available: torch sees no CUDA device; use cpu or auto")
+        raise UserError(f"device={name!r} is not available: torch sees no CUDA device; use cpu or auto")
     return torch.device(name)
 
 

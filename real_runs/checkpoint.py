@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import torch
+from policies.errors import UserError
 
 FORMAT = 1
 LAST = "last.pt"
@@ -39,5 +40,5 @@ def load(run_dir) -> dict | None:
         return None
     state = torch.load(path, map_location="cpu", weights_only=False)
     if state.get("format") != FORMAT:
-        raise ValueError(f"checkpoint {path} has format={state.get('format')!r}; this version reads {FORMAT}")
+        raise UserError(f"checkpoint {path} has format={state.get('format')!r}; this version reads {FORMAT}")
     return state

@@ -14,13 +14,14 @@ sees the same feedback and draws the same arms. Only rank 0 writes files and pri
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
 from real_runs.presets import BATCH_GROUPS, PRESETS
+from policies import validate
+from policies.errors import UserError
 
 #: fraction of step time spent on the scheduler side: sketch gather + all-reduce + policy
 OVERHEAD_PHASES = ("seconds_sketch", "seconds_allreduce", "seconds_scheduler")
@@ -42,14 +43,6 @@ def add_arguments(parser) -> None:
                         help="override a knob: env knob (lr=3e-4), policy.<knob>, batch_groups, eval_every")
 
 
-def parse_value(text: str):
-    """JSON scalars and lists (1e-3, true, [0, 4], "x"); anything else is a string."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
 def build_config(args) -> dict:
     """The resolved run config of `hb real` (docs/ARCHITECTURE.md)."""
     from hbsim.experiment import resolve_policy
@@ -59,11 +52,7 @@ def build_config(args) -> dict:
     env, policy, top = {"preset": args.preset, "device": args.device}, {}, {}
     if args.model:
         env["model_path"] = args.model
-    for item in args.set:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--set {item!r} is not allowed: expected KEY=VALUE")
-        value = parse_value(raw)
+    for key, value in validate.parse_sets(args.set).items():
         if key.startswith("policy."):
             policy[key[len("policy."):]] = value
         elif key in ("batch_groups", "eval_every"):
@@ -91,7 +80,7 @@ def _same_run(saved: dict, config: dict) -> None:
     if a != b:
         diff = sorted(k for k in set(a["env"]) | set(b["env"]) if a["env"].get(k) != b["env"].get(k))
         where = f"env knobs {diff}" if diff else "policy, seed, eval_every or batch_groups"
-        raise ValueError(f"--resume config does not match the checkpoint's ({where} differ); "
+        raise UserError(f"--resume config does not match the checkpoint's ({where} differ); "
                          "only --steps may change")
 
 
@@ -114,7 +103,20 @@ def _init_distributed(args) -> int:
     return dist.get_rank()
 
 
+def _check_out(args) -> None:
+    """Before torch is imported: --steps bounded, and --out a run directory we may write
+    (policies.validate): never a file, a grid, an `hb sim` folder, a report or a folder
+    hb did not create; with --resume, an existing run directory holding a checkpoint."""
+    validate.check_int("--steps", args.steps, 0, validate.MAX_STEPS)
+    if args.model is not None and not Path(args.model).is_dir():
+        raise UserError(f"--model {args.model!r} is not a folder; expected a local Hugging Face model directory")
+    if args.resume:
+        validate.check_resume_dir(args.out)
+    validate.check_output_dir(args.out, "run", force_flag=None)
+
+
 def main(args) -> int:
+    _check_out(args)
     import hbsim
     from policies import make
     from real_runs import checkpoint, make_adapter
@@ -123,15 +125,13 @@ def main(args) -> int:
     if rank:  # followers train in lockstep but never write or print
         sys.stdout = sys.stderr = open(os.devnull, "w")
 
-    if args.steps < 0:
-        raise ValueError(f"--steps={args.steps} is not allowed: expected an integer >= 0")
     if args.checkpoint_every < 1:
-        raise ValueError(f"--checkpoint-every={args.checkpoint_every} is not allowed: expected an integer >= 1")
+        raise UserError(f"--checkpoint-every={args.checkpoint_every} is not allowed: expected an integer >= 1")
     out = Path(args.out)
     config = build_config(args)
     saved = checkpoint.load(out) if args.resume else None
     if not args.resume and ((out / "run.json").exists() or (checkpoint.checkpoint_dir(out) / checkpoint.LAST).exists()):
-        raise ValueError(f"--out {str(out)!r} already holds a run; use --resume or another directory")
+        raise UserError(f"--out {str(out)!r} already holds a run; use --resume or another directory")
     if saved is not None:
         _same_run(saved["config"], config)
     env = {k: v for k, v in config["env"].items()}
@@ -145,9 +145,11 @@ def main(args) -> int:
         loop.load_state_dict(saved["loop"])
         print(f"resumed {out} at step {loop.t}", file=sys.stderr)
     if loop.t > args.steps:
-        raise ValueError(f"--steps={args.steps} is not allowed: the checkpoint is already at step {loop.t}")
+        raise UserError(f"--steps={args.steps} is not allowed: the checkpoint is already at step {loop.t}")
     print(f"model ready in {time.perf_counter() - t0:.1f}s (warm start {adapter.warm_key}, device {adapter.device})",
           file=sys.stderr)
+    if rank == 0:
+        validate.claim_output_dir(out, "run", tool="hb real")
     _train(loop, config, out, args, rank)
     result = loop.result(config)
     if rank == 0:

@@ -38,6 +38,7 @@ from real_runs.syntax import (BracketSyntax, FuncSyntax, JsonSyntax, KvSyntax, S
                               ShellSyntax, Syntax, XmlSyntax)
 from real_runs.tasks import Task
 from real_runs.workspace import ENDS_EPISODE, Call, Result
+from policies.errors import UserError
 
 STOP = "\n"
 MAX_REPLY = 96     # bytes a turn may take: sample at most this many; longer replies fail to parse
@@ -233,4 +234,4 @@ def get_harness(name: str) -> Harness:
     try:
         return HARNESSES[name]
     except (KeyError, TypeError):
-        raise ValueError(f"harness={name!r} is unknown: allowed are {sorted(HARNESSES)}") from None
+        raise UserError(f"harness={name!r} is unknown: allowed are {sorted(HARNESSES)}") from None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from policies.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class HFTokenizer:
     def stop_id(self, stop: str) -> int:
         ids = self.encode(stop)
         if not ids:
-            raise ValueError(f"harness stop={stop!r} encodes to no token with this tokenizer")
+            raise UserError(f"harness stop={stop!r} encodes to no token with this tokenizer")
         return ids[-1]
 
 
@@ -53,7 +54,7 @@ class HFCausalLM(nn.Module):
         try:
             self.get_submodule(self.block_path)
         except AttributeError as exc:
-            raise ValueError(f"hf_block_path={block_path!r} is not a module of this model: {exc}") from None
+            raise UserError(f"hf_block_path={block_path!r} is not a module of this model: {exc}") from None
 
     def forward(self, tokens, positions, key_valid, cache=None, start=0):
         """Same contract as `Transformer.forward`; HF builds the causal mask from key_valid."""
@@ -73,7 +74,7 @@ def load_hf_model(path: str, block_path: str, device, max_len: int = 512) -> HFC
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError:
-        raise ValueError(f"model_path={path!r} needs the optional extra: pip install 'harnessbandit[hf]'") from None
+        raise UserError(f"model_path={path!r} needs the optional extra: pip install 'harnessbandit[hf]'") from None
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, torch_dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     return HFCausalLM(model, tok, block_path, max_len).to(device)

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from policies.errors import UserError
 
 VOCAB = 256  # one token per byte
 
@@ -45,7 +46,7 @@ class ByteTokenizer:
         """The token that ends a completion: the last byte of the harness's stop string."""
         data = stop.encode("utf-8")
         if not data:
-            raise ValueError(f"harness stop={stop!r} is not allowed: expected a non-empty string")
+            raise UserError(f"harness stop={stop!r} is not allowed: expected a non-empty string")
         return data[-1]
 
 
@@ -61,9 +62,9 @@ class ModelConfig:
         for name in ("n_layer", "d_model", "n_head", "d_mlp", "max_len"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"model {name}={value!r} is not allowed: expected a positive integer")
+                raise UserError(f"model {name}={value!r} is not allowed: expected a positive integer")
         if self.d_model % self.n_head:
-            raise ValueError(f"model d_model={self.d_model} is not allowed: expected a multiple of n_head={self.n_head}")
+            raise UserError(f"model d_model={self.d_model} is not allowed: expected a multiple of n_head={self.n_head}")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 
 from policies.base import check_range
+from policies.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -102,11 +103,11 @@ _POSITIVE_INT = ("n_train_tasks", "n_heldout_tasks", "n_layer", "d_model", "n_he
 
 def _check(cfg: RealConfig) -> None:
     if cfg.preset not in PRESETS:
-        raise ValueError(f"preset={cfg.preset!r} is unknown; valid presets: {', '.join(PRESETS)}")
+        raise UserError(f"preset={cfg.preset!r} is unknown; valid presets: {', '.join(PRESETS)}")
     if not (cfg.device in ("auto", "cpu", "cuda") or cfg.device.startswith("cuda:")):
-        raise ValueError(f"device={cfg.device!r} is not allowed: expected auto, cpu, cuda or cuda:N")
+        raise UserError(f"device={cfg.device!r} is not allowed: expected auto, cpu, cuda or cuda:N")
     if cfg.advantage not in _CHOICES["advantage"]:
-        raise ValueError(f"advantage={cfg.advantage!r} is unknown; valid kinds: loo, grpo, mean")
+        raise UserError(f"advantage={cfg.advantage!r} is unknown; valid kinds: loo, grpo, mean")
     for name in _POSITIVE_INT:
         check_range(name, getattr(cfg, name), 1, 2**40, integer=True)
     check_range("group_size", cfg.group_size, 2, 2**20, integer=True)
@@ -122,22 +123,22 @@ def _check(cfg: RealConfig) -> None:
     for name in ("clip_low", "clip_high"):
         check_range(name, getattr(cfg, name), 0.0, 10.0)
     if cfg.d_model % cfg.n_head:
-        raise ValueError(f"d_model={cfg.d_model} is not allowed: expected a multiple of n_head={cfg.n_head}")
+        raise UserError(f"d_model={cfg.d_model} is not allowed: expected a multiple of n_head={cfg.n_head}")
     if cfg.max_new_tokens >= cfg.max_len:
-        raise ValueError(f"max_new_tokens={cfg.max_new_tokens} is not allowed: expected < max_len={cfg.max_len}")
+        raise UserError(f"max_new_tokens={cfg.max_new_tokens} is not allowed: expected < max_len={cfg.max_len}")
     if not isinstance(cfg.update_sketch, bool):
-        raise ValueError(f"update_sketch={cfg.update_sketch!r} is not allowed: expected true or false")
+        raise UserError(f"update_sketch={cfg.update_sketch!r} is not allowed: expected true or false")
 
 
 def resolve(preset: str = "tiny", **overrides) -> RealConfig:
     """The preset's config with `overrides` applied (None = keep the preset's value); unknown
     keys raise naming the valid ones."""
     if preset not in PRESETS:
-        raise ValueError(f"preset={preset!r} is unknown; valid presets: {', '.join(PRESETS)}")
+        raise UserError(f"preset={preset!r} is unknown; valid presets: {', '.join(PRESETS)}")
     valid = {f.name for f in fields(RealConfig)}
     unknown = sorted(set(overrides) - valid)
     if unknown:
-        raise ValueError(f"real-run knob {unknown[0]!r} is unknown; valid knobs: {', '.join(sorted(valid))}")
+        raise UserError(f"real-run knob {unknown[0]!r} is unknown; valid knobs: {', '.join(sorted(valid))}")
     cfg = replace(RealConfig(), preset=preset, **PRESETS[preset])
     typed = {}
     for f in fields(RealConfig):
@@ -153,9 +154,9 @@ def _coerce(name: str, value, kind: type):
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if kind is bool and not isinstance(value, bool):
-        raise ValueError(f"{name}={value!r} is not allowed: expected true or false")
+        raise UserError(f"{name}={value!r} is not allowed: expected true or false")
     if kind is not bool and not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        raise ValueError(f"{name}={value!r} is not allowed: expected a value of type {kind.__name__}")
+        raise UserError(f"{name}={value!r} is not allowed: expected a value of type {kind.__name__}")
     return value
 
 

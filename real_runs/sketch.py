@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch import nn
 
 from policies.sketch import plan_sketch
+from policies.errors import UserError
 
 
 def block_parameters(model: nn.Module, block_path: str, last_blocks: int,
@@ -30,14 +31,14 @@ def block_parameters(model: nn.Module, block_path: str, last_blocks: int,
     blocks = model.get_submodule(block_path)
     n = len(blocks)
     if not 1 <= last_blocks <= n:
-        raise ValueError(f"sketch_blocks={last_blocks!r} is not allowed: expected an integer in [1, {n}]")
+        raise UserError(f"sketch_blocks={last_blocks!r} is not allowed: expected an integer in [1, {n}]")
     chosen = []
     for i in range(n - last_blocks, n):
         for rel, p in blocks[i].named_parameters():
             if p.requires_grad and any(fnmatch.fnmatchcase(rel, pat) for pat in patterns):
                 chosen.append((f"{block_path}.{i}.{rel}", p))
     if not chosen:
-        raise ValueError(f"sketch_patterns={list(patterns)!r} match no parameter of {block_path}")
+        raise UserError(f"sketch_patterns={list(patterns)!r} match no parameter of {block_path}")
     return chosen
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from real_runs.workspace import Call
+from policies.errors import UserError
 
 CATEGORIES = ("create", "edit", "files", "count", "lookup", "multi")
 
@@ -285,7 +286,7 @@ def _check_count(field: str, value, minimum: int, maximum: int | None = None) ->
     if (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum
             or (maximum is not None and value > maximum)):
         top = "" if maximum is None else f" and <= {maximum}"
-        raise ValueError(f"{field}={value!r} is invalid: allowed is an integer >= {minimum}{top}")
+        raise UserError(f"{field}={value!r} is invalid: allowed is an integer >= {minimum}{top}")
     return int(value)
 
 
@@ -309,7 +310,7 @@ def make_tasks(seed: int, n_train: int = 300, n_heldout: int = 100) -> tuple[lis
         while len(tasks) < n:
             tries += 1
             if tries > 50 * n + 1000:
-                raise ValueError(f"n_{'train' if prefix == 't' else 'heldout'}={n} is too large: "
+                raise UserError(f"n_{'train' if prefix == 't' else 'heldout'}={n} is too large: "
                                  "the vocabularies cannot supply that many distinct tasks")
             cat = CATEGORIES[len(tasks) % len(CATEGORIES)]
             instr, files, goal, answer, sol = GENERATORS[cat](rng)

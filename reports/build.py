@@ -14,6 +14,7 @@ import pandas as pd
 
 from reports import load
 from reports.text import conclusion, headline_table  # noqa: F401 (public: reports.headline_table)
+from policies.errors import UserError
 
 # reports.analysis / reports.diagnostics (scipy, statsmodels) are imported after the
 # inputs are validated, so that a rejected call answers quickly.
@@ -57,23 +58,23 @@ def _frames(obj, extra: tuple[str, ...] = ()) -> load.Frames:
 def _validate(fr: load.Frames, baseline: str, suite: str | None, ks, resamples: int, alpha: float):
     policies = sorted(fr.eval["policy"].unique().tolist())
     if baseline not in policies:
-        raise ValueError(f"--baseline: got {baseline!r}, allowed: one of the policy labels {policies}")
+        raise UserError(f"--baseline: got {baseline!r}, allowed: one of the policy labels {policies}")
     attempts = load.attempts_per_suite(fr.eval)
     if suite is not None:
         if suite not in attempts:
-            raise ValueError(f"--suite: got {suite!r}, allowed: one of {sorted(attempts)}")
+            raise UserError(f"--suite: got {suite!r}, allowed: one of {sorted(attempts)}")
         attempts = {suite: attempts[suite]}
     ks = tuple(sorted(set(int(k) for k in ks)))
     if not ks or ks[0] < 1:
-        raise ValueError(f"--k: got {list(ks)}, allowed: positive integers")
+        raise UserError(f"--k: got {list(ks)}, allowed: positive integers")
     most = max(attempts.values())
     if ks[-1] > most:
-        raise ValueError(f"--k: got {ks[-1]}, allowed: k <= the number of attempts per task "
+        raise UserError(f"--k: got {ks[-1]}, allowed: k <= the number of attempts per task "
                          f"(at most {most}: {attempts})")
     if not 0 < alpha < 1:
-        raise ValueError(f"--alpha: got {alpha}, allowed: 0 < alpha < 1")
+        raise UserError(f"--alpha: got {alpha}, allowed: 0 < alpha < 1")
     if resamples < 1:
-        raise ValueError(f"--resamples: got {resamples}, allowed: an integer >= 1")
+        raise UserError(f"--resamples: got {resamples}, allowed: an integer >= 1")
     return policies, attempts, ks
 
 

@@ -1,7 +1,7 @@
 """`hb report`: the paired report of a grid or run directory, and `hb report marginals`.
 
     hb report DIR --baseline LABEL [--out OUTDIR] [--suite NAME] [--k 1,3]
-                  [--resamples 10000] [--seed 0] [--alpha 0.05] [--axis policy.tau]
+                  [--resamples 10000] [--seed 0] [--alpha 0.05] [--axis policy.tau] [--recollect] [--force]
     hb report marginals --n 161 --a 67 --b 62      (n <= 1e9; closed form)
 
 The first positional word `marginals` selects the marginal-McNemar helper instead of a
@@ -15,6 +15,8 @@ import textwrap
 import time
 import warnings
 from pathlib import Path
+from policies import validate
+from policies.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=float, default=0.05, help="1 - interval coverage and test level")
     parser.add_argument("--axis", help="a swept knob column of the collected grid (e.g. policy.tau): delta against "
                                        "the baseline as a function of it, table + figure")
+    parser.add_argument("--recollect", action="store_true",
+                        help="a grid whose cells are newer than its collected tables: collect them again first")
+    parser.add_argument("--force", action="store_true",
+                        help="write into --out although it holds other output or files hb did not create")
     group = parser.add_argument_group("marginals", "hb report marginals --n N --a A --b B")
     group.add_argument("--n", type=_count("--n"), help="number of tasks both systems were evaluated on (<= 1e9)")
     group.add_argument("--a", type=_count("--a"), help="tasks solved by system A")
@@ -54,9 +60,9 @@ def _parse_ks(text: str) -> tuple[int, ...]:
     try:
         ks = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
-        raise ValueError(f"--k: got {text!r}, allowed: comma-separated positive integers, e.g. 1,3") from None
+        raise UserError(f"--k: got {text!r}, allowed: comma-separated positive integers, e.g. 1,3") from None
     if not ks or min(ks) < 1:
-        raise ValueError(f"--k: got {text!r}, allowed: comma-separated positive integers, e.g. 1,3")
+        raise UserError(f"--k: got {text!r}, allowed: comma-separated positive integers, e.g. 1,3")
     return ks
 
 
@@ -65,7 +71,7 @@ def _marginals(args) -> int:
 
     missing = [f"--{k}" for k in ("n", "a", "b") if getattr(args, k) is None]
     if missing:
-        raise ValueError(f"hb report marginals: missing {', '.join(missing)}; usage: hb report marginals --n N --a A --b B")
+        raise UserError(f"hb report marginals: missing {', '.join(missing)}; usage: hb report marginals --n N --a A --b B")
     res = marginal_mcnemar_bounds(args.n, args.a, args.b)
     lo, hi = res["min"], res["max"]
     print(f"n={args.n} tasks, A solved {args.a}, B solved {args.b}: {res['tables']} pairings are consistent "
@@ -95,23 +101,42 @@ class _Progress:
             self.last = now
 
 
+def _check_paths(args) -> Path:
+    """Before any work: --resamples bounded, the output folder writable and a report
+    folder (policies.validate), and a grid's collected tables not older than its cells
+    (exit 2, or collect again with --recollect). Returns the output folder."""
+    validate.check_int("--resamples", args.resamples, 1, validate.MAX_RESAMPLES)
+    out = Path(args.out) if args.out else Path(args.dir) / "report"
+    validate.check_output_dir(out, "report", force=args.force)
+    stale = validate.stale_collected_tables(args.dir)
+    if stale and not args.recollect:
+        raise UserError(f"DIR {args.dir!r}: its collected tables (eval.parquet, train.parquet) are stale: {stale}; "
+                        f"run `hb grid collect {args.dir}` or pass --recollect")
+    if stale:
+        from ablations.collect import collect  # the one exception to "reports imports none of the others"
+        collect(args.dir)
+        print(f"report: collected {args.dir} again ({stale})", file=sys.stderr)
+    return out
+
+
 def main(args: argparse.Namespace) -> int:
     if args.dir == "marginals":
         return _marginals(args)
     stray = [f"--{k}" for k in ("n", "a", "b") if getattr(args, k) is not None]
     if stray:
-        raise ValueError(f"{', '.join(stray)}: only allowed with `hb report marginals`; got DIR {args.dir!r}")
+        raise UserError(f"{', '.join(stray)}: only allowed with `hb report marginals`; got DIR {args.dir!r}")
     if args.baseline is None:
-        raise ValueError("--baseline: missing; allowed: one of the policy labels of DIR (hb report DIR --baseline LABEL)")
+        raise UserError("--baseline: missing; allowed: one of the policy labels of DIR (hb report DIR --baseline LABEL)")
+    out = _check_paths(args)
     from reports import build_report, headline_table
     from reports.text import LEGEND, conclusion
 
-    out = Path(args.out) if args.out else Path(args.dir) / "report"
     with warnings.catch_warnings():  # exclusions are printed below as one line each
         warnings.simplefilter("ignore")
         result = build_report(args.dir, args.baseline, out, suite=args.suite, ks=_parse_ks(args.k),
                               resamples=args.resamples, seed=args.seed, alpha=args.alpha, progress=_Progress(),
                               axis=args.axis)
+    validate.claim_output_dir(out, "report", tool="hb report")
     for line in result.notes:
         print(f"warning: {line}", file=sys.stderr)
     print(textwrap.fill(conclusion(result), width=110) + "\n")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from policies.errors import UserError
 
 #: the eval columns the loader needs (SPEC §7); `step` is optional (absent: one final evaluation, step 0)
 EVAL_REQUIRED = ("run_id", "policy", "seed", "step", "suite", "task", "category", "harness",
@@ -43,7 +44,7 @@ def _parquet(path: Path) -> pd.DataFrame:
         return pd.read_parquet(path)
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValueError(f"{path.name}: {str(path)!r} is not a readable parquet table ({first})") from None
+        raise UserError(f"{path.name}: {str(path)!r} is not a readable parquet table ({first})") from None
 
 
 def _run_dirs(root: Path) -> list[Path]:
@@ -60,7 +61,7 @@ def _read_run_json(d: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise ValueError(f"run.json: {path} is not valid JSON ({exc.msg}); expected the run record of SPEC §7") from None
+        raise UserError(f"run.json: {path} is not valid JSON ({exc.msg}); expected the run record of SPEC §7") from None
 
 
 def read_dir(path: str | Path, extra: tuple[str, ...] = ()) -> Frames:
@@ -68,7 +69,7 @@ def read_dir(path: str | Path, extra: tuple[str, ...] = ()) -> Frames:
     beyond the required ones, e.g. a swept knob)."""
     root = Path(path)
     if not root.is_dir():
-        raise FileNotFoundError(f"DIR: {str(root)!r} is not a directory; expected a grid or run directory")
+        raise UserError(f"DIR: {str(root)!r} is not a directory; expected a grid or run directory")
     runs: dict = {}
     if (root / "eval.parquet").exists():
         ev = _parquet(root / "eval.parquet")
@@ -83,7 +84,7 @@ def read_dir(path: str | Path, extra: tuple[str, ...] = ()) -> Frames:
     else:
         dirs = _run_dirs(root)
         if not dirs:
-            raise ValueError(f"DIR: {str(root)!r} has no eval.parquet and no run directories "
+            raise UserError(f"DIR: {str(root)!r} has no eval.parquet and no run directories "
                              "(DIR/cells/*/, DIR/*/, DIR/*/*/ with eval.parquet); nothing to report")
         evs, trs = [], []
         for d in dirs:
@@ -116,15 +117,15 @@ def validate_eval(df: pd.DataFrame, extra: tuple[str, ...] = ()) -> pd.DataFrame
     need = [c for c in EVAL_REQUIRED if c not in EVAL_OPTIONAL]
     missing = [c for c in need if c not in df.columns]
     if missing:
-        raise ValueError(f"eval table: missing column(s) {missing}; required: {need} (optional: "
-                         f"{list(EVAL_OPTIONAL)})")
+        raise UserError(f"eval table: missing column(s) {missing}; required: {need} (optional: "
+                        f"{list(EVAL_OPTIONAL)})")
     absent = [c for c in extra if c not in df.columns]
     if absent:
         knobs = sorted(c for c in df.columns if "." in str(c))
-        raise ValueError(f"--axis: got {absent[0]!r}, allowed: a swept knob column of the collected eval table "
-                         f"({knobs if knobs else 'none: collect a grid with a sweep (hb grid collect)'})")
+        raise UserError(f"--axis: got {absent[0]!r}, allowed: a swept knob column of the collected eval table "
+                        f"({knobs if knobs else 'none: collect a grid with a sweep (hb grid collect)'})")
     if len(df) == 0:
-        raise ValueError("eval table: has no rows; expected one row per attempt")
+        raise UserError("eval table: has no rows; expected one row per attempt")
     ev = df.loc[:, [c for c in EVAL_REQUIRED if c in df.columns] + list(extra)].copy()
     if "step" not in ev.columns:
         ev["step"] = 0
@@ -135,14 +136,14 @@ def validate_eval(df: pd.DataFrame, extra: tuple[str, ...] = ()) -> pd.DataFrame
     reward = pd.to_numeric(ev["reward"], errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(reward) | (reward < 0) | (reward > 1)
     if bad.any():
-        raise ValueError(f"eval.reward: got {float(reward[bad][0])!r} (task {ev['task'].to_numpy()[bad][0]!r}, "
+        raise UserError(f"eval.reward: got {float(reward[bad][0])!r} (task {ev['task'].to_numpy()[bad][0]!r}, "
                          f"{int(bad.sum())} bad row(s)); allowed: finite floats in [0, 1]")
     ev["reward"] = reward
     succ = ev["success"]
     if succ.dtype != bool:
         vals = pd.to_numeric(succ, errors="coerce")
         if vals.isna().any() or not vals.isin([0, 1]).all():
-            raise ValueError(f"eval.success: got {succ[~vals.isin([0, 1])].iloc[0]!r}; allowed: booleans (or 0/1)")
+            raise UserError(f"eval.success: got {succ[~vals.isin([0, 1])].iloc[0]!r}; allowed: booleans (or 0/1)")
         succ = vals.astype(bool)
     ev["success"] = succ.astype(bool)
     # a canonical row order: every later aggregation sums in the same order (joins are by ids)
@@ -151,7 +152,7 @@ def validate_eval(df: pd.DataFrame, extra: tuple[str, ...] = ()) -> pd.DataFrame
     dup = ev.duplicated(["run_id", "step", "suite", "task", "attempt"])
     if dup.any():
         r = ev[dup].iloc[0]
-        raise ValueError(f"eval table: duplicate attempt {int(r['attempt'])} of task {r['task']!r} "
+        raise UserError(f"eval table: duplicate attempt {int(r['attempt'])} of task {r['task']!r} "
                          f"(run {r['run_id']!r}, step {int(r['step'])}); allowed: one row per attempt")
     return ev
 
@@ -159,14 +160,14 @@ def validate_eval(df: pd.DataFrame, extra: tuple[str, ...] = ()) -> pd.DataFrame
 def _as_int(col: pd.Series, name: str) -> pd.Series:
     vals = pd.to_numeric(col, errors="coerce")
     if vals.isna().any() or (vals != np.round(vals)).any():
-        raise ValueError(f"{name}: got {col[vals.isna() | (vals != np.round(vals))].iloc[0]!r}; allowed: integers")
+        raise UserError(f"{name}: got {col[vals.isna() | (vals != np.round(vals))].iloc[0]!r}; allowed: integers")
     return vals.astype(np.int64)
 
 
 def validate_train(df: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in TRAIN_REQUIRED if c not in df.columns]
     if missing:
-        raise ValueError(f"train table: missing column(s) {missing}; required at least: {list(TRAIN_REQUIRED)}")
+        raise UserError(f"train table: missing column(s) {missing}; required at least: {list(TRAIN_REQUIRED)}")
     tr = df.copy()
     tr["run_id"] = tr["run_id"].astype(str)
     tr["policy"] = tr["policy"].astype(str)
@@ -179,7 +180,7 @@ def _check_one_run_per_policy_seed(final: pd.DataFrame) -> None:
     runs = final.groupby(["policy", "seed"])["run_id"].nunique()
     if (runs > 1).any():
         (pol, seed), n = next((k, v) for k, v in runs.items() if v > 1)
-        raise ValueError(f"eval table: policy {pol!r} seed {seed} has {n} runs; allowed: one run per "
+        raise UserError(f"eval table: policy {pol!r} seed {seed} has {n} runs; allowed: one run per "
                          "(policy, seed) — give repeated runs distinct seeds or labels")
 
 
@@ -188,7 +189,7 @@ def _check_attempts(final: pd.DataFrame) -> None:
     for suite, c in counts.groupby(level="suite"):
         values = sorted(set(int(v) for v in c.to_numpy()))
         if len(values) > 1:
-            raise ValueError(f"eval.attempt: inconsistent attempt counts in suite {suite!r}: found {values} "
+            raise UserError(f"eval.attempt: inconsistent attempt counts in suite {suite!r}: found {values} "
                              "attempts per (run, task); allowed: the same number for every task and run of a suite")
 
 
@@ -205,7 +206,7 @@ def axis_values(final: pd.DataFrame, axis: str) -> dict:
     for pol, vals in final.groupby("policy", sort=True)[axis]:
         vals = vals.dropna().unique()
         if len(vals) > 1:
-            raise ValueError(f"--axis: {axis!r} takes {len(vals)} values under policy label {pol!r} "
+            raise UserError(f"--axis: {axis!r} takes {len(vals)} values under policy label {pol!r} "
                              f"({sorted(map(str, vals))[:4]}); allowed: a knob that is constant per label")
         if len(vals) == 1:
             out[str(pol)] = vals[0]

@@ -23,6 +23,7 @@ import numpy as np
 from scipy import stats as sps
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 from statsmodels.stats.multitest import multipletests
+from policies.errors import UserError
 
 Progress = Callable[[int, int, str], None]
 
@@ -31,11 +32,11 @@ Progress = Callable[[int, int, str], None]
 
 def _check_counts(n: np.ndarray, c: np.ndarray, k: int) -> None:
     if k < 1:
-        raise ValueError(f"k: got {k}, allowed: an integer >= 1")
+        raise UserError(f"k: got {k}, allowed: an integer >= 1")
     if np.any(c < 0) or np.any(c > n):
-        raise ValueError("c: successes must satisfy 0 <= c <= n")
+        raise UserError("c: successes must satisfy 0 <= c <= n")
     if n.size and k > int(n.min()):
-        raise ValueError(f"k: got {k}, allowed: k <= number of attempts n = {int(n.min())}")
+        raise UserError(f"k: got {k}, allowed: k <= number of attempts n = {int(n.min())}")
 
 
 def pass_at_k(n, c, k: int) -> np.ndarray:
@@ -162,7 +163,7 @@ def crossed_bootstrap(x: np.ndarray, stat: Callable, *, resamples: int, rng: np.
     (resamples, ...) replicates. Processed in chunks; progress(done, total, label).
     """
     if resamples < 1:
-        raise ValueError(f"resamples: got {resamples}, allowed: an integer >= 1")
+        raise UserError(f"resamples: got {resamples}, allowed: an integer >= 1")
     s, t = x.shape[-2:]
     parts = []
     for start in range(0, resamples, chunk):
@@ -379,11 +380,11 @@ def marginal_mcnemar_bounds(n: int, a: int, b: int) -> dict:
     """
     for name, v in (("n", n), ("a", a), ("b", b)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-            raise ValueError(f"{name}: got {v!r}, allowed: a non-negative integer")
+            raise UserError(f"{name}: got {v!r}, allowed: a non-negative integer")
     if n > MARGINAL_MAX_N:
-        raise ValueError(f"n: got {n}, allowed: at most {MARGINAL_MAX_N:,} tasks (10**9)")
+        raise UserError(f"n: got {n}, allowed: at most {MARGINAL_MAX_N:,} tasks (10**9)")
     if a > n or b > n:
-        raise ValueError(f"a, b: got a={a}, b={b}, allowed: 0 <= a, b <= n = {n}")
+        raise UserError(f"a, b: got a={a}, b={b}, allowed: 0 <= a, b <= n = {n}")
     keys = ("p", "n11", "n10", "n01", "n00")
     out = {}
     for name, n11 in (("min", min(a, b)), ("max", max(0, a + b - n))):

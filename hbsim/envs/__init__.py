@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Iterator
 
 from hbsim.envs.base import CATEGORIES, COMMON_KNOBS, SUITES, Batch, Knob, SyntheticEnv
+from policies.errors import UserError
 
 #: kind -> module that defines it
 ENV_MODULES: dict[str, str] = {
@@ -33,14 +34,14 @@ class _Registry(Mapping):
 
     def __getitem__(self, kind: str) -> type[SyntheticEnv]:
         if kind not in self._modules:
-            raise ValueError(f"env kind={kind!r} is unknown; valid kinds: {', '.join(self._modules)} "
-                             f"(presets: {', '.join(ENV_PRESETS)})")
+            raise UserError(f"env kind={kind!r} is unknown; valid kinds: {', '.join(self._modules)} "
+                            f"(presets: {', '.join(ENV_PRESETS)})")
         if kind not in self._classes:
             module = importlib.import_module(self._modules[kind])
             found = [obj for obj in vars(module).values()
                      if isinstance(obj, type) and issubclass(obj, SyntheticEnv) and obj.kind == kind]
             if not found:
-                raise ValueError(f"env kind={kind!r}: module {self._modules[kind]} defines no "
+                raise UserError(f"env kind={kind!r}: module {self._modules[kind]} defines no "
                                  f"SyntheticEnv subclass with kind={kind!r}")
             self._classes[kind] = found[0]
         return self._classes[kind]

@@ -77,6 +77,7 @@ import pandas as pd
 
 from hbsim.adapter import EVAL_COLUMNS, CostLedger, StepResult
 from hbsim import grpo
+from policies.errors import UserError
 
 #: PinchBench-like task categories; `task_category` indexes this tuple.
 CATEGORIES = ("skills", "integrations", "memory", "csv", "coding")
@@ -111,12 +112,12 @@ class Knob:
         else:
             ok = isinstance(value, str)
         if not ok:
-            raise ValueError(f"env knob {name}={value!r} is not allowed: expected {allowed}")
+            raise UserError(f"env knob {name}={value!r} is not allowed: expected {allowed}")
         value = kind(value)
         if self.choices is not None and value not in self.choices:
-            raise ValueError(f"env knob {name}={value!r} is not allowed: expected {allowed}")
+            raise UserError(f"env knob {name}={value!r} is not allowed: expected {allowed}")
         if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
-            raise ValueError(f"env knob {name}={value!r} is out of range: expected {allowed}")
+            raise UserError(f"env knob {name}={value!r} is out of range: expected {allowed}")
         return value
 
     def allowed(self) -> str:
@@ -186,7 +187,7 @@ class SyntheticEnv:
         specs = cls.knob_specs()
         unknown = sorted(set(knobs) - set(specs))
         if unknown:
-            raise ValueError(f"env knob {unknown[0]!r} is unknown for kind={cls.kind!r}; "
+            raise UserError(f"env knob {unknown[0]!r} is unknown for kind={cls.kind!r}; "
                              f"valid knobs: {', '.join(specs)}")
         resolved = {name: spec.check(name, knobs.get(name, spec.default)) for name, spec in specs.items()}
         cls._check_knobs(resolved)
@@ -199,7 +200,7 @@ class SyntheticEnv:
     # -- construction --------------------------------------------------------------
     def __init__(self, seed: int = 0, **knobs):
         if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
-            raise ValueError(f"seed={seed!r} is not allowed: expected an integer >= 0")
+            raise UserError(f"seed={seed!r} is not allowed: expected an integer >= 0")
         self.seed = int(seed)
         self.knobs = self.resolve_knobs(**knobs)
         k = self.knobs
@@ -494,10 +495,10 @@ class IntListKnob(Knob):
                            for x in (it if self._pairs else [it])):
                     raise TypeError
         except (TypeError, ValueError):
-            raise ValueError(f"env knob {name}={value!r} is not allowed: expected {self.allowed()}") from None
+            raise UserError(f"env knob {name}={value!r} is not allowed: expected {self.allowed()}") from None
         flat = [x for it in items for x in (it if self._pairs else (it,))]
         if any(x < 0 for x in flat) or (self._pairs and any(len(it) != 2 for it in items)):
-            raise ValueError(f"env knob {name}={value!r} is not allowed: expected {self.allowed()}")
+            raise UserError(f"env knob {name}={value!r} is not allowed: expected {self.allowed()}")
         return items
 
     def check(self, name: str, value):
@@ -530,7 +531,7 @@ def aligned_heldout(vectors: np.ndarray, knobs: dict, unit: bool = True) -> np.n
     if not aligned:
         return vectors
     if max(aligned) >= vectors.shape[0] - 1:
-        raise ValueError(f"env knob heldout_align={knobs['heldout_align']!r} is not allowed: expected training "
+        raise UserError(f"env knob heldout_align={knobs['heldout_align']!r} is not allowed: expected training "
                          f"harness indices in [0, {vectors.shape[0] - 2}]")
     s = knobs["heldout_align_strength"]
     mean = vectors[aligned].mean(axis=0)

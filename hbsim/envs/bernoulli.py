@@ -44,6 +44,7 @@ import numpy as np
 
 from hbsim import grpo
 from hbsim.envs.base import CATEGORIES, Batch, Knob, SyntheticEnv, aligned_heldout, heldout_align_knobs
+from policies.errors import UserError
 
 
 def _sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -82,7 +83,7 @@ class BernoulliEnv(SyntheticEnv):
     @classmethod
     def _check_knobs(cls, knobs: dict) -> None:
         if knobs["n_saturating"] + knobs["n_zero"] > knobs["n_harnesses"]:
-            raise ValueError(f"env knobs n_saturating={knobs['n_saturating']} + n_zero={knobs['n_zero']} "
+            raise UserError(f"env knobs n_saturating={knobs['n_saturating']} + n_zero={knobs['n_zero']} "
                              f"are not allowed: expected a sum <= n_harnesses={knobs['n_harnesses']}")
 
     # -- structure -----------------------------------------------------------------

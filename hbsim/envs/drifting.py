@@ -64,6 +64,7 @@ from hbsim.envs.base import (CATEGORIES, Batch, IntListKnob, Knob, SyntheticEnv,
                              knob_doc,
                              optimizer_knobs, sketch_coordinates)
 from hbsim.grpo import OPTIMIZERS, Optimizer, expected_group_signal, preconditioned_direction  # noqa: F401
+from policies.errors import UserError
 
 #: spawn-key stream id of the drift and gradient-noise stream (the base uses 0-4)
 STREAM_DRIFT = 10
@@ -115,23 +116,23 @@ class DriftingEnv(SyntheticEnv):
     def _check_knobs(cls, knobs: dict) -> None:
         H, C = knobs["n_harnesses"], len(CATEGORIES)
         if knobs["dim"] < H + C + 2:
-            raise ValueError(f"env knob dim={knobs['dim']} is not allowed: expected >= n_harnesses + "
+            raise UserError(f"env knob dim={knobs['dim']} is not allowed: expected >= n_harnesses + "
                              f"{C + 2} = {H + C + 2} (orthonormal directions)")
         lo, hi = knobs["shared"] - knobs["shared_spread"], knobs["shared"] + knobs["shared_spread"]
         if lo < 0.0 or hi + knobs["category_share"] > 1.0:
-            raise ValueError(f"env knobs shared={knobs['shared']}, shared_spread={knobs['shared_spread']}, "
+            raise UserError(f"env knobs shared={knobs['shared']}, shared_spread={knobs['shared_spread']}, "
                              f"category_share={knobs['category_share']} are not allowed: expected "
                              f"shared - shared_spread >= 0 and shared + shared_spread + category_share <= 1")
         if knobs["shared_v0"] > 0 and not knobs["axis_aligned"]:
-            raise ValueError(f"env knob shared_v0={knobs['shared_v0']} is not allowed with axis_aligned=False: "
+            raise UserError(f"env knob shared_v0={knobs['shared_v0']} is not allowed with axis_aligned=False: "
                              f"expected 0 (the shared direction is only an axis when axis_aligned = true)")
         if knobs["bias_low"] > knobs["bias_high"]:
-            raise ValueError(f"env knob bias_low={knobs['bias_low']} is not allowed: expected <= "
+            raise UserError(f"env knob bias_low={knobs['bias_low']} is not allowed: expected <= "
                              f"bias_high={knobs['bias_high']}")
         pairs = cls.KNOBS["conflict_pairs"].parse("conflict_pairs", knobs["conflict_pairs"])
         flat = [x for pair in pairs for x in pair]
         if any(x >= H for x in flat) or len(set(flat)) != len(flat):
-            raise ValueError(f"env knob conflict_pairs={knobs['conflict_pairs']!r} is not allowed: expected "
+            raise UserError(f"env knob conflict_pairs={knobs['conflict_pairs']!r} is not allowed: expected "
                              f"disjoint pairs of distinct harness indices in [0, {H - 1}]")
         if pairs:
             rho = _shared_shares(knobs)
@@ -140,7 +141,7 @@ class DriftingEnv(SyntheticEnv):
             best = min(_pair_cos_range(rho[i], rho[j], knobs["category_share"])[1]
                        for i in range(H) for j in range(H) if i != j)
             if not worst - 1e-12 <= knobs["conflict_cos"] <= best + 1e-12:
-                raise ValueError(f"env knob conflict_cos={knobs['conflict_cos']} is not allowed with these "
+                raise UserError(f"env knob conflict_cos={knobs['conflict_cos']} is not allowed with these "
                                  f"shared shares: expected in [{worst:.4g}, {best:.4g}]")
 
     # -- structure -----------------------------------------------------------------

@@ -42,6 +42,7 @@ from scipy.special import expit
 from hbsim.envs.base import (CATEGORIES, Batch, Knob, SyntheticEnv, aligned_heldout, heldout_align_knobs, knob_doc,
                              optimizer_knobs, sketch_coordinates)
 from hbsim.grpo import Optimizer, expected_group_signal
+from policies.errors import UserError
 
 
 def student_features(x: np.ndarray, v: np.ndarray, interaction: float) -> np.ndarray:
@@ -81,7 +82,7 @@ class StudentEnv(SyntheticEnv):
     @classmethod
     def _check_knobs(cls, knobs: dict) -> None:
         if knobs["bias_low"] > knobs["bias_high"]:
-            raise ValueError(f"env knob bias_low={knobs['bias_low']} is not allowed: expected <= "
+            raise UserError(f"env knob bias_low={knobs['bias_low']} is not allowed: expected <= "
                              f"bias_high={knobs['bias_high']}")
 
     # -- structure -----------------------------------------------------------------

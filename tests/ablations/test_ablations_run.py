@@ -139,7 +139,7 @@ def test_changed_file_adds_only_new_cells_and_names_are_guarded(tmp_path, capsys
     other = write_grid(tmp_path / "other.toml", name="other", steps=4, seeds=1, policies=[{"name": "uniform"}])
     before = sorted(p.name for p in (out / "cells").iterdir())
     _, err = hb_in(capsys, "grid", "run", other, "--out", out, check=2)
-    assert "holds cells of grid 'grow', not 'other'" in err and "--force-mixed" in err
+    assert "holds cells of grid 'grow', not 'other'" in err and "--force" in err
     assert sorted(p.name for p in (out / "cells").iterdir()) == before
     hb_in(capsys, "grid", "run", other, "--out", out, "--force-mixed", "--jobs", 1)
     assert json.loads((out / "grid.json").read_text())["names"] == ["grow", "other"]

@@ -117,7 +117,7 @@ def test_unwritable_output_dir(tmp_path, capsys):
     blocker.write_text("x")
     assert hb_main(["grid", "run", str(grid), "--out", str(blocker / "out")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "is not a directory" in err and "--out" in err
+    assert err.count("\n") == 1 and "is a file" in err and "--out" in err
     assert blocker.read_text() == "x"
     assert hb_main(["grid", "run", str(grid), "--out", "/proc/hb-grid-out"]) == 2
     err = capsys.readouterr().err
@@ -130,7 +130,7 @@ def test_bad_cli_arguments(tmp_path, capsys):
     assert hb_main(["grid", "run", str(grid), "--out", str(out), "--backend", "slurm"]) == 2
     assert "valid backends: local, ray" in capsys.readouterr().err
     assert hb_main(["grid", "run", str(grid), "--out", str(out), "--jobs", "0"]) == 2
-    assert "--jobs 0" in capsys.readouterr().err
+    assert "--jobs=0" in capsys.readouterr().err
     assert hb_main(["grid", "run", str(tmp_path / "missing.toml"), "--out", str(out)]) == 2
     assert "grid file not found" in capsys.readouterr().err
     assert hb_main(["grid", "status", str(tmp_path)]) == 2

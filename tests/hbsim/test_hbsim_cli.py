@@ -31,10 +31,20 @@ def test_sim_smoke_with_out(tmp_path):
             res = read_run(out / label / f"seed{seed}")
             assert len(res.train) == 10 and res.meta["config"]["env"]["n_tasks"] == 30
             assert res.meta["seed"] == seed and res.meta["label"] == label
-    # the same --out again: refused before running, one line, exit 2, files kept
-    again = hb("--policy", "uniform", "--seeds", "1", "--steps", "10", "--out", str(out), *SMALL)
-    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "already holds" in again.stderr
-    assert (out / "uniform" / "seed0" / "run.json").exists()
+    # the same runs again: reused, not rerun (files untouched); the table is the same
+    before = (out / "uniform" / "seed0" / "train.parquet").stat().st_mtime_ns
+    again = hb("--policy", "uniform", "--seeds", "2", "--steps", "10", "--out", str(out), *SMALL)
+    assert again.returncode == 0 and "0 runs" in again.stderr and "2 finished runs reused" in again.stderr
+    assert again.stdout.splitlines()[2].split() == lines[3].split()
+    assert (out / "uniform" / "seed0" / "train.parquet").stat().st_mtime_ns == before
+    # a different run at the same place: refused before running, one line, exit 2, files kept
+    other = hb("--policy", "harnessbandit", "--seeds", "1", "--steps", "10", "--out", str(out), *SMALL,
+               "--set", "policy.tau=0.7")
+    assert other.returncode == 2 and other.stderr.count("\n") == 1 and "already holds a different run" in other.stderr
+    # other settings (steps) in the same folder: refused, naming --force
+    steps = hb("--policy", "uniform", "--seeds", "1", "--steps", "11", "--out", str(out), *SMALL)
+    assert steps.returncode == 2 and "another configuration" in steps.stderr and "--force" in steps.stderr
+    assert (out / "uniform" / "seed0" / "train.parquet").stat().st_mtime_ns == before
 
 
 def test_sim_all_policies_parallel():
@@ -63,7 +73,8 @@ def test_sim_bad_input_one_line_exit_2_subprocess(args, needle):
     (["--set", "policy.zzz=1"], "zzz"),
     (["--set", "lr=1"], "env.KNOB=VALUE"),
     (["--policy", "bogus"], "valid policies"),
-    (["--seeds", "0"], "--seeds 0"),
+    (["--seeds", "0"], "--seeds=0"),
+    (["--steps", "0"], "--steps=0"),
     (["--steps", "-3"], "steps=-3"),
     (["--steps", "abc"], "invalid int value"),
 ])

@@ -10,6 +10,7 @@ import hbsim
 from hbsim.envs import make_env
 from hbsim.records import canonical_json, config_hash, read_run, write_run
 from policies import POLICIES, Feedback, make
+from policies.errors import UserError
 from policies.simple import Uniform
 
 ENV = dict(n_tasks=40, n_heldout_tasks=5)
@@ -161,7 +162,7 @@ def test_write_and_read_run(tmp_path):
     assert meta["run_id"] == meta["config_hash"] == config_hash(meta["config"])
     assert meta["steps"] == 6 and meta["seed"] == 1 and meta["policy"] == "round_robin"
     assert set(meta["versions"]) >= {"python", "numpy", "pandas", "harnessbandit"}
-    with pytest.raises(FileExistsError, match="already holds a complete run"):
+    with pytest.raises(UserError, match="already holds a complete run"):
         write_run(res, out)
     write_run(res, out, overwrite=True)
     # an incomplete directory (e.g. a grid cell with its log) receives the files

@@ -43,7 +43,7 @@ def test_tiny_run_resume_and_straight_agree(tmp_path, env, capsys):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed" in resumed.stderr and "step 2/2" in resumed.stderr
     a, b = tmp_path / "a", tmp_path / "b"
-    assert sorted(p.name for p in a.iterdir()) == ["checkpoints", "eval.parquet", "run.json", "train.parquet"]
+    assert sorted(p.name for p in a.iterdir()) == [".hb-kind.json", "checkpoints", "eval.parquet", "run.json", "train.parquet"]
     ta, tb = pd.read_parquet(a / "train.parquet"), pd.read_parquet(b / "train.parquet")
     timing = [c for c in ta.columns if c.startswith("seconds_") or c == "overhead_frac"]
     assert len(ta) == 2 and ta["overhead_frac"].between(0, 1).all()

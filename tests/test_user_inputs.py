@@ -1,0 +1,364 @@
+"""Issue 11: nothing a user already has is ever overwritten; every bad path, size or
+resume gets one line and exit 2 -- one table, every case of the issue.
+
+Each row of CASES is (id, command builder, needle): the builder gets a `World` (a
+collected tiny grid, a user's folder, a file, a read-only folder, ... made fresh for the
+row), returns the `hb` arguments and the pre-existing folder the command must leave
+unchanged. The row runs `python -m hbsim.cli ...` in a subprocess and asserts exit 2,
+one line on stderr naming the problem (the needle), no traceback, and the same hash of
+that folder (every relative path, mode and content) before and after.
+The kill -9 tests of the grid runner live in tests/ablations/test_ablations_resume.py.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from policies import validate
+from policies.errors import UserError
+
+TINY_GRID = """name = "tiny"
+steps = 3
+seeds = 1
+[env]
+kind = "bernoulli"
+n_harnesses = 3
+n_tasks = 12
+n_heldout_tasks = 4
+k_attempts = 2
+[[policies]]
+name = "uniform"
+[[policies]]
+name = "round_robin"
+"""
+HUGE = "99999999999999999999"
+TOO_LONG = "x" * 300                   # one folder name over NAME_MAX (255)
+SIM = ["sim", "--policy", "uniform", "--seeds", "1", "--steps", "2", "--workers", "1",
+       "--set", "env.n_tasks=12", "--set", "env.n_heldout_tasks=4"]
+REAL = ["real", "--preset", "tiny", "--policy", "uniform", "--steps", "1", "--device", "cpu"]
+
+
+def hb(*args, umask: int | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "HB_DEBUG"}
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    pre = (lambda: os.umask(umask)) if umask is not None else None
+    return subprocess.run([sys.executable, "-m", "hbsim.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=300, env=env, preexec_fn=pre)
+
+
+def tree_hash(root: Path) -> str | None:
+    """sha256 over every path (relative), its mode and (files) its content; None if absent."""
+    if not root.exists():
+        return None
+    digest = hashlib.sha256()
+    paths = [root] + sorted(root.rglob("*")) if root.is_dir() else [root]
+    for p in paths:
+        st = p.lstat()
+        digest.update(f"{p.relative_to(root) if p != root else '.'}:{stat.S_IMODE(st.st_mode):o}".encode())
+        if p.is_file():
+            digest.update(p.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    """A collected tiny grid (2 policies x 1 seed x 3 steps) and its grid file, built once."""
+    from hbsim.cli import main
+    root = tmp_path_factory.mktemp("base")
+    (root / "tiny.toml").write_text(TINY_GRID)
+    assert main(["grid", "run", str(root / "tiny.toml"), "--out", str(root / "grid"), "--jobs", "1"]) == 0
+    assert main(["grid", "collect", str(root / "grid")]) == 0
+    return root
+
+
+class World:
+    """The folders one row may use, made fresh in the row's tmp_path."""
+
+    def __init__(self, base: Path, tmp: Path):
+        self.tmp, self.spec = tmp, base / "tiny.toml"
+        self._base = base
+
+    def grid(self) -> Path:
+        """A copy of the collected tiny grid."""
+        path = self.tmp / "grid"
+        if not path.exists():
+            shutil.copytree(self._base / "grid", path)
+        return path
+
+    def stale_grid(self) -> Path:
+        """The grid after a cell finished later than `hb grid collect` ran."""
+        path = self.grid()
+        cell = next(p for p in (path / "cells").iterdir() if not p.name.startswith("."))
+        earlier = (cell / "run.json").stat().st_mtime - 60
+        for name in ("eval.parquet", "train.parquet"):
+            os.utime(path / name, (earlier, earlier))
+        return path
+
+    def user(self) -> Path:
+        """A folder of the user's own files (names like ours)."""
+        path = self.tmp / "mine"
+        path.mkdir(exist_ok=True)
+        pd.DataFrame({"a": [1, 2]}).to_parquet(path / "eval.parquet")
+        (path / "notes.txt").write_text("my notes\n")
+        return path
+
+    def file(self) -> Path:
+        path = self.tmp / "a-file"
+        path.write_text("not a folder\n")
+        return path
+
+    def readonly(self) -> Path:
+        """An existing folder this process cannot write (root writes anywhere but /proc/1)."""
+        if os.geteuid() == 0:
+            return Path("/proc/1")
+        path = self.tmp / "ro"
+        path.mkdir(exist_ok=True)
+        path.chmod(0o555)
+        return path
+
+    def empty(self) -> Path:
+        path = self.tmp / "empty"
+        path.mkdir(exist_ok=True)
+        return path
+
+    def sim(self) -> Path:
+        """An `hb sim` folder of 2-step runs."""
+        path = self.tmp / "sim"
+        assert hb(*SIM, "--out", path).returncode == 0
+        return path
+
+    def missing(self) -> Path:
+        return self.tmp / "missing"
+
+    def too_long(self) -> Path:
+        return self.tmp / TOO_LONG / "out"
+
+    def huge_grid_file(self) -> Path:
+        path = self.tmp / "huge.toml"
+        path.write_text(TINY_GRID.replace("steps = 3", f"steps = {HUGE}"))
+        return path
+
+
+# (id, w -> (argv, folder that must stay unchanged), needle)
+CASES = [
+    # data overwritten or mixed up
+    ("sim-into-grid", lambda w: ([*SIM, "--out", w.grid()], w.grid()), "is a grid directory, not an `hb sim` folder"),
+    ("sim-into-user-folder", lambda w: ([*SIM, "--out", w.user()], w.user()), "hb did not create"),
+    ("sim-other-settings", lambda w: ([*SIM[:-4], "--out", w.sim()], w.sim()), "another configuration"),
+    ("grid-run-into-user-folder", lambda w: (["grid", "run", w.spec, "--out", w.user()], w.user()),
+     "hb did not create"),
+    ("grid-run-into-sim", lambda w: (["grid", "run", w.spec, "--out", w.sim()], w.sim()),
+     "is an `hb sim` folder of run directories, not a grid directory"),
+    ("grid-collect-user-folder", lambda w: (["grid", "collect", w.user()], w.user()), "not a grid directory"),
+    ("real-into-collected-grid", lambda w: ([*REAL, "--out", w.grid()], w.grid()),
+     "is a grid directory, not a run directory"),
+    ("real-into-user-folder", lambda w: ([*REAL, "--out", w.user()], w.user()), "hb did not create"),
+    ("real-resume-missing", lambda w: ([*REAL, "--resume", "--out", w.missing()], w.tmp), "does not exist"),
+    ("real-resume-empty", lambda w: ([*REAL, "--resume", "--out", w.empty()], w.empty()), "is empty"),
+    ("real-resume-grid", lambda w: ([*REAL, "--resume", "--out", w.grid()], w.grid()), "not a run directory"),
+    ("report-stale-grid", lambda w: (["report", w.stale_grid(), "--baseline", "uniform"], w.stale_grid()),
+     "stale"),
+    ("report-out-into-grid", lambda w: (["report", w.grid(), "--baseline", "uniform", "--out", w.grid()], w.grid()),
+     "is a grid directory, not a report folder"),
+    # --out that is a file, read-only or too long, refused before any work
+    ("sim-out-file", lambda w: ([*SIM, "--out", w.file()], w.file()), "is a file"),
+    ("real-out-file", lambda w: ([*REAL, "--out", w.file()], w.file()), "is a file"),
+    ("grid-run-out-file", lambda w: (["grid", "run", w.spec, "--out", w.file()], w.file()), "is a file"),
+    ("report-out-file", lambda w: (["report", w.grid(), "--baseline", "uniform", "--out", w.file()], w.grid()),
+     "is a file"),
+    ("sim-out-readonly", lambda w: ([*SIM, "--out", w.readonly()], w.readonly()), "not writable"),
+    ("real-out-readonly", lambda w: ([*REAL, "--out", w.readonly()], w.readonly()), "not writable"),
+    ("grid-run-out-readonly", lambda w: (["grid", "run", w.spec, "--out", w.readonly() / "g"], w.readonly()),
+     "not writable"),
+    ("report-out-readonly", lambda w: (["report", w.grid(), "--baseline", "uniform", "--out", w.readonly() / "r"],
+                                       w.grid()), "not writable"),
+    ("sim-out-too-long", lambda w: ([*SIM, "--out", w.too_long()], w.tmp), "at most 255"),
+    ("real-out-too-long", lambda w: ([*REAL, "--out", w.too_long()], w.tmp), "at most 255"),
+    ("grid-run-out-too-long", lambda w: (["grid", "run", w.spec, "--out", w.too_long()], w.tmp), "at most 255"),
+    ("report-out-too-long", lambda w: (["report", w.grid(), "--baseline", "uniform", "--out", w.too_long()], w.tmp),
+     "at most 255"),
+    ("sim-path-over-path-max", lambda w: ([*SIM, "--out", w.tmp.joinpath(*["y" * 200] * 21)], w.tmp),
+     "the path has"),
+    # demo: the report's inputs are refused before the grid runs (nothing is created)
+    ("demo-bad-baseline", lambda w: (["demo", "--grid", w.spec, "--out", w.missing(), "--baseline", "nosuch"],
+                                     w.tmp), "valid names: round_robin, uniform"),
+    ("demo-resamples-0", lambda w: (["demo", "--grid", w.spec, "--out", w.missing(), "--baseline", "uniform",
+                                     "--resamples", "0"], w.tmp), "--resamples=0"),
+    # sizes
+    ("sim-steps-0", lambda w: ([*SIM, "--steps", "0", "--out", w.missing()], w.tmp), "--steps=0"),
+    ("sim-steps-huge", lambda w: ([*SIM, "--steps", HUGE], w.tmp), "in [1, 1000000]"),
+    ("sim-seeds-huge", lambda w: ([*SIM, "--seeds", "1000000000000"], w.tmp), "--seeds=1000000000000"),
+    ("sim-workers-huge", lambda w: ([*SIM, "--workers", "100000"], w.tmp), "--workers=100000"),
+    ("grid-run-jobs-huge", lambda w: (["grid", "run", w.spec, "--out", w.missing(), "--jobs", "100000"], w.tmp),
+     "--jobs=100000"),
+    ("grid-file-steps-huge", lambda w: (["grid", "run", w.huge_grid_file(), "--out", w.missing()], w.tmp),
+     "expected an integer in [1, 1000000]"),
+    ("real-steps-huge", lambda w: ([*REAL[:-4], "--steps", HUGE, "--device", "cpu", "--out", w.missing()], w.tmp),
+     "--steps="),
+    ("report-resamples-huge", lambda w: (["report", w.grid(), "--baseline", "uniform", "--resamples", HUGE],
+                                         w.grid()), "--resamples="),
+    ("demo-resamples-huge", lambda w: (["demo", "--grid", w.spec, "--out", w.missing(), "--baseline", "uniform",
+                                        "--resamples", "10000000"], w.tmp), "--resamples=10000000"),
+]
+
+
+@pytest.mark.parametrize("builder, needle", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_refused_with_one_line_and_nothing_changed(base, tmp_path, builder, needle):
+    world = World(base, tmp_path)
+    argv, keep = builder(world)
+    keep = tmp_path if keep == Path("/proc/1") else keep       # root's read-only folder: nothing to hash
+    before = tree_hash(keep)
+    proc = hb(*argv)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr[-3000:]
+    assert needle in proc.stderr and "Traceback" not in proc.stderr
+    assert tree_hash(keep) == before
+    assert not world.missing().exists()
+
+
+# -- the right folder is resumed / adopted; the refused ones can be forced --------------
+def test_report_recollects_a_stale_grid(base, tmp_path):
+    grid = World(base, tmp_path).stale_grid()
+    before = (grid / "eval.parquet").stat().st_mtime_ns
+    proc = hb("report", grid, "--baseline", "uniform", "--resamples", "20", "--k", "1", "--recollect")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "collected" in proc.stderr and (grid / "eval.parquet").stat().st_mtime_ns > before
+    assert validate.read_marker(grid / "report")["kind"] == "report"
+    assert validate.stale_collected_tables(grid) is None
+
+
+def test_legacy_grid_without_marker_is_adopted_and_user_folder_forced(base, tmp_path):
+    world = World(base, tmp_path)
+    grid = world.grid()
+    (grid / validate.KIND_FILE).unlink()
+    assert validate.legacy_kind(grid) == "grid"
+    proc = hb("grid", "run", world.spec, "--out", grid, "--jobs", "1")
+    assert proc.returncode == 0 and "2 already done, 0 run" in proc.stdout, proc.stderr[-3000:]
+    assert validate.read_marker(grid)["kind"] == "grid"
+    mine = world.user()
+    notes = (mine / "notes.txt").read_text()
+    proc = hb("grid", "run", world.spec, "--out", mine, "--jobs", "1", "--force")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (mine / "notes.txt").read_text() == notes and len(list((mine / "cells").iterdir())) == 2
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077])
+def test_created_files_follow_the_umask(tmp_path, mask):
+    sim, grid = tmp_path / "sim", tmp_path / "grid"
+    (tmp_path / "tiny.toml").write_text(TINY_GRID)
+    assert hb(*SIM, "--out", sim, umask=mask).returncode == 0
+    assert hb("grid", "run", tmp_path / "tiny.toml", "--out", grid, "--jobs", "1", umask=mask).returncode == 0
+    assert hb("grid", "collect", grid, umask=mask).returncode == 0
+    for root in (sim, grid):
+        modes = {p.relative_to(tmp_path): stat.S_IMODE(p.stat().st_mode) for p in [root, *root.rglob("*")]}
+        want = {p: (0o777 if (tmp_path / p).is_dir() else 0o666) & ~mask for p in modes}
+        assert modes == want
+
+
+# -- the dispatcher: UserError -> one line, anything else -> traceback -------------------
+def _fake_command(monkeypatch, exc: Exception) -> None:
+    from hbsim import cli
+    module = types.ModuleType("hb_fake_command")
+    module.add_arguments = lambda parser: None
+
+    def main(args):
+        raise exc
+    module.main = main
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(cli.SUBCOMMANDS, "fake", (module.__name__, "raises"))
+
+
+def test_user_error_is_one_line_exit_2(monkeypatch, capsys):
+    from hbsim.cli import main
+    _fake_command(monkeypatch, UserError("--x=1 is not allowed: expected 2\nsecond line"))
+    assert main(["fake"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: --x=1 is not allowed: expected 2\n"
+
+
+@pytest.mark.parametrize("exc", [ValueError("a library bug"), KeyError("policy"), FileNotFoundError("x")])
+def test_other_exceptions_show_their_traceback(monkeypatch, capsys, exc):
+    from hbsim.cli import main
+    _fake_command(monkeypatch, exc)
+    with pytest.raises(type(exc)):
+        main(["fake"])
+    assert "error:" not in capsys.readouterr().err
+
+
+def test_library_bug_prints_a_traceback_in_a_real_process():
+    code = ("import sys, types; from hbsim import cli; m = types.ModuleType('boom'); "
+            "m.add_arguments = lambda p: None\n"
+            "def main(a): raise ValueError('a library bug')\n"
+            "m.main = main; sys.modules['boom'] = m; cli.SUBCOMMANDS['boom'] = ('boom', 'x')\n"
+            "sys.exit(cli.main(['boom']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" in proc.stderr and "ValueError: a library bug" in proc.stderr
+
+
+# -- policies.validate, in process ---------------------------------------------------------
+@pytest.mark.parametrize("call, needle", [
+    (lambda: validate.check_int("--steps", 0, 1, 10), "--steps=0 is not allowed: expected an integer in [1, 10]"),
+    (lambda: validate.check_int("--steps", 1.5, 1), "--steps=1.5 is not allowed: expected an integer >= 1"),
+    (lambda: validate.check_int("--steps", True, 0), "--steps=True"),
+    (lambda: validate.check_float("alpha", float("nan"), 0, 1), "expected a finite number in [0, 1]"),
+    (lambda: validate.check_float("alpha", 1.0, 0, 1, high_open=True), "alpha=1.0 is out of range"),
+    (lambda: validate.check_float("alpha", "x"), "alpha='x' is not allowed: expected a finite number"),
+    (lambda: validate.check_choice("--baseline", "z", ["a", "b"]), "--baseline='z' is unknown; valid names: a, b"),
+    (lambda: validate.parse_sets(["lr"]), "--set 'lr' is not allowed: expected KEY=VALUE"),
+    (lambda: validate.parse_sets(["=1"]), "expected KEY=VALUE"),
+])
+def test_validate_messages(call, needle):
+    with pytest.raises(UserError) as info:
+        call()
+    assert needle in str(info.value)
+
+
+def test_validate_values_and_parser():
+    assert validate.check_int("n", 3, 1, 3) == 3 and validate.check_float("a", "0.5", 0, 1) == 0.5
+    assert validate.parse_sets(["env.lr=0.5", "policy.arms=[0, 1]", "x=none", "y=abc", "env.lr=1e-3"]) == {
+        "env.lr": 1e-3, "policy.arms": [0, 1], "x": None, "y": "abc"}
+
+
+def test_check_resume_dir(tmp_path):
+    def refused(path, needle):
+        with pytest.raises(UserError, match=needle):
+            validate.check_resume_dir(path)
+    refused(tmp_path / "nope", "does not exist")
+    (tmp_path / "f").write_text("x")
+    refused(tmp_path / "f", "is a file")
+    validate.claim_output_dir(tmp_path / "e", "run")
+    refused(tmp_path / "e", "holds no checkpoint")       # ours (marker) but never checkpointed
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "grid.json").write_text("{}")
+    refused(tmp_path / "g", "is a grid directory, not a run directory")
+    (tmp_path / "u").mkdir()
+    (tmp_path / "u" / "notes.txt").write_text("x")
+    refused(tmp_path / "u", "was not created by hb")
+    (tmp_path / "e" / "checkpoints").mkdir()
+    (tmp_path / "e" / "checkpoints" / "last.pt").write_bytes(b"")
+    assert validate.check_resume_dir(tmp_path / "e") == tmp_path / "e" / "checkpoints" / "last.pt"
+
+
+def test_check_output_dir_states(tmp_path):
+    assert validate.check_output_dir(tmp_path / "new", "sim", "h1") == "new"
+    validate.claim_output_dir(tmp_path / "s", "sim", "h1")
+    assert validate.check_output_dir(tmp_path / "s", "sim", "h1") == "resume"
+    with pytest.raises(UserError, match="another configuration.*pass --force"):
+        validate.check_output_dir(tmp_path / "s", "sim", "h2")
+    assert validate.check_output_dir(tmp_path / "s", "sim", "h2", force=True) == "forced"
+    with pytest.raises(UserError, match="choose a new path$"):
+        validate.check_output_dir(tmp_path / "s", "run", force_flag=None)
+    (tmp_path / "legacy" / "uniform" / "seed0").mkdir(parents=True)
+    (tmp_path / "legacy" / "uniform" / "seed0" / "run.json").write_text("{}")
+    assert validate.legacy_kind(tmp_path / "legacy") == "sim"
+    (tmp_path / "legacy" / "notes.txt").write_text("x")
+    assert validate.legacy_kind(tmp_path / "legacy") is None
