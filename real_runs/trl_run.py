@@ -186,11 +186,12 @@ def build(cfg: TRLRunConfig, *, policy_cfg: dict, seed: int, steps: int, out: st
                              eval_every=eval_every, config=config["env"], block_path=cfg.block_path,
                              sketch_dim=cfg.sketch_dim)
     holder["s"] = sched
-    args = GRPOConfig(output_dir=os.path.join(out, "trl"), max_steps=steps, seed=seed, learning_rate=cfg.lr,
-                      per_device_train_batch_size=cfg.batch_groups * cfg.group_size, num_generations=cfg.group_size,
-                      max_completion_length=cfg.max_completion_length, beta=cfg.beta, max_grad_norm=cfg.max_grad_norm,
-                      use_cpu=device == "cpu", report_to="none", logging_steps=1, disable_tqdm=True,
-                      save_strategy="steps", save_steps=checkpoint_every, **(extra_args or {}))
+    trl_args = dict(output_dir=os.path.join(out, "trl"), max_steps=steps, seed=seed, learning_rate=cfg.lr,
+                    per_device_train_batch_size=cfg.batch_groups * cfg.group_size, num_generations=cfg.group_size,
+                    max_completion_length=cfg.max_completion_length, beta=cfg.beta, max_grad_norm=cfg.max_grad_norm,
+                    use_cpu=device == "cpu", report_to="none", logging_steps=1, disable_tqdm=True,
+                    save_strategy="steps", save_steps=checkpoint_every)
+    args = GRPOConfig(**{**trl_args, **(extra_args or {})})
     trainer = HarnessGRPOTrainer(model, reward_funcs=[harness_reward(train_tasks), *(extra_rewards or [])], args=args, train_dataset=data,
                                  processing_class=tok, scheduler=sched)
     return trainer, sched, config
