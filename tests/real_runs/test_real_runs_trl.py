@@ -180,3 +180,41 @@ def _assert_same(a, b):
         assert np.isnan(b)
     else:
         assert a == b
+
+
+def _run(*argv, cwd=None):
+    import subprocess
+    import sys
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OPENBLAS_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+@pytest.mark.slow
+def test_hb_real_backend_trl_writes_a_run_that_hb_report_reads(tmp_path):
+    import json
+
+    import pandas as pd
+    base = ["-m", "hbsim.cli", "real", "--backend", "trl", "--steps", "2", "--device", "cpu",
+            "--set", 'harnesses=["json","xml","kv"]', "--set", "n_train_tasks=12", "--set", "max_completion_length=8"]
+    for policy in ("harnessbandit", "mixed"):
+        proc = _run(*base, "--policy", policy, "--out", str(tmp_path / "grid" / policy))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "scheduler overhead" in proc.stdout
+    train = pd.read_parquet(tmp_path / "grid" / "harnessbandit" / "train.parquet")
+    assert list(train["arm"]) == [0, 1] and {"p_json", "alloc_kv", "overhead_frac"} <= set(train.columns)
+    meta = json.loads((tmp_path / "grid" / "mixed" / "run.json").read_text())
+    assert meta["config"]["env"]["kind"] == "trl" and meta["versions"]["trl"]
+    proc = _run("-m", "hbsim.cli", "report", str(tmp_path / "grid"), "--baseline", "mixed", "--k", "1",
+                "--resamples", "50", "--out", str(tmp_path / "report"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "report" / "report.md").exists()
+    bad = _run(*base, "--policy", "mixed", "--set", "nope=1", "--out", str(tmp_path / "bad"))
+    assert bad.returncode == 2 and "nope" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_example_script_runs(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = _run(os.path.join(root, "examples", "trl_harnessbandit.py"), "--steps", "2", "--out",
+                str(tmp_path / "ex"), cwd=root)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "ex" / "run.json").exists() and "scheduler overhead" in proc.stdout
