@@ -202,7 +202,6 @@ class HarnessScheduler(TrainerCallback):
         self.sketch_knobs = dict(block_path=block_path, dim=sketch_dim, last_blocks=sketch_blocks,
                                  patterns=tuple(sketch_patterns), update=update_sketch)
         self.sketch: ParamSketch | None = None
-        self.trained: list[dict] = []   # per step: harness of every global completion (for checks)
         self._step: dict | None = None
         self._step_start = time.perf_counter()
         self.last_saved: dict | None = None
@@ -232,7 +231,6 @@ class HarnessScheduler(TrainerCallback):
                       "sketch": None, "before": None, "update": None, "grad_norm": float("nan"),
                       "frac_zero": float("nan"), "tokens": 0, "seconds": {}, "hb": time.perf_counter() - t0,
                       "start": self._step_start}
-        self.trained.append({"arms": list(arms), "rows": list(rows)})
         return rows
 
     def take_sketch(self, grads_synced: bool) -> None:

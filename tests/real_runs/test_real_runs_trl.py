@@ -218,3 +218,33 @@ def test_example_script_runs(tmp_path):
                 str(tmp_path / "ex"), cwd=root)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "ex" / "run.json").exists() and "scheduler overhead" in proc.stdout
+
+
+def test_benchmark_scheduler_hooks_per_step(benchmark):
+    """Everything the TRL backend adds to one optimizer step (select, rows, sketch of 65,536
+    coordinates before clipping, update sketch, L, policy update, train row), on the
+    gpu-small Qwen2 (4 blocks of width 256), 6 harnesses, 8 groups x G = 8, non-zero
+    gradients and rewards. Divide by the step time for the overhead fraction."""
+    from real_runs.trl_backend import HarnessScheduler
+    torch.set_num_threads(1)
+    names = ["json", "xml", "func", "shell", "sexp", "kv"]
+    model = trl_run.tiny_qwen2(trl_run.byte_tokenizer(), "gpu-small", 0)
+    gen = torch.Generator().manual_seed(1)
+    for p in model.parameters():
+        p.grad = torch.randn(p.shape, generator=gen)
+    data = harness_dataset(make_tasks(0, n_train=12, n_heldout=0)[0], names)
+    sched = HarnessScheduler(make("harnessbandit", n_arms=6, seed=0, warmup_rounds=0), names, data, seed=0)
+    sched.attach(model, group_size=8, batch_groups=8)
+    assert sched.sketch.dim == 65536
+    rng = np.random.default_rng(0)
+
+    def step():
+        sched.on_step_begin(None, None, None)
+        sched.begin()
+        sched._step["rewards"] = rng.integers(0, 2, 64).astype(float)
+        sched.take_sketch(True)
+        sched.on_optimizer_step(None, None, None)
+        return sched.finish()
+
+    row = benchmark(step)
+    assert np.isfinite(row["learnability"]) and np.isfinite(row["seconds_hb"])
