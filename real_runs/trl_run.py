@@ -194,6 +194,8 @@ def build(cfg: TRLRunConfig, *, policy_cfg: dict, seed: int, steps: int, out: st
     args = GRPOConfig(**{**trl_args, **(extra_args or {})})
     trainer = HarnessGRPOTrainer(model, reward_funcs=[harness_reward(train_tasks), *(extra_rewards or [])], args=args, train_dataset=data,
                                  processing_class=tok, scheduler=sched)
+    from transformers import PrinterCallback
+    trainer.remove_callback(PrinterCallback)  # TRL's per-step log dicts would go to stdout; rows carry them
     return trainer, sched, config
 
 
