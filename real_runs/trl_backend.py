@@ -358,10 +358,12 @@ class HarnessGRPOTrainer(GRPOTrainer):
         per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         step = self.scheduler._step
         if self.model.training and step is not None:
+            t0 = time.perf_counter()
             weights = self.reward_weights.to(per_func.device).unsqueeze(0)
             rewards = (per_func * weights).nansum(dim=1)
             rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
             step["rewards"] = rewards.detach().cpu().numpy().astype(np.float64)
+            step["hb"] += time.perf_counter() - t0
         return per_func
 
     def _grads_synced(self) -> bool:

@@ -234,6 +234,8 @@ def main(args) -> int:
                                    preset=args.preset, eval_every=args.eval_every,
                                    checkpoint_every=args.checkpoint_every)
     print(f"TRL trainer ready in {time.perf_counter() - t0:.1f}s ({len(cfg.harnesses)} harnesses)", file=sys.stderr)
+    if args.eval_every and sched.loop.t == 0 and not args.resume:
+        sched.loop.evaluate()   # step 0, as `hb real` does
     trainer.train(resume_from_checkpoint=True if args.resume else None)
     for row in sched.loop._rows[-args.steps:]:
         print(f"step {row['step']} arm={row['arm']} reward={row['reward']:.3f} L={row['learnability']:.3f} "

@@ -136,6 +136,17 @@ def test_mixed_baseline_honours_the_allocation_counts(tmp_path):
         assert [call["harness"].count(h) // 4 for h in HARNESSES] == counts.tolist()
 
 
+def test_gradient_accumulation_still_one_allocation_per_step(tmp_path):
+    trainer, sched, config, rec = _build(tmp_path, steps=2, checkpoint_every=100,
+                                         extra_args={"per_device_train_batch_size": 4,
+                                                     "gradient_accumulation_steps": 2})
+    trainer.train()
+    train = sched.result(config).train
+    assert len(rec.calls) == 2 and [len(c["harness"]) for c in rec.calls] == [8, 8]
+    assert [c["harness"] for c in rec.calls] == [["json"] * 8, ["xml"] * 8]
+    assert list(train["groups_optimized"]) == [2, 2] and list(train["arm"]) == [0, 1]
+
+
 def test_group_signals_hand_computed():
     # group 1: LOO A = 4/3 (r - 0.25) = (1, -1/3, -1/3, -1/3), mean |A| = 0.5; group 2 has no variance
     learn, kept = group_signals(np.array([1, 0, 0, 0, 0.5, 0.5, 0.5, 0.5]), 4)
