@@ -147,6 +147,18 @@ def test_gradient_accumulation_still_one_allocation_per_step(tmp_path):
     assert list(train["groups_optimized"]) == [2, 2] and list(train["arm"]) == [0, 1]
 
 
+def test_any_local_checkpoint_directory(tmp_path):
+    tok = trl_run.byte_tokenizer()
+    trl_run.tiny_qwen2(tok, "tiny", 3).save_pretrained(tmp_path / "ckpt")
+    tok.save_pretrained(tmp_path / "ckpt")
+    trainer, sched, config, rec = _build(tmp_path, steps=1, checkpoint_every=100, model_path=str(tmp_path / "ckpt"))
+    trainer.train()
+    assert config["env"]["model"] == str(tmp_path / "ckpt") and len(rec.calls) == 1
+    assert sched.result(config).train["tokens"].iloc[0] > 0
+    with pytest.raises(UserError, match="local Hugging Face model directory"):
+        trl_run.load_local(str(tmp_path / "missing"))
+
+
 def test_group_signals_hand_computed():
     # group 1: LOO A = 4/3 (r - 0.25) = (1, -1/3, -1/3, -1/3), mean |A| = 0.5; group 2 has no variance
     learn, kept = group_signals(np.array([1, 0, 0, 0, 0.5, 0.5, 0.5, 0.5]), 4)
