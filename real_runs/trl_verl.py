@@ -19,7 +19,7 @@ import numpy as np
 
 from policies import Feedback
 from policies.errors import UserError
-from real_runs.trl_backend import HarnessSampler, group_signals
+from real_runs.trl_signals import HarnessSampler, group_signals
 
 
 def _column(batch, key):

@@ -17,7 +17,8 @@ from policies.errors import UserError  # noqa: E402
 from real_runs import trl_run  # noqa: E402
 from real_runs.harnesses import get_harness  # noqa: E402
 from real_runs.tasks import make_tasks  # noqa: E402
-from real_runs.trl_backend import global_sketch, group_signals, harness_dataset, harness_reward  # noqa: E402
+from real_runs.trl_backend import harness_dataset, harness_reward  # noqa: E402
+from real_runs.trl_signals import global_sketch, group_signals  # noqa: E402
 
 HARNESSES = ["json", "xml", "kv"]
 MAXLEN = 12

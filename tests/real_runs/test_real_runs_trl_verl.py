@@ -5,11 +5,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-pytest.importorskip("trl")  # real_runs.trl_verl shares the TRL backend's row pools
-
-from policies import make  # noqa: E402
-from policies.errors import UserError  # noqa: E402
-from real_runs.trl_verl import HarnessCurriculumCore, verl_feedback  # noqa: E402
+from policies import make
+from policies.errors import UserError
+from real_runs.trl_verl import HarnessCurriculumCore, verl_feedback
 
 H = ["json", "xml", "kv"]
 
