@@ -272,3 +272,34 @@ def test_benchmark_scheduler_hooks_per_step(benchmark):
 
     row = benchmark(step)
     assert np.isfinite(row["learnability"]) and np.isfinite(row["seconds_hb"])
+
+
+@pytest.mark.slow
+def test_data_parallel_two_ranks_agree(tmp_path):
+    """Two gloo ranks: each trains on its own group of the selected harness; the gathered
+    rewards give both ranks the same L, the DDP-averaged gradients the same sketch."""
+    import json
+    import socket
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_addr", "127.0.0.1", "--master_port", str(port),
+                           os.path.join(here, "real_runs_trl_ddp_worker.py"), str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r0, r1 = (np.load(tmp_path / f"rank{r}.npz") for r in (0, 1))
+    assert int(r0["world"]) == 2 and bool(r0["synced"])
+    assert r0["arm"].tolist() == r1["arm"].tolist() == [0, 1, 2]
+    calls0, calls1 = json.loads(str(r0["calls"])), json.loads(str(r1["calls"]))
+    for step, (c0, c1) in enumerate(zip(calls0, calls1)):
+        assert c0["harness"] == c1["harness"] == [HARNESSES[step]] * 4     # one group per rank
+        assert len(set(c0["task"])) == len(set(c1["task"])) == 1 and c0["task"] != c1["task"]
+    np.testing.assert_array_equal(r0["learn"], r1["learn"])
+    np.testing.assert_array_equal(r0["transfer"], r1["transfer"])
+    np.testing.assert_array_equal(r0["sketch"], r1["sketch"])
+    assert np.isfinite(r0["learn"]).any() and (np.abs(r0["sketch"]).sum(axis=1) > 0).all()
