@@ -236,6 +236,7 @@ def test_hb_real_backend_trl_writes_a_run_that_hb_report_reads(tmp_path):
     assert bad.returncode == 2 and "nope" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 def test_example_script_runs(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     proc = _run(os.path.join(root, "examples", "trl_harnessbandit.py"), "--steps", "2", "--out",
