@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -c constraints.txt -e '.[dev,torch,ray]'
+	$(VENV)/bin/python -m pip install -q -c constraints.txt -e '.[dev,torch,ray,trl]'
 	touch $(STAMP)
 
 venv: $(STAMP)

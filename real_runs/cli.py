@@ -39,6 +39,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--model", default=None, help="local Hugging Face causal-LM directory (needs transformers)")
     parser.add_argument("--eval-every", type=int, default=None)
     parser.add_argument("--checkpoint-every", type=int, default=10)
+    parser.add_argument("--backend", default="native", choices=["native", "trl"],
+                        help="native trainer, or TRL's GRPOTrainer (extra harnessbandit[trl]; real_runs.trl_run)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a knob: env knob (lr=3e-4), policy.<knob>, batch_groups, eval_every")
 
@@ -121,6 +123,9 @@ def main(args) -> int:
     from policies import make
     from real_runs import checkpoint, make_adapter
 
+    if getattr(args, "backend", "native") == "trl":
+        from real_runs.trl_run import main as trl_main
+        return trl_main(args)
     rank = _init_distributed(args)
     if rank:  # followers train in lockstep but never write or print
         sys.stdout = sys.stderr = open(os.devnull, "w")

@@ -10,7 +10,12 @@
 #   gpu_small/ + .log/.json (2) one gpu-small run of 100 steps with the per-step time breakdown
 #   grid/                   (3) the real-run grid examples/real_grid.toml (8 designs x 2 seeds)
 #   report/                 (4) hb report of that grid against mixed-2
+#   trl/ + trl.log          (5) a TRL GRPOTrainer run (extra [trl]) scheduled by harnessbandit:
+#                           a local checkpoint ($GPU_CHECK_TRL_MODEL, else the first Qwen2.5-0.5B*
+#                           snapshot in the Hugging Face cache) if present, else the in-process
+#                           Qwen2 at gpu-small size; per-step scheduler overhead in the summary
 #   summary.txt             the figures to quote
+# GPU_CHECK_PHASES selects phases (default "1 2 3 4 5").
 # Each phase has a time limit so the whole script stays under 8 minutes; a grid cut short
 # is still collected and reported (the summary says how many cells finished).
 # The presets' models embed the previous byte (token shift) and gpu-small warm-starts on
@@ -23,6 +28,9 @@
 # and one on CPU that learns (cpu-small: a 2.5-minute warm start per seed, then real groups):
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_PRESET=cpu-small GPU_CHECK_STEPS=20 \
 #   GPU_CHECK_GRID=examples/real_grid_cpu_small.toml GPU_CHECK_JOBS=2 scripts/gpu_check.sh /tmp/gc
+# and a CPU dry run of the TRL phase alone (tiny in-process model, 2 steps, ~15 s):
+#   GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=5 GPU_CHECK_TRL_PRESET=tiny GPU_CHECK_TRL_STEPS=2 \
+#   GPU_CHECK_TRL_SET="batch_groups=2 group_size=4 max_completion_length=16" scripts/gpu_check.sh /tmp/gc
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: scripts/gpu_check.sh OUTDIR}
@@ -37,15 +45,24 @@ DEVICE=${GPU_CHECK_DEVICE:-cuda}
 PRESET=${GPU_CHECK_PRESET:-gpu-small}
 STEPS=${GPU_CHECK_STEPS:-100}
 GRID=${GPU_CHECK_GRID:-examples/real_grid.toml}
+PHASES=${GPU_CHECK_PHASES:-1 2 3 4 5}
+TRL_STEPS=${GPU_CHECK_TRL_STEPS:-20}
+TRL_PRESET=${GPU_CHECK_TRL_PRESET:-gpu-small}
+TRL_SET=${GPU_CHECK_TRL_SET:-batch_groups=8 group_size=8 max_completion_length=64}
+want() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 START=$(date +%s)
 log() { echo "[gpu_check +$(( $(date +%s) - START ))s] $*" | tee -a "$OUT/summary.txt" >&2; }
 
 log "host $(hostname); $($PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-")' 2>&1)"
 
+if want 1; then
 # (1) sketch extraction benchmark on CUDA
 timeout 60 $PY -m real_runs.bench sketch --device "$DEVICE" --repeats 100 > "$OUT/sketch_bench.json" 2> "$OUT/sketch_bench.log"
 log "(1) sketch bench rc=$? $(tr -d '\n ' < "$OUT/sketch_bench.json")"
 
+fi
+
+if want 2; then
 # (2) one gpu-small run, 100 steps, per-step breakdown
 timeout 150 $PY -m hbsim.cli real --preset "$PRESET" --policy harnessbandit --seed 0 --steps "$STEPS" \
     --device "$DEVICE" --checkpoint-every 50 --eval-every 50 --out "$OUT/gpu_small" > "$OUT/gpu_small.txt" 2> "$OUT/gpu_small.log"
@@ -57,6 +74,9 @@ if [ -f "$OUT/gpu_small/train.parquet" ]; then
     log "(2) timing $(tr -d '\n ' < "$OUT/gpu_small_timing.json")"
 fi
 
+fi
+
+if want 3; then
 # (3) the real-run grid: 8 designs x 2 seeds, concurrent workers sharing the GPU
 timeout 190 $PY -m hbsim.cli grid run "$GRID" --out "$OUT/grid" --jobs "$JOBS" \
     > "$OUT/grid.txt" 2> "$OUT/grid.log"
@@ -65,8 +85,36 @@ $PY -m hbsim.cli grid status "$OUT/grid" >> "$OUT/grid.txt" 2>&1
 $PY -m hbsim.cli grid collect "$OUT/grid" >> "$OUT/grid.txt" 2>&1
 tail -n 25 "$OUT/grid.txt" | tee -a "$OUT/summary.txt" >&2
 
+fi
+
+if want 4; then
 # (4) the paired report against the 2-harness mixed baseline
 timeout 60 $PY -m hbsim.cli report "$OUT/grid" --baseline mixed-2 --resamples 2000 --out "$OUT/report" > "$OUT/report.txt" 2>&1
 log "(4) report rc=$?"
 head -n 40 "$OUT/report.txt" | tee -a "$OUT/summary.txt" >&2
+fi
+
+if want 5; then
+# (5) TRL GRPOTrainer scheduled by harnessbandit: a real small local checkpoint if present
+if ! $PY -c 'import trl' 2>/dev/null; then
+    log "(5) TRL run skipped: trl is not installed for $PY (pip install 'harnessbandit[trl]')"
+else
+    MODEL=${GPU_CHECK_TRL_MODEL:-}
+    if [ -z "$MODEL" ]; then
+        for d in "${HF_HOME:-$HOME/.cache/huggingface}"/hub/models--Qwen--Qwen2.5-0.5B*/snapshots/*/; do
+            [ -f "$d/config.json" ] && MODEL=$d && break
+        done
+    fi
+    SETS=()
+    for kv in $TRL_SET; do SETS+=(--set "$kv"); done
+    if [ -n "$MODEL" ]; then SRC=(--model "$MODEL"); else SRC=(--preset "$TRL_PRESET"); fi
+    rm -rf "$OUT/trl"
+    HF_HUB_OFFLINE=1 timeout 200 $PY -m hbsim.cli real --backend trl "${SRC[@]}" --policy harnessbandit --seed 0 \
+        --steps "$TRL_STEPS" --device "$DEVICE" --checkpoint-every 10 "${SETS[@]}" --out "$OUT/trl" \
+        > "$OUT/trl.txt" 2> "$OUT/trl.log"
+    log "(5) TRL run rc=$? model=${MODEL:-in-process $TRL_PRESET}"
+    cat "$OUT/trl.txt" | tee -a "$OUT/summary.txt" >&2
+    grep -E "ready|^step (1|2|10|$TRL_STEPS) " "$OUT/trl.log" | tee -a "$OUT/summary.txt" >&2
+fi
+fi
 log "done in $(( $(date +%s) - START ))s"

@@ -1,0 +1,349 @@
+"""HarnessBandit inside TRL's `GRPOTrainer`: the same policy objects schedule the harness
+of every optimizer step of a Hugging Face GRPO run (extra `harnessbandit[trl]`).
+
+    from real_runs.trl_backend import HarnessScheduler, HarnessGRPOTrainer, harness_dataset
+    data = harness_dataset(tasks, ["json", "xml", "kv"])            # prompt, harness, task columns
+    sched = HarnessScheduler(policies.make("harnessbandit", n_arms=3, seed=0), ["json", "xml", "kv"],
+                             data, seed=0)
+    trainer = HarnessGRPOTrainer(model, reward_funcs=..., args=GRPOConfig(...), train_dataset=data,
+                                 processing_class=tok, scheduler=sched)
+    trainer.train()
+    hbsim.write_run(sched.result(config), "runs/trl0")             # SPEC §7 run directory
+
+Where each signal comes from (one optimizer step = one generation batch; the trainer
+checks `steps_per_generation == gradient_accumulation_steps` and `num_iterations == 1`):
+
+* prompts: at generation time (`_generate_and_score_completions`) the scheduler asks the
+  policy for this step's `Allocation` and replaces the dataloader's rows by rows of the
+  allocated harnesses (`HarnessSampler`: a seeded shuffled pool of dataset rows per
+  harness, identical on every rank), each repeated `num_generations` times, in the global
+  order TRL slices per process. The dataloader's own sampler cannot choose them: accelerate
+  prefetches one batch ahead, so it would pick step k+1's prompts before step k's feedback.
+* L: the rewards TRL gathers over all processes (`_calculate_rewards`), grouped by G,
+  through `hbsim.grpo` (LOO advantages of the groups with reward variance, SPEC §2.3);
+  the dynamic-sampling counts come from TRL's `frac_reward_zero_std` (TRL keeps
+  zero-variance groups in the batch with advantage 0, so groups_optimized = all groups).
+* the gradient sketch: transformers' Trainer clips (`_clip_grad_norm`, or `_get_grad_norm`
+  when max_grad_norm = 0) BEFORE `on_pre_optimizer_step`, so a callback sees clipped
+  gradients; the trainer takes the sketch in those two methods, before clipping. Under DDP
+  the gradients are already averaged over ranks there (the global gradient, identical on
+  every rank); ranks that hold local gradients SUM their raw sketches (`all_reduce_sum`)
+  before anything is normalised. The update sketch is taken after `optimizer.step()`.
+* feedback: at `on_step_end` the scheduler builds the step's `StepResult`, updates the
+  policy (`Feedback`) and records the SPEC §7 train row through `hbsim.Loop`.
+* checkpoints: `on_save` writes `harnessbandit.pt` (loop state: policy incl. RNG, sampler,
+  rows, evaluations) into TRL's `checkpoint-N` folder; `train(resume_from_checkpoint=...)`
+  restores it before TRL resumes.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+from transformers import TrainerCallback
+from trl import GRPOTrainer
+
+from hbsim.adapter import CostLedger, StepResult
+from hbsim.loop import Loop
+from policies import Feedback
+from policies.errors import UserError
+from real_runs.sketch import ParamSketch
+from real_runs.trl_signals import HarnessSampler, global_sketch, group_signals
+
+STATE_FILE = "harnessbandit.pt"
+FORMAT = 1
+
+
+def harness_dataset(tasks, harnesses: list[str]):
+    """A `datasets.Dataset` with one row per (harness, task): `prompt` (the harness's
+    rendering of the task), `harness` (name) and `task` (id), harness-major order."""
+    from datasets import Dataset
+
+    from real_runs.harnesses import get_harness
+    rows = {"prompt": [], "harness": [], "task": []}
+    for name in harnesses:
+        h = get_harness(name)
+        for task in tasks:
+            rows["prompt"].append(h.render(task))
+            rows["harness"].append(name)
+            rows["task"].append(task.id)
+    return Dataset.from_dict(rows)
+
+
+def harness_reward(tasks) -> Callable:
+    """TRL reward function for the built-in tasks: plays a completion through its row's
+    harness and returns the checker's reward in [0, 1]. TRL generates one completion per
+    prompt, so a multi-turn harness is played open-loop: each line (up to the stop marker)
+    is one turn, observations are not shown to the model."""
+    from real_runs.episode import Episode
+    from real_runs.harnesses import get_harness
+    by_id = {t.id: t for t in tasks}
+
+    def reward(prompts, completions, harness, task, **_):
+        out = []
+        for text, name, tid in zip(completions, harness, task):
+            h = get_harness(name)
+            episode = Episode(h, by_id[tid])
+            for turn in text.split(h.stop)[:h.max_turns]:
+                if episode.feed(turn):
+                    break
+            out.append(float(episode.reward()))
+        return out
+
+    reward.__name__ = "harness_reward"
+    return reward
+
+
+class _View:
+    """The `hbsim.Loop` side of a TRL run: names, evaluation, config and sampler state
+    (TRL, not the loop, runs the optimizer steps)."""
+
+    def __init__(self, harnesses, sampler, evaluate, config):
+        self.harnesses, self.sampler, self._evaluate, self._config = list(harnesses), sampler, evaluate, config
+
+    def train_step(self, allocation):
+        raise RuntimeError("a TRL run's steps are taken by GRPOTrainer, not by Loop.step()")
+
+    def evaluate(self) -> pd.DataFrame:
+        if self._evaluate is None:
+            return pd.DataFrame(columns=["suite", "task", "category", "harness", "attempt", "reward", "success"])
+        return self._evaluate()
+
+    def config(self) -> dict:
+        return dict(self._config)
+
+    def state_dict(self) -> dict:
+        return {"sampler": self.sampler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state["sampler"])
+
+
+class HarnessScheduler(TrainerCallback):
+    """The policy's side of a TRL GRPO run: allocation per step, signals, feedback, rows.
+
+    policy: any `policies.make(...)` object with n_arms = len(harnesses); dataset: the
+    training dataset (its `harness` column names a harness of `harnesses` on every row);
+    evaluate: optional () -> eval DataFrame (SPEC §7 columns) run every `eval_every` steps;
+    sketch knobs as in SPEC §2.4 (sketch_blocks None = min(4, number of blocks)).
+    """
+
+    def __init__(self, policy, harnesses: list[str], dataset, *, seed: int = 0, label: str | None = None,
+                 evaluate: Callable[[], pd.DataFrame] | None = None, eval_every: int | None = None,
+                 config: dict | None = None, block_path: str = "model.layers", sketch_dim: int = 65536,
+                 sketch_blocks: int | None = None, sketch_patterns: tuple[str, ...] = ("*",),
+                 update_sketch: bool = True, advantage: str = "loo"):
+        if policy.n_arms != len(harnesses):
+            raise UserError(f"policy n_arms={policy.n_arms} is not allowed: expected len(harnesses)={len(harnesses)}")
+        self.harnesses, self.dataset, self.seed = list(harnesses), dataset, int(seed)
+        self.sampler = HarnessSampler(dataset["harness"], self.harnesses, seed)
+        self.view = _View(self.harnesses, self.sampler, evaluate, config or {})
+        self.loop = Loop(policy, self.view, label=label, seed=seed, eval_every=eval_every, batch_groups=1)
+        self.policy, self.advantage = policy, advantage
+        self.sketch_knobs = dict(block_path=block_path, dim=sketch_dim, last_blocks=sketch_blocks,
+                                 patterns=tuple(sketch_patterns), update=update_sketch)
+        self.sketch: ParamSketch | None = None
+        self._step: dict | None = None
+        self._step_start = time.perf_counter()
+        self.last_saved: dict | None = None
+
+    # -- set-up by the trainer ---------------------------------------------------------
+    def attach(self, model, *, group_size: int, batch_groups: int) -> None:
+        knobs = self.sketch_knobs
+        n_blocks = len(model.get_submodule(knobs["block_path"]))
+        last = knobs["last_blocks"] or min(4, n_blocks)
+        self.sketch = ParamSketch.build(model, block_path=knobs["block_path"], last_blocks=last, dim=knobs["dim"],
+                                        seed=self.seed, patterns=knobs["patterns"])
+        self.group_size, self.loop.batch_groups = int(group_size), int(batch_groups)
+
+    # -- one step --------------------------------------------------------------------
+    def begin(self) -> list[int]:
+        """Select this step's allocation; returns the global dataset rows, G per group."""
+        t0 = time.perf_counter()
+        p = np.asarray(self.policy.probabilities(), dtype=np.float64)
+        alloc = self.policy.select(batch_groups=self.loop.batch_groups)
+        t1 = time.perf_counter()
+        rows, arms = [], []
+        for h, n in enumerate(np.asarray(alloc.counts)):
+            for index in self.sampler.draw(h, int(n)):
+                rows.extend([index] * self.group_size)
+                arms.extend([h] * self.group_size)
+        self._step = {"p": p, "alloc": alloc, "select": t1 - t0, "arms": arms, "rewards": None,
+                      "sketch": None, "before": None, "update": None, "grad_norm": float("nan"),
+                      "frac_zero": float("nan"), "tokens": 0, "seconds": {}, "hb": time.perf_counter() - t0,
+                      "start": self._step_start}
+        return rows
+
+    def take_sketch(self, grads_synced: bool) -> None:
+        """Before clipping: raw gradient sketch (global) and the parameters' values."""
+        if self._step is None or self.sketch is None:
+            return
+        t0 = time.perf_counter()
+        local = self.sketch.grad()
+        t1 = time.perf_counter()
+        self._step["sketch"] = global_sketch(local, grads_synced)
+        t2 = time.perf_counter()
+        if self.sketch_knobs["update"]:
+            self._step["before"] = self.sketch.values()
+        t3 = time.perf_counter()
+        self._step["seconds"].update(sketch=(t1 - t0) + (t3 - t2), allreduce=t2 - t1)
+        self._step["hb"] += t3 - t0
+
+    # -- callbacks ---------------------------------------------------------------------
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._step_start = time.perf_counter()
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        step = self._step
+        if step is not None and step["before"] is not None:
+            t0 = time.perf_counter()
+            step["update"] = self.sketch.values() - step["before"]
+            step["hb"] += time.perf_counter() - t0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self._step is not None:
+            self.finish()
+        if self.loop.eval_every and self.loop.t % self.loop.eval_every == 0:
+            self.loop.evaluate()
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        self.last_saved = self.loop.state_dict()
+        if state.is_world_process_zero and os.path.isdir(folder):
+            tmp = os.path.join(folder, f".{STATE_FILE}.tmp{os.getpid()}")
+            torch.save({"format": FORMAT, "loop": self.last_saved}, tmp)
+            os.replace(tmp, os.path.join(folder, STATE_FILE))
+
+    def load_checkpoint(self, folder: str) -> None:
+        path = os.path.join(folder, STATE_FILE)
+        if not os.path.exists(path):
+            raise UserError(f"resume_from_checkpoint={folder!r} is not allowed: it holds no {STATE_FILE} "
+                            "(not written by a HarnessScheduler run)")
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        if state.get("format") != FORMAT:
+            raise UserError(f"{path} has format={state.get('format')!r}; this version reads {FORMAT}")
+        self.loop.load_state_dict(state["loop"])
+
+    def finish(self) -> dict:
+        """Feedback to the policy and the step's train row (via `hbsim.Loop`)."""
+        t0 = time.perf_counter()
+        step, self._step = self._step, None
+        n_groups = len(step["arms"]) // self.group_size
+        rewards = step["rewards"] if step["rewards"] is not None else np.full(len(step["arms"]), np.nan)
+        learn, _ = group_signals(rewards, self.group_size, self.advantage)
+        frac = step["frac_zero"]
+        retained = n_groups - int(round(frac * n_groups)) if np.isfinite(frac) else 0
+        ledger = CostLedger(groups_generated=n_groups, groups_scored=n_groups, groups_retained=retained,
+                            groups_optimized=n_groups, tokens=int(step["tokens"]), seconds=dict(step["seconds"]))
+        sketch = step["sketch"].cpu().numpy() if step["sketch"] is not None else None
+        update = step["update"].cpu().numpy() if step["update"] is not None else None
+        res = StepResult(learnability=learn, sketch=sketch, update_sketch=update,
+                         reward=float(np.nanmean(rewards)) if np.isfinite(rewards).any() else float("nan"),
+                         cost=ledger, extras={"grad_norm": step["grad_norm"], "frac_reward_zero_std": frac})
+        alloc = step["alloc"]
+        ratio = ledger.groups_generated / ledger.groups_optimized if ledger.groups_optimized else None
+        t1 = time.perf_counter()
+        self.policy.update(Feedback(arm=alloc.arm, learnability=learn, sketch=sketch, update_sketch=update,
+                                    reward=res.reward, cost=ratio, counts=np.asarray(alloc.counts)))
+        t2 = time.perf_counter()
+        ledger.seconds["scheduler"] = step["select"] + (t2 - t1)
+        self.loop.t += 1
+        row = self.loop._row(step["p"], alloc, res, self.policy.diagnostics())
+        hb = step["hb"] + (time.perf_counter() - t0)
+        wall = time.perf_counter() - step["start"]
+        row.update(seconds_hb=hb, seconds_step=wall, overhead_frac=hb / wall if wall > 0 else float("nan"))
+        self.loop._rows.append(row)
+        return row
+
+    def result(self, config: dict | None = None):
+        """The run's `RunResult` (train and eval frames, run.json content)."""
+        return self.loop.result(config)
+
+
+class HarnessGRPOTrainer(GRPOTrainer):
+    """`GRPOTrainer` whose every optimizer step trains on the harness(es) that `scheduler`'s
+    policy selects. Overrides only hooks (generation batch, reward gathering, the
+    pre-clipping gradient) and delegates the work to TRL."""
+
+    def __init__(self, *args, scheduler: HarnessScheduler, **kwargs):
+        callbacks = list(kwargs.pop("callbacks", None) or []) + [scheduler]
+        super().__init__(*args, callbacks=callbacks, **kwargs)
+        a = self.args
+        if a.steps_per_generation != a.gradient_accumulation_steps or self.num_iterations != 1:
+            raise UserError(f"steps_per_generation={a.steps_per_generation}, num_iterations={self.num_iterations} "
+                            f"are not allowed: one generation must be one optimizer step (steps_per_generation = "
+                            f"gradient_accumulation_steps={a.gradient_accumulation_steps}, num_iterations = 1)")
+        self.scheduler = scheduler
+        batch = a.per_device_train_batch_size * a.steps_per_generation * self.accelerator.num_processes
+        scheduler.attach(self.accelerator.unwrap_model(self.model), group_size=self.num_generations,
+                         batch_groups=batch // self.num_generations)
+
+    def _generate_and_score_completions(self, inputs):
+        if not self.model.training:
+            return super()._generate_and_score_completions(inputs)
+        t0 = time.perf_counter()
+        rows = self.scheduler.begin()
+        n, rank = len(inputs), self.accelerator.process_index
+        inputs = [self.train_dataset[i] for i in rows[rank * n:(rank + 1) * n]]
+        self.scheduler._step["hb"] += time.perf_counter() - t0
+        t1 = time.perf_counter()
+        out = super()._generate_and_score_completions(inputs)
+        step = self.scheduler._step
+        step["seconds"]["rollout"] = time.perf_counter() - t1
+        step["frac_zero"] = float(self._metrics["train"]["frac_reward_zero_std"][-1])
+        step["tokens"] = int(out["num_items_in_batch"])
+        self._hb_backward_start = time.perf_counter()
+        return out
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        step = self.scheduler._step
+        if self.model.training and step is not None:
+            t0 = time.perf_counter()
+            weights = self.reward_weights.to(per_func.device).unsqueeze(0)
+            rewards = (per_func * weights).nansum(dim=1)
+            rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
+            step["rewards"] = rewards.detach().cpu().numpy().astype(np.float64)
+            step["hb"] += time.perf_counter() - t0
+        return per_func
+
+    def _grads_synced(self) -> bool:
+        return self.accelerator.num_processes == 1 or self.model_wrapped is not self.model
+
+    def _hb_sketch(self) -> None:
+        step = self.scheduler._step
+        if step is not None:
+            step["seconds"]["backward"] = time.perf_counter() - getattr(self, "_hb_backward_start", time.perf_counter())
+            self.scheduler.take_sketch(self._grads_synced())
+
+    def _clip_grad_norm(self, model):
+        self._hb_sketch()
+        norm = super()._clip_grad_norm(model)
+        if self.scheduler._step is not None:
+            self.scheduler._step["grad_norm"] = float(norm)
+        return norm
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        if grad_norm is None:  # max_grad_norm = 0: no clipping, the sketch is taken here
+            self._hb_sketch()
+        norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        if self.scheduler._step is not None and grad_norm is None:
+            self.scheduler._step["grad_norm"] = float(norm)
+        return norm
+
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        if resume_from_checkpoint:
+            folder = resume_from_checkpoint
+            if folder is True:
+                from transformers.trainer_utils import get_last_checkpoint
+                folder = get_last_checkpoint(self.args.output_dir)
+                if folder is None:
+                    raise UserError(f"resume_from_checkpoint=True is not allowed: no checkpoint in "
+                                    f"{self.args.output_dir!r}")
+            self.scheduler.load_checkpoint(folder)
+            resume_from_checkpoint = folder
+        return super().train(resume_from_checkpoint, *args, **kwargs)

@@ -1,0 +1,254 @@
+"""`hb real --backend trl`: a TRL GRPO run on the built-in tool-use tasks, its harness
+chosen every optimizer step by a scheduling policy (real_runs.trl_backend).
+
+    hb real --backend trl --policy harnessbandit --seed 0 --steps 4 --out runs/trl0
+    hb real --backend trl --model /path/to/local/checkpoint --device cuda --steps 100 --out runs/trl1
+    hb real --backend trl ... --steps 8 --out runs/trl0 --resume     # continue from the last checkpoint
+
+The model is a tiny Qwen2 built in-process from a config with a byte-level tokenizer
+(`--preset tiny`, or `gpu-small` for a wider one), or any local Hugging Face causal-LM
+directory (`--model PATH`, nothing is downloaded). DIR gets the SPEC §7 files
+(train.parquet, eval.parquet, run.json) and TRL's checkpoints under DIR/trl/.
+Knobs: `--set KEY=VALUE` for the fields of `TRLRunConfig`, `--set policy.KNOB=VALUE`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from policies.errors import UserError
+
+SIZES = {"tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=1),
+         "gpu-small": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
+                           num_key_value_heads=2)}
+
+
+@dataclass(frozen=True)
+class TRLRunConfig:
+    harnesses: tuple = ("json", "xml", "func", "shell", "sexp", "kv")
+    batch_groups: int = 2               # prompts (groups) per optimizer step
+    group_size: int = 4                 # num_generations
+    max_completion_length: int = 24
+    lr: float = 1e-4
+    beta: float = 0.0                   # TRL's KL coefficient
+    max_grad_norm: float = 1.0
+    n_train_tasks: int = 60
+    n_heldout_tasks: int = 8
+    eval_tasks: int = 2
+    eval_attempts: int = 1
+    sketch_dim: int = 65536
+    block_path: str = "model.layers"
+    threads: int = 1                    # torch CPU threads of the process (0 = torch's default)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "harnesses": list(self.harnesses)}
+
+
+def resolve(**overrides) -> TRLRunConfig:
+    """Defaults with `overrides` (unknown keys and wrong types raise UserError)."""
+    valid = {f.name: f for f in fields(TRLRunConfig)}
+    out = {}
+    for key, value in overrides.items():
+        if key not in valid:
+            raise UserError(f"trl knob {key!r} is unknown; valid knobs: {', '.join(sorted(valid))}")
+        default = getattr(TRLRunConfig(), key)
+        if isinstance(default, tuple):
+            if not isinstance(value, (list, tuple)) or len(value) < 2:
+                raise UserError(f"{key}={value!r} is not allowed: expected a list of >= 2 harness names")
+            value = tuple(value)
+        elif isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        elif type(value) is not type(default):
+            raise UserError(f"{key}={value!r} is not allowed: expected a {type(default).__name__}")
+        out[key] = value
+    return replace(TRLRunConfig(), **out)
+
+
+def byte_tokenizer():
+    """A byte-level `PreTrainedTokenizerFast` (256 byte tokens + <|endoftext|> = eos = pad),
+    left padding, built in-process."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    core = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+                                   padding_side="left")
+
+
+def tiny_qwen2(tokenizer, size: str = "tiny", seed: int = 0):
+    """A Qwen2 causal LM from a config (no download), weights drawn from a generator of `seed`."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    if size not in SIZES:
+        raise UserError(f"preset={size!r} is not allowed for --backend trl: expected one of {', '.join(SIZES)}")
+    cfg = Qwen2Config(vocab_size=len(tokenizer), max_position_embeddings=1024, tie_word_embeddings=True,
+                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                      bos_token_id=tokenizer.eos_token_id, **SIZES[size])
+    model = Qwen2ForCausalLM(cfg)
+    gen = torch.Generator().manual_seed(int(seed))
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            elif name.endswith(".bias"):
+                p.zero_()
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+    return model
+
+
+def load_local(path: str):
+    """(model, tokenizer) of a local Hugging Face directory; never downloads."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    if not Path(path).is_dir():
+        raise UserError(f"--model {path!r} is not allowed: expected a local Hugging Face model directory")
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True, padding_side="left")
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return model, tok
+
+
+def held_out_evaluator(model, tokenizer, harnesses: list[str], tasks, *, seed: int, step, attempts: int = 1,
+                       max_new: int = 24, block_path: str = "model.layers"):
+    """() -> eval frame (SPEC §7) of held-out `tasks` on the training harnesses
+    (`heldout_tasks`, id "<task>@<harness>") and on the held-out harnesses
+    (`heldout_harness`), played multi-turn with `real_runs.rollout.play`; sampling draws
+    from a generator seeded by (seed, step()), so it never perturbs training."""
+    from real_runs.harnesses import HELDOUT_HARNESSES, get_harness
+    from real_runs.hf import HFCausalLM
+    from real_runs.rollout import play
+
+    def evaluate() -> pd.DataFrame:
+        jobs, meta = [], []
+        for suite, names in (("heldout_tasks", harnesses), ("heldout_harness", HELDOUT_HARNESSES)):
+            for name in names:
+                for task in tasks:
+                    tid = f"{task.id}@{name}" if suite == "heldout_tasks" or len(names) > 1 else task.id
+                    for attempt in range(attempts):
+                        jobs.append((get_harness(name), task))
+                        meta.append((suite, tid, task.category, name, attempt))
+        was_training = model.training
+        wrapped = HFCausalLM(model, tokenizer, block_path, max_len=1024).eval()
+        device = next(model.parameters()).device
+        gen = torch.Generator(device=device).manual_seed(
+            int(np.random.SeedSequence([int(seed), 41, int(step())]).generate_state(1)[0]))
+        try:
+            played = play(wrapped, jobs, generator=gen, max_new=max_new)
+        finally:
+            model.train(was_training)
+        frame = pd.DataFrame(meta, columns=["suite", "task", "category", "harness", "attempt"])
+        frame["reward"] = np.asarray(played.rewards, dtype=np.float64)
+        frame["success"] = frame["reward"] >= 1.0
+        return frame
+
+    return evaluate
+
+
+def build(cfg: TRLRunConfig, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str = "cpu",
+          model_path: str | None = None, preset: str = "tiny", eval_every: int | None = None,
+          checkpoint_every: int = 10, extra_args: dict | None = None, extra_rewards: list | None = None):
+    """(trainer, scheduler, run config) of one TRL run; nothing is trained yet."""
+    from trl import GRPOConfig
+
+    from policies import make
+    from real_runs.tasks import make_tasks
+    from real_runs.trl_backend import HarnessGRPOTrainer, HarnessScheduler, harness_dataset, harness_reward
+    harnesses = list(cfg.harnesses)
+    if cfg.threads and device == "cpu":
+        torch.set_num_threads(cfg.threads)  # process-wide, as the native backend's `threads` knob
+    train_tasks, heldout = make_tasks(seed, n_train=cfg.n_train_tasks, n_heldout=cfg.n_heldout_tasks)
+    if model_path:
+        model, tok = load_local(model_path)
+    else:
+        tok = byte_tokenizer()
+        model = tiny_qwen2(tok, preset, seed)
+    data = harness_dataset(train_tasks, harnesses)
+    knobs = {k: v for k, v in policy_cfg.items() if k not in ("name", "label")}
+    policy = make(policy_cfg["name"], n_arms=len(harnesses), seed=seed, **knobs)
+    config = {"env": {"kind": "trl", "model": model_path or preset, **cfg.to_dict()}, "policy": policy_cfg,
+              "seed": seed, "steps": steps, "eval_every": eval_every, "batch_groups": cfg.batch_groups}
+    holder = {}
+    evaluate = held_out_evaluator(model, tok, harnesses, heldout[:cfg.eval_tasks], seed=seed,
+                                  step=lambda: holder["s"].loop.t, attempts=cfg.eval_attempts,
+                                  max_new=cfg.max_completion_length, block_path=cfg.block_path)
+    sched = HarnessScheduler(policy, harnesses, data, seed=seed, label=policy_cfg.get("label"), evaluate=evaluate,
+                             eval_every=eval_every, config=config["env"], block_path=cfg.block_path,
+                             sketch_dim=cfg.sketch_dim)
+    holder["s"] = sched
+    trl_args = dict(output_dir=os.path.join(out, "trl"), max_steps=steps, seed=seed, learning_rate=cfg.lr,
+                    per_device_train_batch_size=cfg.batch_groups * cfg.group_size, num_generations=cfg.group_size,
+                    max_completion_length=cfg.max_completion_length, beta=cfg.beta, max_grad_norm=cfg.max_grad_norm,
+                    use_cpu=device == "cpu", report_to="none", logging_steps=1, disable_tqdm=True,
+                    save_strategy="steps", save_steps=checkpoint_every)
+    args = GRPOConfig(**{**trl_args, **(extra_args or {})})
+    trainer = HarnessGRPOTrainer(model, reward_funcs=[harness_reward(train_tasks), *(extra_rewards or [])], args=args, train_dataset=data,
+                                 processing_class=tok, scheduler=sched)
+    from transformers import PrinterCallback
+    trainer.remove_callback(PrinterCallback)  # TRL's per-step log dicts would go to stdout; rows carry them
+    return trainer, sched, config
+
+
+def main(args) -> int:
+    """The `hb real --backend trl` command (args from real_runs.cli.add_arguments)."""
+    import hbsim
+    from hbsim.experiment import resolve_policy
+    from hbsim.records import write_run
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        raise UserError("--backend trl needs the optional extra: pip install 'harnessbandit[trl]'") from None
+    if args.steps < 1:
+        raise UserError(f"--steps={args.steps} is not allowed with --backend trl: expected an integer >= 1")
+    trl_knobs, policy_knobs = {}, {}
+    for item in args.set:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--set {item!r} is not allowed: expected KEY=VALUE")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        (policy_knobs if key.startswith("policy.") else trl_knobs)[key.removeprefix("policy.")] = value
+    cfg = resolve(**trl_knobs)
+    label = args.label or args.policy
+    policy_cfg = resolve_policy({"name": args.policy, "label": label, **policy_knobs}, len(cfg.harnesses))
+    out = Path(args.out)
+    if not args.resume and (out / "run.json").exists():
+        raise UserError(f"--out {str(out)!r} already holds a run; use --resume or another directory")
+    device = "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device
+    t0 = time.perf_counter()
+    trainer, sched, config = build(cfg, policy_cfg=policy_cfg, seed=args.seed, steps=args.steps, out=str(out),
+                                   device="cpu" if device == "auto" else device, model_path=args.model,
+                                   preset=args.preset, eval_every=args.eval_every,
+                                   checkpoint_every=args.checkpoint_every)
+    print(f"TRL trainer ready in {time.perf_counter() - t0:.1f}s ({len(cfg.harnesses)} harnesses)", file=sys.stderr)
+    if args.eval_every and sched.loop.t == 0 and not args.resume:
+        sched.loop.evaluate()   # step 0, as `hb real` does
+    trainer.train(resume_from_checkpoint=True if args.resume else None)
+    for row in sched.loop._rows[-args.steps:]:
+        print(f"step {row['step']} arm={row['arm']} reward={row['reward']:.3f} L={row['learnability']:.3f} "
+              f"T={row['transfer']:.3f} {row['seconds_step']:.2f}s overhead={100 * row['overhead_frac']:.2f}%",
+              file=sys.stderr)
+    if not sched.loop._evals or int(sched.loop._evals[-1]["step"].iloc[0]) != sched.loop.t:
+        sched.loop.evaluate()
+    result = sched.result(config)
+    import transformers
+    import trl
+    result.meta["versions"].update(trl=trl.__version__, transformers=transformers.__version__)
+    write_run(result, out, overwrite=True)
+    train = result.train
+    print(f"run {out}: {len(train)} steps, policy {label}, seed {args.seed}; mean step "
+          f"{train['seconds_step'].mean():.3f}s, scheduler overhead {100 * train['overhead_frac'].mean():.2f}%")
+    return 0
