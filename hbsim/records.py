@@ -13,6 +13,7 @@ import platform
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -21,6 +22,15 @@ import numpy as np
 import pandas as pd
 
 RUN_FILES = ("train.parquet", "eval.parquet", "run.json")
+
+
+@dataclass
+class RunResult:
+    """train: one row per step; eval: one row per attempt; meta: the run.json content."""
+
+    train: pd.DataFrame
+    eval: pd.DataFrame
+    meta: dict = field(default_factory=dict)
 
 
 def _jsonable(value):
@@ -107,8 +117,6 @@ def write_run(result, out, *, overwrite: bool = False) -> Path:
 
 def read_run(run_dir):
     """Read a complete run directory back into a RunResult."""
-    from hbsim.loop import RunResult
-
     run_dir = Path(run_dir)
     if not is_complete(run_dir):
         raise FileNotFoundError(f"run directory {str(run_dir)!r} has no run.json (not a complete run)")
