@@ -45,6 +45,8 @@ OVERHEAD_PHASES = ("seconds_sketch", "seconds_allreduce", "seconds_scheduler")
 def overhead_fraction(train: pd.DataFrame) -> pd.Series:
     """(sketch + all-reduce + policy seconds) / seconds_step of every train row (nan when
     the step took no measurable time)."""
+    if "seconds_step" not in train:
+        return pd.Series(np.nan, index=train.index, dtype=np.float64)
     parts = sum(train[c] if c in train else 0.0 for c in OVERHEAD_PHASES)
     step = train["seconds_step"]
     return (parts / step.where(step > 0)).astype(np.float64)

@@ -68,7 +68,8 @@ def _torch_seed(*words: int) -> int:
 class GRPOAdapter:
     """Real GRPO on the task world's training harnesses (index = arm)."""
 
-    def __init__(self, cfg: RealConfig | None = None, seed: int = 0, *, model=None):
+    def __init__(self, cfg: RealConfig | None = None, seed: int = 0, *, model=None, progress=None):
+        """progress(done, total): called during a warm start that is trained (not cached)."""
         self.cfg = cfg or resolve()
         self.seed = int(seed)
         self.device = pick_device(self.cfg.device)
@@ -80,7 +81,7 @@ class GRPOAdapter:
         self._heldout_h = [HARNESSES[n] for n in HELDOUT_HARNESSES]
         self.train_tasks, self.heldout_tasks = make_tasks(self.seed, n_train=self.cfg.n_train_tasks,
                                                           n_heldout=self.cfg.n_heldout_tasks)
-        self.model, self.warm_key = model if model is not None else self._build_model()
+        self.model, self.warm_key = model if model is not None else self._build_model(progress)
         self.ref = copy.deepcopy(self.model).requires_grad_(False).eval()
         self.optimizer = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad],
                                           lr=self.cfg.lr)
@@ -98,7 +99,7 @@ class GRPOAdapter:
                                        max_size=self.cfg.leftover_max)
         self._step = 0
 
-    def _build_model(self):
+    def _build_model(self, progress=None):
         if self.cfg.model_path:
             from real_runs.hf import load_hf_model
             return load_hf_model(self.cfg.model_path, self.cfg.hf_block_path, self.device, self.cfg.max_len), "hf"
@@ -107,7 +108,7 @@ class GRPOAdapter:
         warm_h = self._train_h[:min(self.cfg.warm_harnesses, len(self._train_h))]
         tasks = warm_tasks(self.cfg, self.seed, self.train_tasks, self.heldout_tasks)
         others = self._train_h[len(warm_h):]
-        state, key = warm_start(self.cfg, self.seed, warm_h, tasks, self.device, others)
+        state, key = warm_start(self.cfg, self.seed, warm_h, tasks, self.device, others, progress=progress)
         model = Transformer(ModelConfig(**self.cfg.model_dict()))
         model.load_state_dict(state)
         return model.to(self.device), key
