@@ -17,6 +17,7 @@ def hb(*args, cwd=None):
                           cwd=cwd, timeout=300)
 
 
+@pytest.mark.slow
 def test_sim_smoke_with_out(tmp_path):
     out = tmp_path / "runs"
     proc = hb("--env", "bernoulli", "--policy", "harnessbandit", "--policy", "uniform", "--seeds", "2",
@@ -37,6 +38,7 @@ def test_sim_smoke_with_out(tmp_path):
     assert (out / "uniform" / "seed0" / "run.json").exists()
 
 
+@pytest.mark.slow
 def test_sim_all_policies_parallel():
     proc = hb("--policy", "all", "--seeds", "2", "--steps", "8", "--workers", "2", *SMALL)
     assert proc.returncode == 0, proc.stderr
@@ -45,6 +47,7 @@ def test_sim_all_policies_parallel():
     assert names == list(POLICIES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, needle", [
     (["--env", "nope"], "valid kinds"),
     (["--set", "env.lr=-1"], "lr=-1"),
@@ -75,6 +78,7 @@ def test_sim_bad_input_in_process(args, needle, capsys, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_sim_knobs_listing():
     proc = hb("--env", "bernoulli", "--knobs")
     assert proc.returncode == 0

@@ -26,6 +26,7 @@ def hb(env, *args):
                           text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_tiny_run_resume_and_straight_agree(tmp_path, env, capsys):
     base = ["--preset", "tiny", "--policy", "uniform", "--seed", "1", "--device", "cpu", *SMALL]
     straight = hb(env, *base, "--steps", "2", "--out", str(tmp_path / "a"))

@@ -57,6 +57,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_ddp_all_reduced_sketch_equals_single_process_sketch(tmp_path):
     sys.path.insert(0, str(HERE))
     try:
