@@ -41,10 +41,10 @@ from policies import Allocation
 from real_runs.harnesses import HARNESSES, HELDOUT_HARNESSES, TRAIN_HARNESSES
 from real_runs.presets import RealConfig, resolve
 from real_runs.rollout import play
-from real_runs.sketch import ParamSketch, all_reduce_sum
+from real_runs.sketch import ParamSketch
 from real_runs.tasks import make_tasks
-from real_runs.trainer import (Group, accumulate_gradients, apply_update, build_rows, global_sum,
-                               pad_rows, token_learnability)
+from real_runs.trainer import (Group, accumulate_gradients, build_rows, global_sum, pad_rows, sketch_and_update,
+                               token_learnability)
 
 
 def pick_device(name: str) -> torch.device:
@@ -187,19 +187,10 @@ class GRPOAdapter:
         sketch = update = None
         grad_norm = float("nan")
         if n_tokens > 0:
-            t0 = time.perf_counter()
-            local = self.sketch.grad()
-            t1 = time.perf_counter()
-            raw = all_reduce_sum(local)
-            t2 = time.perf_counter()
-            grad_norm, upd = apply_update(self.model, self.optimizer, self.sketch if cfg.update_sketch else None,
-                                          cfg.max_grad_norm)
-            t3 = time.perf_counter()
-            sketch = raw.cpu().numpy()
-            update = upd.cpu().numpy() if upd is not None else None
-            ledger.seconds["sketch"] = (t1 - t0) + (time.perf_counter() - t3)
-            ledger.seconds["allreduce"] = t2 - t1
-            ledger.seconds["optimizer"] = t3 - t2
+            sketch, update, grad_norm, seconds = sketch_and_update(
+                self.model, self.optimizer, self.sketch, update_sketch=cfg.update_sketch,
+                max_grad_norm=cfg.max_grad_norm)
+            ledger.seconds.update(seconds)
         ledger.groups_generated = int(global_sum(ledger.groups_generated, self.device))
         ledger.groups_scored = int(global_sum(ledger.groups_scored, self.device))
         ledger.groups_retained = int(global_sum(ledger.groups_retained, self.device))
