@@ -163,9 +163,9 @@ def _coerce(name: str, value, kind: type):
 
 
 def knob_defaults() -> dict:
-    """Default knobs of `[env] kind = "real"`: the tiny preset's values, except knobs that
-    some preset sets, which are None ("the preset's value") so that merging these defaults
-    with a user's `preset = "gpu-small"` never overrides the preset."""
+    """The knob table of `[env] kind = "real"` for grid validation (valid keys, sweep
+    defaults): the tiny preset's values, except knobs that some preset sets, which are None
+    ("the preset's value"). A run's config never holds these Nones: `resolve_env` fills them."""
     preset_set = set().union(*(p.keys() for p in PRESETS.values()))
     return {k: (None if k in preset_set else v) for k, v in resolve("tiny").to_dict().items()}
 
