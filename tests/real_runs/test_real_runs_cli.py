@@ -118,15 +118,16 @@ def test_sigterm_checkpoints_after_the_step_and_resume_finishes(tmp_path, env):
 
     out = tmp_path / "run"
     base = ["--preset", "tiny", "--policy", "uniform", "--seed", "0", "--device", "cpu", *SMALL]
-    proc = subprocess.Popen([sys.executable, "-m", "hbsim.cli", "real", *base, "--steps", "500", "--out", str(out)],
+    proc = subprocess.Popen([sys.executable, "-m", "hbsim.cli", "real", *base, "--steps", "500", "--out", str(out),
+                             "--checkpoint-every", "1000"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []
     for line in proc.stderr:                     # warm start, "model ready", then one line per step
         lines.append(line)
-        if line.startswith("step 1/500"):
+        if line.startswith("step 2/500"):        # printed after step 1's hook saved its checkpoint
             break
     first = torch.load(out / "checkpoints" / "last.pt", weights_only=False)
-    assert first["loop"]["t"] >= 1               # the first checkpoint is written after step 1
+    assert first["loop"]["t"] == 1               # the first checkpoint is written after step 1 (then only at 1000)
     assert any(line.startswith("warm start: step 0/2") for line in lines)
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
