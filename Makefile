@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo bench clean
+.PHONY: venv test test-fast demo bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -17,6 +17,10 @@ venv: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest
+
+# the same without the `slow` tests (those that spawn processes: CLI subprocesses, --jobs 2, Ray, DDP)
+test-fast: $(STAMP)
+	$(VENV)/bin/python -m pytest -m "not slow"
 
 demo: $(STAMP)
 	$(VENV)/bin/hb demo

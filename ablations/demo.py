@@ -14,7 +14,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from ablations.collect import collect as collect_grid, load as load_grid
+from ablations.collect import collect as collect_grid
 from ablations.cli import ProgressBar
 from ablations.runner import default_jobs, run_grid
 from ablations.spec import load_spec

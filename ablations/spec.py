@@ -414,10 +414,9 @@ def _real_arms(env: dict) -> int:
 def _resolve(err, where: str, partial: dict) -> dict:
     import hbsim
     try:
-        if partial["env"]["kind"] == REAL_KIND:  # real_runs resolves its own knobs: fill them here
-            env = {"kind": REAL_KIND, **env_knobs(REAL_KIND), **partial["env"]}
-            env.setdefault("n_harnesses", _real_arms(env))
-            return hbsim.resolve_config({**partial, "env": env}, resolve_env=False)
+        if partial["env"]["kind"] == REAL_KIND:  # real_runs resolves its own knobs (presets included)
+            import real_runs
+            return hbsim.resolve_config(partial, resolve_env=real_runs.resolve_env)
         resolved = hbsim.resolve_config(partial)
     except (ValueError, TypeError) as exc:
         err(where.split(" ")[0], _one_line(exc))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 
 _LAZY = {
-    "Loop": "hbsim.loop", "RunResult": "hbsim.loop", "run": "hbsim.loop",
+    "Loop": "hbsim.loop", "RunResult": "hbsim.records", "run": "hbsim.loop",
     "write_run": "hbsim.records", "read_run": "hbsim.records", "config_hash": "hbsim.records",
     "run_config": "hbsim.experiment", "resolve_config": "hbsim.experiment",
     "make_env": "hbsim.envs", "ENVS": "hbsim.envs",

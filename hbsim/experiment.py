@@ -49,18 +49,22 @@ def resolve_policy(policy: dict, n_arms: int) -> dict:
     return {"name": name, "label": label, **knobs}
 
 
-def resolve_config(partial: dict | None = None, *, resolve_env: bool = True) -> dict:
+def resolve_config(partial: dict | None = None, *,
+                   resolve_env: bool | Callable[[dict], dict] = True) -> dict:
     """Fill every default of a partial run config; unknown keys, kinds, names or knobs and
-    bad values raise ValueError. With `resolve_env=False` the env section is kept as given
-    (for adapters built by an `adapter_factory`, e.g. real runs); it must then say
-    `n_harnesses` for the policy to be resolved."""
+    bad values raise ValueError. `resolve_env`: True resolves a synthetic env kind
+    (`ENVS[kind].resolve_knobs`); a callable env -> resolved env resolves another kind
+    (`real_runs.resolve_env` for real runs); False keeps the env section as given (it is
+    already resolved). The resolved env must say `n_harnesses` for the policy."""
     partial = copy.deepcopy(partial or {})
     unknown = sorted(set(partial) - set(TOP_LEVEL) - {"env", "policy", "counterfactual"})
     if unknown:
         raise UserError(f"config key {unknown[0]!r} is unknown; valid keys: env, policy, {', '.join(TOP_LEVEL)}, "
                         f"counterfactual")
     env = dict(partial.get("env") or {})
-    if resolve_env:
+    if callable(resolve_env):
+        env = resolve_env(env)
+    elif resolve_env:
         env = expand_preset(env)
         kind = env.pop("kind", DEFAULT_ENV)
         env = {"kind": kind, **ENVS[kind].resolve_knobs(**env)}
@@ -78,11 +82,14 @@ def resolve_config(partial: dict | None = None, *, resolve_env: bool = True) -> 
 
 
 def run_config(cfg: dict, progress: Callable[[int, int], None] | None = None,
-               adapter_factory: Callable[[dict], Any] | None = None) -> RunResult:
-    """Run one resolved (or partial) config and return its RunResult.
+               adapter_factory: Callable[[dict], Any] | None = None, *, state: dict | None = None,
+               checkpoint: Callable[[Any], bool | None] | None = None) -> RunResult:
+    """Run one resolved (or partial) config and return its RunResult: the one entry point
+    of `hb sim`, grid cells and `hb real`.
 
-    adapter_factory: cfg -> TrainingAdapter, replacing `make_env` (its env section is then
-    not resolved here; ablations use it to plug in real runs).
+    adapter_factory: cfg -> TrainingAdapter, replacing `make_env` (its env section must then
+    be resolved already, e.g. by `real_runs.resolve_env`); state: a `Loop.state_dict()` to
+    continue (a checkpoint); checkpoint: `Loop.run`'s hook, called after every step.
     """
     cfg = resolve_config(cfg, resolve_env=adapter_factory is None)
     if adapter_factory is None:
@@ -94,7 +101,8 @@ def run_config(cfg: dict, progress: Callable[[int, int], None] | None = None,
     policy = make(cfg["policy"]["name"], n_arms=len(adapter.harnesses), seed=cfg["seed"], **knobs)
     return run(policy, adapter, cfg["steps"], label=cfg["policy"]["label"], seed=cfg["seed"],
                eval_every=cfg["eval_every"], config=cfg, progress=progress,
-               batch_groups=cfg["batch_groups"], counterfactual=cfg.get("counterfactual"))
+               batch_groups=cfg["batch_groups"], counterfactual=cfg.get("counterfactual"), state=state,
+               checkpoint=checkpoint)
 
 
 __all__ = ["POLICIES", "TOP_LEVEL", "resolve_config", "resolve_policy", "run_config"]

@@ -12,21 +12,26 @@ One step:
 Step numbering: the train row of the s-th optimizer step has `step = s` (1-based); its
 ground-truth columns describe the state after that step. An evaluation tagged `step = s`
 ran after s optimizer steps (`step = 0`: before training). `seconds_scheduler` is the wall
-time of select + update; the `seconds_*` columns are the only ones that are not
-reproducible bit for bit.
+time of select + update, `seconds_step` the wall time of the whole step (evaluation
+excluded); the `seconds_*` columns are the only ones that are not reproducible bit for bit.
+`overhead_fraction(train)` derives the scheduler's share of the step time from them.
+
+Checkpoints: `run(..., checkpoint=hook)` calls `hook(loop)` after every step and its
+evaluation, where `loop.state_dict()` is consistent; a true return stops the run there
+(no final evaluation), e.g. on SIGTERM. `Loop.load_state_dict` continues such a run.
 """
 from __future__ import annotations
 
 import copy
 import datetime as _dt
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from hbsim.adapter import EVAL_COLUMNS
+from hbsim.records import RunResult, config_hash, versions, write_run
 from policies import Feedback
 from policies.errors import UserError
 
@@ -34,15 +39,18 @@ from policies.errors import UserError
 _ARM_COLUMNS = (("Q", "q"), ("n", "n"), ("memory_norm", "mem_norm"), ("memory_age", "mem_age"))
 _SCALARS = ("transfer", "l_norm", "t_norm", "score")
 
+#: the scheduler's side of a step: sketch gather + all-reduce + policy select/update
+OVERHEAD_PHASES = ("seconds_sketch", "seconds_allreduce", "seconds_scheduler")
 
-@dataclass
-class RunResult:
-    """train: one row per step; eval: one row per attempt; meta: the run.json content."""
 
-    train: pd.DataFrame
-    eval: pd.DataFrame
-    meta: dict = field(default_factory=dict)
-    counterfactual: pd.DataFrame | None = None   # with --counterfactual (hbsim.counterfactual)
+def overhead_fraction(train: pd.DataFrame) -> pd.Series:
+    """(sketch + all-reduce + policy seconds) / seconds_step of every train row (nan when
+    the step took no measurable time)."""
+    if "seconds_step" not in train:
+        return pd.Series(np.nan, index=train.index, dtype=np.float64)
+    parts = sum(train[c] if c in train else 0.0 for c in OVERHEAD_PHASES)
+    step = train["seconds_step"]
+    return (parts / step.where(step > 0)).astype(np.float64)
 
 
 def _utc_now() -> str:
@@ -89,6 +97,7 @@ class Loop:
         """One optimizer step; returns (and keeps) its train row."""
         for hook in self.hooks:
             hook(self)
+        start = time.perf_counter()
         p = np.asarray(self.policy.probabilities(), dtype=np.float64)
         t0 = time.perf_counter()
         alloc = self.policy.select(batch_groups=self.batch_groups)
@@ -105,8 +114,14 @@ class Loop:
         cost.seconds = {**cost.seconds, "scheduler": (t1 - t0) + (t3 - t2)}
         self.t += 1
         row = self._row(p, alloc, res, self.policy.diagnostics())
+        row["seconds_step"] = time.perf_counter() - start
         self._rows.append(row)
         return row
+
+    @property
+    def last_row(self) -> dict | None:
+        """The train row of the latest step (None before the first)."""
+        return self._rows[-1] if self._rows else None
 
     def _row(self, p: np.ndarray, alloc, res, diag: dict) -> dict:
         arm = alloc.arm
@@ -138,11 +153,12 @@ class Loop:
         return frame
 
     def run(self, steps: int, progress: Callable[[int, int], None] | None = None, *,
-            pause_at: int | None = None) -> None:
+            pause_at: int | None = None, checkpoint: Callable[["Loop"], bool | None] | None = None) -> None:
         """Run until `steps` optimizer steps are done; evaluates every `eval_every` steps
         (step 0 included) and always at the final step. `pause_at` stops early after that
         step (no final evaluation), e.g. to checkpoint with `state_dict()` and resume with
-        another `run(steps)`."""
+        another `run(steps)`. `checkpoint(loop)` is called after every step and its
+        evaluation; a true return stops the run there (no final evaluation)."""
         if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool) or steps < 0:
             raise UserError(f"steps={steps!r} is not allowed: expected an integer >= 0")
         stop = steps if pause_at is None else min(steps, pause_at)
@@ -154,6 +170,8 @@ class Loop:
                 progress(self.t, steps)
             if (self.eval_every and self.t % self.eval_every == 0) or self.t == steps:
                 self.evaluate()
+            if checkpoint is not None and checkpoint(self):
+                return
         if self.t == steps and (not self._evals or int(self._evals[-1]["step"].iloc[0]) != self.t):
             self.evaluate()
 
@@ -177,8 +195,6 @@ class Loop:
     def result(self, config: dict | None = None) -> RunResult:
         """Frames + run.json content. Without `config`, one is built from the policy and
         adapter configs (enough to hash, not to rerun)."""
-        from hbsim.records import config_hash, versions
-
         if config is None:
             config = {"env": self.adapter.config(),
                       "policy": {"name": getattr(self.policy, "name", ""), "label": self.label,
@@ -202,24 +218,27 @@ class Loop:
 def run(policy, adapter, steps: int, *, label: str | None = None, seed: int = 0,
         eval_every: int | None = None, out=None, config: dict | None = None,
         progress: Callable[[int, int], None] | None = None, batch_groups: int | None = None,
-        counterfactual: int | None = None) -> RunResult:
+        counterfactual: int | None = None, state: dict | None = None,
+        checkpoint: Callable[[Loop], bool | None] | None = None) -> RunResult:
     """Run `steps` optimizer steps of `policy` on `adapter`, evaluate at the end (and every
     `eval_every` steps), return the RunResult; with `out`, also write the run directory.
     `counterfactual=k`: every k-th step, a what-if pure step on every harness first
-    (hbsim.counterfactual; the run itself is unchanged), in `result.counterfactual`."""
+    (hbsim.counterfactual; the run itself is unchanged), in `result.counterfactual`.
+    `state`: a `Loop.state_dict()` to continue from; `checkpoint`: see `Loop.run` (a run it
+    stops returns the steps done so far)."""
     loop = Loop(policy, adapter, label=label, seed=seed, eval_every=eval_every, batch_groups=batch_groups)
+    if state is not None:
+        loop.load_state_dict(state)
     probe = None
     if counterfactual:
         from hbsim.counterfactual import Probe
 
         probe = Probe(counterfactual)
         loop.hooks.append(probe)
-    loop.run(steps, progress=progress)
+    loop.run(steps, progress=progress, checkpoint=checkpoint)
     result = loop.result(config)
     if probe is not None:
         result.counterfactual = probe.frame(result.train["run_id"].iloc[0] if len(result.train) else "")
     if out is not None:
-        from hbsim.records import write_run
-
         write_run(result, out)
     return result

@@ -13,6 +13,7 @@ import platform
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -25,6 +26,16 @@ from policies.validate import dir_mode
 RUN_FILES = ("train.parquet", "eval.parquet", "run.json")
 #: written next to them by runs with --counterfactual (hbsim.counterfactual, SPEC §7)
 COUNTERFACTUAL_FILE = "counterfactual.parquet"
+
+
+@dataclass
+class RunResult:
+    """train: one row per step; eval: one row per attempt; meta: the run.json content."""
+
+    train: pd.DataFrame
+    eval: pd.DataFrame
+    meta: dict = field(default_factory=dict)
+    counterfactual: pd.DataFrame | None = None   # with --counterfactual (hbsim.counterfactual)
 
 
 def _jsonable(value):
@@ -117,8 +128,6 @@ def write_run(result, out, *, overwrite: bool = False) -> Path:
 
 def read_run(run_dir):
     """Read a complete run directory back into a RunResult."""
-    from hbsim.loop import RunResult
-
     run_dir = Path(run_dir)
     if not is_complete(run_dir):
         raise UserError(f"run directory {str(run_dir)!r} has no run.json (not a complete run)")

@@ -1,7 +1,8 @@
 """Compact per-policy summary of train + eval frames (used by `hb sim` and the grid runner).
 
 Per policy label, over seeds: final held-out score of each suite (mean reward of the
-final-step eval rows of a seed, then mean over seeds with a 95% t-interval), cumulative
+final-step eval rows of a seed, then mean over seeds ± the half-width of the two-sided 95%
+Student t-interval over seeds -- not the reports' crossed bootstrap CI), cumulative
 regret (sum over steps, mean over seeds), how often a pure policy picked the oracle's
 one-step best harness (oracle%) -- regret and oracle measure the TRAINING OBJECTIVE (mean
 true success on training tasks x training harnesses), hence the `[train]` in their
@@ -42,7 +43,8 @@ def final_scores(eval_df: pd.DataFrame) -> pd.DataFrame:
 
 
 def summarize(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> pd.DataFrame:
-    """One row per policy label: <suite>_mean, <suite>_ci95, regret, regret_ci95, seeds,
+    """One row per policy label: <suite>_mean, <suite>_t95_seeds (half-width of the 95%
+    t-interval over seeds), regret, regret_t95_seeds, seeds,
     oracle_share (nan for mixed batches), gen_per_opt, visits_<harness>."""
     scores = final_scores(eval_df)
     if "policy" not in train_df:  # runs of 0 steps have an empty train table without columns
@@ -55,10 +57,10 @@ def summarize(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> pd.DataFrame:
         row = {"policy": label, "seeds": int(seeds.nunique())}
         for suite in SUITES:
             vals = scores[(scores["policy"] == label) & (scores["suite"] == suite)]["score"].to_numpy()
-            row[f"{suite}_mean"], row[f"{suite}_ci95"] = t_interval(vals)
+            row[f"{suite}_mean"], row[f"{suite}_t95_seeds"] = t_interval(vals)
         if "regret" in tr:
             per_seed = tr.groupby("seed")["regret"].sum().to_numpy()
-            row["regret"], row["regret_ci95"] = t_interval(per_seed)
+            row["regret"], row["regret_t95_seeds"] = t_interval(per_seed)
         if "oracle_arm" in tr:
             hit = (tr["arm"] == tr["oracle_arm"]).where(tr["arm"] >= 0)
             row["oracle_share"] = float(hit.groupby(tr["seed"]).mean().mean())
@@ -86,13 +88,14 @@ def summary_table(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> str:
     if summ.empty:
         return "(no runs)"
     visit_cols = [c for c in summ.columns if c.startswith("visits_")]
-    header = ["policy", "seeds"] + [f"{s} (95% CI)" for s in SUITES] + ["cum. regret[train]", "oracle%[train]", "gen/opt",
-                                                                       "visits " + "/".join(c[7:] for c in visit_cols)]
+    header = (["policy", "seeds"] + [f"{s} (± 95% t-interval over seeds)" for s in SUITES]
+              + ["cum. regret[train] (± t-int.)", "oracle%[train]", "gen/opt",
+                 "visits " + "/".join(c[7:] for c in visit_cols)])
     lines = []
     for _, r in summ.iterrows():
         lines.append([str(r["policy"]), str(r["seeds"])]
-                     + [_pm(r[f"{s}_mean"], r[f"{s}_ci95"]) for s in SUITES]
-                     + [_pm(r.get("regret", np.nan), r.get("regret_ci95", np.nan), 3),
+                     + [_pm(r[f"{s}_mean"], r[f"{s}_t95_seeds"]) for s in SUITES]
+                     + [_pm(r.get("regret", np.nan), r.get("regret_t95_seeds", np.nan), 3),
                         _pct(r.get("oracle_share", np.nan)), f"{r['gen_per_opt']:.2f}",
                         "/".join(f"{r[c]:.0f}" for c in visit_cols)])
     widths = [max(len(header[i]), *(len(line[i]) for line in lines)) for i in range(len(header))]

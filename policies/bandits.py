@@ -21,24 +21,49 @@ round-robin warm-up, and writes only its own index / law:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from policies.base import check_range
-from policies.scored import ScoredPolicy
+from policies.base import check_range, knob_config
+from policies.scored import ScoredConfig, ScoredPolicy
 from policies.signals import undefined_q_fill
 
-_SELECTION_KNOBS = ("bonus_c", "tau", "epsilon")
+#: the signal pipeline's knobs without the softmax selection's (an index policy has its own law)
+IndexConfig = knob_config("IndexConfig", ScoredConfig, drop=("bonus_c", "tau", "epsilon"))
+
+
+@dataclass(frozen=True)
+class Exp3SConfig(IndexConfig):
+    gamma: float = 0.1          # uniform mixing of the law, in (0, 1]
+    share: float = 1e-3         # weight sharing towards uniform, in [0, 1]
+
+
+@dataclass(frozen=True)
+class UCB1Config(knob_config("UCBBase", IndexConfig, drop=("q_decay",))):
+    ucb_c: float = 1.0          # exploration bonus scale, >= 0
+
+
+@dataclass(frozen=True)
+class DTSConfig(IndexConfig):
+    ts_gamma: float = 0.95      # posterior discount per step, in (0, 1)
+
+
+@dataclass(frozen=True)
+class RankConfig(IndexConfig):
+    plr_beta: float = 0.1       # rank temperature, > 0
+    plr_rho: float = 0.1        # staleness mixing, in [0, 1]
 
 
 class Exp3S(ScoredPolicy):
     name = "exp3s"
     summary = "Exp3.S on the fused score (Graves et al. 2017 curricula); knobs gamma, share"
-    KNOBS = {**ScoredPolicy.KNOBS, "gamma": 0.1, "share": 1e-3}
-    UNUSED = _SELECTION_KNOBS
+    Config = Exp3SConfig
 
-    def __init__(self, n_arms: int, seed: int = 0, *, gamma: float = 0.1, share: float = 1e-3, **knobs):
+    def __init__(self, n_arms: int, seed: int = 0, **knobs):
         super().__init__(n_arms, seed, **knobs)
+        cfg = self.make_config(knobs)
+        gamma, share = cfg.gamma, cfg.share
         check_range("gamma", gamma, 0.0, 1.0, low_open=True)
         check_range("share", share, 0.0, 1.0)
         self.gamma, self.share = float(gamma), float(share)
@@ -74,11 +99,11 @@ class Exp3S(ScoredPolicy):
 class UCB1(ScoredPolicy):
     name = "ucb1"
     summary = "UCB1 on the mean fused score; knob ucb_c"
-    KNOBS = {**ScoredPolicy.KNOBS, "ucb_c": 1.0}
-    UNUSED = _SELECTION_KNOBS + ("q_decay",)
+    Config = UCB1Config
 
-    def __init__(self, n_arms: int, seed: int = 0, *, ucb_c: float = 1.0, **knobs):
+    def __init__(self, n_arms: int, seed: int = 0, **knobs):
         super().__init__(n_arms, seed, **knobs)
+        ucb_c = self.make_config(knobs).ucb_c
         check_range("ucb_c", ucb_c, 0.0, 1e9)
         self.ucb_c = float(ucb_c)
         self.score_sum = np.zeros(self.n_arms)
@@ -129,11 +154,11 @@ def thompson_argmax_law(a: np.ndarray, b: np.ndarray, grid: int = 2001) -> np.nd
 class DiscountedTS(ScoredPolicy):
     name = "dts"
     summary = "discounted Thompson sampling on the fused score; knob ts_gamma"
-    KNOBS = {**ScoredPolicy.KNOBS, "ts_gamma": 0.95}
-    UNUSED = _SELECTION_KNOBS
+    Config = DTSConfig
 
-    def __init__(self, n_arms: int, seed: int = 0, *, ts_gamma: float = 0.95, **knobs):
+    def __init__(self, n_arms: int, seed: int = 0, **knobs):
         super().__init__(n_arms, seed, **knobs)
+        ts_gamma = self.make_config(knobs).ts_gamma
         check_range("ts_gamma", ts_gamma, 0.0, 1.0, low_open=True, high_open=True)
         self.ts_gamma = float(ts_gamma)
         self.a = np.zeros(self.n_arms)
@@ -161,11 +186,12 @@ class DiscountedTS(ScoredPolicy):
 class RankPrioritised(ScoredPolicy):
     name = "rank"
     summary = "PLR-style rank prioritisation of Q with staleness mixing; knobs plr_beta, plr_rho"
-    KNOBS = {**ScoredPolicy.KNOBS, "plr_beta": 0.1, "plr_rho": 0.1}
-    UNUSED = _SELECTION_KNOBS
+    Config = RankConfig
 
-    def __init__(self, n_arms: int, seed: int = 0, *, plr_beta: float = 0.1, plr_rho: float = 0.1, **knobs):
+    def __init__(self, n_arms: int, seed: int = 0, **knobs):
         super().__init__(n_arms, seed, **knobs)
+        cfg = self.make_config(knobs)
+        plr_beta, plr_rho = cfg.plr_beta, cfg.plr_rho
         check_range("plr_beta", plr_beta, 0.0, 1e9, low_open=True)
         check_range("plr_rho", plr_rho, 0.0, 1.0)
         self.plr_beta, self.plr_rho = float(plr_beta), float(plr_rho)

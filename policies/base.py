@@ -1,7 +1,9 @@
 """Shared types of the policy interface (SPEC §5): `Feedback`, `Allocation`, `Policy`.
 
 Every scheduling policy is a small stateful object with a validated configuration, its
-learned state in plain numpy arrays, and the six methods of SPEC §5. A policy never
+learned state in plain numpy arrays, and the six methods of SPEC §5. Its knobs and their
+defaults live in ONE place, the policy's frozen `Config` dataclass (`knobs()`, `build`,
+`hb policies` and grid validation read it); the constructor validates the values. A policy never
 touches global random state: each owns a `numpy.random.Generator` seeded at
 construction, and its state (the generator included) round-trips through
 `state_dict()` / `load_state_dict()` exactly.
@@ -9,7 +11,8 @@ construction, and its state (the generator included) round-trips through
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -83,14 +86,33 @@ def check_range(name: str, value: Any, low: float, high: float, *, low_open: boo
         raise UserError(f"{name}={value!r} is out of range: expected {allowed}")
 
 
+@dataclass(frozen=True)
+class NoKnobs:
+    """The `Config` of a policy without knobs."""
+
+
+def knob_config(name: str, base: type, drop: tuple[str, ...] = ()) -> type:
+    """A frozen dataclass `name` with the fields (and defaults) of `base` minus `drop`, in
+    order: the `Config` of a variant that lacks some of its family's knobs. Subclass it
+    (`@dataclass(frozen=True)`) to add knobs after them."""
+    unknown = sorted(set(drop) - {f.name for f in dataclasses.fields(base)})
+    if unknown:
+        raise ValueError(f"knob_config: {base.__name__} has no field {unknown[0]!r}")
+    spec = [(f.name, f.type, dataclasses.field(default=f.default))
+            for f in dataclasses.fields(base) if f.name not in drop]
+    return dataclasses.make_dataclass(name, spec, frozen=True)
+
+
 class Policy:
-    """Base class: config attributes are set by the constructor; learned state lives in
-    plain arrays (per-arm visits and step count here, the rest in subclasses, saved
-    through `_extra_state`), randomness in the policy's own `self._rng`."""
+    """Base class: `Config` (a frozen dataclass) names the knobs and their defaults; config
+    attributes are set by the constructor; learned state lives in plain arrays (per-arm
+    visits and step count here, the rest in subclasses, saved through `_extra_state`),
+    randomness in the policy's own `self._rng`."""
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     mixed: ClassVar[bool] = False
+    Config: ClassVar[type] = NoKnobs
 
     def __init__(self, n_arms: int, seed: int = 0):
         check_range("n_arms", n_arms, 1, 10**6, integer=True)
@@ -122,15 +144,21 @@ class Policy:
 
     @classmethod
     def knobs(cls) -> dict:
-        """Default values of the constructor's knobs (beyond n_arms and seed)."""
-        return dict(getattr(cls, "KNOBS", {}))
+        """Default values of the knobs (beyond n_arms and seed): the fields of `Config`."""
+        return {f.name: f.default for f in dataclasses.fields(cls.Config)}
 
     @classmethod
-    def build(cls, n_arms: int, seed: int = 0, **knobs) -> "Policy":
+    def make_config(cls, knobs: dict):
+        """`Config(**knobs)`; an unknown knob raises ValueError naming the valid ones."""
         unknown = sorted(set(knobs) - set(cls.knobs()))
         if unknown:
             valid = ", ".join(cls.knobs()) or "none"
             raise UserError(f"policy {cls.name!r} has no knob {unknown[0]!r}; valid knobs: {valid}")
+        return cls.Config(**knobs)
+
+    @classmethod
+    def build(cls, n_arms: int, seed: int = 0, **knobs) -> "Policy":
+        cls.make_config(knobs)
         return cls(n_arms, seed, **knobs)
 
     def _record(self, feedback: "Feedback") -> None:

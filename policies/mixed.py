@@ -12,18 +12,26 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataclasses import dataclass
+
 from policies.base import Allocation, Feedback, Policy, check_range
 from policies.errors import UserError
+
+
+@dataclass(frozen=True)
+class MixedConfig:
+    arms: list[int] | None = None       # the harness subset (None: all harnesses)
 
 
 class Mixed(Policy):
     name = "mixed"
     summary = "mixed batch: every step splits the groups evenly over `arms` (default all)"
     mixed = True
-    KNOBS = {"arms": None}
+    Config = MixedConfig
 
-    def __init__(self, n_arms: int, seed: int = 0, *, arms: list[int] | None = None):
+    def __init__(self, n_arms: int, seed: int = 0, **knobs):
         super().__init__(n_arms, seed)
+        arms = self.make_config(knobs).arms
         if arms is None:
             arms = list(range(self.n_arms))
         if not isinstance(arms, (list, tuple, np.ndarray)) or len(arms) == 0:

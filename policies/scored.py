@@ -24,11 +24,13 @@ costs more than the arithmetic); `state_dict()` exports every piece as a numpy a
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from policies.base import Feedback, Policy, check_range
+from policies.base import Feedback, Policy, check_range, knob_config
 from policies.signals import (FUSION_USES, FUSIONS, MemoryBank, as_float_sketch, inverse_cdf_draw, minmax_normalise,
                               selection_probabilities, sketch_norm, transfer_and_update, window_push, window_values)
 from policies.errors import UserError
@@ -36,44 +38,73 @@ from policies.errors import UserError
 _NAN = float("nan")
 
 
-class ScoredPolicy(Policy):
-    """SPEC §3 with a configurable fusion. Knobs (paper defaults):
+@dataclass(frozen=True)
+class ScoredConfig:
+    """Knobs of the SPEC §3 family (paper defaults); validated by `ScoredPolicy`.
 
-    window=32: pooled window length of raw L and T observations (all harnesses)
-    alpha=0.5: weight of L~ in the mean fusion, in [0, 1]
-    q_decay=0.7: Q <- q_decay * Q + (1 - q_decay) * S, in [0, 1)
-    bonus_c=0.2: count bonus c / sqrt(n_h + 1), >= 0
-    tau=0.3: softmax temperature, > 0
-    epsilon=0.15: exploration floor (p_h >= epsilon / H), in [0, 1]
-    eta=0.3: memory EMA rate, in (0, 1]
-    warmup_rounds=5: round-robin warm-up for warmup_rounds * H steps, >= 0
-    fusion="mean": one of FUSIONS (mean, product, min, learnability, transfer)
-    degenerate=0.5: normalised value when the window holds < 2 values or has zero range
-    transfer_source="gradient": "gradient" or "update" (which sketch T uses)
-    cost_weight=0.0: divide S by (1 + cost_weight * normalised cost); 0 = off
-    max_memory_age=None: ignore other memories whose age (global steps since their last
-        update, as in diagnostics) exceeds this (None: no limit)
+    window: pooled window length of raw L and T observations (all harnesses), >= 1
+    alpha: weight of L~ in the mean fusion, in [0, 1]
+    q_decay: Q <- q_decay * Q + (1 - q_decay) * S, in [0, 1)
+    bonus_c: count bonus c / sqrt(n_h + 1), >= 0
+    tau: softmax temperature, > 0
+    epsilon: exploration floor (p_h >= epsilon / H), in [0, 1]
+    eta: memory EMA rate, in (0, 1]
+    warmup_rounds: round-robin warm-up for warmup_rounds * H steps, >= 0
+    fusion: one of FUSIONS (mean, product, min, learnability, transfer)
+    degenerate: normalised value when the window holds < 2 values or has zero range
+    transfer_source: "gradient" or "update" (which sketch T uses)
+    max_memory_age: ignore other memories whose age (global steps since their last update,
+        as in diagnostics) exceeds this (None: no limit)
+    cost_weight: divide S by (1 + cost_weight * normalised cost); 0 = off
     """
+
+    window: int = 32
+    alpha: float = 0.5
+    q_decay: float = 0.7
+    bonus_c: float = 0.2
+    tau: float = 0.3
+    epsilon: float = 0.15
+    eta: float = 0.3
+    warmup_rounds: int = 5
+    fusion: str = "mean"
+    degenerate: float = 0.5
+    transfer_source: str = "gradient"
+    max_memory_age: int | None = None
+    cost_weight: float = 0.0
+
+
+#: the knobs of the variants with a fixed fusion: those their fusion reads
+LearnabilityConfig = knob_config("LearnabilityConfig", ScoredConfig,
+                                 drop=("fusion", "alpha", "eta", "transfer_source", "max_memory_age"))
+FixedFusionConfig = knob_config("FixedFusionConfig", ScoredConfig, drop=("fusion", "alpha"))
+
+
+class ScoredPolicy(Policy):
+    """SPEC §3 with a configurable fusion; knobs and defaults: `ScoredConfig` (a variant's
+    `Config` may drop knobs its fusion never reads; they keep ScoredConfig's defaults)."""
 
     name = "harnessbandit"
     summary = "SPEC §3 fused scheduler, S = alpha*L~ + (1-alpha)*T~ (the paper)"
     fixed_fusion: str | None = None
-    KNOBS = {"window": 32, "alpha": 0.5, "q_decay": 0.7, "bonus_c": 0.2, "tau": 0.3, "epsilon": 0.15,
-             "eta": 0.3, "warmup_rounds": 5, "fusion": "mean", "degenerate": 0.5,
-             "transfer_source": "gradient", "max_memory_age": None, "cost_weight": 0.0}
+    Config = ScoredConfig
 
-    def __init__(self, n_arms: int, seed: int = 0, *, window: int = 32, alpha: float = 0.5,
-                 q_decay: float = 0.7, bonus_c: float = 0.2, tau: float = 0.3, epsilon: float = 0.15,
-                 eta: float = 0.3, warmup_rounds: int = 5, fusion: str | None = None,
-                 degenerate: float = 0.5, transfer_source: str = "gradient",
-                 max_memory_age: int | None = None, cost_weight: float = 0.0):
+    def __init__(self, n_arms: int, seed: int = 0, **knobs):
         super().__init__(n_arms, seed)
+        fusion = knobs.pop("fusion", None)
         if self.fixed_fusion is not None:
             if fusion not in (None, self.fixed_fusion):
                 raise UserError(f"fusion={fusion!r} is not allowed for policy {self.name!r}: it is fixed to "
                                  f"{self.fixed_fusion!r}; use 'harnessbandit' with fusion=... instead")
             fusion = self.fixed_fusion
-        fusion = "mean" if fusion is None else fusion
+        elif fusion is not None:
+            knobs["fusion"] = fusion
+        cfg = self.make_config(knobs)
+        shared = {f.name for f in dataclasses.fields(ScoredConfig)}
+        c = ScoredConfig(**{k: v for k, v in dataclasses.asdict(cfg).items() if k in shared})
+        fusion = fusion if self.fixed_fusion is not None else c.fusion
+        window, alpha, q_decay, bonus_c, tau, epsilon = c.window, c.alpha, c.q_decay, c.bonus_c, c.tau, c.epsilon
+        eta, warmup_rounds, degenerate, transfer_source = c.eta, c.warmup_rounds, c.degenerate, c.transfer_source
+        max_memory_age, cost_weight = c.max_memory_age, c.cost_weight
         check_range("window", window, 1, 10**7, integer=True)
         check_range("alpha", alpha, 0.0, 1.0)
         check_range("q_decay", q_decay, 0.0, 1.0, high_open=True)
@@ -98,13 +129,6 @@ class ScoredPolicy(Policy):
         self.uses_l, self.uses_t = FUSION_USES[fusion]
         self._fuse = FUSIONS[fusion]
         self._reset_state()
-
-    #: knobs that do not exist for this variant (its fusion never reads them)
-    UNUSED: tuple[str, ...] = ()
-
-    @classmethod
-    def knobs(cls) -> dict:
-        return {k: v for k, v in cls.KNOBS.items() if k not in cls.UNUSED}
 
     def config(self) -> dict:
         cfg = super().config()
@@ -273,25 +297,25 @@ class LearnabilityOnly(ScoredPolicy):
     name = "learnability"
     summary = "SPEC §3 with S = L~ only (T never computed)"
     fixed_fusion = "learnability"
-    UNUSED = ("fusion", "alpha", "eta", "transfer_source", "max_memory_age")
+    Config = LearnabilityConfig
 
 
 class TransferOnly(ScoredPolicy):
     name = "transfer"
     summary = "SPEC §3 with S = T~ only (no Q update while T is missing)"
     fixed_fusion = "transfer"
-    UNUSED = ("fusion", "alpha")
+    Config = FixedFusionConfig
 
 
 class ProductFusion(ScoredPolicy):
     name = "product"
     summary = "SPEC §3 with S = L~ * T~ (one present -> that one)"
     fixed_fusion = "product"
-    UNUSED = ("fusion", "alpha")
+    Config = FixedFusionConfig
 
 
 class MinFusion(ScoredPolicy):
     name = "min"
     summary = "SPEC §3 with S = min(L~, T~) (one present -> that one)"
     fixed_fusion = "min"
-    UNUSED = ("fusion", "alpha")
+    Config = FixedFusionConfig

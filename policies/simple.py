@@ -10,7 +10,6 @@ from policies.mixed import nan_diagnostics
 class Uniform(Policy):
     name = "uniform"
     summary = "pure batch; arm drawn uniformly at random each step"
-    KNOBS: dict = {}
 
     def probabilities(self) -> np.ndarray:
         return np.full(self.n_arms, 1.0 / self.n_arms)
@@ -25,7 +24,6 @@ class Uniform(Policy):
 class RoundRobin(Policy):
     name = "round_robin"
     summary = "pure batch; arm t mod H"
-    KNOBS: dict = {}
 
     def probabilities(self) -> np.ndarray:
         p = np.zeros(self.n_arms)

@@ -11,24 +11,16 @@ parameter tensors make up the d-dimensional sketch:
 Tensors are visited in sorted-name order with one generator seeded from `seed`, so
 the plan depends only on (names, shapes, d, seed), not on dict order. The sketch
 vector is the concatenation of the per-tensor coordinate lists in that order, each
-list sorted ascending. `real_runs.sketch` maps the plan onto torch parameters.
-
-`select_parameters(names, ...)` picks the parameter set by name: the last
-`last_blocks` transformer blocks (block index parsed with `block_pattern`), minus
-names matching any `exclude` pattern (embeddings and output head by default).
+list sorted ascending. `real_runs.sketch` maps the plan onto torch parameters (and
+picks them: `block_parameters`, the last blocks without embeddings or the head).
 """
 from __future__ import annotations
 
-import re
 from typing import Iterable, Mapping
 
 import numpy as np
 
 from policies.base import check_range
-from policies.errors import UserError
-
-DEFAULT_BLOCK_PATTERN = r"(?:^|\.)(?:blocks|layers|h|layer)\.(\d+)\."
-DEFAULT_EXCLUDE = (r"embed", r"wte", r"wpe", r"lm_head", r"head\.")
 
 
 def largest_remainder_quotas(sizes: np.ndarray, d: int) -> np.ndarray:
@@ -74,36 +66,3 @@ def plan_sketch(shapes: Mapping[str, Iterable[int]], d: int = 65536, seed: int =
         plan[name] = coords
     return plan
 
-
-def plan_size(plan: Mapping[str, np.ndarray]) -> int:
-    return int(sum(len(c) for c in plan.values()))
-
-
-def select_parameters(names: Iterable[str], last_blocks: int | None = 4, blocks: Iterable[int] | None = None,
-                      block_pattern: str = DEFAULT_BLOCK_PATTERN, include: Iterable[str] = (),
-                      exclude: Iterable[str] = DEFAULT_EXCLUDE) -> list[str]:
-    """The parameter names the sketch covers, in the given order.
-
-    blocks: explicit block indices; otherwise the last `last_blocks` block indices found
-    (None: all blocks). include: extra regexes of names always taken (outside blocks too).
-    exclude: regexes of names never taken.
-    """
-    names = list(names)
-    pattern = re.compile(block_pattern)
-    index = {n: int(m.group(1)) for n in names if (m := pattern.search(n))}
-    found = sorted(set(index.values()))
-    if blocks is not None:
-        wanted = set(int(b) for b in blocks)
-    elif last_blocks is None:
-        wanted = set(found)
-    else:
-        check_range("last_blocks", last_blocks, 1, 10**6, integer=True)
-        wanted = set(found[-last_blocks:])
-    inc = [re.compile(p) for p in include]
-    exc = [re.compile(p) for p in exclude]
-    chosen = [n for n in names
-              if (index.get(n) in wanted or any(p.search(n) for p in inc)) and not any(p.search(n) for p in exc)]
-    if not chosen:
-        raise UserError(f"no parameter matched the sketch selection (blocks={sorted(wanted)}, "
-                         f"block_pattern={block_pattern!r}); found block indices {found}")
-    return chosen

@@ -10,12 +10,12 @@ torch is imported only when the trainer is used, so `real_runs.tasks` stays ligh
 from __future__ import annotations
 
 import importlib
-from policies.errors import UserError
 
 _LAZY = {"GRPOAdapter": "real_runs.adapter", "RealConfig": "real_runs.presets",
-         "PRESETS": "real_runs.presets", "resolve": "real_runs.presets"}
+         "PRESETS": "real_runs.presets", "resolve": "real_runs.presets", "resolve_env": "real_runs.presets"}
 
-__all__ = ["GRPOAdapter", "RealConfig", "PRESETS", "adapter_factory", "adapter_knobs", "make_adapter", "resolve"]
+__all__ = ["GRPOAdapter", "RealConfig", "PRESETS", "adapter_factory", "adapter_knobs", "make_adapter", "resolve",
+           "resolve_env"]
 
 
 def adapter_knobs() -> dict:
@@ -26,30 +26,24 @@ def adapter_knobs() -> dict:
     return {"n_harnesses": len(TRAIN_HARNESSES), **knob_defaults()}
 
 
-def make_adapter(seed: int = 0, **knobs):
-    """A `GRPOAdapter` for `seed` with the given knobs (`preset` selects the base sizes).
+def make_adapter(seed: int = 0, *, progress=None, **knobs):
+    """A `GRPOAdapter` for `seed` with the given knobs (`preset` selects the base sizes;
+    None = the preset's value), resolved by `resolve_env`.
 
     Unknown knobs raise ValueError naming the valid ones. The key `kind` (from a grid's
-    env table) is accepted and must be "real".
+    env table) is accepted and must be "real". progress(done, total): warm-start steps.
     """
     from real_runs.adapter import GRPOAdapter
-    from real_runs.presets import resolve
-    from real_runs.harnesses import TRAIN_HARNESSES
-    knobs = dict(knobs)
-    kind = knobs.pop("kind", "real")
-    if kind != "real":
-        raise UserError(f"env kind={kind!r} is not allowed here: expected 'real'")
-    n = knobs.pop("n_harnesses", len(TRAIN_HARNESSES))
-    if n != len(TRAIN_HARNESSES):
-        raise UserError(f"env n_harnesses={n!r} is not allowed for kind 'real': the task world has "
-                         f"{len(TRAIN_HARNESSES)} training harnesses")
-    return GRPOAdapter(resolve(**knobs), seed=seed)
+    from real_runs.presets import RealConfig, resolve_env
+    env = resolve_env(knobs)
+    return GRPOAdapter(RealConfig(**{k: v for k, v in env.items() if k not in ("kind", "n_harnesses")}), seed=seed,
+                       progress=progress)
 
 
-def adapter_factory(cfg: dict):
+def adapter_factory(cfg: dict, progress=None):
     """`hbsim.run_config(cfg, adapter_factory=real_runs.adapter_factory)` for a resolved run
-    config whose env section is `{"kind": "real", **knobs}`."""
-    return make_adapter(cfg.get("seed", 0), **cfg.get("env", {}))
+    config whose env section is `{"kind": "real", **knobs}` (`resolve_env`)."""
+    return make_adapter(cfg.get("seed", 0), progress=progress, **cfg.get("env", {}))
 
 
 def __getattr__(name: str):

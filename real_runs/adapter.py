@@ -2,12 +2,15 @@
 
 `hbsim.run(policy, GRPOAdapter(...), steps)` drives it like any synthetic environment.
 One `train_step(allocation)`:
-  1. leftover groups of each requested harness first (oldest first, age recorded), then
-     fresh groups: G rollouts per task from the harness's own shuffled task pool, with
-     over-sampling, for up to `sample_rounds` rounds (SPEC §2.2);
-  2. the harness's control loop and checker score every rollout (`rollout.play`);
+  1. dynamic sampling by `hbsim.sampling.DynamicSampler` (SPEC §2.2, shared with the
+     synthetic envs): leftover groups of each requested harness first (oldest first, age
+     recorded), then fresh groups -- G rollouts per task from the harness's own shuffled
+     task pool, with over-sampling, for up to `sample_rounds` rounds;
+  2. the harness's control loop and checker score every rollout (`rollout.play`, one
+     batched call per round for all harnesses);
   3. zero-variance groups are dropped; retained groups beyond the request go to the
-     harness's leftover buffer;
+     harness's leftover buffer (at most `leftover_max` groups, groups older than
+     `leftover_max_age` steps dropped; 0 = no age limit);
   4. advantages, micro-batched PPO-clip + k3-KL backward, the gradient sketch of the
      last blocks BEFORE clipping and the step, clip, Adam, the update sketch
      (`trainer`); learnability from per-token advantages and masks (SPEC §2.3);
@@ -25,7 +28,6 @@ are SUMmed, so all ranks step identically and report identical feedback.
 from __future__ import annotations
 
 import copy
-import math
 import time
 
 import numpy as np
@@ -34,14 +36,15 @@ import torch
 import torch.distributed as dist
 
 from hbsim.adapter import CostLedger, StepResult
+from hbsim.sampling import DynamicSampler
 from policies import Allocation
 from real_runs.harnesses import HARNESSES, HELDOUT_HARNESSES, TRAIN_HARNESSES
 from real_runs.presets import RealConfig, resolve
 from real_runs.rollout import play
-from real_runs.sketch import ParamSketch, all_reduce_sum
+from real_runs.sketch import ParamSketch
 from real_runs.tasks import make_tasks
-from real_runs.trainer import (Group, accumulate_gradients, apply_update, build_rows, global_sum,
-                               pad_rows, token_learnability)
+from real_runs.trainer import (Group, accumulate_gradients, build_rows, global_sum, pad_rows, sketch_and_update,
+                               token_learnability)
 from policies.errors import UserError
 
 
@@ -66,7 +69,8 @@ def _torch_seed(*words: int) -> int:
 class GRPOAdapter:
     """Real GRPO on the task world's training harnesses (index = arm)."""
 
-    def __init__(self, cfg: RealConfig | None = None, seed: int = 0, *, model=None):
+    def __init__(self, cfg: RealConfig | None = None, seed: int = 0, *, model=None, progress=None):
+        """progress(done, total): called during a warm start that is trained (not cached)."""
         self.cfg = cfg or resolve()
         self.seed = int(seed)
         self.device = pick_device(self.cfg.device)
@@ -78,7 +82,7 @@ class GRPOAdapter:
         self._heldout_h = [HARNESSES[n] for n in HELDOUT_HARNESSES]
         self.train_tasks, self.heldout_tasks = make_tasks(self.seed, n_train=self.cfg.n_train_tasks,
                                                           n_heldout=self.cfg.n_heldout_tasks)
-        self.model, self.warm_key = model if model is not None else self._build_model()
+        self.model, self.warm_key = model if model is not None else self._build_model(progress)
         self.ref = copy.deepcopy(self.model).requires_grad_(False).eval()
         self.optimizer = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad],
                                           lr=self.cfg.lr)
@@ -91,10 +95,12 @@ class GRPOAdapter:
         self._pool = [rng.permutation(n) for rng in self._pool_rng]
         self._pool_pos = [0] * len(self.harnesses)
         self._gen = torch.Generator(device=self.device).manual_seed(_torch_seed(self.seed, 31, self.rank))
-        self._leftover: list[list[Group]] = [[] for _ in self.harnesses]
+        self._sampler = DynamicSampler(len(self.harnesses), oversample=self.cfg.oversample,
+                                       max_rounds=self.cfg.sample_rounds, max_age=self.cfg.leftover_max_age,
+                                       max_size=self.cfg.leftover_max)
         self._step = 0
 
-    def _build_model(self):
+    def _build_model(self, progress=None):
         if self.cfg.model_path:
             from real_runs.hf import load_hf_model
             return load_hf_model(self.cfg.model_path, self.cfg.hf_block_path, self.device, self.cfg.max_len), "hf"
@@ -103,7 +109,7 @@ class GRPOAdapter:
         warm_h = self._train_h[:min(self.cfg.warm_harnesses, len(self._train_h))]
         tasks = warm_tasks(self.cfg, self.seed, self.train_tasks, self.heldout_tasks)
         others = self._train_h[len(warm_h):]
-        state, key = warm_start(self.cfg, self.seed, warm_h, tasks, self.device, others)
+        state, key = warm_start(self.cfg, self.seed, warm_h, tasks, self.device, others, progress=progress)
         model = Transformer(ModelConfig(**self.cfg.model_dict()))
         model.load_state_dict(state)
         return model.to(self.device), key
@@ -120,24 +126,30 @@ class GRPOAdapter:
             self._pool_pos[h] += 1
         return out
 
-    def _generate(self, requests: dict[int, int], ledger: CostLedger) -> list[Group]:
-        """Fresh groups: requests = harness -> groups (this rank's share). Scored, unfiltered."""
+    def _generate(self, requests: dict[int, int], ledger: CostLedger) -> dict:
+        """The sampler's `generate`: requests = harness -> fresh groups (this rank's share),
+        played in one batch; returns harness -> (groups, rewards (n, G))."""
         G = self.cfg.group_size
         jobs, meta = [], []
         for h, n in requests.items():
             for task in self._next_tasks(h, n):
                 meta.append((h, task))
                 jobs.extend([(self._train_h[h], task)] * G)
+        out = {h: ([], np.zeros((0, G))) for h in requests}
         if not jobs:
-            return []
+            return out
         self.model.eval()
         played = play(self.model, jobs, generator=self._gen, max_new=self.cfg.max_new_tokens,
                       temperature=self.cfg.temperature, chunk=self.cfg.eval_chunk)
         ledger.tokens += played.tokens
         for phase, sec in played.seconds.items():
             ledger.seconds[phase] = ledger.seconds.get(phase, 0.0) + sec
-        return [Group(h, task.id, np.asarray(played.rewards[k * G:(k + 1) * G]),
-                      played.turns[k * G:(k + 1) * G], self._step) for k, (h, task) in enumerate(meta)]
+        groups = [Group(h, task.id, np.asarray(played.rewards[k * G:(k + 1) * G]),
+                        played.turns[k * G:(k + 1) * G], self._step) for k, (h, task) in enumerate(meta)]
+        for h in requests:
+            mine = [g for g in groups if g.harness == h]
+            out[h] = (mine, np.stack([g.rewards for g in mine]) if mine else np.zeros((0, G)))
+        return out
 
     def _share(self, n: int) -> int:
         """This rank's part of n groups (ranks split every request as evenly as possible)."""
@@ -145,37 +157,15 @@ class GRPOAdapter:
 
     def collect(self, counts: np.ndarray, ledger: CostLedger) -> list[Group]:
         """The optimizer batch of this rank for allocation counts (H,) (SPEC §2.2)."""
-        for buf in self._leftover:  # drop groups that grew too old to be near on-policy
-            buf[:] = [g for g in buf if self._step - g.born <= self.cfg.leftover_max_age]
         need = {h: self._share(int(c)) for h, c in enumerate(counts) if c > 0}
-        batch: dict[int, list[Group]] = {h: [] for h in need}
-        ages = []
-        for h in need:
-            while need[h] > len(batch[h]) and self._leftover[h]:
-                group = self._leftover[h].pop(0)
-                ages.append(self._step - group.born)
-                batch[h].append(group)
-        ledger.leftover_used = len(ages)
-        for _ in range(self.cfg.sample_rounds):
-            missing = {h: need[h] - len(batch[h]) for h in need if need[h] > len(batch[h])}
-            if not missing:
-                break
-            fresh = self._generate({h: math.ceil(m * self.cfg.oversample) for h, m in missing.items()}, ledger)
-            ledger.groups_generated += len(fresh)
-            ledger.groups_scored += len(fresh)
-            for group in fresh:
-                if np.all(group.rewards == group.rewards[0]):
-                    continue
-                ledger.groups_retained += 1
-                if len(batch[group.harness]) < need[group.harness]:
-                    batch[group.harness].append(group)
-                else:
-                    self._leftover[group.harness].append(group)
-        for buf in self._leftover:
-            del buf[:max(0, len(buf) - self.cfg.leftover_max)]
-        ledger.leftover_age = float(np.mean(ages)) if ages else float("nan")
-        ledger.leftover_size = sum(len(b) for b in self._leftover)
-        return [g for h in sorted(batch) for g in batch[h]]
+        sample = self._sampler.collect(need, self._step, lambda requests: self._generate(requests, ledger))
+        ledger.groups_generated += sample.generated
+        ledger.groups_scored += sample.generated
+        ledger.groups_retained += sample.retained
+        ledger.leftover_used = sample.leftover_used
+        ledger.leftover_age = sample.leftover_age
+        ledger.leftover_size = sample.leftover_size
+        return [g for h in sorted(sample.parts) for block in sample.parts[h] for g in block]
 
     # -- the step --------------------------------------------------------------------
     def train_step(self, allocation: Allocation) -> StepResult:
@@ -198,19 +188,10 @@ class GRPOAdapter:
         sketch = update = None
         grad_norm = float("nan")
         if n_tokens > 0:
-            t0 = time.perf_counter()
-            local = self.sketch.grad()
-            t1 = time.perf_counter()
-            raw = all_reduce_sum(local)
-            t2 = time.perf_counter()
-            grad_norm, upd = apply_update(self.model, self.optimizer, self.sketch if cfg.update_sketch else None,
-                                          cfg.max_grad_norm)
-            t3 = time.perf_counter()
-            sketch = raw.cpu().numpy()
-            update = upd.cpu().numpy() if upd is not None else None
-            ledger.seconds["sketch"] = (t1 - t0) + (time.perf_counter() - t3)
-            ledger.seconds["allreduce"] = t2 - t1
-            ledger.seconds["optimizer"] = t3 - t2
+            sketch, update, grad_norm, seconds = sketch_and_update(
+                self.model, self.optimizer, self.sketch, update_sketch=cfg.update_sketch,
+                max_grad_norm=cfg.max_grad_norm)
+            ledger.seconds.update(seconds)
         ledger.groups_generated = int(global_sum(ledger.groups_generated, self.device))
         ledger.groups_scored = int(global_sum(ledger.groups_scored, self.device))
         ledger.groups_retained = int(global_sum(ledger.groups_retained, self.device))
@@ -270,7 +251,7 @@ class GRPOAdapter:
                 "optimizer": self.optimizer.state_dict(),
                 "pool": [p.copy() for p in self._pool], "pool_pos": list(self._pool_pos),
                 "pool_rng": [copy.deepcopy(r.bit_generator.state) for r in self._pool_rng],
-                "gen": self._gen.get_state(), "leftover": copy.deepcopy(self._leftover),
+                "gen": self._gen.get_state(), "leftover": self._sampler.state_dict(),
                 "warm_key": self.warm_key}
 
     def load_state_dict(self, state: dict) -> None:
@@ -283,5 +264,8 @@ class GRPOAdapter:
         for rng, s in zip(self._pool_rng, state["pool_rng"]):
             rng.bit_generator.state = copy.deepcopy(s)
         self._gen.set_state(state["gen"])
-        self._leftover = copy.deepcopy(state["leftover"])
+        leftover = state["leftover"]
+        if isinstance(leftover, list):  # checkpoints before hbsim.sampling: one list of groups per harness
+            leftover = {"buffers": [[[g.born, [g]] for g in buf] for buf in leftover]}
+        self._sampler.load_state_dict(leftover)
 

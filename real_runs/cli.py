@@ -3,9 +3,14 @@
     hb real --preset tiny --policy harnessbandit --seed 0 --steps 3 --out runs/real0
     hb real ... --steps 6 --out runs/real0 --resume      # continue the same run to step 6
 
-DIR is a run directory (SPEC §7): train.parquet, eval.parquet, run.json, and
-checkpoints/last.pt (written every --checkpoint-every steps and at the end). Progress,
-per-step timings and the scheduler overhead fraction go to stderr; the summary to stdout.
+The run goes through `hbsim.run_config` (the one loop of sim runs and grid cells) with the
+config `build_config` resolves (`real_runs.resolve_env`: a grid cell of the same run has
+the same hash). DIR is a run directory (SPEC §7): train.parquet, eval.parquet, run.json,
+and checkpoints/last.pt, written after step 1, every --checkpoint-every steps, at the end,
+and when SIGTERM or SIGINT arrives (the run then stops after the current step, exit
+128 + signal number; a second signal stops at once). `--resume` of a DIR without a
+checkpoint is a user error. Progress (the warm start included), per-step timings and the
+scheduler overhead fraction go to stderr; the summary to stdout.
 
 Data parallel: under `torchrun --nproc_per_node N -m hbsim.cli real ...` every rank runs
 the same loop on its share of the groups (gloo on CPU, nccl on CUDA with device
@@ -15,16 +20,15 @@ sees the same feedback and draws the same arms. Only rank 0 writes files and pri
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
+from policies.errors import UserError
 from real_runs.presets import BATCH_GROUPS, PRESETS
 from policies import validate
-from policies.errors import UserError
-
-#: fraction of step time spent on the scheduler side: sketch gather + all-reduce + policy
-OVERHEAD_PHASES = ("seconds_sketch", "seconds_allreduce", "seconds_scheduler")
 
 
 def add_arguments(parser) -> None:
@@ -34,7 +38,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, required=True, help="optimizer steps to reach")
     parser.add_argument("--out", required=True, help="run directory")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    parser.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N (default: the preset's)")
     parser.add_argument("--resume", action="store_true", help="continue DIR's checkpoint to --steps")
     parser.add_argument("--model", default=None, help="local Hugging Face causal-LM directory (needs transformers)")
     parser.add_argument("--eval-every", type=int, default=None)
@@ -46,12 +50,12 @@ def add_arguments(parser) -> None:
 
 
 def build_config(args) -> dict:
-    """The resolved run config of `hb real` (docs/ARCHITECTURE.md)."""
-    from hbsim.experiment import resolve_policy
-    from real_runs import adapter_knobs
-    from real_runs.presets import resolve
+    """The resolved run config of `hb real` (docs/ARCHITECTURE.md); the env section by
+    `real_runs.resolve_env`, exactly as for a grid cell."""
+    from hbsim.experiment import resolve_config
+    from real_runs.presets import resolve_env
 
-    env, policy, top = {"preset": args.preset, "device": args.device}, {}, {}
+    env, policy, top = {"kind": "real", "preset": args.preset, "device": args.device}, {}, {}
     if args.model:
         env["model_path"] = args.model
     for key, value in validate.parse_sets(args.set).items():
@@ -61,19 +65,19 @@ def build_config(args) -> dict:
             top[key] = value
         else:
             env[key.removeprefix("env.")] = value
-    n_arms = adapter_knobs()["n_harnesses"]
-    full = resolve(**env).to_dict()
-    label = args.label or args.policy
-    return {"env": {"kind": "real", "n_harnesses": n_arms, **full},
-            "policy": resolve_policy({"name": args.policy, "label": label, **policy}, n_arms),
-            "seed": args.seed, "steps": args.steps,
-            "eval_every": top.get("eval_every", args.eval_every),
-            "batch_groups": top.get("batch_groups", BATCH_GROUPS[args.preset])}
+    return resolve_config({"env": env, "policy": {"name": args.policy, "label": args.label or args.policy, **policy},
+                           "seed": args.seed, "steps": args.steps,
+                           "eval_every": top.get("eval_every", args.eval_every),
+                           "batch_groups": top.get("batch_groups", BATCH_GROUPS[args.preset])},
+                          resolve_env=resolve_env)
 
 
-def overhead_fraction(row: dict, step_seconds: float) -> float:
-    """(sketch + all-reduce + policy select/update seconds) / wall seconds of the step."""
-    return sum(float(row.get(k, 0.0)) for k in OVERHEAD_PHASES) / step_seconds if step_seconds > 0 else float("nan")
+def overhead_fraction(row: dict) -> float:
+    """(sketch + all-reduce + policy select/update seconds) / seconds_step of one train row."""
+    from hbsim.loop import OVERHEAD_PHASES
+
+    step = float(row.get("seconds_step", 0.0))
+    return sum(float(row.get(k, 0.0)) for k in OVERHEAD_PHASES) / step if step > 0 else float("nan")
 
 
 def _same_run(saved: dict, config: dict) -> None:
@@ -95,7 +99,9 @@ def _init_distributed(args) -> int:
     import torch
     import torch.distributed as dist
 
-    cuda = args.device.startswith("cuda") or (args.device == "auto" and torch.cuda.is_available())
+    from real_runs.presets import resolve
+    device = args.device or resolve(args.preset).device
+    cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
     if cuda:
         local = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local)
@@ -120,8 +126,8 @@ def _check_out(args) -> None:
 def main(args) -> int:
     _check_out(args)
     import hbsim
-    from policies import make
-    from real_runs import checkpoint, make_adapter
+    from hbsim.loop import overhead_fraction as overhead_column
+    from real_runs import adapter_factory, checkpoint
 
     if getattr(args, "backend", "native") == "trl":
         from real_runs.trl_run import main as trl_main
@@ -134,56 +140,123 @@ def main(args) -> int:
         raise UserError(f"--checkpoint-every={args.checkpoint_every} is not allowed: expected an integer >= 1")
     out = Path(args.out)
     config = build_config(args)
-    saved = checkpoint.load(out) if args.resume else None
+    saved = _resume_state(out, config, args.steps) if args.resume else None
     if not args.resume and ((out / "run.json").exists() or (checkpoint.checkpoint_dir(out) / checkpoint.LAST).exists()):
         raise UserError(f"--out {str(out)!r} already holds a run; use --resume or another directory")
-    if saved is not None:
-        _same_run(saved["config"], config)
-    env = {k: v for k, v in config["env"].items()}
+    saver = Checkpointer(out, config, args.steps, args.checkpoint_every, rank)
     t0 = time.perf_counter()
-    adapter = make_adapter(config["seed"], **env)
-    pknobs = {k: v for k, v in config["policy"].items() if k not in ("name", "label")}
-    policy = make(config["policy"]["name"], n_arms=len(adapter.harnesses), seed=config["seed"], **pknobs)
-    loop = hbsim.Loop(policy, adapter, label=config["policy"]["label"], seed=config["seed"],
-                      eval_every=config["eval_every"], batch_groups=config["batch_groups"])
-    if saved is not None:
-        loop.load_state_dict(saved["loop"])
-        print(f"resumed {out} at step {loop.t}", file=sys.stderr)
-    if loop.t > args.steps:
-        raise UserError(f"--steps={args.steps} is not allowed: the checkpoint is already at step {loop.t}")
-    print(f"model ready in {time.perf_counter() - t0:.1f}s (warm start {adapter.warm_key}, device {adapter.device})",
-          file=sys.stderr)
+
+    def factory(cfg: dict):
+        adapter = adapter_factory(cfg, progress=WarmProgress())
+        print(f"model ready in {time.perf_counter() - t0:.1f}s (warm start {adapter.warm_key}, device "
+              f"{adapter.device})", file=sys.stderr)
+        saver.listen()           # from here on SIGTERM / SIGINT stop after a step, with a checkpoint
+        return adapter
+
     if rank == 0:
         validate.claim_output_dir(out, "run", tool="hb real")
-    _train(loop, config, out, args, rank)
-    result = loop.result(config)
+    try:
+        result = hbsim.run_config(config, adapter_factory=factory, state=saved, checkpoint=saver)
+    finally:
+        saver.restore()
+    if saver.stopped_at is not None:
+        print(f"stopped by {signal.Signals(saver.signum).name} after step {saver.stopped_at}/{args.steps}: "
+              f"checkpoint in {checkpoint.checkpoint_dir(out)}; continue with --resume", file=sys.stderr)
+        return 128 + saver.signum
+    result.train["overhead_frac"] = overhead_column(result.train)
     if rank == 0:
         hbsim.write_run(result, out, overwrite=True)
-        checkpoint.save(out, config, loop.state_dict())
         _summary(result, out)
     return 0
 
 
-def _train(loop, config, out, args, rank: int = 0) -> None:
+def _resume_state(out: Path, config: dict, steps: int) -> dict:
+    """The loop state of DIR's checkpoint; a missing DIR or checkpoint, another config or a
+    checkpoint beyond --steps is a user error."""
     from real_runs import checkpoint
 
-    every = config["eval_every"]
-    if loop.t == 0 and (every or args.steps == 0):  # a fresh run (a checkpoint is never at step 0)
-        loop.evaluate()
-    while loop.t < args.steps:
-        t0 = time.perf_counter()
-        row = loop.step()
-        wall = time.perf_counter() - t0
-        row["seconds_step"] = wall
-        row["overhead_frac"] = overhead_fraction(row, wall)
+    path = checkpoint.checkpoint_dir(out) / checkpoint.LAST
+    if not out.is_dir():
+        raise UserError(f"--resume --out {str(out)!r}: the directory does not exist; drop --resume to start a new run")
+    saved = checkpoint.load(out)
+    if saved is None:
+        raise UserError(f"--resume --out {str(out)!r}: no checkpoint ({path} is missing); drop --resume to start "
+                        "a new run in an empty directory")
+    _same_run(saved["config"], config)
+    at = int(saved["loop"]["t"])
+    if at > steps:
+        raise UserError(f"--steps={steps} is not allowed: the checkpoint is already at step {at}")
+    print(f"resumed {out} at step {at}", file=sys.stderr)
+    return saved["loop"]
+
+
+class WarmProgress:
+    """progress(done, total) of the warm start: a stderr line at the start, every 10 s and at the end."""
+
+    def __init__(self, every: float = 10.0):
+        self.every, self.started, self.last = every, time.perf_counter(), -1e9
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if done in (0, total) or now - self.last >= self.every:
+            self.last = now
+            print(f"warm start: step {done}/{total} ({now - self.started:.0f}s)", file=sys.stderr)
+
+
+class Checkpointer:
+    """The loop's checkpoint hook: prints the step's line, saves DIR/checkpoints/last.pt after
+    step 1, every `every` steps and at the last step, and, once SIGTERM or SIGINT arrived
+    (`listen`), saves and stops the run after the current step."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, out: Path, config: dict, steps: int, every: int, rank: int = 0):
+        self.out, self.config, self.steps, self.every, self.rank = out, config, steps, every, rank
+        self.signum: int | None = None
+        self.stopped_at: int | None = None
+        self._previous: dict = {}
+
+    def listen(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._on_signal) for s in self.SIGNALS}
+
+    def restore(self) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous = {}
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.signum is not None:      # the second signal: stop at once
+            self.restore()
+            raise KeyboardInterrupt
+        self.signum = signum
+        print(f"{signal.Signals(signum).name}: stopping after the current step (again to stop at once)",
+              file=sys.stderr)
+
+    def _stop_requested(self, device) -> bool:
+        flag = self.signum is not None
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():   # every rank stops after the same step
+            from real_runs.trainer import global_sum
+            flag = global_sum(1.0 if flag else 0.0, device) > 0
+            if flag and self.signum is None:
+                self.signum = int(signal.SIGTERM)
+        return flag
+
+    def __call__(self, loop) -> bool:
+        from real_runs import checkpoint
+
+        row, t = loop.last_row, loop.t
         name = loop.harnesses[row["arm"]] if row["arm"] >= 0 else "mixed"
-        print(f"step {loop.t}/{args.steps} arm={name} reward={row['reward']:.3f} L={row['learnability']:.3f} "
+        print(f"step {t}/{self.steps} arm={name} reward={row['reward']:.3f} L={row['learnability']:.3f} "
               f"groups gen/opt={row['groups_generated']}/{row['groups_optimized']} tokens={row['tokens']} "
-              f"{wall:.2f}s overhead={100 * row['overhead_frac']:.2f}%", file=sys.stderr)
-        if (every and loop.t % every == 0) or loop.t == args.steps:
-            loop.evaluate()
-        if rank == 0 and loop.t % args.checkpoint_every == 0 and loop.t < args.steps:
-            checkpoint.save(out, config, loop.state_dict())
+              f"{row['seconds_step']:.2f}s overhead={100 * overhead_fraction(row):.2f}%", file=sys.stderr)
+        stop = t < self.steps and self._stop_requested(loop.adapter.device)
+        if self.rank == 0 and (stop or t == 1 or t % self.every == 0 or t == self.steps):
+            checkpoint.save(self.out, self.config, loop.state_dict())
+        if stop:
+            self.stopped_at = t
+        return stop
 
 
 def _summary(result, out) -> None:

@@ -38,7 +38,6 @@ from real_runs.syntax import (BracketSyntax, FuncSyntax, JsonSyntax, KvSyntax, S
                               ShellSyntax, Syntax, XmlSyntax)
 from real_runs.tasks import Task
 from real_runs.workspace import ENDS_EPISODE, Call, Result
-from policies.errors import UserError
 
 STOP = "\n"
 MAX_REPLY = 96     # bytes a turn may take: sample at most this many; longer replies fail to parse
@@ -81,13 +80,6 @@ class Harness:
         if not self.stop:
             raise ValueError(f"stop={self.stop!r} is invalid for harness {self.name}: allowed is a "
                              "non-empty string")
-
-    def config(self) -> dict:
-        """A JSON-ready description (for run records): loop, limits, notation, tools."""
-        return {"name": self.name, "loop": self.loop, "max_turns": self.max_turns,
-                "max_calls": self.max_calls, "max_reply": self.max_reply, "stop": self.stop,
-                "show_contents": self.show_contents, "syntax": type(self.syntax).__name__,
-                "schema": self.syntax.schema()}
 
     def render(self, task: Task) -> str:
         """The prompt (before any model turn), ending with ``prefix``."""
@@ -228,10 +220,3 @@ HARNESSES: dict[str, Harness] = {h.name: h for h in (
 TRAIN_HARNESSES: list[str] = ["json", "xml", "func", "shell", "sexp", "kv"]
 HELDOUT_HARNESSES: list[str] = ["react"]
 
-
-def get_harness(name: str) -> Harness:
-    """The registered harness ``name``; an unknown name raises ValueError listing them."""
-    try:
-        return HARNESSES[name]
-    except (KeyError, TypeError):
-        raise UserError(f"harness={name!r} is unknown: allowed are {sorted(HARNESSES)}") from None

@@ -1,7 +1,10 @@
 """Configuration of a real run: every knob, validated, and the named presets.
 
 `resolve(preset="tiny", **overrides)` returns a `RealConfig` whose fields are the
-resolved knobs of `[env] kind = "real"` (the grid file's env table, `hb real --set`).
+resolved knobs of `[env] kind = "real"` (the grid file's env table, `hb real --set`), and
+`resolve_env(env)` the resolved env section of a run config, `{"kind": "real",
+"n_harnesses", **every knob}` with no None left: `hb real` and grid cells resolve through
+it, so the same run hashes the same from both.
 
 Presets:
 * ``tiny``: 2 blocks of width 64; a 3-step CPU run takes seconds (tests, smoke runs).
@@ -44,7 +47,7 @@ class RealConfig:
     oversample: float = 1.5         # fresh groups requested per missing group
     sample_rounds: int = 2          # sampling rounds per step before accepting a short batch
     leftover_max: int = 16          # groups kept per harness buffer (oldest dropped)
-    leftover_max_age: int = 4       # steps a leftover group stays usable
+    leftover_max_age: int = 4       # steps a leftover group stays usable (0 = no age limit)
     max_new_tokens: int = 72        # per model call (the longest demonstrated reply is 69 bytes)
     temperature: float = 1.0
     # GRPO objective and optimizer
@@ -161,8 +164,25 @@ def _coerce(name: str, value, kind: type):
 
 
 def knob_defaults() -> dict:
-    """Default knobs of `[env] kind = "real"`: the tiny preset's values, except knobs that
-    some preset sets, which are None ("the preset's value") so that merging these defaults
-    with a user's `preset = "gpu-small"` never overrides the preset."""
+    """The knob table of `[env] kind = "real"` for grid validation (valid keys, sweep
+    defaults): the tiny preset's values, except knobs that some preset sets, which are None
+    ("the preset's value"). A run's config never holds these Nones: `resolve_env` fills them."""
     preset_set = set().union(*(p.keys() for p in PRESETS.values()))
     return {k: (None if k in preset_set else v) for k, v in resolve("tiny").to_dict().items()}
+
+
+def resolve_env(env: dict) -> dict:
+    """The resolved env section of a real run's config: `{"kind": "real", "n_harnesses",
+    **RealConfig fields}`. A None value means "the preset's value" (the grid's default knob
+    table); `kind` must be "real" and `n_harnesses` the task world's training harnesses."""
+    from real_runs.harnesses import TRAIN_HARNESSES
+
+    knobs = {k: v for k, v in env.items() if v is not None}
+    kind = knobs.pop("kind", "real")
+    if kind != "real":
+        raise ValueError(f"env kind={kind!r} is not allowed here: expected 'real'")
+    n = knobs.pop("n_harnesses", len(TRAIN_HARNESSES))
+    if n != len(TRAIN_HARNESSES):
+        raise ValueError(f"env n_harnesses={n!r} is not allowed for kind 'real': the task world has "
+                         f"{len(TRAIN_HARNESSES)} training harnesses")
+    return {"kind": "real", "n_harnesses": len(TRAIN_HARNESSES), **resolve(**knobs).to_dict()}

@@ -108,7 +108,3 @@ def all_reduce_grads(params: list[torch.Tensor]) -> None:
         p.grad = flat[offset:offset + n].view_as(p).clone()
         offset += n
 
-
-def describe(sketch: ParamSketch) -> dict:
-    """Per-tensor coordinate counts (for run.json / diagnostics)."""
-    return {name: int(idx.numel()) for name, idx in zip(sketch.names, sketch.index)}

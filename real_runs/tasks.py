@@ -30,8 +30,6 @@ or it needs an answer.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,14 +99,6 @@ class Task:
     def signature(self) -> tuple:
         """What makes two tasks the same instance (id and category excluded)."""
         return (self.instruction, self.files)
-
-
-def fingerprint(tasks: list[Task]) -> str:
-    """First 16 hex digits of the sha256 of the tasks' canonical JSON: equal iff the task
-    lists are equal (to record which task world a run used)."""
-    rows = [[t.id, t.category, t.instruction, t.files, t.goal, t.answer, t.solution] for t in tasks]
-    blob = json.dumps(rows, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def normalise(text: str) -> str:

@@ -26,6 +26,7 @@ Departures from the paper's recipe (seed note §6), on purpose:
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -221,9 +222,25 @@ def accumulate_gradients(model, ref, rows: Rows, *, micro_batch: int, n_tokens_g
     return stats
 
 
-def take_sketch(sketch: ParamSketch) -> torch.Tensor:
-    """Raw gradient sketch of the local gradients, SUMmed across ranks: (dim,) float32."""
-    return all_reduce_sum(sketch.grad())
+def sketch_and_update(model, optimizer, sketch: ParamSketch, *, update_sketch: bool, max_grad_norm: float):
+    """The end of every optimizer step (`real_runs.adapter`; the DDP test runs this same code):
+    the raw gradient sketch of the local gradients, taken BEFORE clipping and the step and
+    SUMmed across ranks, then `apply_update` (SUM all-reduce of the gradients, clip, step)
+    with the update sketch on the same coordinates when `update_sketch`.
+
+    Returns (sketch (dim,) float32 numpy, update sketch or None, grad_norm, seconds by
+    phase: sketch, allreduce, optimizer)."""
+    t0 = time.perf_counter()
+    local = sketch.grad()
+    t1 = time.perf_counter()
+    raw = all_reduce_sum(local)
+    t2 = time.perf_counter()
+    grad_norm, upd = apply_update(model, optimizer, sketch if update_sketch else None, max_grad_norm)
+    t3 = time.perf_counter()
+    raw_np = raw.cpu().numpy()
+    update = upd.cpu().numpy() if upd is not None else None
+    seconds = {"sketch": (t1 - t0) + (time.perf_counter() - t3), "allreduce": t2 - t1, "optimizer": t3 - t2}
+    return raw_np, update, grad_norm, seconds
 
 
 def apply_update(model, optimizer, sketch: ParamSketch | None, max_grad_norm: float):

@@ -201,7 +201,6 @@ def build(cfg: TRLRunConfig, *, policy_cfg: dict, seed: int, steps: int, out: st
 
 def main(args) -> int:
     """The `hb real --backend trl` command (args from real_runs.cli.add_arguments)."""
-    import hbsim
     from hbsim.experiment import resolve_policy
     from hbsim.records import write_run
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

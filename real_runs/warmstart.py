@@ -108,12 +108,15 @@ def lr_at(cfg, step: int) -> float:
     return cfg.warm_lr * (0.1 + 0.45 * (1.0 + math.cos(math.pi * frac)))
 
 
-def train_warm(cfg, seed: int, rows, device) -> dict:
-    """Initialise the model from `seed` and fit the demonstrations; returns a CPU state_dict."""
+def train_warm(cfg, seed: int, rows, device, progress=None) -> dict:
+    """Initialise the model from `seed` and fit the demonstrations; returns a CPU state_dict.
+    progress(done, total) is called before the first step and after every step."""
     init = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, 11]).generate_state(1)[0]))
     model = Transformer(ModelConfig(**cfg.model_dict()), init).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.warm_lr, weight_decay=0.0)
     rng = np.random.default_rng([seed, 12])
+    if progress is not None:
+        progress(0, cfg.warm_steps)
     for step in range(cfg.warm_steps):
         for group in opt.param_groups:
             group["lr"] = lr_at(cfg, step)
@@ -123,6 +126,8 @@ def train_warm(cfg, seed: int, rows, device) -> dict:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        if progress is not None:
+            progress(step + 1, cfg.warm_steps)
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
@@ -138,11 +143,13 @@ def warm_key(cfg, seed: int, rows, device_type: str = "cpu") -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def warm_start(cfg, seed: int, harnesses: list, tasks: list, device, others: list = ()) -> tuple[dict, str]:
+def warm_start(cfg, seed: int, harnesses: list, tasks: list, device, others: list = (),
+               progress=None) -> tuple[dict, str]:
     """The warm-start state_dict for this seed (cached) and its cache key.
 
     harnesses: the demonstrated subset; tasks: the demonstrated tasks (`warm_tasks`);
-    others: harnesses demonstrated on the first `cfg.warm_other_tasks` tasks only.
+    others: harnesses demonstrated on the first `cfg.warm_other_tasks` tasks only;
+    progress(done, total): warm-start steps, only when the model is trained (not cached).
     """
     rows = demonstration_rows(harnesses, tasks, cfg.max_len, cfg.max_new_tokens)
     if others and cfg.warm_other_tasks:
@@ -156,7 +163,7 @@ def warm_start(cfg, seed: int, harnesses: list, tasks: list, device, others: lis
         try:
             if path.exists():
                 return torch.load(path, map_location="cpu", weights_only=True), key
-            state = train_warm(cfg, seed, rows, device)
+            state = train_warm(cfg, seed, rows, device, progress)
             tmp = path.with_suffix(f".tmp{os.getpid()}")
             torch.save(state, tmp)
             os.replace(tmp, path)

@@ -49,11 +49,13 @@ harness task order and reward noise (stateful), and per step t the learn, world 
 streams (stateless: spawn key (STREAM, t)). Same seed -> same tasks, task order, initial
 success matrix, world noise and eval uniforms for every policy.
 
-Dynamic sampling (SPEC §2.2): for each harness with c groups in the allocation, retained
-groups of its leftover buffer are used first (oldest first); then up to `max_rounds`
-rounds each generate ceil(missing * oversample) groups, drop zero-variance groups and keep
-what is needed; retained groups beyond the batch go to the harness's buffer with their
-birth step. A batch can come out short (fewer optimized groups) when rounds run out.
+Dynamic sampling (SPEC §2.2) is `hbsim.sampling.DynamicSampler` (shared with real runs):
+for each harness with c groups in the allocation, groups of its leftover buffer are used
+first (oldest first); then up to `max_rounds` rounds each generate ceil(missing *
+oversample) groups, drop zero-variance groups and keep what is needed; retained groups
+beyond the batch go to the harness's buffer with their birth step; `leftover_max_age` = k
+> 0 drops buffered groups older than k steps when a step starts (0 = no age limit). A
+batch can come out short (fewer optimized groups) when rounds run out.
 
 Ground truth per step (extras): `oracle_arm` (pure harness with the largest expected
 one-step gain from the pre-step state), `regret` (max over the pure candidates and the
@@ -78,6 +80,7 @@ import pandas as pd
 from hbsim.adapter import EVAL_COLUMNS, CostLedger, StepResult
 from hbsim import grpo
 from policies.errors import UserError
+from hbsim.sampling import DynamicSampler
 
 #: PinchBench-like task categories; `task_category` indexes this tuple.
 CATEGORIES = ("skills", "integrations", "memory", "csv", "coding")
@@ -137,7 +140,7 @@ COMMON_KNOBS: dict[str, Knob] = {
     "group_size": Knob(8, "G: rollouts per group", 2, 1024),
     "oversample": Knob(1.5, "groups generated per missing group in a sampling round", 1.0, 16.0),
     "max_rounds": Knob(4, "sampling rounds per harness and step before a batch stays short", 1, 100),
-    "leftover_max_age": Knob(0, "drop leftover groups older than this many steps (0 = keep)", 0, 10**6),
+    "leftover_max_age": Knob(0, "drop leftover groups older than this many steps (0 = no age limit)", 0, 10**6),
     "advantage": Knob("loo", "advantage kind (SPEC §2.1)", choices=tuple(grpo.ADVANTAGES)),
     "k_attempts": Knob(3, "attempts per held-out task in each eval suite", 1, 100_000),
 }
@@ -216,7 +219,8 @@ class SyntheticEnv:
         self._reward_rngs = [_stream(self.seed, STREAM_REWARDS, h) for h in range(self.H)]
         self._pools = [rng.permutation(self.n_tasks) for rng in self._task_rngs]
         self._cursors = [0] * self.H
-        self._buffers = [self._empty_groups() for _ in range(self.H)]
+        self._sampler = DynamicSampler(self.H, oversample=k["oversample"], max_rounds=k["max_rounds"],
+                                       max_age=k["leftover_max_age"])
         self.step_count = 0
         self._build(structure)
 
@@ -258,16 +262,11 @@ class SyntheticEnv:
         t0 = time.perf_counter()
         before = self.success_matrix()
         ledger = CostLedger()
-        parts, used, ages = [], 0, []
         arms = np.flatnonzero(counts).tolist()
-        for h in arms:
-            part, stats = self._fill(h, int(counts[h]), before[: self.n_tasks, h])
-            parts.append(part)
-            used += stats["leftover_used"]
-            ages.extend(stats["ages"])
-            ledger.groups_generated += stats["generated"]
-            ledger.groups_retained += stats["retained"]
-        batch = self._assemble(parts, arms)
+        sample = self._sampler.collect({h: int(counts[h]) for h in arms}, self.step_count,
+                                       lambda requests: self._generate(requests, before))
+        ledger.groups_generated, ledger.groups_retained = sample.generated, sample.retained
+        batch = self._assemble([self._join(sample.parts[h]) for h in arms], arms)
         t1 = time.perf_counter()
         pure = np.eye(self.H, dtype=np.int64) * counts.sum()
         if len(arms) == 1:                        # a pure choice is one of the candidates
@@ -281,12 +280,11 @@ class SyntheticEnv:
         self._advance(_stream(self.seed, STREAM_WORLD, self.step_count))
         t3 = time.perf_counter()
         self.step_count += 1
-        self._expire_leftovers()
         ledger.groups_scored = ledger.groups_generated
         ledger.groups_optimized = len(batch)
-        ledger.leftover_used = used
-        ledger.leftover_age = float(sum(ages) / len(ages)) if ages else float("nan")
-        ledger.leftover_size = int(sum(len(b) for b in self._buffers))
+        ledger.leftover_used = sample.leftover_used
+        ledger.leftover_age = sample.leftover_age
+        ledger.leftover_size = sample.leftover_size
         ledger.seconds = {"rollout": t1 - t0, "oracle": t2 - t1, "backward": t3 - t2}
         L = grpo.learnability(batch.advantages) if len(batch) else None
         reward = float(batch.rewards.sum() / batch.rewards.size) if len(batch) else float("nan")
@@ -328,7 +326,7 @@ class SyntheticEnv:
             "kind": self.kind, "seed": self.seed, "knobs": self.knobs, "step_count": self.step_count,
             "task_rngs": [r.bit_generator.state for r in self._task_rngs],
             "reward_rngs": [r.bit_generator.state for r in self._reward_rngs],
-            "pools": self._pools, "cursors": self._cursors, "buffers": self._buffers,
+            "pools": self._pools, "cursors": self._cursors, "sampler": self._sampler.state_dict(),
             "model": self._model_state()})
 
     def load_state_dict(self, state: dict) -> None:
@@ -341,7 +339,8 @@ class SyntheticEnv:
             rng.bit_generator.state = st
         for rng, st in zip(self._reward_rngs, state["reward_rngs"]):
             rng.bit_generator.state = st
-        self._pools, self._cursors, self._buffers = state["pools"], state["cursors"], state["buffers"]
+        self._pools, self._cursors = state["pools"], state["cursors"]
+        self._sampler.load_state_dict(state["sampler"])
         self._load_model_state(state["model"])
 
     # -- sampling ------------------------------------------------------------------
@@ -370,37 +369,24 @@ class SyntheticEnv:
                 self._cursors[h] = 0
         return np.concatenate(out) if len(out) > 1 else out[0]
 
-    def _fill(self, h: int, need: int, p_h: np.ndarray) -> tuple[np.ndarray, dict]:
-        """Fill `need` groups of harness h: leftovers first (oldest first), then sampling
-        rounds. Returns packed records (see `_empty_groups`) and the round's counts."""
-        buf = self._buffers[h]
-        n_old = min(need, len(buf))
-        got = [buf[:n_old]]
-        self._buffers[h] = buf[n_old:]
-        ages = (self.step_count - buf[:n_old, 1]).tolist()
-        generated = retained = 0
-        missing = need - n_old
-        for _ in range(self.knobs["max_rounds"]):
-            if missing <= 0:
-                break
-            m = int(math.ceil(missing * self.knobs["oversample"]))
+    def _generate(self, requests: dict[int, int], before: np.ndarray) -> dict:
+        """The sampler's `generate`: m fresh groups per harness h from its task pool and reward
+        stream, at the pre-step success probabilities `before`. Returns h -> (packed records,
+        rewards)."""
+        out = {}
+        for h, m in requests.items():
             tasks = self._draw_tasks(h, m)
-            p = p_h[tasks]
+            p = before[tasks, h]
             rewards = self.rewards_from_uniform(p, self._reward_rngs[h].random((m, self.G)))
-            keep = grpo.keep_mask(rewards)
-            kept = int(keep.sum())
-            generated, retained = generated + m, retained + kept
-            if not kept:
-                continue
-            rec = np.empty((kept, 3 + self.G))
-            rec[:, 0], rec[:, 1], rec[:, 2], rec[:, 3:] = tasks[keep], self.step_count, p[keep], rewards[keep]
-            use = min(missing, kept)
-            got.append(rec[:use])
-            if kept > use:
-                self._buffers[h] = np.concatenate([self._buffers[h], rec[use:]])
-            missing -= use
-        part = np.concatenate(got) if len(got) > 1 else got[0]
-        return part, {"leftover_used": n_old, "ages": ages, "generated": generated, "retained": retained}
+            rec = np.empty((m, 3 + self.G))
+            rec[:, 0], rec[:, 1], rec[:, 2], rec[:, 3:] = tasks, self.step_count, p, rewards
+            out[h] = (rec, rewards)
+        return out
+
+    def _join(self, parts: list[np.ndarray]) -> np.ndarray:
+        if not parts:
+            return self._empty_groups()
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     def _assemble(self, parts: list[np.ndarray], arms: list[int]) -> Batch:
         rec = np.concatenate(parts) if len(parts) > 1 else parts[0]
@@ -408,15 +394,6 @@ class SyntheticEnv:
         return Batch(tasks=rec[:, 0].astype(np.int64), harnesses=np.repeat(arms, [len(p) for p in parts]),
                      rewards=rewards, advantages=grpo.advantages(rewards, self.knobs["advantage"]),
                      p=rec[:, 2], born=rec[:, 1].astype(np.int64))
-
-    def _expire_leftovers(self) -> None:
-        max_age = self.knobs["leftover_max_age"]
-        if max_age <= 0:
-            return
-        for h, buf in enumerate(self._buffers):
-            fresh = self.step_count - buf[:, 1] <= max_age
-            if not fresh.all():
-                self._buffers[h] = buf[fresh]
 
     def _ground_truth(self, gains: np.ndarray, counts: np.ndarray) -> dict:
         pure, chosen = gains[: self.H], float(gains[-1])

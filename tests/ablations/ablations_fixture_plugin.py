@@ -4,18 +4,27 @@
 seed equals `fail_seed`: valid at plan time (validation builds it with seed 0), so only
 the chosen cells fail while the grid runs.
 """
+from dataclasses import dataclass
+
 from policies import POLICIES
 from policies.simple import Uniform
+
+
+@dataclass(frozen=True)
+class ExplodeConfig:
+    fail_seed: int = -1
+    fail_step: int = 2
 
 
 class Explode(Uniform):
     name = "explode"
     summary = "uniform, but raises in update() for one seed (tests only)"
-    KNOBS = {"fail_seed": -1, "fail_step": 2}
+    Config = ExplodeConfig
 
-    def __init__(self, n_arms, seed=0, fail_seed=-1, fail_step=2):
+    def __init__(self, n_arms, seed=0, **knobs):
         super().__init__(n_arms, seed)
-        self.fail_seed, self.fail_step = int(fail_seed), int(fail_step)
+        cfg = self.make_config(knobs)
+        self.fail_seed, self.fail_step = int(cfg.fail_seed), int(cfg.fail_step)
 
     def config(self):
         return {**super().config(), "fail_seed": self.fail_seed, "fail_step": self.fail_step}

@@ -9,6 +9,8 @@ import ablations
 from ablations import store
 from ablations.spec import load_spec
 
+pytestmark = pytest.mark.slow  # every test here spawns processes (make test-fast skips them)
+
 try:
     import ray  # noqa: F401
     RAY_ERROR = None

@@ -10,12 +10,15 @@ import sys
 import time
 
 import pandas as pd
+import pytest
 from ablations_testkit import REPO, env_with_plugin_path, hb, without_wall_clock, write_grid
 from pandas.testing import assert_frame_equal
 
 import ablations
 from ablations import store
 from ablations.spec import load_spec
+
+pytestmark = pytest.mark.slow  # every test here spawns processes (make test-fast skips them)
 
 RUN_FILES = ["eval.parquet", "log.txt", "run.json", "train.parquet"]
 

@@ -14,6 +14,8 @@ from ablations import store
 from ablations.spec import load_spec
 from hbsim.cli import main as hb_main
 
+pytestmark = pytest.mark.slow  # every test here spawns processes (make test-fast skips them)
+
 
 def hb_in(capsys, *args, check=0):
     """`hb ARGS` in this process (no interpreter start); returns (stdout, stderr)."""

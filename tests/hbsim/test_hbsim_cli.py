@@ -17,13 +17,14 @@ def hb(*args, cwd=None):
                           cwd=cwd, timeout=300)
 
 
+@pytest.mark.slow
 def test_sim_smoke_with_out(tmp_path):
     out = tmp_path / "runs"
     proc = hb("--env", "bernoulli", "--policy", "harnessbandit", "--policy", "uniform", "--seeds", "2",
               "--steps", "10", "--workers", "1", "--out", str(out), *SMALL)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
-    assert lines[0].startswith("policy") and "heldout_tasks (95% CI)" in lines[0] and "cum. regret" in lines[0]
+    assert lines[0].startswith("policy") and "heldout_tasks (± 95% t-interval over seeds)" in lines[0] and "cum. regret" in lines[0]
     assert [line.split()[0] for line in lines[2:]] == ["harnessbandit", "uniform"]
     assert "[4/4]" in proc.stderr and "done in" in proc.stderr
     for label in ("harnessbandit", "uniform"):
@@ -47,6 +48,7 @@ def test_sim_smoke_with_out(tmp_path):
     assert (out / "uniform" / "seed0" / "train.parquet").stat().st_mtime_ns == before
 
 
+@pytest.mark.slow
 def test_sim_all_policies_parallel():
     proc = hb("--policy", "all", "--seeds", "2", "--steps", "8", "--workers", "2", *SMALL)
     assert proc.returncode == 0, proc.stderr
@@ -55,6 +57,7 @@ def test_sim_all_policies_parallel():
     assert names == list(POLICIES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, needle", [
     (["--env", "nope"], "valid kinds"),
     (["--set", "env.lr=-1"], "lr=-1"),
@@ -86,6 +89,7 @@ def test_sim_bad_input_in_process(args, needle, capsys, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_sim_knobs_listing():
     proc = hb("--env", "bernoulli", "--knobs")
     assert proc.returncode == 0
@@ -111,7 +115,7 @@ def test_summary_values_hand_computed():
                        "reward": [0.0, 1.0, 0.5, 0.25, 1.0, 0.0]})
     s = summarize(train, ev).iloc[0]
     assert s.heldout_tasks_mean == pytest.approx((0.75 + 0.25) / 2)        # step-0 row ignored
-    assert s.heldout_harness_mean == 0.5 and np.isnan(s.heldout_harness_ci95)
+    assert s.heldout_harness_mean == 0.5 and np.isnan(s.heldout_harness_t95_seeds)
     assert s.regret == pytest.approx(0.3) and s.gen_per_opt == pytest.approx(60 / 32)
     assert s.visits_h0 == 1.5 and s.visits_h1 == 0.5
     assert s.oracle_share == pytest.approx((0.5 + 0.5) / 2)

@@ -273,6 +273,7 @@ def test_list_knobs_resolve_to_canonical_strings():
     assert env.pairs == []
 
 
+@pytest.mark.slow
 def test_hb_sim_cli_accepts_list_knobs_and_rejects_bad_ones(tmp_path):
     base = [sys.executable, "-m", "hbsim.cli", "sim", "--env", "drifting", "--policy", "uniform",
             "--seeds", "1", "--steps", "3", "--set", "env.n_tasks=20", "--set", "env.n_heldout_tasks=5"]

@@ -114,11 +114,14 @@ def test_ledger_leftovers_and_ages():
 
 
 def test_leftover_max_age_expires_groups():
-    env = make_env("bernoulli", seed=0, oversample=2.0, leftover_max_age=1, **FLAT)
-    r = env.train_step(pure(0))
-    assert r.cost.leftover_size > 0
-    env.train_step(pure(1))                 # harness 0's leftovers are now 2 steps old -> dropped
-    assert len(env._buffers[0]) == 0
+    used = {}
+    for max_age in (1, 2, 0):               # 0 = no age limit
+        env = make_env("bernoulli", seed=0, oversample=2.0, leftover_max_age=max_age, **FLAT)
+        r = env.train_step(pure(0))
+        assert r.cost.leftover_size > 0
+        env.train_step(pure(1))
+        used[max_age] = env.train_step(pure(0)).cost.leftover_used   # harness 0's leftovers are 2 steps old
+    assert used[1] == 0 and used[2] > 0 and used[0] == used[2]
 
 
 def test_zero_success_harness_gives_missing_learnability_and_full_rounds():
@@ -203,7 +206,7 @@ def test_expected_gain_matches_mean_realised_gain():
             env.load_state_dict(state)
             env._reward_rngs[h] = np.random.default_rng(r)
             env._pools[h] = np.random.default_rng(10**6 + r).permutation(env.n_tasks)
-            env._buffers[h] = env._empty_groups()
+            env._sampler.buffers[h] = []
             env.train_step(pure(int(h)))
             realised.append(env.success_matrix()[: env.n_tasks, :6].mean() - before)
         se = np.std(realised, ddof=1) / np.sqrt(len(realised))

@@ -202,3 +202,33 @@ def test_run_config_with_adapter_factory():
     assert built and built[0]["env"] == {"kind": "real", "n_harnesses": 3}
     assert res.meta["label"] == "u" and len(res.train) == 4 and (res.train.seed == 5).all()
     assert res.meta["config"]["env"]["kind"] == "real"
+
+
+def test_step_timing_columns_and_overhead_fraction():
+    res = hbsim.run(make("harnessbandit", n_arms=6, seed=0), make_env("bernoulli", seed=0, **ENV), 4, seed=0)
+    tr = res.train
+    assert (tr.seconds_step > 0).all() and (tr.seconds_step >= tr.seconds_scheduler).all()
+    frame = pd.DataFrame({"seconds_sketch": [1.0, 0.0], "seconds_allreduce": [0.5, 0.0],
+                          "seconds_scheduler": [0.5, 1.0], "seconds_step": [8.0, 0.0]})
+    got = hbsim.loop.overhead_fraction(frame)
+    assert got.iloc[0] == 0.25 and np.isnan(got.iloc[1])
+    assert hbsim.loop.overhead_fraction(tr[["seconds_scheduler", "seconds_step"]]).between(0, 1).all()
+
+
+def test_checkpoint_hook_stops_and_run_config_resumes_exactly():
+    cfg = hbsim.resolve_config({"env": {"kind": "bernoulli", **ENV}, "steps": 7, "eval_every": 3, "seed": 2})
+    full = hbsim.run_config(cfg)
+    saved, calls = {}, []
+
+    def hook(loop):
+        calls.append(loop.t)
+        if loop.t == 4:
+            saved["state"] = loop.state_dict()
+            return True                              # e.g. SIGTERM: stop after this step
+
+    part = hbsim.run_config(cfg, checkpoint=hook)
+    assert calls == [1, 2, 3, 4] and part.meta["steps"] == 4 and part.eval.step.max() == 3
+    rest = hbsim.run_config(cfg, state=saved["state"])
+    assert rest.meta["run_id"] == full.meta["run_id"]
+    frames_equal(rest.train, full.train)
+    pd.testing.assert_frame_equal(rest.eval, full.eval)

@@ -2,7 +2,10 @@
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_hb_policies_cli_lists_all_eight_and_errors_exit_2():
     out = subprocess.run([sys.executable, "-m", "hbsim.cli", "policies"], capture_output=True, text=True)
     assert out.returncode == 0

@@ -1,9 +1,12 @@
 """Worker of the DDP sketch test (run under `python -m torch.distributed.run`, gloo, CPU).
 
 Every rank builds the same tiny model and the same global batch, keeps rows rank::world,
-divides its loss by the GLOBAL token count, back-propagates, and takes the sketch with the
-trainer's SUM all-reduce; then the gradients are SUM all-reduced too. Rank 0 saves both.
-Also importable: `global_batch()` and `single_process()` give the reference.
+divides its loss by the GLOBAL token count, back-propagates, and ends the step with the
+production code of every real step, `trainer.sketch_and_update` (sketch before clipping,
+SUM all-reduce of the sketch and of the gradients, clip, optimizer step, update sketch).
+Rank 0 saves the sketch, the update sketch, the gradient norm and the parameters after
+the step. Also importable: `global_batch()` and `single_process()` give the reference.
+SGD keeps the step linear in the gradient, so float rounding stays at rounding size.
 """
 import sys
 
@@ -12,8 +15,8 @@ import torch
 import torch.distributed as dist
 
 from real_runs.model import ModelConfig, Transformer
-from real_runs.sketch import ParamSketch, all_reduce_grads
-from real_runs.trainer import Group, Turn, accumulate_gradients, build_rows, global_sum, take_sketch
+from real_runs.sketch import ParamSketch
+from real_runs.trainer import Group, Turn, accumulate_gradients, build_rows, global_sum, sketch_and_update
 
 
 def model():
@@ -44,9 +47,10 @@ def step(rows, n_tokens):
     m = model()
     accumulate_gradients(m, model().requires_grad_(False), rows, micro_batch=2, n_tokens_global=n_tokens,
                          clip_low=0.2, clip_high=0.2, kl_coef=0.05)
-    sketch = take_sketch(sketch_of(m))
-    all_reduce_grads(list(m.parameters()))
-    return sketch.numpy(), torch.cat([p.grad.reshape(-1) for p in m.parameters()]).numpy()
+    opt = torch.optim.SGD(m.parameters(), lr=5.0)
+    sketch, update, norm, _ = sketch_and_update(m, opt, sketch_of(m), update_sketch=True, max_grad_norm=0.005)
+    params = torch.cat([p.detach().reshape(-1) for p in m.parameters()]).numpy()
+    return {"sketch": sketch, "update": update, "grad_norm": np.float64(norm), "params": params}
 
 
 def single_process():
@@ -60,7 +64,7 @@ if __name__ == "__main__":
     rows = global_batch()
     local = subset(rows, list(range(rank, len(rows), world)))
     n_tokens = global_sum(local.n_tokens, "cpu")
-    sketch, grads = step(local, n_tokens)
+    got = step(local, n_tokens)
     if rank == 0:
-        np.savez(sys.argv[1], sketch=sketch, grads=grads, n_tokens=n_tokens)
+        np.savez(sys.argv[1], n_tokens=n_tokens, **got)
     dist.destroy_process_group()

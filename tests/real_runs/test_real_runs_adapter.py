@@ -16,6 +16,7 @@ import torch
 import hbsim
 import real_runs
 import real_runs.adapter as adapter_mod
+import real_runs.trainer as trainer_mod
 from hbsim.grpo import advantages, learnability
 from policies import Allocation, make
 from real_runs.episode import Episode
@@ -46,7 +47,7 @@ def _adapter(cache, **extra):
 def test_step_ledger_learnability_and_sketch_before_clipping(cache, fake_checker, monkeypatch):
     ad = _adapter(cache)
     seen = {}
-    real_build, real_apply = adapter_mod.build_rows, adapter_mod.apply_update
+    real_build, real_apply = adapter_mod.build_rows, trainer_mod.apply_update
 
     def spy_build(groups, kind):
         seen["rewards"] = np.stack([g.rewards for g in groups])
@@ -57,7 +58,7 @@ def test_step_ledger_learnability_and_sketch_before_clipping(cache, fake_checker
         return real_apply(model, optimizer, sketch, 1e-6)       # force clipping to be active
 
     monkeypatch.setattr(adapter_mod, "build_rows", spy_build)
-    monkeypatch.setattr(adapter_mod, "apply_update", spy_apply)
+    monkeypatch.setattr(trainer_mod, "apply_update", spy_apply)     # called by trainer.sketch_and_update
     res = ad.train_step(Allocation.pure(1, 6, 2))
     c = res.cost
     assert c.groups_generated == c.groups_scored == 4          # ceil(2 * oversample 2.0)

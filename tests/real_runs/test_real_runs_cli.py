@@ -26,6 +26,7 @@ def hb(env, *args):
                           text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_tiny_run_resume_and_straight_agree(tmp_path, env, capsys):
     base = ["--preset", "tiny", "--policy", "uniform", "--seed", "1", "--device", "cpu", *SMALL]
     straight = hb(env, *base, "--steps", "2", "--out", str(tmp_path / "a"))
@@ -70,3 +71,72 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, needle):
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()
+
+
+def _nones(value, where=""):
+    if isinstance(value, dict):
+        return [n for k, v in value.items() for n in _nones(v, f"{where}.{k}")]
+    return [where] if value is None else []
+
+
+def test_grid_cell_and_hb_real_resolve_the_same_config(tmp_path):
+    import argparse
+
+    import hbsim
+    from ablations.spec import load_spec
+    from real_runs import cli as real_cli
+    sys.path.insert(0, str(ROOT / "tests" / "ablations"))
+    from ablations_testkit import write_grid
+
+    grid = write_grid(tmp_path / "real.toml", steps=3, seeds=1, env={"kind": "real", "preset": "tiny", "lr": 0.003},
+                      policies=[{"name": "uniform"}], top_extra={"batch_groups": 2})
+    cell = load_spec(grid).cells()[0]
+    assert _nones(cell.config["env"]) == [] and cell.config["env"]["d_model"] == 64
+    parser = argparse.ArgumentParser()
+    real_cli.add_arguments(parser)
+    args = parser.parse_args(["--policy", "uniform", "--seed", "0", "--steps", "3", "--out", str(tmp_path / "r"),
+                              "--set", "lr=0.003"])
+    config = real_cli.build_config(args)
+    assert config == cell.config and hbsim.config_hash(config) == cell.id
+
+
+def test_resume_without_a_checkpoint_is_one_line_exit_2(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    for out, needle in ((tmp_path / "missing", "does not exist"), (tmp_path / "empty", "no checkpoint")):
+        assert main(["real", "--steps", "1", "--out", str(out), "--device", "cpu", "--resume", *SMALL]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and "--resume" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "missing").exists() and list((tmp_path / "empty").iterdir()) == []
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_after_the_step_and_resume_finishes(tmp_path, env):
+    import signal
+    import time
+
+    import torch
+
+    out = tmp_path / "run"
+    base = ["--preset", "tiny", "--policy", "uniform", "--seed", "0", "--device", "cpu", *SMALL]
+    proc = subprocess.Popen([sys.executable, "-m", "hbsim.cli", "real", *base, "--steps", "500", "--out", str(out),
+                             "--checkpoint-every", "1000"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stderr:                     # warm start, "model ready", then one line per step
+        lines.append(line)
+        if line.startswith("step 2/500"):        # printed after step 1's hook saved its checkpoint
+            break
+    first = torch.load(out / "checkpoints" / "last.pt", weights_only=False)
+    assert first["loop"]["t"] == 1               # the first checkpoint is written after step 1 (then only at 1000)
+    assert any(line.startswith("warm start: step 0/2") for line in lines)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) == 128 + signal.SIGTERM, rest[-2000:]
+    saved = torch.load(out / "checkpoints" / "last.pt", weights_only=False)
+    at = saved["loop"]["t"]
+    assert f"stopped by SIGTERM after step {at}/500" in rest and not (out / "run.json").exists()
+    done = hb(env, *base, "--steps", str(at + 1), "--out", str(out), "--resume")
+    assert done.returncode == 0, done.stderr[-2000:]
+    train = pd.read_parquet(out / "train.parquet")
+    assert train.step.tolist() == list(range(1, at + 2))

@@ -332,11 +332,8 @@ def test_rows_and_demonstration_rows():
     assert single == [(HARNESSES["xml"].render(t), "<answer>19</answer>\n")]
 
 
-def test_get_harness_and_overlong_reply():
-    from real_runs.harnesses import MAX_REPLY, get_harness
-    assert get_harness("shell") is HARNESSES["shell"]
-    with pytest.raises(ValueError, match="allowed are"):
-        get_harness("bash")
+def test_overlong_reply():
+    from real_runs.harnesses import MAX_REPLY
     h = HARNESSES["shell"]
     long_ok = "echo " + "a" * 40 + " > b.md"
     assert h.parse_turn(long_ok) == [Call("write", ("b.md", "a" * 40))]
@@ -408,21 +405,6 @@ def test_workspace_execute_by_hand():
     full = {f"f{i}": "" for i in range(MAX_FILES)}
     assert not execute(full, Call("write", ("new", "x"))).ok and len(full) == MAX_FILES
     assert execute(full, Call("write", ("f0", "x"))).ok
-
-
-def test_fingerprint_and_config():
-    import json
-    from real_runs.tasks import fingerprint
-    assert fingerprint(TRAIN) == fingerprint(make_tasks(0)[0])
-    assert fingerprint(TRAIN) != fingerprint(HELDOUT) != fingerprint(make_tasks(1)[1])
-    assert fingerprint(TRAIN[:-1]) != fingerprint(TRAIN)
-    changed = dataclasses.replace(TRAIN[0], answer="x")
-    assert fingerprint([changed] + TRAIN[1:]) != fingerprint(TRAIN)
-    assert len(fingerprint(TRAIN)) == 16
-    for name, h in HARNESSES.items():
-        cfg = h.config()
-        assert json.loads(json.dumps(cfg)) == cfg and cfg["name"] == name
-    assert HARNESSES["xml"].config()["loop"] == "single" and HARNESSES["json"].config()["max_turns"] == 5
 
 
 def test_kv_and_bracket_values():

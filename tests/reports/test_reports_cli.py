@@ -36,6 +36,7 @@ def smoke(grid):
     return done(hb(grid, "--baseline", "base", "--resamples", "200", "--k", "1,3"))
 
 
+@pytest.mark.slow
 def test_report_smoke_writes_everything(smoke, grid):
     rc, out, err = smoke
     assert rc == 0, err
@@ -57,6 +58,7 @@ def test_report_smoke_writes_everything(smoke, grid):
     assert "Is the delta distinguishable from seed noise?" in md and "Which tasks flipped" in md
 
 
+@pytest.mark.slow
 def test_html_is_self_contained_with_decodable_pngs(smoke, grid):
     import matplotlib.image as mpimg
 
@@ -70,6 +72,7 @@ def test_html_is_self_contained_with_decodable_pngs(smoke, grid):
     assert "file://" not in html and "http" not in html.split("<body>", 1)[1]
 
 
+@pytest.mark.slow
 def test_marginals_command():
     rc, out, err = done(hb("marginals", "--n", 161, "--a", 67, "--b", 62))
     assert rc == 0, err
@@ -116,6 +119,7 @@ def _bad_dirs(root: Path) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_bad_inputs_give_one_line_and_exit_2(tmp_path):
     cases = _bad_dirs(tmp_path)
     procs = {name: hb(d, *args, "--resamples", "20") for name, (d, args, _) in cases.items()}  # in parallel
@@ -146,6 +150,7 @@ def _chromium():
     pytest.skip("chromium not installed: apt-get install -y chromium (CI installs it)")
 
 
+@pytest.mark.slow
 def test_index_html_renders_in_headless_chromium(smoke, grid, tmp_path):
     import matplotlib.image as mpimg
 
