@@ -38,6 +38,7 @@ from real_runs.syntax import (BracketSyntax, FuncSyntax, JsonSyntax, KvSyntax, S
                               ShellSyntax, Syntax, XmlSyntax)
 from real_runs.tasks import Task
 from real_runs.workspace import ENDS_EPISODE, Call, Result
+from policies.errors import UserError
 
 STOP = "\n"
 MAX_REPLY = 96     # bytes a turn may take: sample at most this many; longer replies fail to parse
@@ -220,3 +221,11 @@ HARNESSES: dict[str, Harness] = {h.name: h for h in (
 TRAIN_HARNESSES: list[str] = ["json", "xml", "func", "shell", "sexp", "kv"]
 HELDOUT_HARNESSES: list[str] = ["react"]
 
+
+
+def get_harness(name: str) -> Harness:
+    """The registered harness ``name``; an unknown name raises UserError listing them."""
+    try:
+        return HARNESSES[name]
+    except (KeyError, TypeError):
+        raise UserError(f"harness={name!r} is unknown: allowed are {sorted(HARNESSES)}") from None
