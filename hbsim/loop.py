@@ -32,7 +32,7 @@ import pandas as pd
 
 from hbsim.adapter import EVAL_COLUMNS
 from hbsim.records import RunResult, config_hash, versions, write_run
-from policies import Feedback
+from policies import Allocation, Feedback
 from policies.errors import UserError
 
 #: per-harness diagnostics arrays -> column prefix
@@ -98,11 +98,25 @@ class Loop:
         for hook in self.hooks:
             hook(self)
         start = time.perf_counter()
+        p, alloc, select_seconds = self.choose()
+        res = self.adapter.train_step(alloc)
+        return self.record(p, alloc, res, select_seconds=select_seconds, start=start)
+
+    def choose(self) -> tuple[np.ndarray, Allocation, float]:
+        """The policy's law and allocation for the next step: (p (H,), alloc, select seconds).
+
+        `step()` calls it; a trainer that drives its own steps (the TRL backend) calls
+        `choose()` before its rollouts and `record()` after its optimizer step."""
         p = np.asarray(self.policy.probabilities(), dtype=np.float64)
         t0 = time.perf_counter()
         alloc = self.policy.select(batch_groups=self.batch_groups)
-        t1 = time.perf_counter()
-        res = self.adapter.train_step(alloc)
+        return p, alloc, time.perf_counter() - t0
+
+    def record(self, p: np.ndarray, alloc: Allocation, res, *, select_seconds: float = 0.0,
+               start: float | None = None) -> dict:
+        """Feedback of a finished step `res` (a StepResult) to the policy, then the step's
+        train row (kept and returned). `seconds_scheduler` = select + update; with `start`
+        (a perf_counter reading), `seconds_step` = now - start."""
         cost = res.cost
         ratio = cost.groups_generated / cost.groups_optimized if cost.groups_optimized else None
         feedback = Feedback(arm=alloc.arm, learnability=res.learnability, sketch=res.sketch,
@@ -111,10 +125,11 @@ class Loop:
         t2 = time.perf_counter()
         self.policy.update(feedback)
         t3 = time.perf_counter()
-        cost.seconds = {**cost.seconds, "scheduler": (t1 - t0) + (t3 - t2)}
+        cost.seconds = {**cost.seconds, "scheduler": select_seconds + (t3 - t2)}
         self.t += 1
         row = self._row(p, alloc, res, self.policy.diagnostics())
-        row["seconds_step"] = time.perf_counter() - start
+        if start is not None:
+            row["seconds_step"] = time.perf_counter() - start
         self._rows.append(row)
         return row
 
@@ -122,6 +137,16 @@ class Loop:
     def last_row(self) -> dict | None:
         """The train row of the latest step (None before the first)."""
         return self._rows[-1] if self._rows else None
+
+    @property
+    def rows(self) -> list[dict]:
+        """The train rows so far (one per step, oldest first); read-only by convention."""
+        return self._rows
+
+    @property
+    def evaluated_at(self) -> int | None:
+        """The step of the latest evaluation (None before the first)."""
+        return int(self._evals[-1]["step"].iloc[0]) if self._evals else None
 
     def _row(self, p: np.ndarray, alloc, res, diag: dict) -> dict:
         arm = alloc.arm

@@ -49,7 +49,6 @@ from trl import GRPOTrainer
 
 from hbsim.adapter import CostLedger, StepResult
 from hbsim.loop import Loop
-from policies import Feedback
 from policies.errors import UserError
 from real_runs.sketch import ParamSketch
 from real_runs.trl_signals import HarnessSampler, global_sketch, group_signals
@@ -164,15 +163,13 @@ class HarnessScheduler(TrainerCallback):
     def begin(self) -> list[int]:
         """Select this step's allocation; returns the global dataset rows, G per group."""
         t0 = time.perf_counter()
-        p = np.asarray(self.policy.probabilities(), dtype=np.float64)
-        alloc = self.policy.select(batch_groups=self.loop.batch_groups)
-        t1 = time.perf_counter()
+        p, alloc, select_seconds = self.loop.choose()
         rows, arms = [], []
         for h, n in enumerate(np.asarray(alloc.counts)):
             for index in self.sampler.draw(h, int(n)):
                 rows.extend([index] * self.group_size)
                 arms.extend([h] * self.group_size)
-        self._step = {"p": p, "alloc": alloc, "select": t1 - t0, "arms": arms, "rewards": None,
+        self._step = {"p": p, "alloc": alloc, "select": select_seconds, "arms": arms, "rewards": None,
                       "sketch": None, "before": None, "update": None, "grad_norm": float("nan"),
                       "frac_zero": float("nan"), "tokens": 0, "seconds": {}, "hb": time.perf_counter() - t0,
                       "start": self._step_start}
@@ -244,19 +241,10 @@ class HarnessScheduler(TrainerCallback):
         res = StepResult(learnability=learn, sketch=sketch, update_sketch=update,
                          reward=float(np.nanmean(rewards)) if np.isfinite(rewards).any() else float("nan"),
                          cost=ledger, extras={"grad_norm": step["grad_norm"], "frac_reward_zero_std": frac})
-        alloc = step["alloc"]
-        ratio = ledger.groups_generated / ledger.groups_optimized if ledger.groups_optimized else None
-        t1 = time.perf_counter()
-        self.policy.update(Feedback(arm=alloc.arm, learnability=learn, sketch=sketch, update_sketch=update,
-                                    reward=res.reward, cost=ratio, counts=np.asarray(alloc.counts)))
-        t2 = time.perf_counter()
-        ledger.seconds["scheduler"] = step["select"] + (t2 - t1)
-        self.loop.t += 1
-        row = self.loop._row(step["p"], alloc, res, self.policy.diagnostics())
+        row = self.loop.record(step["p"], step["alloc"], res, select_seconds=step["select"])
         hb = step["hb"] + (time.perf_counter() - t0)
         wall = time.perf_counter() - step["start"]
         row.update(seconds_hb=hb, seconds_step=wall, overhead_frac=hb / wall if wall > 0 else float("nan"))
-        self.loop._rows.append(row)
         return row
 
     def result(self, config: dict | None = None):

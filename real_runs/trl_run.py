@@ -236,11 +236,11 @@ def main(args) -> int:
     if args.eval_every and sched.loop.t == 0 and not args.resume:
         sched.loop.evaluate()   # step 0, as `hb real` does
     trainer.train(resume_from_checkpoint=True if args.resume else None)
-    for row in sched.loop._rows[-args.steps:]:
+    for row in sched.loop.rows[-args.steps:]:
         print(f"step {row['step']} arm={row['arm']} reward={row['reward']:.3f} L={row['learnability']:.3f} "
               f"T={row['transfer']:.3f} {row['seconds_step']:.2f}s overhead={100 * row['overhead_frac']:.2f}%",
               file=sys.stderr)
-    if not sched.loop._evals or int(sched.loop._evals[-1]["step"].iloc[0]) != sched.loop.t:
+    if sched.loop.evaluated_at != sched.loop.t:
         sched.loop.evaluate()
     result = sched.result(config)
     import transformers
