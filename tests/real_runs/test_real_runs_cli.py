@@ -102,7 +102,7 @@ def test_grid_cell_and_hb_real_resolve_the_same_config(tmp_path):
 
 def test_resume_without_a_checkpoint_is_one_line_exit_2(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    for out, needle in ((tmp_path / "missing", "does not exist"), (tmp_path / "empty", "no checkpoint")):
+    for out, needle in ((tmp_path / "missing", "does not exist"), (tmp_path / "empty", "is empty")):
         assert main(["real", "--steps", "1", "--out", str(out), "--device", "cpu", "--resume", *SMALL]) == 2
         err = capsys.readouterr().err
         assert needle in err and "--resume" in err and len(err.strip().splitlines()) == 1
