@@ -63,3 +63,45 @@ def test_paired_tests_speed(benchmark):
     diff = _null_blocks(np.random.default_rng(0), blocks=4, seeds=5, tasks=200)
     out = benchmark(lambda: inference.paired_tests(diff, resamples=10000, rng=np.random.default_rng(0)))
     assert out["p_task_permutation"].shape == (4,)
+
+
+def _aa_attempts(rng, seeds=6, tasks=40, run_sd=0.6):
+    """One A/A block of binary attempts: logit = task effect + a run effect per (arm, seed)
+    shared by all tasks of that run; no true difference between the arms."""
+    import pandas as pd
+
+    task = rng.normal(0.0, 1.0, tasks)
+    run = rng.normal(0.0, run_sd, (2, seeds))
+    logit = task[None, None, :] + run[:, :, None]                      # (arm, seeds, tasks)
+    success = rng.random(logit.shape) < 1.0 / (1.0 + np.exp(-logit))
+    arm, seed, tk = np.meshgrid(["A", "B"], np.arange(seeds), np.arange(tasks), indexing="ij")
+    return pd.DataFrame({"policy": arm.ravel(), "seed": seed.ravel(), "task": [f"t{t}" for t in tk.ravel()],
+                         "suite": "s", "attempt": 0, "success": success.ravel()})
+
+
+def test_gee_clustered_by_seed_holds_alpha_with_few_seeds():
+    """The bias-reduced covariance with a t(K-1) reference keeps the level at 4 seeds; the
+    plain sandwich with a normal reference (what statsmodels gives by default) does not."""
+    from statsmodels.genmod import cov_struct, families
+    from statsmodels.genmod.generalized_estimating_equations import GEE
+
+    from reports.analysis import Aligned, gee_rows
+
+    rng = np.random.default_rng(7)
+    ours, plain = [], []
+    for _ in range(60):
+        final = _aa_attempts(rng, seeds=4)
+        al = Aligned(policies=["A", "B"], seeds=list(range(4)), tasks=sorted(final["task"].unique()),
+                     categories=np.array([]), metrics=["pass@1"], x=np.zeros((1, 2, 4, 40)))
+        rows, _ = gee_rows(final, al, "s", "A")
+        ours.append(rows[0]["p"])
+        sub = final.sort_values(["seed", "policy", "task", "attempt"], kind="stable")
+        exog = np.column_stack([np.ones(len(sub)), (sub["policy"] == "B").to_numpy(dtype=np.float64)])
+        fit = GEE(sub["success"].to_numpy(dtype=np.float64), exog, groups=sub["seed"].to_numpy(),
+                  family=families.Binomial(), cov_struct=cov_struct.Exchangeable()).fit()
+        plain.append(float(np.asarray(fit.pvalues)[1]))
+    ours, plain = np.array(ours), np.array(plain)
+    assert np.isfinite(ours).all()
+    assert (ours < 0.05).mean() <= 0.10, (ours < 0.05).mean()
+    assert (plain < 0.05).mean() >= 0.12, (plain < 0.05).mean()   # the uncorrected test over-rejects here
+    assert (ours >= plain).mean() > 0.9                            # and the correction only makes p larger
