@@ -218,7 +218,7 @@ def test_hb_real_backend_trl_writes_a_run_that_hb_report_reads(tmp_path):
     import json
 
     import pandas as pd
-    base = ["-m", "hbsim.cli", "real", "--backend", "trl", "--steps", "2", "--device", "cpu",
+    base = ["-m", "hbsim.cli", "real", "--backend", "trl", "--steps", "2",     # no --device: the default works
             "--set", 'harnesses=["json","xml","kv"]', "--set", "n_train_tasks=12", "--set", "max_completion_length=8"]
     for policy in ("harnessbandit", "mixed"):
         proc = _run(*base, "--policy", policy, "--out", str(tmp_path / "grid" / policy))
