@@ -119,8 +119,18 @@ def _check_out(args) -> None:
     if args.model is not None and not Path(args.model).is_dir():
         raise UserError(f"--model {args.model!r} is not a folder; expected a local Hugging Face model directory")
     if args.resume:
-        validate.check_resume_dir(args.out)
+        validate.check_resume_dir(args.out, **_trl_checkpoint(args))
     validate.check_output_dir(args.out, "run", force_flag=None)
+
+
+def _trl_checkpoint(args) -> dict:
+    """--backend trl resumes from TRL's latest DIR/trl/checkpoint-N (its harnessbandit.pt),
+    not from the native checkpoints/last.pt: check_resume_dir's `checkpoint` argument."""
+    if getattr(args, "backend", "native") != "trl":
+        return {}
+    steps = [int(p.name.removeprefix("checkpoint-")) for p in (Path(args.out) / "trl").glob("checkpoint-*")
+             if p.name.removeprefix("checkpoint-").isdigit()]
+    return {"checkpoint": f"trl/checkpoint-{max(steps) if steps else 'N'}/harnessbandit.pt"}
 
 
 def main(args) -> int:

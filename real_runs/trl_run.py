@@ -226,10 +226,12 @@ def main(args) -> int:
     out = Path(args.out)
     if not args.resume and (out / "run.json").exists():
         raise UserError(f"--out {str(out)!r} already holds a run; use --resume or another directory")
-    device = "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device
+    device = args.device or "auto"      # hb real's --device defaults to None (the native preset's device)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     t0 = time.perf_counter()
     trainer, sched, config = build(cfg, policy_cfg=policy_cfg, seed=args.seed, steps=args.steps, out=str(out),
-                                   device="cpu" if device == "auto" else device, model_path=args.model,
+                                   device=device, model_path=args.model,
                                    preset=args.preset, eval_every=args.eval_every,
                                    checkpoint_every=args.checkpoint_every)
     print(f"TRL trainer ready in {time.perf_counter() - t0:.1f}s ({len(cfg.harnesses)} harnesses)", file=sys.stderr)

@@ -93,6 +93,10 @@ class HarnessCurriculumCore:
     def update(self, batch) -> Feedback:
         if not self.pending:
             raise UserError("update(batch) is not allowed before the sampler drew a step")
+        if len(self.pending) > 1:   # the next step's harnesses were chosen before this feedback
+            raise UserError(f"{len(self.pending)} steps were drawn before update(batch): the dataloader prefetches, "
+                            "so each choice would ignore the previous step's feedback; set "
+                            "data.dataloader_num_workers=0")
         alloc = self.pending.pop(0)
         feedback = verl_feedback(batch, self.harnesses, harness_key=self.harness_key)
         if not np.array_equal(feedback.counts, alloc.counts):

@@ -129,8 +129,10 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     result = ReportResult(config, tables, diag, notes, attempts, policies)
     if out is not None:
         from reports import render, validity
+        page = validity.write_page_if_any(fr.source if fr.source != "frames" else None, Path(out))  # validity.html
+        if page is not None:
+            result.files["validity"] = page          # index.html links it
         render.write(result, Path(out))
-        validity.write_page_if_any(fr.source if fr.source != "frames" else None, Path(out))   # validity.html
     return result
 
 

@@ -143,4 +143,6 @@ def main(args: argparse.Namespace) -> int:
     print(headline_table(result))
     print(textwrap.fill(LEGEND, width=110) + "\n")
     print(f"report: {result.files['index']}")
+    if "validity" in result.files:
+        print(f"validity: {result.files['validity']}")
     return 0

@@ -165,6 +165,10 @@ def _header(doc: Doc, result, headline: str) -> None:
           "test the per-seed paired difference over seeds; the task-level tests (p_task_*) answer 'on these "
           "tasks, for these trained models' and are shown for that question only. `hb calibrate` measures "
           "each test's false-positive rate on A/A comparisons.")
+    if "validity" in result.files:
+        doc.md.append("Signal validity (what-if probes, `--counterfactual`): [validity.html](validity.html)\n")
+        doc.html.append('<p>Signal validity (what-if probes, <code>--counterfactual</code>): '
+                        '<a href="validity.html">validity.html</a></p>')
     if result.notes:
         doc.h(2, "Warnings and exclusions")
         for line in result.notes:

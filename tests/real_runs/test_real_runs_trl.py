@@ -218,7 +218,7 @@ def test_hb_real_backend_trl_writes_a_run_that_hb_report_reads(tmp_path):
     import json
 
     import pandas as pd
-    base = ["-m", "hbsim.cli", "real", "--backend", "trl", "--steps", "2", "--device", "cpu",
+    base = ["-m", "hbsim.cli", "real", "--backend", "trl", "--steps", "2",     # no --device: the default works
             "--set", 'harnesses=["json","xml","kv"]', "--set", "n_train_tasks=12", "--set", "max_completion_length=8"]
     for policy in ("harnessbandit", "mixed"):
         proc = _run(*base, "--policy", policy, "--out", str(tmp_path / "grid" / policy))
@@ -226,6 +226,12 @@ def test_hb_real_backend_trl_writes_a_run_that_hb_report_reads(tmp_path):
         assert "scheduler overhead" in proc.stdout
     train = pd.read_parquet(tmp_path / "grid" / "harnessbandit" / "train.parquet")
     assert list(train["arm"]) == [0, 1] and {"p_json", "alloc_kv", "overhead_frac"} <= set(train.columns)
+    more = _run(*base, "--policy", "harnessbandit", "--out", str(tmp_path / "grid" / "harnessbandit"), "--steps", "3",
+                "--resume")                                  # from DIR/trl/checkpoint-2, not checkpoints/last.pt
+    assert more.returncode == 0, more.stderr[-2000:]
+    resumed = pd.read_parquet(tmp_path / "grid" / "harnessbandit" / "train.parquet")
+    assert list(resumed["arm"]) == [0, 1, 2]
+    pd.testing.assert_frame_equal(resumed.iloc[:2].drop(columns="run_id"), train.drop(columns="run_id"))
     meta = json.loads((tmp_path / "grid" / "mixed" / "run.json").read_text())
     assert meta["config"]["env"]["kind"] == "trl" and meta["versions"]["trl"]
     proc = _run("-m", "hbsim.cli", "report", str(tmp_path / "grid"), "--baseline", "mixed", "--k", "1",

@@ -61,6 +61,11 @@ def test_curriculum_core_selects_after_each_update():
     assert core2.policy.state_dict()["t"] == 3
     with pytest.raises(UserError, match="before the sampler drew"):
         core.update(_batch([1, 0], ["a", "a"], ["xml", "xml"]))
+    core3 = HarnessCurriculumCore(column, H, make("round_robin", n_arms=3, seed=0), batch_groups=2, steps=3)
+    ahead = iter(core3)
+    rows = [next(ahead) for _ in range(3)]      # a prefetching loader: step 2's first index before step 1's feedback
+    with pytest.raises(UserError, match="dataloader_num_workers=0"):
+        core3.update(_batch([1, 0, 0, 1], ["a", "a", "b", "b"], [column[rows[0]]] * 4))
 
 
 def test_sampler_builds_from_a_verl_like_config():

@@ -115,3 +115,18 @@ def test_report_page_only_where_counterfactual_files_exist(tmp_path):
     page = v.write_page_if_any(tmp_path, tmp_path / "report")
     assert page.is_file() and "Signal validity" in page.read_text()
     assert pd.read_csv(tmp_path / "report" / "regret.csv").empty
+
+
+def test_hb_report_links_the_validity_page_of_runs_with_counterfactual_files(tmp_path):
+    from hbsim.experiment import run_config
+    from hbsim.records import write_run
+    from reports import build_report
+    env = {"kind": "bernoulli", "n_tasks": 20, "n_heldout_tasks": 6, "k_attempts": 2}
+    for policy in ("mixed", "uniform"):
+        for seed in (0, 1):
+            res = run_config({"env": env, "policy": {"name": policy}, "seed": seed, "steps": 32, "counterfactual": 8})
+            write_run(res, tmp_path / "runs" / policy / f"seed{seed}")
+    result = build_report(tmp_path / "runs", "mixed", tmp_path / "report", ks=(1,), resamples=50)
+    assert result.files["validity"] == tmp_path / "report" / "validity.html" and result.files["validity"].is_file()
+    assert '<a href="validity.html">' in (tmp_path / "report" / "index.html").read_text()
+    assert "(validity.html)" in (tmp_path / "report" / "report.md").read_text()
