@@ -64,10 +64,12 @@ def _validate(fr: load.Frames, baseline: str, suite: str | None, ks, resamples: 
         if suite not in attempts:
             raise UserError(f"--suite: got {suite!r}, allowed: one of {sorted(attempts)}")
         attempts = {suite: attempts[suite]}
+    most = max(attempts.values())
+    if ks is None:                      # the default: pass@1 and pass@3 where tasks have 3 attempts
+        ks = [k for k in DEFAULT_KS if k <= most]
     ks = tuple(sorted(set(int(k) for k in ks)))
     if not ks or ks[0] < 1:
         raise UserError(f"--k: got {list(ks)}, allowed: positive integers")
-    most = max(attempts.values())
     if ks[-1] > most:
         raise UserError(f"--k: got {ks[-1]}, allowed: k <= the number of attempts per task "
                          f"(at most {most}: {attempts})")
@@ -78,7 +80,11 @@ def _validate(fr: load.Frames, baseline: str, suite: str | None, ks, resamples: 
     return policies, attempts, ks
 
 
-def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = None, ks=(1, 3),
+#: pass@k / pass^k shown by default (those with k above the attempts per task are left out)
+DEFAULT_KS = (1, 3)
+
+
+def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = None, ks=None,
                  resamples: int = 10000, seed: int = 0, alpha: float = 0.05,
                  progress: Callable[[int, int, str], None] | None = None, axis: str | None = None) -> ReportResult:
     """Paired comparison of every policy against ``baseline``; the seed is the unit of the

@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", help="policy label every other policy is compared against (required for DIR)")
     parser.add_argument("--out", help="output directory (default DIR/report)")
     parser.add_argument("--suite", help="restrict to one eval suite (default: all)")
-    parser.add_argument("--k", default="1,3", help="comma-separated k for pass@k and pass^k (default 1,3)")
+    parser.add_argument("--k", default=None, help="comma-separated k for pass@k and pass^k (default 1,3, or 1 "
+                                                   "when tasks have fewer than 3 attempts)")
     parser.add_argument("--resamples", type=int, default=10000, help="bootstrap / permutation resamples")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap generator")
     parser.add_argument("--alpha", type=float, default=0.05, help="1 - interval coverage and test level")
@@ -56,7 +57,9 @@ def _count(flag: str):
     return parse
 
 
-def _parse_ks(text: str) -> tuple[int, ...]:
+def _parse_ks(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
     try:
         ks = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:

@@ -339,3 +339,16 @@ def test_axis_gives_delta_per_knob_value(tmp_path):
     assert (tmp_path / "rep" / "figures" / "sensitivity_heldout_tasks.png").exists()
     with pytest.raises(ValueError, match=r"--axis: got 'policy.nope', allowed: a swept knob column .*policy.tau"):
         reports.build_report(tmp_path, "uniform", None, axis="policy.nope")
+
+
+def test_default_k_follows_the_attempts_per_task():
+    """Runs with one attempt per task (e.g. TRL runs) report pass@1 by default; an explicit
+    k above the attempts is still refused with one clear message."""
+    from reports_synth import make_synthetic
+
+    one = make_synthetic({"base": 0.0, "hb": 0.5}, n_seeds=2, n_tasks=(8, 6), attempts=(1, 1))
+    res = reports.build_report(one, "base", None, resamples=50, seed=0)
+    assert res.config["ks"] == [1]
+    assert "pass@3" not in set(res.tables["paired"]["metric"])
+    with pytest.raises(reports.build.UserError, match=r"--k: got 3, allowed: k <= the number of attempts"):
+        reports.build_report(one, "base", None, ks=(1, 3), resamples=50, seed=0)
