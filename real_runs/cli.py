@@ -111,16 +111,29 @@ def _init_distributed(args) -> int:
     return dist.get_rank()
 
 
+#: the scheduler state inside each of TRL's checkpoints (real_runs.trl_backend)
+TRL_CHECKPOINT = "trl/checkpoint-*/harnessbandit.pt"
+
+
 def _check_out(args) -> None:
     """Before torch is imported: --steps bounded, and --out a run directory we may write
     (policies.validate): never a file, a grid, an `hb sim` folder, a report or a folder
     hb did not create; with --resume, an existing run directory holding a checkpoint."""
-    validate.check_int("--steps", args.steps, 0, validate.MAX_STEPS)
+    trl = getattr(args, "backend", "native") == "trl"
+    validate.check_int("--steps", args.steps, 1 if trl else 0, validate.MAX_STEPS)
+    validate.check_int("--seed", args.seed, 0, validate.MAX_SEED)
+    validate.check_int("--checkpoint-every", args.checkpoint_every, 1, validate.MAX_STEPS)
+    if args.eval_every is not None:
+        validate.check_int("--eval-every", args.eval_every, 1, validate.MAX_STEPS)
     if args.model is not None and not Path(args.model).is_dir():
         raise UserError(f"--model {args.model!r} is not a folder; expected a local Hugging Face model directory")
-    if args.resume:
-        validate.check_resume_dir(args.out)
+    if args.resume:   # TRL saves its checkpoints as DIR/trl/checkpoint-N/ (with the scheduler's state)
+        validate.check_resume_dir(args.out, TRL_CHECKPOINT if trl else "checkpoints/last.pt")
     validate.check_output_dir(args.out, "run", force_flag=None)
+    out = Path(args.out)
+    if not args.resume and ((out / "run.json").exists() or any(out.glob("checkpoints/last.pt"))
+                            or any(out.glob(TRL_CHECKPOINT))):
+        raise UserError(f"--out {str(out)!r} already holds a run; use --resume or another directory")
 
 
 def main(args) -> int:
@@ -136,8 +149,6 @@ def main(args) -> int:
     if rank:  # followers train in lockstep but never write or print
         sys.stdout = sys.stderr = open(os.devnull, "w")
 
-    if args.checkpoint_every < 1:
-        raise UserError(f"--checkpoint-every={args.checkpoint_every} is not allowed: expected an integer >= 1")
     out = Path(args.out)
     config = build_config(args)
     saved = _resume_state(out, config, args.steps) if args.resume else None
@@ -150,11 +161,11 @@ def main(args) -> int:
         adapter = adapter_factory(cfg, progress=WarmProgress())
         print(f"model ready in {time.perf_counter() - t0:.1f}s (warm start {adapter.warm_key}, device "
               f"{adapter.device})", file=sys.stderr)
+        if rank == 0:            # the model loaded: the folder becomes ours before the first step
+            validate.claim_output_dir(out, "run", tool="hb real")
         saver.listen()           # from here on SIGTERM / SIGINT stop after a step, with a checkpoint
         return adapter
 
-    if rank == 0:
-        validate.claim_output_dir(out, "run", tool="hb real")
     try:
         result = hbsim.run_config(config, adapter_factory=factory, state=saved, checkpoint=saver)
     finally:
