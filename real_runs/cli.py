@@ -127,12 +127,20 @@ def _check_out(args) -> None:
         validate.check_int("--eval-every", args.eval_every, 1, validate.MAX_STEPS)
     if args.model is not None and not Path(args.model).is_dir():
         raise UserError(f"--model {args.model!r} is not a folder; expected a local Hugging Face model directory")
-    if args.resume:   # TRL saves its checkpoints as DIR/trl/checkpoint-N/ (with the scheduler's state)
-        validate.check_resume_dir(args.out, TRL_CHECKPOINT if trl else "checkpoints/last.pt")
-    validate.check_output_dir(args.out, "run", force_flag=None)
-    out = Path(args.out)
-    if not args.resume and ((out / "run.json").exists() or any(out.glob("checkpoints/last.pt"))
-                            or any(out.glob(TRL_CHECKPOINT))):
+    check_run_dir(args.out, args.resume, trl)
+
+
+def check_run_dir(out, resume: bool, trl: bool = False) -> None:
+    """The run directory `out` of `hb real` (or of examples/trl_harnessbandit.py): never a
+    file, a grid, an `hb sim` folder, a report or a folder hb did not create; with `resume`
+    a run of ours holding a checkpoint (TRL: DIR/trl/checkpoint-N/ with the scheduler's
+    state), without it no run or checkpoint yet. Writes nothing."""
+    if resume:
+        validate.check_resume_dir(out, TRL_CHECKPOINT if trl else "checkpoints/last.pt")
+    validate.check_output_dir(out, "run", force_flag=None)
+    out = Path(out)
+    if not resume and ((out / "run.json").exists() or any(out.glob("checkpoints/last.pt"))
+                       or any(out.glob(TRL_CHECKPOINT))):
         raise UserError(f"--out {str(out)!r} already holds a run; use --resume or another directory")
 
 

@@ -369,10 +369,15 @@ def test_legacy_grid_without_marker_is_adopted_and_user_folder_forced(base, tmp_
 def test_created_files_follow_the_umask(tmp_path, mask):
     sim, grid = tmp_path / "sim", tmp_path / "grid"
     (tmp_path / "tiny.toml").write_text(TINY_GRID)
-    assert hb(*SIM, "--out", sim, umask=mask).returncode == 0
+    assert hb(*SIM, "--counterfactual", "--out", sim, umask=mask).returncode == 0
     assert hb("grid", "run", tmp_path / "tiny.toml", "--out", grid, "--jobs", "1", umask=mask).returncode == 0
     assert hb("grid", "collect", grid, umask=mask).returncode == 0
-    for root in (sim, grid):
+    study, validity, csv = tmp_path / "study", tmp_path / "validity", tmp_path / "cal" / "p.csv"
+    (tmp_path / "study.toml").write_text(STUDY.format(steps=2, seeds=1))
+    assert hb("validity", study, "--study", tmp_path / "study.toml", "--min-step", "0", "--resamples", "5",
+              "--out", validity, umask=mask).returncode == 0
+    assert hb(*CAL, "--csv", csv, umask=mask).returncode == 0
+    for root in (sim, grid, study, validity, csv.parent):
         modes = {p.relative_to(tmp_path): stat.S_IMODE(p.stat().st_mode) for p in [root, *root.rglob("*")]}
         want = {p: (0o777 if (tmp_path / p).is_dir() else 0o666) & ~mask for p in modes}
         assert modes == want
@@ -460,6 +465,12 @@ def test_check_resume_dir(tmp_path):
     (tmp_path / "e" / "checkpoints").mkdir()
     (tmp_path / "e" / "checkpoints" / "last.pt").write_bytes(b"")
     assert validate.check_resume_dir(tmp_path / "e") == tmp_path / "e" / "checkpoints" / "last.pt"
+    trl = "trl/checkpoint-*/harnessbandit.pt"             # a glob: TRL's checkpoint-N folders
+    with pytest.raises(UserError, match="holds no checkpoint"):
+        validate.check_resume_dir(tmp_path / "e", trl)
+    (tmp_path / "e" / "trl" / "checkpoint-3").mkdir(parents=True)
+    (tmp_path / "e" / "trl" / "checkpoint-3" / "harnessbandit.pt").write_bytes(b"")
+    assert validate.check_resume_dir(tmp_path / "e", trl) == tmp_path / "e" / "trl" / "checkpoint-3" / "harnessbandit.pt"
 
 
 def test_check_output_dir_states(tmp_path):
@@ -474,5 +485,10 @@ def test_check_output_dir_states(tmp_path):
     (tmp_path / "legacy" / "uniform" / "seed0").mkdir(parents=True)
     (tmp_path / "legacy" / "uniform" / "seed0" / "run.json").write_text("{}")
     assert validate.legacy_kind(tmp_path / "legacy") == "sim"
-    (tmp_path / "legacy" / "notes.txt").write_text("x")
-    assert validate.legacy_kind(tmp_path / "legacy") is None
+    (tmp_path / "study" / "bernoulli").mkdir(parents=True)
+    (tmp_path / "legacy").rename(tmp_path / "study" / "bernoulli")
+    assert validate.legacy_kind(tmp_path / "study") == "study"      # <env>/<label>/seed<N>/: hb validity --study
+    assert validate.check_output_dir(tmp_path / "study", "study") == "resume"
+    (tmp_path / "study" / "bernoulli" / "notes.txt").write_text("x")
+    assert validate.legacy_kind(tmp_path / "study" / "bernoulli") is None
+    assert validate.legacy_kind(tmp_path / "study") is None
