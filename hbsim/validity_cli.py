@@ -28,7 +28,8 @@ from pathlib import Path
 
 from policies import validate
 from policies.errors import UserError
-from policies.validate import MAX_JOBS, MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS, check_int
+from policies.validate import (MAX_BATCH_GROUPS, MAX_JOBS, MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS,
+                               check_int)
 
 STUDY_KEYS = ("name", "description", "steps", "seeds", "counterfactual", "envs", "policies", "env", "batch_groups")
 
@@ -99,7 +100,12 @@ def study_configs(path: str) -> list[tuple[str, dict]]:
     seeds = raw.get("seeds", 8)
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         seeds = list(range(check_int(f"{path}: seeds", seeds, 1, MAX_SEEDS)))
+    if isinstance(seeds, list):
+        check_int(f"{path}: number of seeds", len(seeds), 1, MAX_SEEDS)
+        for s in seeds:
+            check_int(f"{path}: seeds item", s, 0, MAX_SEED)
     check_int(f"{path}: steps", raw.get("steps", 150), 1, MAX_STEPS)
+    check_int(f"{path}: batch_groups", raw.get("batch_groups", 8), 1, MAX_BATCH_GROUPS)
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
         raise UserError(f"{path}: seeds={raw.get('seeds')!r} is not allowed: expected a count >= 1 or a list of "
                         f"integers >= 0")

@@ -294,6 +294,10 @@ CASES = [
      "steps=99999999999999999999 is not allowed"),
     ("validity-study-seeds-huge", lambda w: (["validity", w.missing(), "--study", w.study_file(seeds=10**12)],
                                              w.tmp), "seeds=1000000000000 is not allowed"),
+    ("validity-study-seed-huge", lambda w: (["validity", w.missing(), "--study", w.study_file(seeds=f"[{HUGE}]")],
+                                            w.tmp), "seeds item=99999999999999999999 is not allowed"),
+    ("validity-study-batch-groups-huge", lambda w: (["validity", w.missing(), "--study", w.study_file(
+        seeds="1\nbatch_groups = 1000000000000")], w.tmp), "batch_groups=1000000000000 is not allowed"),
     ("validity-study-bad-toml", lambda w: (["validity", w.missing(), "--study", w.file()], w.tmp),
      "cannot read the study file"),
     ("sim-counterfactual-huge", lambda w: ([*SIM, "--counterfactual", HUGE, "--out", w.missing()], w.tmp),
