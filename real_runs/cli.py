@@ -61,8 +61,9 @@ def build_config(args) -> dict:
     for key, value in validate.parse_sets(args.set).items():
         if key.startswith("policy."):
             policy[key[len("policy."):]] = value
-        elif key in ("batch_groups", "eval_every"):
-            top[key] = value
+        elif key in ("batch_groups", "eval_every"):   # bounded here: refused before the model loads
+            top[key] = value if value is None else validate.check_int(
+                f"--set {key}", value, 1, validate.MAX_BATCH_GROUPS if key == "batch_groups" else validate.MAX_STEPS)
         else:
             env[key.removeprefix("env.")] = value
     return resolve_config({"env": env, "policy": {"name": args.policy, "label": args.label or args.policy, **policy},
@@ -125,6 +126,8 @@ def _check_out(args) -> None:
     validate.check_int("--checkpoint-every", args.checkpoint_every, 1, validate.MAX_STEPS)
     if args.eval_every is not None:
         validate.check_int("--eval-every", args.eval_every, 1, validate.MAX_STEPS)
+    if trl and args.device is not None:   # TRL runs on the CPU or on its accelerator (use_cpu)
+        validate.check_choice("--device", args.device, ("auto", "cpu", "cuda"))
     if args.model is not None and not Path(args.model).is_dir():
         raise UserError(f"--model {args.model!r} is not a folder; expected a local Hugging Face model directory")
     check_run_dir(args.out, args.resume, trl)

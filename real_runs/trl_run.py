@@ -232,6 +232,8 @@ def main(args) -> int:
     policy_cfg = resolve_policy({"name": args.policy, "label": label, **policy_knobs}, len(cfg.harnesses))
     out = Path(args.out)   # checked by real_runs.cli._check_out before torch was imported
     device = "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device='cuda' is not allowed here: torch sees no CUDA device; use --device cpu")
     t0 = time.perf_counter()
     trainer, sched, config = build(cfg, policy_cfg=policy_cfg, seed=args.seed, steps=args.steps, out=str(out),
                                    device="cpu" if device == "auto" else device, model_path=args.model,
