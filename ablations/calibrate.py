@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from policies.errors import UserError
-from policies.validate import (MAX_RESAMPLES, MAX_SEEDS, MAX_STEPS, check_choice, check_float, check_int,
-                               check_path_length, check_writable)
+from policies.validate import (MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS, check_choice, check_float,
+                               check_int, check_path_length, check_writable)
 
 POLICY_SEED_OFFSET = 1_000_000
 
@@ -49,6 +49,8 @@ def _check(args) -> None:
     check_int("--steps", args.steps, 1, MAX_STEPS)
     check_int("--resamples", args.resamples, 1, MAX_RESAMPLES)
     check_float("--alpha", args.alpha, 0.0, 1.0, low_open=True, high_open=True)
+    # environment seeds seed .. seed + blocks * seeds - 1, policy seeds up to that + POLICY_SEED_OFFSET
+    check_int("--seed", args.seed, 0, MAX_SEED - POLICY_SEED_OFFSET - args.blocks * args.seeds)
     from hbsim.envs import ENVS
     from policies import POLICIES
 
@@ -56,11 +58,11 @@ def _check(args) -> None:
     check_choice("--policy", args.policy, sorted(POLICIES))
     if args.csv:
         csv = Path(args.csv)
+        check_path_length(csv, "--csv")
         if csv.is_dir():
             raise UserError(f"--csv {args.csv!r} is a folder: expected a CSV file path")
         if csv.exists():
             raise UserError(f"--csv {args.csv!r} already exists: nothing is overwritten; choose a new path")
-        check_path_length(csv, "--csv")
         check_writable(csv.parent if str(csv.parent) else Path("."), "--csv")
 
 
@@ -136,6 +138,7 @@ def main(args: argparse.Namespace) -> int:
     pvals = calibrate(args.env, args.policy, args.blocks, args.seeds, args.steps, resamples=args.resamples,
                       seed=args.seed, progress=progress)
     if args.csv:
+        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)    # checked writable before the runs
         pvals.to_csv(args.csv, index=False)
     table = fpr_table(pvals, args.alpha)
     print(f"A/A calibration: {args.policy} vs {args.policy} (policy seeds differ, environment seeds shared) on "

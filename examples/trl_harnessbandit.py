@@ -23,7 +23,9 @@ import torch  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
 import hbsim  # noqa: E402
-from policies import make  # noqa: E402
+from policies import make, validate  # noqa: E402
+from policies.errors import UserError  # noqa: E402
+from real_runs.cli import check_run_dir  # noqa: E402
 from real_runs.tasks import make_tasks  # noqa: E402
 from real_runs.trl_backend import (HarnessGRPOTrainer, HarnessScheduler, harness_dataset,  # noqa: E402
                                    harness_reward)
@@ -55,6 +57,14 @@ def main() -> None:
     p.add_argument("--out", default="runs/trl_example")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in OUT/trl")
     a = p.parse_args()
+    try:   # as `hb real`: never into a file, a grid or your own folder; --resume needs a checkpoint
+        check_run_dir(a.out, a.resume, trl=True)
+        validate.check_int("--steps", a.steps, 1, validate.MAX_STEPS)
+        validate.check_int("--seed", a.seed, 0, validate.MAX_SEED)
+        validate.check_int("--groups", a.groups, 1, validate.MAX_BATCH_GROUPS)
+        validate.check_int("--generations", a.generations, 2, validate.MAX_BATCH_GROUPS)
+    except UserError as exc:
+        p.exit(2, f"error: {exc}\n")
     if a.device == "cpu":
         torch.set_num_threads(1)
 
@@ -87,6 +97,7 @@ def main() -> None:
                       report_to="none", logging_steps=1, save_steps=10, disable_tqdm=True)
     trainer = HarnessGRPOTrainer(model, reward_funcs=make_rewards(train_tasks), args=args, train_dataset=data,
                                  processing_class=tok, scheduler=sched)
+    validate.claim_output_dir(a.out, "run", tool="examples/trl_harnessbandit.py")
     trainer.train(resume_from_checkpoint=True if a.resume else None)
 
     # 5. final evaluation and the run directory (train.parquet, eval.parquet, run.json)

@@ -20,6 +20,7 @@ from policies import POLICIES, make
 from hbsim.envs import ENVS, expand_preset, make_env
 from hbsim.loop import RunResult, run
 from policies.errors import UserError
+from policies.validate import MAX_STEPS, check_int
 
 #: top-level keys and their defaults (env and policy are resolved separately)
 TOP_LEVEL = {"seed": 0, "steps": 150, "eval_every": None, "batch_groups": 8}
@@ -77,7 +78,7 @@ def resolve_config(partial: dict | None = None, *,
         low = 0 if key in ("seed", "steps") else 1
         cfg[key] = _int(key, value, low, allow_none=key == "eval_every")
     if partial.get("counterfactual") is not None:      # only when set: other configs hash as before
-        cfg["counterfactual"] = _int("counterfactual", partial["counterfactual"], 1)
+        cfg["counterfactual"] = check_int("config counterfactual", partial["counterfactual"], 1, MAX_STEPS)
     return cfg
 
 

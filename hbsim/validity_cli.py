@@ -26,7 +26,10 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from policies import validate
 from policies.errors import UserError
+from policies.validate import (MAX_BATCH_GROUPS, MAX_JOBS, MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS,
+                               check_int)
 
 STUDY_KEYS = ("name", "description", "steps", "seeds", "counterfactual", "envs", "policies", "env", "batch_groups")
 
@@ -47,12 +50,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    for name, low in (("min_step", 0), ("resamples", 1), ("bins", 1), ("workers", 1)):
-        if getattr(args, name) < low:
-            raise UserError(f"--{name.replace('_', '-')} {getattr(args, name)} is not allowed: expected an "
-                            f"integer >= {low}")
-    if args.study is not None:
-        run_study(study_configs(args.study), Path(args.dir), args.workers)
+    for name, low, high in (("min_step", 0, MAX_STEPS), ("resamples", 1, MAX_RESAMPLES), ("bins", 1, 1000),
+                            ("seed", 0, MAX_SEED), ("workers", 1, MAX_JOBS)):
+        check_int(f"--{name.replace('_', '-')}", getattr(args, name), low, high)
+    configs = study_configs(args.study) if args.study is not None else None
+    if configs is not None and args.out is not None and Path(args.out).resolve() == Path(args.dir).resolve():
+        raise UserError(f"--out {args.out!r} is DIR, where --study writes its runs; choose another --out folder")
+    if configs is not None:     # DIR: a study folder (new, or ours to resume), never another kind
+        validate.check_output_dir(args.dir, "study", flag="DIR", force_flag=None)
+    if args.out is not None:
+        validate.check_output_dir(args.out, "report", flag="--out", force_flag=None)
+    if configs is not None:
+        _check_done(configs, Path(args.dir))
+        validate.claim_output_dir(args.dir, "study", tool="hb validity --study")
+        run_study(configs, Path(args.dir), args.workers)
     from reports import validity
 
     tables = validity.analyse(args.dir, min_step=args.min_step, resamples=args.resamples, seed=args.seed,
@@ -60,6 +71,7 @@ def main(args: argparse.Namespace) -> int:
     print(validity.text_tables(tables))
     if args.out is not None:
         paths = validity.write(tables, Path(args.out))
+        validate.claim_output_dir(args.out, "report", tool="hb validity")
         print(f"validity: {paths['html'].resolve()}")
     return 0
 
@@ -86,7 +98,14 @@ def study_configs(path: str) -> list[tuple[str, dict]]:
     if not isinstance(policies, list) or not policies or not all(isinstance(p, dict) for p in policies):
         raise UserError(f"{path}: policies={policies!r} is not allowed: expected [[policies]] tables with a name")
     seeds = raw.get("seeds", 8)
-    seeds = list(range(seeds)) if isinstance(seeds, int) and not isinstance(seeds, bool) else seeds
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        seeds = list(range(check_int(f"{path}: seeds", seeds, 1, MAX_SEEDS)))
+    if isinstance(seeds, list):
+        check_int(f"{path}: number of seeds", len(seeds), 1, MAX_SEEDS)
+        for s in seeds:
+            check_int(f"{path}: seeds item", s, 0, MAX_SEED)
+    check_int(f"{path}: steps", raw.get("steps", 150), 1, MAX_STEPS)
+    check_int(f"{path}: batch_groups", raw.get("batch_groups", 8), 1, MAX_BATCH_GROUPS)
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
         raise UserError(f"{path}: seeds={raw.get('seeds')!r} is not allowed: expected a count >= 1 or a list of "
                         f"integers >= 0")
@@ -102,6 +121,29 @@ def study_configs(path: str) -> list[tuple[str, dict]]:
                 except ValueError as exc:
                     raise UserError(f"{path}: env {env!r}, policy {pol.get('name')!r}: {exc}") from None
     return configs
+
+
+def _check_done(configs: list[tuple[str, dict]], out: Path) -> None:
+    """Refuse (before any run) a finished run in `out` that another config made: the study
+    file changed since, and its runs would be mixed with the old ones."""
+    import json
+
+    from hbsim.records import config_hash, is_complete
+
+    for env, cfg in configs:
+        path = out / env / cfg["policy"]["label"] / f"seed{cfg['seed']}"
+        if path.exists() and not path.is_dir():
+            raise UserError(f"DIR {str(out)!r}: {str(path)!r} is a file, not a run directory; choose a new DIR")
+        if is_complete(path):
+            try:
+                saved = json.loads((path / "run.json").read_text()).get("config_hash")
+            except (OSError, ValueError, AttributeError) as exc:
+                raise UserError(f"{path / 'run.json'}: unreadable run record ({exc}); expected the JSON hb "
+                                "writes") from None
+            if saved != config_hash(cfg):
+                raise UserError(f"DIR {str(out)!r} already holds a different run in {str(path)!r} (config hash "
+                                f"{saved}, this study {config_hash(cfg)}): the study file changed; nothing was "
+                                "written: choose a new DIR")
 
 
 def _run(cfg: dict):

@@ -11,7 +11,8 @@ file `.hb-kind.json` ({"kind", "config_hash", "tool"}) written when the tool fir
     sim     `hb sim --out DIR`: DIR/<label>/seed<seed>/ run directories
     run     `hb real --out DIR`: one run directory (+ checkpoints/)
     grid    `hb grid run` / `hb demo`: grid.json, cells/, failed/, collected tables
-    report  `hb report --out DIR`: index.html, report.md, CSVs, figures
+    report  `hb report --out DIR` / `hb validity --out DIR`: index.html, report.md, CSVs, figures
+    study   `hb validity DIR --study FILE`: DIR/<env>/<label>/seed<seed>/ run directories
 
 `check_output_dir` runs before any work and writes nothing: a path that is a file, not
 writable or too long is refused; a missing or empty folder is new; a folder with our
@@ -44,7 +45,8 @@ MAX_RESAMPLES = 1_000_000    # bootstrap / permutation resamples
 #: marker file of an output folder, and the kinds it may record
 KIND_FILE = ".hb-kind.json"
 KINDS = {"sim": "an `hb sim` folder of run directories", "run": "a run directory (`hb real`)",
-         "grid": "a grid directory", "report": "a report folder"}
+         "grid": "a grid directory", "report": "a report folder",
+         "study": "an `hb validity --study` folder of run directories"}
 #: bytes kept free below PATH_MAX for the files a tool creates inside its output folder
 PATH_RESERVE = 96
 
@@ -232,7 +234,8 @@ def _visible(path: Path) -> list[Path]:
 def legacy_kind(path: str | os.PathLike) -> str | None:
     """The kind of a folder written before markers existed, when unmistakably ours:
     grid (grid.json), run (run.json or checkpoints/last.pt), report (index.html + report.md),
-    sim (every entry a <label>/ folder of seed<N>/ run directories, or a report folder)."""
+    sim (every entry a <label>/ folder of seed<N>/ run directories, or a report folder),
+    study (every entry a sim folder: <env>/<label>/seed<N>/)."""
     p = Path(path)
     if (p / "grid.json").is_file():
         return "grid"
@@ -240,6 +243,9 @@ def legacy_kind(path: str | os.PathLike) -> str | None:
         return "run"
     if (p / "index.html").is_file() and (p / "report.md").is_file():
         return "report"
+    entries = _visible(p)
+    if entries and all(e.is_dir() and legacy_kind(e) == "sim" for e in entries):
+        return "study"
     runs = 0
     for entry in _visible(p):
         if not entry.is_dir():
@@ -323,8 +329,9 @@ def check_resume_dir(path: str | os.PathLike, checkpoint: str = "checkpoints/las
     * is empty,
     * is not a run directory of ours (another kind per `.hb-kind.json`, or a folder hb did
       not create),
-    * is ours but holds no `checkpoint` (relative to DIR): the run never reached its first
-      checkpoint, so resuming it would silently start from nothing.
+    * is ours but holds no `checkpoint` (relative to DIR, a glob pattern such as
+      "trl/checkpoint-*/harnessbandit.pt"): the run never reached its first checkpoint, so
+      resuming it would silently start from nothing.
     Nothing is written.
     """
     root = Path(path)
@@ -340,11 +347,11 @@ def check_resume_dir(path: str | os.PathLike, checkpoint: str = "checkpoints/las
     if found != "run":
         what = f"is {KINDS[found]}" if found else f"was not created by hb (no {KIND_FILE}, no run.json)"
         raise UserError(f"--resume {flag} {str(root)!r} {what}, not a run directory; nothing was written")
-    ckpt = root / checkpoint
-    if not ckpt.is_file():
+    found = sorted(p for p in root.glob(checkpoint) if p.is_file())
+    if not found:
         raise UserError(f"--resume {flag} {str(root)!r} holds no checkpoint ({checkpoint}): the run stopped "
                         f"before its first checkpoint; drop --resume and use a new --out to start over")
-    return ckpt
+    return found[-1]
 
 
 # -- collected grid tables ----------------------------------------------------------------

@@ -61,8 +61,9 @@ def build_config(args) -> dict:
     for key, value in validate.parse_sets(args.set).items():
         if key.startswith("policy."):
             policy[key[len("policy."):]] = value
-        elif key in ("batch_groups", "eval_every"):
-            top[key] = value
+        elif key in ("batch_groups", "eval_every"):   # bounded here: refused before the model loads
+            top[key] = value if value is None else validate.check_int(
+                f"--set {key}", value, 1, validate.MAX_BATCH_GROUPS if key == "batch_groups" else validate.MAX_STEPS)
         else:
             env[key.removeprefix("env.")] = value
     return resolve_config({"env": env, "policy": {"name": args.policy, "label": args.label or args.policy, **policy},
@@ -111,26 +112,39 @@ def _init_distributed(args) -> int:
     return dist.get_rank()
 
 
+#: the scheduler state inside each of TRL's checkpoints (real_runs.trl_backend)
+TRL_CHECKPOINT = "trl/checkpoint-*/harnessbandit.pt"
+
+
 def _check_out(args) -> None:
     """Before torch is imported: --steps bounded, and --out a run directory we may write
     (policies.validate): never a file, a grid, an `hb sim` folder, a report or a folder
     hb did not create; with --resume, an existing run directory holding a checkpoint."""
-    validate.check_int("--steps", args.steps, 0, validate.MAX_STEPS)
+    trl = getattr(args, "backend", "native") == "trl"
+    validate.check_int("--steps", args.steps, 1 if trl else 0, validate.MAX_STEPS)
+    validate.check_int("--seed", args.seed, 0, validate.MAX_SEED)
+    validate.check_int("--checkpoint-every", args.checkpoint_every, 1, validate.MAX_STEPS)
+    if args.eval_every is not None:
+        validate.check_int("--eval-every", args.eval_every, 1, validate.MAX_STEPS)
+    if trl and args.device is not None:   # TRL runs on the CPU or on its accelerator (use_cpu)
+        validate.check_choice("--device", args.device, ("auto", "cpu", "cuda"))
     if args.model is not None and not Path(args.model).is_dir():
         raise UserError(f"--model {args.model!r} is not a folder; expected a local Hugging Face model directory")
-    if args.resume:
-        validate.check_resume_dir(args.out, **_trl_checkpoint(args))
-    validate.check_output_dir(args.out, "run", force_flag=None)
+    check_run_dir(args.out, args.resume, trl)
 
 
-def _trl_checkpoint(args) -> dict:
-    """--backend trl resumes from TRL's latest DIR/trl/checkpoint-N (its harnessbandit.pt),
-    not from the native checkpoints/last.pt: check_resume_dir's `checkpoint` argument."""
-    if getattr(args, "backend", "native") != "trl":
-        return {}
-    steps = [int(p.name.removeprefix("checkpoint-")) for p in (Path(args.out) / "trl").glob("checkpoint-*")
-             if p.name.removeprefix("checkpoint-").isdigit()]
-    return {"checkpoint": f"trl/checkpoint-{max(steps) if steps else 'N'}/harnessbandit.pt"}
+def check_run_dir(out, resume: bool, trl: bool = False) -> None:
+    """The run directory `out` of `hb real` (or of examples/trl_harnessbandit.py): never a
+    file, a grid, an `hb sim` folder, a report or a folder hb did not create; with `resume`
+    a run of ours holding a checkpoint (TRL: DIR/trl/checkpoint-N/ with the scheduler's
+    state), without it no run or checkpoint yet. Writes nothing."""
+    if resume:
+        validate.check_resume_dir(out, TRL_CHECKPOINT if trl else "checkpoints/last.pt")
+    validate.check_output_dir(out, "run", force_flag=None)
+    out = Path(out)
+    if not resume and ((out / "run.json").exists() or any(out.glob("checkpoints/last.pt"))
+                       or any(out.glob(TRL_CHECKPOINT))):
+        raise UserError(f"--out {str(out)!r} already holds a run; use --resume or another directory")
 
 
 def main(args) -> int:
@@ -146,8 +160,6 @@ def main(args) -> int:
     if rank:  # followers train in lockstep but never write or print
         sys.stdout = sys.stderr = open(os.devnull, "w")
 
-    if args.checkpoint_every < 1:
-        raise UserError(f"--checkpoint-every={args.checkpoint_every} is not allowed: expected an integer >= 1")
     out = Path(args.out)
     config = build_config(args)
     saved = _resume_state(out, config, args.steps) if args.resume else None
@@ -160,11 +172,11 @@ def main(args) -> int:
         adapter = adapter_factory(cfg, progress=WarmProgress())
         print(f"model ready in {time.perf_counter() - t0:.1f}s (warm start {adapter.warm_key}, device "
               f"{adapter.device})", file=sys.stderr)
+        if rank == 0:            # the model loaded: the folder becomes ours before the first step
+            validate.claim_output_dir(out, "run", tool="hb real")
         saver.listen()           # from here on SIGTERM / SIGINT stop after a step, with a checkpoint
         return adapter
 
-    if rank == 0:
-        validate.claim_output_dir(out, "run", tool="hb real")
     try:
         result = hbsim.run_config(config, adapter_factory=factory, state=saved, checkpoint=saver)
     finally:

@@ -75,6 +75,10 @@ def load_hf_model(path: str, block_path: str, device, max_len: int = 512) -> HFC
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError:
         raise UserError(f"model_path={path!r} needs the optional extra: pip install 'harnessbandit[hf]'") from None
-    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, torch_dtype=torch.float32)
-    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, torch_dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as exc:   # no (or an unknown) config.json, weights or tokenizer there
+        raise UserError(f"model_path={path!r}: not a loadable Hugging Face model directory "
+                        f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
     return HFCausalLM(model, tok, block_path, max_len).to(device)

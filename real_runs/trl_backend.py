@@ -50,6 +50,7 @@ from trl import GRPOTrainer
 from hbsim.adapter import CostLedger, StepResult
 from hbsim.loop import Loop
 from policies.errors import UserError
+from policies.validate import current_umask
 from real_runs.sketch import ParamSketch
 from real_runs.trl_signals import HarnessSampler, global_sketch, group_signals
 
@@ -214,6 +215,10 @@ class HarnessScheduler(TrainerCallback):
             tmp = os.path.join(folder, f".{STATE_FILE}.tmp{os.getpid()}")
             torch.save({"format": FORMAT, "loop": self.last_saved}, tmp)
             os.replace(tmp, os.path.join(folder, STATE_FILE))
+            mode = 0o666 & ~current_umask()      # safetensors writes model.safetensors 0600 whatever the umask
+            for name in os.listdir(folder):
+                if os.path.isfile(os.path.join(folder, name)):
+                    os.chmod(os.path.join(folder, name), mode)
 
     def load_checkpoint(self, folder: str) -> None:
         path = os.path.join(folder, STATE_FILE)

@@ -13,7 +13,6 @@ Knobs: `--set KEY=VALUE` for the fields of `TRLRunConfig`, `--set policy.KNOB=VA
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -24,12 +23,15 @@ import numpy as np
 import pandas as pd
 import torch
 
+from policies import validate
 from policies.errors import UserError
 
 SIZES = {"tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                       num_key_value_heads=1),
          "gpu-small": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
                            num_key_value_heads=2)}
+#: upper bounds of TRLRunConfig's int fields other than validate.MAX_BATCH_GROUPS
+INT_MAX = {"sketch_dim": 2**31 - 1, "threads": validate.MAX_JOBS}
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,18 @@ def resolve(**overrides) -> TRLRunConfig:
             if not isinstance(value, (list, tuple)) or len(value) < 2:
                 raise UserError(f"{key}={value!r} is not allowed: expected a list of >= 2 harness names")
             value = tuple(value)
+            from real_runs.harnesses import get_harness
+            for name in value:
+                get_harness(name)       # an unknown name raises UserError
         elif isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         elif type(value) is not type(default):
             raise UserError(f"{key}={value!r} is not allowed: expected a {type(default).__name__}")
+        if isinstance(default, float):
+            value = validate.check_float(key, value, 0.0)
+        elif isinstance(default, int):
+            value = validate.check_int(key, value, 0 if key in ("threads", "eval_tasks") else 1, INT_MAX.get(
+                key, validate.MAX_BATCH_GROUPS))
         out[key] = value
     return replace(TRLRunConfig(), **out)
 
@@ -112,8 +122,12 @@ def load_local(path: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     if not Path(path).is_dir():
         raise UserError(f"--model {path!r} is not allowed: expected a local Hugging Face model directory")
-    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
-    tok = AutoTokenizer.from_pretrained(path, local_files_only=True, padding_side="left")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True, padding_side="left")
+    except (OSError, ValueError) as exc:   # no (or an unknown) config.json, weights or tokenizer there
+        raise UserError(f"--model {path!r}: not a loadable Hugging Face model directory "
+                        f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return model, tok
@@ -211,29 +225,23 @@ def main(args) -> int:
     if args.steps < 1:
         raise UserError(f"--steps={args.steps} is not allowed with --backend trl: expected an integer >= 1")
     trl_knobs, policy_knobs = {}, {}
-    for item in args.set:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise UserError(f"--set {item!r} is not allowed: expected KEY=VALUE")
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
+    for key, value in validate.parse_sets(args.set).items():
         (policy_knobs if key.startswith("policy.") else trl_knobs)[key.removeprefix("policy.")] = value
     cfg = resolve(**trl_knobs)
     label = args.label or args.policy
     policy_cfg = resolve_policy({"name": args.policy, "label": label, **policy_knobs}, len(cfg.harnesses))
-    out = Path(args.out)
-    if not args.resume and (out / "run.json").exists():
-        raise UserError(f"--out {str(out)!r} already holds a run; use --resume or another directory")
+    out = Path(args.out)   # checked by real_runs.cli._check_out before torch was imported
     device = args.device or "auto"      # hb real's --device defaults to None (the native preset's device)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"--device={device!r} is not allowed here: torch sees no CUDA device; use --device cpu")
     t0 = time.perf_counter()
     trainer, sched, config = build(cfg, policy_cfg=policy_cfg, seed=args.seed, steps=args.steps, out=str(out),
                                    device=device, model_path=args.model,
                                    preset=args.preset, eval_every=args.eval_every,
                                    checkpoint_every=args.checkpoint_every)
+    validate.claim_output_dir(out, "run", tool="hb real --backend trl")
     print(f"TRL trainer ready in {time.perf_counter() - t0:.1f}s ({len(cfg.harnesses)} harnesses)", file=sys.stderr)
     if args.eval_every and sched.loop.t == 0 and not args.resume:
         sched.loop.evaluate()   # step 0, as `hb real` does

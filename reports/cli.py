@@ -109,6 +109,9 @@ def _check_paths(args) -> Path:
     folder (policies.validate), and a grid's collected tables not older than its cells
     (exit 2, or collect again with --recollect). Returns the output folder."""
     validate.check_int("--resamples", args.resamples, 1, validate.MAX_RESAMPLES)
+    validate.check_int("--seed", args.seed, 0, validate.MAX_SEED)
+    if not Path(args.dir).is_dir():
+        raise UserError(f"DIR: {args.dir!r} is not a directory; expected a grid or run directory")
     out = Path(args.out) if args.out else Path(args.dir) / "report"
     validate.check_output_dir(out, "report", force=args.force)
     stale = validate.stale_collected_tables(args.dir)

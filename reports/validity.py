@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from policies.errors import UserError
+from reports.load import _parquet
 
 #: signal column of counterfactual.parquet -> name in the tables
 SIGNALS = {"learnability": "L", "t_grad": "T(gradient)", "t_update": "T(update)", "score": "fused S",
@@ -34,6 +35,8 @@ SIGNALS = {"learnability": "L", "t_grad": "T(gradient)", "t_update": "T(update)"
 TARGETS = {"gain_train": "training objective", "gain_heldout_tasks": "held-out tasks",
            "gain_heldout_harness": "held-out harness"}
 FILE = "counterfactual.parquet"
+#: columns of counterfactual.parquet the analysis needs
+REQUIRED = ("policy", "seed", "step", "arm", *TARGETS)
 
 
 # -- loading ---------------------------------------------------------------------------
@@ -50,13 +53,19 @@ def load(directory) -> pd.DataFrame:
                         f"with counterfactual = 1) first")
     frames, envs = [], {}
     for f in files:
-        cf = pd.read_parquet(f)
-        meta = json.loads((f.parent / "run.json").read_text()) if (f.parent / "run.json").is_file() else {}
+        cf = _parquet(f)
+        missing = [c for c in REQUIRED if c not in cf]
+        if missing:
+            raise UserError(f"{FILE}: {str(f)!r} lacks column(s) {missing}; required: {list(REQUIRED)} (SPEC 7)")
+        try:
+            meta = json.loads((f.parent / "run.json").read_text()) if (f.parent / "run.json").is_file() else {}
+        except (OSError, ValueError) as exc:
+            raise UserError(f"run.json: {str(f.parent / 'run.json')!r} is not readable JSON ({exc})") from None
         env = (meta.get("config") or {}).get("env") or {"kind": "?"}
         envs[str(f)] = env
         train_path = f.parent / "train.parquet"
         if train_path.is_file() and len(cf):
-            train = pd.read_parquet(train_path)
+            train = _parquet(train_path)
             keep = [c for c in ("step", "arm", "entropy") if c in train]
             train = train[keep].rename(columns={"arm": "train_arm", "entropy": "law_entropy"})
             cf = cf.merge(train, on="step", how="left")

@@ -45,6 +45,17 @@ TOO_LONG = "x" * 300                   # one folder name over NAME_MAX (255)
 SIM = ["sim", "--policy", "uniform", "--seeds", "1", "--steps", "2", "--workers", "1",
        "--set", "env.n_tasks=12", "--set", "env.n_heldout_tasks=4"]
 REAL = ["real", "--preset", "tiny", "--policy", "uniform", "--steps", "1", "--device", "cpu"]
+TRL = ["real", "--backend", "trl", "--policy", "uniform", "--steps", "1", "--device", "cpu"]
+CAL = ["calibrate", "--blocks", "1", "--seeds", "2", "--steps", "2", "--resamples", "5"]
+STUDY = """steps = {steps}
+seeds = {seeds}
+envs = ["bernoulli"]
+[env]
+n_tasks = 12
+n_heldout_tasks = 4
+[[policies]]
+name = "uniform"
+"""
 
 
 def hb(*args, umask: int | None = None) -> subprocess.CompletedProcess:
@@ -142,6 +153,49 @@ class World:
     def too_long(self) -> Path:
         return self.tmp / TOO_LONG / "out"
 
+    def cf(self) -> Path:
+        """An `hb sim --counterfactual` folder (the input of `hb validity`)."""
+        path = self.tmp / "cf"
+        if not path.exists():
+            assert hb(*SIM, "--counterfactual", "--out", path).returncode == 0
+        return path
+
+    def user_cf(self) -> Path:
+        """A user's folder holding a parquet table of another kind named counterfactual.parquet."""
+        path = self.user()
+        if (path / "eval.parquet").exists():
+            (path / "eval.parquet").rename(path / "counterfactual.parquet")
+        return path
+
+    def corrupt_cf(self) -> Path:
+        """The counterfactual folder with one counterfactual.parquet that is not parquet."""
+        path = self.cf()
+        next(path.rglob("counterfactual.parquet")).write_text("garbage")
+        return path
+
+    def study_file(self, steps: int | str = 2, seeds: int | str = 1) -> Path:
+        path = self.tmp / f"study{steps}.toml"
+        path.write_text(STUDY.format(steps=steps, seeds=seeds))
+        return path
+
+    def study(self) -> Path:
+        """A finished `hb validity --study` folder of a 2-step study."""
+        path = self.tmp / "study"
+        if not path.exists():
+            assert hb("validity", path, "--study", self.study_file(), "--min-step", "0",
+                      "--resamples", "5").returncode == 0
+        return path
+
+    def trl_run(self, checkpoint: bool) -> Path:
+        """An `hb real --backend trl` run directory killed before (or after) its first
+        TRL checkpoint (a stand-in: the marker and, with `checkpoint`, the scheduler state)."""
+        path = self.tmp / "trl"
+        validate.claim_output_dir(path, "run", tool="hb real --backend trl")
+        if checkpoint:
+            (path / "trl" / "checkpoint-1").mkdir(parents=True)
+            (path / "trl" / "checkpoint-1" / "harnessbandit.pt").write_bytes(b"")
+        return path
+
     def huge_grid_file(self) -> Path:
         path = self.tmp / "huge.toml"
         path.write_text(TINY_GRID.replace("steps = 3", f"steps = {HUGE}"))
@@ -206,6 +260,74 @@ CASES = [
      "--steps="),
     ("report-resamples-huge", lambda w: (["report", w.grid(), "--baseline", "uniform", "--resamples", HUGE],
                                          w.grid()), "--resamples="),
+    # commands added after issue 11 (hb calibrate, hb validity, --counterfactual, --backend trl)
+    ("calibrate-csv-exists", lambda w: ([*CAL, "--csv", w.file()], w.file()), "already exists"),
+    ("calibrate-csv-too-long", lambda w: ([*CAL, "--csv", w.too_long()], w.tmp), "at most 255"),
+    ("calibrate-csv-readonly", lambda w: ([*CAL, "--csv", w.readonly() / "p.csv"], w.tmp), "not writable"),
+    ("calibrate-seed-huge", lambda w: ([*CAL, "--seed", HUGE], w.tmp), "--seed="),
+    ("calibrate-seed-negative", lambda w: ([*CAL, "--seed", "-1"], w.tmp), "--seed=-1"),
+    ("validity-out-into-grid", lambda w: (["validity", w.cf(), "--out", w.grid()], w.grid()),
+     "is a grid directory, not a report folder"),
+    ("validity-out-into-user-folder", lambda w: (["validity", w.cf(), "--out", w.user()], w.user()),
+     "hb did not create"),
+    ("validity-out-into-its-input", lambda w: (["validity", w.cf(), "--out", w.cf()], w.cf()),
+     "is an `hb sim` folder of run directories, not a report folder"),
+    ("validity-out-file", lambda w: (["validity", w.cf(), "--out", w.file()], w.file()), "is a file"),
+    ("validity-out-readonly", lambda w: (["validity", w.cf(), "--out", w.readonly()], w.cf()), "not writable"),
+    ("validity-out-too-long", lambda w: (["validity", w.cf(), "--out", w.too_long()], w.cf()), "at most 255"),
+    ("validity-resamples-huge", lambda w: (["validity", w.cf(), "--resamples", HUGE], w.cf()), "--resamples="),
+    ("validity-seed-negative", lambda w: (["validity", w.cf(), "--seed", "-1"], w.cf()), "--seed=-1"),
+    ("validity-corrupt-parquet", lambda w: (["validity", w.corrupt_cf()], w.cf()), "is not a readable parquet"),
+    ("validity-foreign-parquet", lambda w: (["validity", w.user_cf(), "--out", w.missing()], w.user_cf()),
+     "lacks column(s)"),
+    ("validity-study-into-grid", lambda w: (["validity", w.grid(), "--study", w.study_file()], w.grid()),
+     "is a grid directory, not an `hb validity --study` folder"),
+    ("validity-study-into-user-folder", lambda w: (["validity", w.user(), "--study", w.study_file()], w.user()),
+     "hb did not create"),
+    ("validity-study-into-sim", lambda w: (["validity", w.cf(), "--study", w.study_file()], w.cf()),
+     "is an `hb sim` folder"),
+    ("validity-study-changed", lambda w: (["validity", w.study(), "--study", w.study_file(steps=3)], w.study()),
+     "the study file changed"),
+    ("validity-study-out-is-dir", lambda w: (["validity", w.missing(), "--study", w.study_file(), "--out",
+                                              w.missing()], w.tmp), "is DIR"),
+    ("validity-study-steps-huge", lambda w: (["validity", w.missing(), "--study", w.study_file(steps=HUGE)], w.tmp),
+     "steps=99999999999999999999 is not allowed"),
+    ("validity-study-seeds-huge", lambda w: (["validity", w.missing(), "--study", w.study_file(seeds=10**12)],
+                                             w.tmp), "seeds=1000000000000 is not allowed"),
+    ("validity-study-seed-huge", lambda w: (["validity", w.missing(), "--study", w.study_file(seeds=f"[{HUGE}]")],
+                                            w.tmp), "seeds item=99999999999999999999 is not allowed"),
+    ("validity-study-batch-groups-huge", lambda w: (["validity", w.missing(), "--study", w.study_file(
+        seeds="1\nbatch_groups = 1000000000000")], w.tmp), "batch_groups=1000000000000 is not allowed"),
+    ("validity-study-bad-toml", lambda w: (["validity", w.missing(), "--study", w.file()], w.tmp),
+     "cannot read the study file"),
+    ("sim-counterfactual-huge", lambda w: ([*SIM, "--counterfactual", HUGE, "--out", w.missing()], w.tmp),
+     "counterfactual=99999999999999999999 is not allowed"),
+    ("report-dir-is-file", lambda w: (["report", w.file(), "--baseline", "uniform"], w.file()), "not a directory"),
+    ("report-seed-negative", lambda w: (["report", w.grid(), "--baseline", "uniform", "--seed", "-1"], w.grid()),
+     "--seed=-1"),
+    ("trl-into-grid", lambda w: ([*TRL, "--out", w.grid()], w.grid()), "is a grid directory, not a run directory"),
+    ("trl-into-user-folder", lambda w: ([*TRL, "--out", w.user()], w.user()), "hb did not create"),
+    ("trl-resume-missing", lambda w: ([*TRL, "--resume", "--out", w.missing()], w.tmp), "does not exist"),
+    ("trl-resume-before-first-checkpoint", lambda w: ([*TRL, "--resume", "--out", w.trl_run(False)], w.tmp / "trl"),
+     "holds no checkpoint (trl/checkpoint-*/harnessbandit.pt)"),
+    ("trl-killed-run-without-resume", lambda w: ([*TRL, "--out", w.trl_run(True)], w.tmp / "trl"),
+     "already holds a run; use --resume"),
+    ("trl-steps-0", lambda w: ([*TRL[:-4], "--steps", "0", "--out", w.missing()], w.tmp), "--steps=0"),
+    ("trl-checkpoint-every-0", lambda w: ([*TRL, "--checkpoint-every", "0", "--out", w.missing()], w.tmp),
+     "--checkpoint-every=0"),
+    ("trl-seed-negative", lambda w: ([*TRL, "--seed", "-1", "--out", w.missing()], w.tmp), "--seed=-1"),
+    ("trl-set-nan", lambda w: ([*TRL, "--set", "lr=NaN", "--out", w.missing()], w.tmp),
+     "lr=nan is not allowed: expected a finite number"),
+    ("trl-set-huge", lambda w: ([*TRL, "--set", "batch_groups=1000000000000", "--out", w.missing()], w.tmp),
+     "batch_groups=1000000000000 is not allowed"),
+    ("trl-unknown-harness", lambda w: ([*TRL, "--set", 'harnesses=["json", "nosuch"]', "--out", w.missing()], w.tmp),
+     "harness='nosuch' is unknown"),
+    ("trl-device-unknown", lambda w: ([*TRL[:-2], "--device", "nosuch", "--out", w.missing()], w.tmp),
+     "--device='nosuch' is unknown"),
+    ("real-set-batch-groups-huge", lambda w: ([*REAL, "--set", "batch_groups=1000000000000", "--out", w.missing()],
+                                              w.tmp), "--set batch_groups=1000000000000 is not allowed"),
+    ("real-model-not-hf", lambda w: ([*REAL, "--model", w.user(), "--out", w.missing()], w.user()),
+     "not a loadable Hugging Face model directory"),
     ("demo-resamples-huge", lambda w: (["demo", "--grid", w.spec, "--out", w.missing(), "--baseline", "uniform",
                                         "--resamples", "10000000"], w.tmp), "--resamples=10000000"),
 ]
@@ -255,10 +377,15 @@ def test_legacy_grid_without_marker_is_adopted_and_user_folder_forced(base, tmp_
 def test_created_files_follow_the_umask(tmp_path, mask):
     sim, grid = tmp_path / "sim", tmp_path / "grid"
     (tmp_path / "tiny.toml").write_text(TINY_GRID)
-    assert hb(*SIM, "--out", sim, umask=mask).returncode == 0
+    assert hb(*SIM, "--counterfactual", "--out", sim, umask=mask).returncode == 0
     assert hb("grid", "run", tmp_path / "tiny.toml", "--out", grid, "--jobs", "1", umask=mask).returncode == 0
     assert hb("grid", "collect", grid, umask=mask).returncode == 0
-    for root in (sim, grid):
+    study, validity, csv = tmp_path / "study", tmp_path / "validity", tmp_path / "cal" / "p.csv"
+    (tmp_path / "study.toml").write_text(STUDY.format(steps=2, seeds=1))
+    assert hb("validity", study, "--study", tmp_path / "study.toml", "--min-step", "0", "--resamples", "5",
+              "--out", validity, umask=mask).returncode == 0
+    assert hb(*CAL, "--csv", csv, umask=mask).returncode == 0
+    for root in (sim, grid, study, validity, csv.parent):
         modes = {p.relative_to(tmp_path): stat.S_IMODE(p.stat().st_mode) for p in [root, *root.rglob("*")]}
         want = {p: (0o777 if (tmp_path / p).is_dir() else 0o666) & ~mask for p in modes}
         assert modes == want
@@ -346,6 +473,12 @@ def test_check_resume_dir(tmp_path):
     (tmp_path / "e" / "checkpoints").mkdir()
     (tmp_path / "e" / "checkpoints" / "last.pt").write_bytes(b"")
     assert validate.check_resume_dir(tmp_path / "e") == tmp_path / "e" / "checkpoints" / "last.pt"
+    trl = "trl/checkpoint-*/harnessbandit.pt"             # a glob: TRL's checkpoint-N folders
+    with pytest.raises(UserError, match="holds no checkpoint"):
+        validate.check_resume_dir(tmp_path / "e", trl)
+    (tmp_path / "e" / "trl" / "checkpoint-3").mkdir(parents=True)
+    (tmp_path / "e" / "trl" / "checkpoint-3" / "harnessbandit.pt").write_bytes(b"")
+    assert validate.check_resume_dir(tmp_path / "e", trl) == tmp_path / "e" / "trl" / "checkpoint-3" / "harnessbandit.pt"
 
 
 def test_check_output_dir_states(tmp_path):
@@ -360,5 +493,10 @@ def test_check_output_dir_states(tmp_path):
     (tmp_path / "legacy" / "uniform" / "seed0").mkdir(parents=True)
     (tmp_path / "legacy" / "uniform" / "seed0" / "run.json").write_text("{}")
     assert validate.legacy_kind(tmp_path / "legacy") == "sim"
-    (tmp_path / "legacy" / "notes.txt").write_text("x")
-    assert validate.legacy_kind(tmp_path / "legacy") is None
+    (tmp_path / "study" / "bernoulli").mkdir(parents=True)
+    (tmp_path / "legacy").rename(tmp_path / "study" / "bernoulli")
+    assert validate.legacy_kind(tmp_path / "study") == "study"      # <env>/<label>/seed<N>/: hb validity --study
+    assert validate.check_output_dir(tmp_path / "study", "study") == "resume"
+    (tmp_path / "study" / "bernoulli" / "notes.txt").write_text("x")
+    assert validate.legacy_kind(tmp_path / "study" / "bernoulli") is None
+    assert validate.legacy_kind(tmp_path / "study") is None

@@ -218,6 +218,8 @@ def test_hb_real_backend_trl_writes_a_run_that_hb_report_reads(tmp_path):
     import json
 
     import pandas as pd
+
+    from policies import validate
     base = ["-m", "hbsim.cli", "real", "--backend", "trl", "--steps", "2",     # no --device: the default works
             "--set", 'harnesses=["json","xml","kv"]', "--set", "n_train_tasks=12", "--set", "max_completion_length=8"]
     for policy in ("harnessbandit", "mixed"):
@@ -226,11 +228,16 @@ def test_hb_real_backend_trl_writes_a_run_that_hb_report_reads(tmp_path):
         assert "scheduler overhead" in proc.stdout
     train = pd.read_parquet(tmp_path / "grid" / "harnessbandit" / "train.parquet")
     assert list(train["arm"]) == [0, 1] and {"p_json", "alloc_kv", "overhead_frac"} <= set(train.columns)
-    more = _run(*base, "--policy", "harnessbandit", "--out", str(tmp_path / "grid" / "harnessbandit"), "--steps", "3",
-                "--resume")                                  # from DIR/trl/checkpoint-2, not checkpoints/last.pt
-    assert more.returncode == 0, more.stderr[-2000:]
+    ckpt = tmp_path / "grid" / "harnessbandit" / "trl" / "checkpoint-2"
+    mode = 0o666 & ~validate.current_umask()       # TRL's files follow the umask (safetensors writes 0600)
+    assert {p.name: p.stat().st_mode & 0o777 for p in ckpt.iterdir()} == {p.name: mode for p in ckpt.iterdir()}
+    again = _run(*base, "--policy", "harnessbandit", "--out", str(tmp_path / "grid" / "harnessbandit"))
+    assert again.returncode == 2 and "already holds a run; use --resume" in again.stderr
+    proc = _run(*base[:6], "3", *base[7:], "--policy", "harnessbandit", "--resume",
+                "--out", str(tmp_path / "grid" / "harnessbandit"))      # through hb: from trl/checkpoint-2
+    assert proc.returncode == 0, proc.stderr[-2000:]
     resumed = pd.read_parquet(tmp_path / "grid" / "harnessbandit" / "train.parquet")
-    assert list(resumed["arm"]) == [0, 1, 2]
+    assert list(resumed["step"]) == [1, 2, 3] and list(resumed["arm"])[:2] == [0, 1]
     pd.testing.assert_frame_equal(resumed.iloc[:2].drop(columns="run_id"), train.drop(columns="run_id"))
     meta = json.loads((tmp_path / "grid" / "mixed" / "run.json").read_text())
     assert meta["config"]["env"]["kind"] == "trl" and meta["versions"]["trl"]
