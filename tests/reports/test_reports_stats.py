@@ -254,3 +254,26 @@ def test_bootstrap_speed(benchmark):
     out = benchmark(lambda: stats.crossed_bootstrap(x, stats.weighted_mean, resamples=2000,
                                                     rng=np.random.default_rng(0)))
     assert out.shape == (2000, 8)
+
+
+def test_mde_and_seeds_needed_at_two_seeds_where_scipy_nct_cdf_is_nan():
+    # df = 1: scipy's nct.cdf(-crit, 1, nc) is nan for nc around 8-27, which used to stop
+    # the MDE search early (0.197 instead of 11.55 sd units at 2 seeds)
+    from statsmodels.stats.power import TTestPower
+
+    d = np.array([0.0, 1.0])  # sd = 0.7071
+    want = 11.549888 * np.std(d, ddof=1)  # TTestPower().solve_power(nobs=2, power=0.8); quad integral agrees
+    assert stats.mde(d, 0.05) == pytest.approx(want, rel=1e-5)
+    for e in (8.0, 13.0, 20.0):  # power finite and equal to statsmodels' upper tail + lower tail
+        assert stats._t_power(e, 2, 0.05) == pytest.approx(
+            sps.nct.sf(sps.t.ppf(0.975, 1), 1, e * np.sqrt(2)), abs=1e-12)
+    # effect 8 sd at 2 seeds has power 0.625 < 0.8: 3 seeds are needed, not 2
+    assert TTestPower().power(8.0, 3, 0.05) >= 0.8
+    assert stats.seeds_needed(8.0, 1.0, 0.05) == 3.0
+
+
+def test_sign_flip_p_does_not_depend_on_the_unit_of_the_differences():
+    # the tie tolerance used to be absolute (1e-9) below |d| sums of 1: tiny units gave p = 1
+    d = np.array([0.3, -0.1, 0.2, 0.05, -0.02])  # exact p = 12 / 32
+    for scale in (1.0, 1e-3, 1e-8, 1e-12, 1e6):
+        assert stats.sign_flip_test(d * scale, resamples=100, rng=np.random.default_rng(0)) == 12 / 32
