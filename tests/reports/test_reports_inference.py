@@ -80,7 +80,7 @@ def _aa_attempts(rng, seeds=6, tasks=40, run_sd=0.6):
 
 
 def test_gee_clustered_by_seed_holds_alpha_with_few_seeds():
-    """The bias-reduced covariance with a t(K-1) reference keeps the level at 4 seeds; the
+    """The CR1-scaled robust variance with a t(K-1) reference keeps the level at 4 seeds; the
     plain sandwich with a normal reference (what statsmodels gives by default) does not."""
     from statsmodels.genmod import cov_struct, families
     from statsmodels.genmod.generalized_estimating_equations import GEE
