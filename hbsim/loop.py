@@ -14,7 +14,7 @@ ground-truth columns describe the state after that step. An evaluation tagged `s
 ran after s optimizer steps (`step = 0`: before training). `seconds_scheduler` is the wall
 time of select + update, `seconds_step` the wall time of the whole step (evaluation
 excluded); the `seconds_*` columns are the only ones that are not reproducible bit for bit.
-`overhead_fraction(train)` derives the scheduler's share of the step time from them.
+`step_overhead(row)` / `overhead_fraction(train)` derive the scheduler's share of the step time from them.
 
 Checkpoints: `run(..., checkpoint=hook)` calls `hook(loop)` after every step and its
 evaluation, where `loop.state_dict()` is consistent; a true return stops the run there
@@ -43,14 +43,16 @@ _SCALARS = ("transfer", "l_norm", "t_norm", "score")
 OVERHEAD_PHASES = ("seconds_sketch", "seconds_allreduce", "seconds_scheduler")
 
 
+def step_overhead(row) -> float:
+    """(sketch + all-reduce + policy seconds) / seconds_step of one train row (a mapping;
+    nan when the step took no measurable time)."""
+    step = float(row.get("seconds_step", 0.0))
+    return sum(float(row.get(c, 0.0)) for c in OVERHEAD_PHASES) / step if step > 0 else float("nan")
+
+
 def overhead_fraction(train: pd.DataFrame) -> pd.Series:
-    """(sketch + all-reduce + policy seconds) / seconds_step of every train row (nan when
-    the step took no measurable time)."""
-    if "seconds_step" not in train:
-        return pd.Series(np.nan, index=train.index, dtype=np.float64)
-    parts = sum(train[c] if c in train else 0.0 for c in OVERHEAD_PHASES)
-    step = train["seconds_step"]
-    return (parts / step.where(step > 0)).astype(np.float64)
+    """`step_overhead` of every train row."""
+    return pd.Series([step_overhead(r) for r in train.to_dict("records")], index=train.index, dtype=np.float64)
 
 
 def _utc_now() -> str:

@@ -26,6 +26,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from hbsim.sim_cli import run_dir
 from policies import validate
 from policies.errors import UserError
 from policies.validate import (MAX_BATCH_GROUPS, MAX_JOBS, MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS,
@@ -131,7 +132,7 @@ def _check_done(configs: list[tuple[str, dict]], out: Path) -> None:
     from hbsim.records import config_hash, is_complete
 
     for env, cfg in configs:
-        path = out / env / cfg["policy"]["label"] / f"seed{cfg['seed']}"
+        path = run_dir(out / env, cfg)
         if path.exists() and not path.is_dir():
             raise UserError(f"DIR {str(out)!r}: {str(path)!r} is a file, not a run directory; choose a new DIR")
         if is_complete(path):
@@ -156,7 +157,7 @@ def run_study(configs: list[tuple[str, dict]], out: Path, workers: int) -> None:
     from hbsim.records import is_complete, write_run
 
     todo = [(env, cfg) for env, cfg in configs
-            if not is_complete(out / env / cfg["policy"]["label"] / f"seed{cfg['seed']}")]
+            if not is_complete(run_dir(out / env, cfg))]
     start = time.perf_counter()
     print(f"hb validity: {len(todo)} of {len(configs)} runs to do on {min(workers, max(len(todo), 1))} worker(s)",
           file=sys.stderr)
@@ -169,7 +170,7 @@ def run_study(configs: list[tuple[str, dict]], out: Path, workers: int) -> None:
         pool, results = None, map(_run, [cfg for _, cfg in todo])
     try:
         for i, ((env, cfg), result) in enumerate(zip(todo, results)):
-            write_run(result, out / env / cfg["policy"]["label"] / f"seed{cfg['seed']}")
+            write_run(result, run_dir(out / env, cfg))
             print(f"[{i + 1}/{len(todo)}] {env} {cfg['policy']['label']} seed {cfg['seed']} "
                   f"({time.perf_counter() - start:.1f}s)", file=sys.stderr)
     finally:

@@ -73,14 +73,6 @@ def build_config(args) -> dict:
                           resolve_env=resolve_env)
 
 
-def overhead_fraction(row: dict) -> float:
-    """(sketch + all-reduce + policy select/update seconds) / seconds_step of one train row."""
-    from hbsim.loop import OVERHEAD_PHASES
-
-    step = float(row.get("seconds_step", 0.0))
-    return sum(float(row.get(k, 0.0)) for k in OVERHEAD_PHASES) / step if step > 0 else float("nan")
-
-
 def _same_run(saved: dict, config: dict) -> None:
     a = {k: v for k, v in saved.items() if k != "steps"}
     b = {k: v for k, v in config.items() if k != "steps"}
@@ -162,9 +154,7 @@ def main(args) -> int:
 
     out = Path(args.out)
     config = build_config(args)
-    saved = _resume_state(out, config, args.steps) if args.resume else None
-    if not args.resume and ((out / "run.json").exists() or (checkpoint.checkpoint_dir(out) / checkpoint.LAST).exists()):
-        raise UserError(f"--out {str(out)!r} already holds a run; use --resume or another directory")
+    saved = _resume_state(out, config, args.steps) if args.resume else None   # DIR checked by _check_out
     saver = Checkpointer(out, config, args.steps, args.checkpoint_every, rank)
     t0 = time.perf_counter()
 
@@ -193,17 +183,11 @@ def main(args) -> int:
 
 
 def _resume_state(out: Path, config: dict, steps: int) -> dict:
-    """The loop state of DIR's checkpoint; a missing DIR or checkpoint, another config or a
-    checkpoint beyond --steps is a user error."""
+    """The loop state of DIR's checkpoint (whose presence `check_run_dir` checked before
+    torch was imported); another config or a checkpoint beyond --steps is a user error."""
     from real_runs import checkpoint
 
-    path = checkpoint.checkpoint_dir(out) / checkpoint.LAST
-    if not out.is_dir():
-        raise UserError(f"--resume --out {str(out)!r}: the directory does not exist; drop --resume to start a new run")
     saved = checkpoint.load(out)
-    if saved is None:
-        raise UserError(f"--resume --out {str(out)!r}: no checkpoint ({path} is missing); drop --resume to start "
-                        "a new run in an empty directory")
     _same_run(saved["config"], config)
     at = int(saved["loop"]["t"])
     if at > steps:
@@ -266,13 +250,14 @@ class Checkpointer:
         return flag
 
     def __call__(self, loop) -> bool:
+        from hbsim.loop import step_overhead
         from real_runs import checkpoint
 
         row, t = loop.last_row, loop.t
         name = loop.harnesses[row["arm"]] if row["arm"] >= 0 else "mixed"
         print(f"step {t}/{self.steps} arm={name} reward={row['reward']:.3f} L={row['learnability']:.3f} "
               f"groups gen/opt={row['groups_generated']}/{row['groups_optimized']} tokens={row['tokens']} "
-              f"{row['seconds_step']:.2f}s overhead={100 * overhead_fraction(row):.2f}%", file=sys.stderr)
+              f"{row['seconds_step']:.2f}s overhead={100 * step_overhead(row):.2f}%", file=sys.stderr)
         stop = t < self.steps and self._stop_requested(loop.adapter.device)
         if self.rank == 0 and (stop or t == 1 or t % self.every == 0 or t == self.steps):
             checkpoint.save(self.out, self.config, loop.state_dict())

@@ -146,13 +146,13 @@ def resolve(preset: str = "tiny", **overrides) -> RealConfig:
     typed = {}
     for f in fields(RealConfig):
         if overrides.get(f.name) is not None and f.name != "preset":
-            typed[f.name] = _coerce(f.name, overrides[f.name], type(getattr(cfg, f.name)))
+            typed[f.name] = coerce_knob(f.name, overrides[f.name], type(getattr(cfg, f.name)))
     cfg = replace(cfg, **typed)
     _check(cfg)
     return cfg
 
 
-def _coerce(name: str, value, kind: type):
+def coerce_knob(name: str, value, kind: type):
     """Accept ints for float knobs; otherwise the value must already have the knob's type."""
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
@@ -180,9 +180,9 @@ def resolve_env(env: dict) -> dict:
     knobs = {k: v for k, v in env.items() if v is not None}
     kind = knobs.pop("kind", "real")
     if kind != "real":
-        raise ValueError(f"env kind={kind!r} is not allowed here: expected 'real'")
+        raise UserError(f"env kind={kind!r} is not allowed here: expected 'real'")
     n = knobs.pop("n_harnesses", len(TRAIN_HARNESSES))
     if n != len(TRAIN_HARNESSES):
-        raise ValueError(f"env n_harnesses={n!r} is not allowed for kind 'real': the task world has "
+        raise UserError(f"env n_harnesses={n!r} is not allowed for kind 'real': the task world has "
                          f"{len(TRAIN_HARNESSES)} training harnesses")
     return {"kind": "real", "n_harnesses": len(TRAIN_HARNESSES), **resolve(**knobs).to_dict()}

@@ -25,6 +25,7 @@ import torch
 
 from policies import validate
 from policies.errors import UserError
+from real_runs.presets import coerce_knob
 
 SIZES = {"tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                       num_key_value_heads=1),
@@ -70,10 +71,8 @@ def resolve(**overrides) -> TRLRunConfig:
             from real_runs.harnesses import get_harness
             for name in value:
                 get_harness(name)       # an unknown name raises UserError
-        elif isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        elif type(value) is not type(default):
-            raise UserError(f"{key}={value!r} is not allowed: expected a {type(default).__name__}")
+        else:
+            value = coerce_knob(key, value, type(default))       # ints for floats, else the exact type
         if isinstance(default, float):
             value = validate.check_float(key, value, 0.0)
         elif isinstance(default, int):
@@ -219,7 +218,7 @@ def main(args) -> int:
     from hbsim.records import write_run
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        import trl  # noqa: F401
+        import trl
     except ImportError:
         raise UserError("--backend trl needs the optional extra: pip install 'harnessbandit[trl]'") from None
     if args.steps < 1:
@@ -254,7 +253,6 @@ def main(args) -> int:
         sched.loop.evaluate()
     result = sched.result(config)
     import transformers
-    import trl
     result.meta["versions"].update(trl=trl.__version__, transformers=transformers.__version__)
     write_run(result, out, overwrite=True)
     train = result.train

@@ -140,3 +140,13 @@ def test_sigterm_checkpoints_after_the_step_and_resume_finishes(tmp_path, env):
     assert done.returncode == 0, done.stderr[-2000:]
     train = pd.read_parquet(out / "train.parquet")
     assert train.step.tolist() == list(range(1, at + 2))
+
+
+def test_resolve_env_bad_kind_or_harness_count_is_a_user_error():
+    from policies.errors import UserError
+    from real_runs.presets import resolve_env
+
+    with pytest.raises(UserError, match=r"env kind='bernoulli' is not allowed here: expected 'real'"):
+        resolve_env({"kind": "bernoulli"})
+    with pytest.raises(UserError, match=r"env n_harnesses=3 is not allowed for kind 'real'"):
+        resolve_env({"kind": "real", "n_harnesses": 3})
