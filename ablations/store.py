@@ -111,32 +111,36 @@ def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bo
         write_json_atomic(root / GRID_JSON, new)
 
 
-def clean_tmp(root: str | os.PathLike) -> int:
-    """Remove temporary cell directories left by killed runs; returns how many."""
-    d = cells_dir(root)
+def clean_tmp(folder: str | os.PathLike) -> int:
+    """Remove the temporary directories killed writers left in `folder` (a grid's cells/, an
+    `hb sim` label folder): hidden names holding ".tmp-" (ours or write_run's); returns how many."""
+    d = Path(folder)
     if not d.is_dir():
         return 0
-    stale = [p for p in d.iterdir() if p.name.startswith(".")]  # hidden = temporary (ours or write_run's)
+    stale = [p for p in d.iterdir() if p.name.startswith(".") and TMP_PREFIX in p.name]
     for p in stale:
         shutil.rmtree(p, ignore_errors=True)
     return len(stale)
 
 
-def write_cell(root: str | os.PathLike, cell_id: str, write_into, log: str | None = None) -> bool:
-    """Write a cell atomically: `write_into(tmp_dir)` fills a temporary directory, which
-    is then renamed to `cells/<cell_id>`. Returns False if the cell already existed
-    (another worker finished it first); the temporary directory is removed either way.
+def write_cell(final: str | os.PathLike, write_into, log: str | None = None, *, replace: bool = False) -> bool:
+    """Write a run directory atomically: `write_into(tmp_dir)` fills a hidden temporary
+    directory next to `final`, which is then renamed to `final`. A complete `final` is kept
+    and False returned (another worker finished it first) unless `replace`; an incomplete
+    one is replaced. The temporary directory is removed either way.
     """
-    d = cells_dir(root)
-    final = d / cell_id
-    tmp = d / f"{TMP_PREFIX}{cell_id}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp, old = (final.parent / f"{TMP_PREFIX}{tag}{final.name}-{os.getpid()}" for tag in ("", "old-"))
+    for p in (tmp, old):
+        shutil.rmtree(p, ignore_errors=True)
     try:
         write_into(tmp)
         if log is not None:
             (tmp / "log.txt").write_text(log)
         os.chmod(tmp, validate.dir_mode())  # as mkdir under the user's umask (mkdtemp gives 0700)
+        if final.is_dir() and (replace or not (final / "run.json").is_file()):
+            os.rename(final, old)
         try:
             os.rename(tmp, final)
         except OSError:
@@ -144,9 +148,8 @@ def write_cell(root: str | os.PathLike, cell_id: str, write_into, log: str | Non
                 return False
             raise
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    clear_failure(root, cell_id)
+        for p in (tmp, old):
+            shutil.rmtree(p, ignore_errors=True)
     return True
 
 

@@ -5,6 +5,7 @@ cells and `hb real`:
      "policy": {"name": "harnessbandit", "label": "harnessbandit", **policy_knobs},
      "seed": 3, "steps": 150, "eval_every": None, "batch_groups": 8}
     (+ "counterfactual": k, only when set: a what-if probe every k-th step, hbsim.counterfactual)
+    (+ "policy_seed": s, only when set: the policy's seed where it differs from the env's, hb calibrate)
 
 `resolve_config` fills every env and policy knob with its default, so that equal runs hash
 equally whatever was spelled out. The env is built with `make_env(kind, seed=seed, **knobs)`,
@@ -20,7 +21,7 @@ from policies import POLICIES, make
 from hbsim.envs import ENVS, expand_preset, make_env
 from hbsim.loop import RunResult, run
 from policies.errors import UserError
-from policies.validate import MAX_STEPS, check_int
+from policies.validate import MAX_SEED, MAX_STEPS, check_int
 
 #: top-level keys and their defaults (env and policy are resolved separately)
 TOP_LEVEL = {"seed": 0, "steps": 150, "eval_every": None, "batch_groups": 8}
@@ -58,10 +59,10 @@ def resolve_config(partial: dict | None = None, *,
     (`real_runs.resolve_env` for real runs); False keeps the env section as given (it is
     already resolved). The resolved env must say `n_harnesses` for the policy."""
     partial = copy.deepcopy(partial or {})
-    unknown = sorted(set(partial) - set(TOP_LEVEL) - {"env", "policy", "counterfactual"})
+    unknown = sorted(set(partial) - set(TOP_LEVEL) - {"env", "policy", "counterfactual", "policy_seed"})
     if unknown:
         raise UserError(f"config key {unknown[0]!r} is unknown; valid keys: env, policy, {', '.join(TOP_LEVEL)}, "
-                        f"counterfactual")
+                        f"counterfactual, policy_seed")
     env = dict(partial.get("env") or {})
     if callable(resolve_env):
         env = resolve_env(env)
@@ -79,6 +80,8 @@ def resolve_config(partial: dict | None = None, *,
         cfg[key] = _int(key, value, low, allow_none=key == "eval_every")
     if partial.get("counterfactual") is not None:      # only when set: other configs hash as before
         cfg["counterfactual"] = check_int("config counterfactual", partial["counterfactual"], 1, MAX_STEPS)
+    if partial.get("policy_seed") is not None:         # likewise
+        cfg["policy_seed"] = check_int("config policy_seed", partial["policy_seed"], 0, MAX_SEED)
     return cfg
 
 
@@ -99,7 +102,8 @@ def run_config(cfg: dict, progress: Callable[[int, int], None] | None = None,
     else:
         adapter = adapter_factory(cfg)
     knobs = {k: v for k, v in cfg["policy"].items() if k not in ("name", "label")}
-    policy = make(cfg["policy"]["name"], n_arms=len(adapter.harnesses), seed=cfg["seed"], **knobs)
+    policy = make(cfg["policy"]["name"], n_arms=len(adapter.harnesses), seed=cfg.get("policy_seed", cfg["seed"]),
+                  **knobs)
     return run(policy, adapter, cfg["steps"], label=cfg["policy"]["label"], seed=cfg["seed"],
                eval_every=cfg["eval_every"], config=cfg, progress=progress,
                batch_groups=cfg["batch_groups"], counterfactual=cfg.get("counterfactual"), state=state,
