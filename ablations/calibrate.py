@@ -10,9 +10,9 @@ no true difference, so every p < alpha is a false positive. For every suite, met
 test of `reports.inference.TESTS` (plus the seed-clustered GEE) the command prints the
 empirical false-positive rate over the K blocks with an exact binomial 95% interval.
 A valid test's rate is about alpha; one whose interval lies above alpha is too optimistic.
-The 2 K S runs go through `ablations.runner.run_many` (their results come back in memory;
-the blocks are tested in order as they complete). Progress goes to stderr. This module runs simulations, so it lives in `ablations`
-(`reports` only provides the pure tests).
+The 2 K S runs go through `ablations.runner.run_many` (results in memory, each block tested
+once complete). Progress goes to stderr. This module runs simulations, so it lives in
+`ablations` (`reports` only provides the pure tests).
 """
 from __future__ import annotations
 
@@ -70,8 +70,8 @@ def _check(args) -> None:
 
 
 def aa_tasks(env: str, policy: str, seeds: list[int], steps: int) -> list[dict]:
-    """The runs of one A/A block: arms "A" and "B" (same policy, policy seeds s and
-    s + offset) on environment seed s, for every s of ``seeds`` (runner tasks, kept in memory)."""
+    """Runner tasks (results kept in memory): arms "A" and "B" (same policy, policy seeds s
+    and s + offset) on environment seed s, for every s of ``seeds`` in order."""
     from hbsim.experiment import resolve_config
 
     return [{"id": f"{label}/seed{s}", "dir": None,
@@ -102,28 +102,24 @@ def block_pvalues(ev: pd.DataFrame, *, resamples: int, rng: np.random.Generator)
 def calibrate(env: str, policy: str, blocks: int, seeds: int, steps: int, *, resamples: int, seed: int,
               jobs: int | None = None, backend: str = "local", ray_address: str | None = None,
               progress=None) -> pd.DataFrame:
-    """Per-block p-values of every test: block, suite, metric, test, p. progress(done,
-    total, failed) counts runs (`ablations.runner.run_many`)."""
+    """Per-block p-values of every test: block, suite, metric, test, p. Block b is the
+    environment seeds seed + b S .. seed + (b + 1) S - 1; progress(done, total, failed) counts runs."""
     rng = np.random.default_rng(seed)
-    per_block = [aa_tasks(env, policy, [seed + b * seeds + j for j in range(seeds)], steps) for b in range(blocks)]
-    tasks = [{**t, "id": f"{b}/{t['id']}"} for b, block in enumerate(per_block) for t in block]
-    where = {t["id"]: divmod(i, 2 * seeds) for i, t in enumerate(tasks)}
-    evals: dict[int, dict[int, pd.DataFrame]] = {}
+    tasks, n = aa_tasks(env, policy, list(range(seed, seed + blocks * seeds)), steps), 2 * seeds
+    index = {t["id"]: i for i, t in enumerate(tasks)}
+    evals: dict[int, pd.DataFrame] = {}
     rows: list[dict] = []
-    next_block = 0
+    tested = 0
 
     def on_done(answer: dict) -> None:
-        """Test the blocks in order (the permutation generator is shared), each once complete."""
-        nonlocal next_block
-        if not answer["ok"]:
-            return
-        b, k = where[answer["id"]]
-        evals.setdefault(b, {})[k] = answer["result"].eval
-        while len(evals.get(next_block, {})) == 2 * seeds:
-            block = evals.pop(next_block)
-            ev = pd.concat([block[k] for k in range(2 * seeds)], ignore_index=True)
-            rows.extend({"block": next_block, **r} for r in block_pvalues(ev, resamples=resamples, rng=rng))
-            next_block += 1
+        """Test the blocks in order (they share the permutation generator), each once complete."""
+        nonlocal tested
+        if answer["ok"]:
+            evals[index[answer["id"]]] = answer["result"].eval
+        while tested < blocks and all(i in evals for i in range(tested * n, tested * n + n)):
+            ev = pd.concat([evals.pop(i) for i in range(tested * n, tested * n + n)], ignore_index=True)
+            rows.extend({"block": tested, **r} for r in block_pvalues(ev, resamples=resamples, rng=rng))
+            tested += 1
 
     runner.run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress,
                     on_done=on_done).check()

@@ -1,30 +1,21 @@
 """The one path that runs many runs: `hb grid run`, `hb demo`, `hb sim`, `hb validity
---study` and `hb calibrate` all hand their runs to `run_many`.
+--study` and `hb calibrate` hand their runs to `run_many` as tasks, plain dicts:
 
-A task is a plain dict (cheap to pickle; `ablations.worker.execute` runs it):
+    {"id": unique name, "config": resolved run config, "dir": run directory to write, or
+     None (the RunResult comes back in the answer); optional "replace" (rerun a complete
+     run), "meta" (extra run.json keys), "log" (write log.txt), "failures" (a folder, the
+     grid's, keeping failed/<id>/log.txt), "plugins" (modules to import first)}
 
-    {"id": name, unique in the batch, "config": a resolved run config,
-     "dir": the run directory to write, or None: the RunResult comes back in the answer,
-     "replace": rerun and replace a complete run (optional), "meta": extra run.json keys,
-     "log": also write log.txt, "failures": a folder (the grid's) whose failed/<id>/log.txt
-     records a failure, "plugins": module names to import first}
-
-`run_many` removes the temporary directories killed writers left next to the run
-directories, skips the tasks whose directory already holds a complete run of the same
-config (resume), and runs the others on a backend. Each run directory is written into a
-hidden temporary directory and renamed into place when complete (`store.write_cell`), so
-a killed run never leaves a half-written run directory.
-
-Backends are a registry (name -> function(tasks, jobs, on_done, **options)):
-* `local`: `--jobs 1` runs in this process; more jobs use a `ProcessPoolExecutor` whose
-  workers (one BLAS thread each) are forked from a forkserver that imported hbsim once,
-  and are reused for every run (no Python start per run).
-* `ray`: one Ray task per run. Without an address a local Ray instance with `jobs` CPUs
-  is started; with `ray_address` the runner joins that cluster and the workers write
-  into the (shared) output directory themselves.
-
-Every run is seeded by its config, so results do not depend on the backend, the number of
-workers or the order runs finish in.
+`run_many` removes the hidden temporaries killed writers left next to the run
+directories, skips runs already complete with the same config (resume) and runs the rest
+on a backend; each run directory is written into a temporary directory and renamed into
+place (`store.write_cell`), so a killed run never leaves a half-written one. Backends
+(name -> function(tasks, jobs, on_done, **options)): `local` runs `--jobs 1` in this
+process, more in a `ProcessPoolExecutor` of reused workers (one BLAS thread each) forked
+from a forkserver that imported hbsim once; `ray` runs one Ray task per run, on a local
+instance with `jobs` CPUs or on the cluster at `ray_address` (its workers write into the
+shared output folder). Runs are seeded by their configs: results do not depend on the
+backend, the number of workers or the order runs finish in.
 """
 from __future__ import annotations
 
@@ -46,10 +37,6 @@ from policies.errors import UserError
 from policies.validate import MAX_JOBS, check_int
 
 
-class RunFailed(RuntimeError):
-    """Runs of a batch failed (their tracebacks are in the message)."""
-
-
 @dataclass
 class RunReport:
     """What `run_many` did. failed: the answers of the failed runs (id, reason, log, traceback)."""
@@ -60,12 +47,10 @@ class RunReport:
     failed: list[dict] = field(default_factory=list)
 
     def check(self) -> None:
-        """Raise RunFailed naming every failed run, with the first one's traceback."""
+        """Raise RuntimeError naming every failed run, with the first one's traceback."""
         if self.failed:
-            first = self.failed[0]
-            names = ", ".join(a["id"] for a in self.failed)
-            raise RunFailed(f"{len(self.failed)} of {self.total} runs failed ({names}); the finished ones are kept "
-                            f"(a rerun resumes); {first['id']}:\n{first.get('traceback') or first['reason']}")
+            raise RuntimeError(f"{len(self.failed)} of {self.total} runs failed ({', '.join(a['id'] for a in self.failed)})"
+                               f"; the finished ones are kept (a rerun resumes); {self.failed[0]['traceback']}")
 
 
 def default_jobs() -> int:
@@ -121,13 +106,9 @@ def pending(tasks: list[dict], remedy: str = "choose a new output folder") -> li
 def run_many(tasks: list[dict], *, jobs: int | None = None, backend: str = "local", ray_address: str | None = None,
              progress: Callable[[int, int, int], None] | None = None,
              on_done: Callable[[dict], None] | None = None) -> RunReport:
-    """Run every task whose run directory is missing or incomplete (see the module doc).
-
-    on_done(answer) sees every finished run's answer ({"id", "ok", "seconds", "reason"},
-    + "result" for a task without a directory; + "log", "traceback" for a failed one);
-    progress(done, total, failed) is called at the start and after every finished run
-    (done counts the runs already complete too).
-    """
+    """Run the `pending` tasks (module doc). on_done(answer) sees each answer (ablations.worker);
+    progress(done, total, failed) is called at the start and after each run (done counts
+    the runs already complete too)."""
     check_run_options(jobs, backend)
     for folder in {Path(t["dir"]).parent for t in tasks if t.get("dir")}:
         store.clean_tmp(folder)
@@ -151,24 +132,20 @@ def run_many(tasks: list[dict], *, jobs: int | None = None, backend: str = "loca
     return report
 
 
-def make_tasks(spec: GridSpec, out: str | os.PathLike, only: set[str] | None = None) -> list[dict]:
-    """One task per cell of a grid, in plan order: DIR/cells/<id>/ with log.txt, failures in DIR/failed/."""
-    out = Path(out).resolve()
-    return [{"id": c.id, "config": c.config, "dir": str(store.cells_dir(out) / c.id), "log": True,
-             "failures": str(out), "plugins": spec.plugins,
-             "meta": {"grid": {"name": spec.name, "cell_id": c.id, "sweep": c.sweep, "label": c.label,
-                               "seed": c.seed}}}
-            for c in spec.cells() if only is None or c.id in only]
-
-
 def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None, backend: str = "local",
              ray_address: str | None = None, force_mixed: bool = False,
              progress: Callable[[int, int, int], None] | None = None) -> RunReport:
-    """Run every cell of `spec` missing from the grid directory `out` (see `run_many`)."""
+    """Run every cell of `spec` missing from the grid directory `out`: DIR/cells/<id>/ with
+    log.txt, failures in DIR/failed/ (`run_many`)."""
     check_run_options(jobs, backend)
     store.check_writable(out)
     store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=force_mixed)
-    return run_many(make_tasks(spec, out), jobs=jobs, backend=backend, ray_address=ray_address, progress=progress)
+    out = Path(out).resolve()
+    tasks = [{"id": c.id, "config": c.config, "dir": str(store.cells_dir(out) / c.id), "log": True,
+              "failures": str(out), "plugins": spec.plugins,
+              "meta": {"grid": {"name": spec.name, "cell_id": c.id, "sweep": c.sweep, "label": c.label, "seed": c.seed}}}
+             for c in spec.cells()]
+    return run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress)
 
 
 # -- progress ------------------------------------------------------------------------

@@ -123,7 +123,7 @@ def clean_tmp(folder: str | os.PathLike) -> int:
     return len(stale)
 
 
-def write_cell(final: str | os.PathLike, write_into, log: str | None = None, *, replace: bool = False) -> bool:
+def write_cell(final: str | os.PathLike, write_into, *, replace: bool = False) -> bool:
     """Write a run directory atomically: `write_into(tmp_dir)` fills a hidden temporary
     directory next to `final`, which is then renamed to `final`. A complete `final` is kept
     and False returned (another worker finished it first) unless `replace`; an incomplete
@@ -136,8 +136,6 @@ def write_cell(final: str | os.PathLike, write_into, log: str | None = None, *, 
         shutil.rmtree(p, ignore_errors=True)
     try:
         write_into(tmp)
-        if log is not None:
-            (tmp / "log.txt").write_text(log)
         os.chmod(tmp, validate.dir_mode())  # as mkdir under the user's umask (mkdtemp gives 0700)
         if final.is_dir() and (replace or not (final / "run.json").is_file()):
             os.rename(final, old)

@@ -1,11 +1,9 @@
-"""Running one task of `ablations.runner` (see there for the task dict), in whatever
-process a backend puts it: the same function serves the in-process loop (--jobs 1), the
-local process pool and Ray tasks.
+"""Running one task of `ablations.runner` (the task dict is described there) in whatever
+process a backend puts it: in this process (--jobs 1), a pool worker or a Ray task.
 
 The answer is {"id", "ok", "seconds", "reason"} (+ "result", the RunResult, for a task
-without a run directory) -- never an exception: a failing run answers with its traceback
-(also written to FAILURES/failed/<id>/log.txt for a task with "failures") and the batch
-goes on.
+without a run directory), never an exception: a failed run answers with "traceback" and
+"log" (FAILURES/failed/<id>/log.txt for a task with "failures") and the batch goes on.
 """
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ def test_write_cell_is_all_or_nothing(tmp_path):
         tmp.mkdir()
         (tmp / "train.parquet").write_text("t")
         (tmp / "run.json").write_text("{}")
+        (tmp / "log.txt").write_text("ok")
 
     def bad(tmp):
         tmp.mkdir()
@@ -23,23 +24,23 @@ def test_write_cell_is_all_or_nothing(tmp_path):
         raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError, match="disk full"):
-        store.write_cell(tmp_path / "cells" / "aaaa", bad, log="x")
+        store.write_cell(tmp_path / "cells" / "aaaa", bad)
     assert list((tmp_path / "cells").iterdir()) == []          # no cell, no temporary left
     store.write_failure(tmp_path, "bbbb", "Traceback\nValueError: boom\n")
     assert store.failed_ids(tmp_path) == {"bbbb"}
     assert store.failure_reason(tmp_path, "bbbb") == "ValueError: boom"
-    assert store.write_cell(tmp_path / "cells" / "bbbb", good, log="ok") is True
+    assert store.write_cell(tmp_path / "cells" / "bbbb", good) is True
     assert store.done_ids(tmp_path) == {"bbbb"} and store.failed_ids(tmp_path) == set()
     assert (tmp_path / "cells" / "bbbb" / "log.txt").read_text() == "ok"
     # a second writer of the same cell loses the rename race without damage
     second = lambda tmp: (tmp.mkdir(), (tmp / "x").write_text("2"))  # noqa: E731
-    assert store.write_cell(tmp_path / "cells" / "bbbb", second, log="") is False
+    assert store.write_cell(tmp_path / "cells" / "bbbb", second) is False
     assert sorted(p.name for p in (tmp_path / "cells" / "bbbb").iterdir()) == ["log.txt", "run.json", "train.parquet"]
     # replace=True swaps a complete run for the new one; an incomplete directory is always replaced
     assert store.write_cell(tmp_path / "cells" / "bbbb", second, replace=True) is True
     assert sorted(p.name for p in (tmp_path / "cells" / "bbbb").iterdir()) == ["x"]
     assert store.write_cell(tmp_path / "cells" / "bbbb", good) is True
-    assert sorted(p.name for p in (tmp_path / "cells" / "bbbb").iterdir()) == ["run.json", "train.parquet"]
+    assert sorted(p.name for p in (tmp_path / "cells" / "bbbb").iterdir()) == ["log.txt", "run.json", "train.parquet"]
     # leftovers of killed writers are hidden from done_ids and removed by clean_tmp
     (tmp_path / "cells" / ".tmp-cccc-123").mkdir()
     (tmp_path / "cells" / "..tmp-cccc-123.tmp-xyz").mkdir()
