@@ -155,3 +155,22 @@ def test_real_env_grids_plan_without_building_a_model(tmp_path, capsys):
     assert hb_main(["grid", "plan", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "preset" in err and str(bad) in err
+
+
+def test_planning_builds_each_policy_variant_once_and_each_env_once(tmp_path, monkeypatch):
+    """2 variants x 2 sweep points x 3 seeds = 12 cells: 4 policy builds (one per variant and
+    point, whatever the seeds) and 2 env builds (one per distinct env)."""
+    import hbsim.envs.base
+    import policies.base
+    built = {"policy": 0, "env": 0}
+    for key, cls in (("policy", policies.base.Policy), ("env", hbsim.envs.base.SyntheticEnv)):
+        original = cls.__init__
+
+        def counting(self, *args, _original=original, _key=key, **kwargs):
+            built[_key] += 1
+            _original(self, *args, **kwargs)
+        monkeypatch.setattr(cls, "__init__", counting)
+    path = write_grid(tmp_path / "g.toml", seeds=3, policies=[{"name": "uniform"}, {"name": "harnessbandit"}],
+                      sweep={"env.drift": [0.0, 0.02]})
+    assert len(load_spec(path).cells()) == 12
+    assert built == {"policy": 4, "env": 2}
