@@ -263,7 +263,8 @@ def plan_cells(spec: GridSpec) -> list[Cell]:
                 _checked(err, f"sweep.policy.{knob}", ptable, knob, value, where=f"{where}: ")
             policy = _resolve_policy(err, i, where, {"name": name, "label": label, **knobs, **pol_over},
                                      env["n_harnesses"])
-            sweep_values = {k: v for k, v in zip(sweep_keys, point) if k.startswith("env.") or k[len("policy."):] in ptable}
+            sweep_values = {k: v for k, v in zip(sweep_keys, point)
+                            if k.startswith("env.") or k[len("policy."):] in ptable}
             for seed in spec.seeds:
                 config = {"env": copy.deepcopy(env), "policy": copy.deepcopy(policy),
                           **resolve_run({**top, "seed": seed})}

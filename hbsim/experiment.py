@@ -125,5 +125,5 @@ def run_config(cfg: dict, progress: Callable[[int, int], None] | None = None,
                checkpoint=checkpoint)
 
 
-__all__ = ["CONFIG_KNOBS", "POLICIES", "RUN_KNOBS", "build_policy", "resolve_config", "resolve_policy", "resolve_synthetic",
-           "resolve_run", "run_config"]
+__all__ = ["CONFIG_KNOBS", "POLICIES", "RUN_KNOBS", "build_policy", "resolve_config", "resolve_policy",
+           "resolve_run", "resolve_synthetic", "run_config"]

@@ -77,7 +77,9 @@ class Loop:
                  eval_every: int | None = None, batch_groups: int | None = None):
         if eval_every is not None and (not isinstance(eval_every, (int, np.integer)) or eval_every < 1):
             raise UserError(f"eval_every={eval_every!r} is not allowed: expected None or an integer >= 1")
-        batch_groups = BATCH_GROUPS.check("batch_groups", BATCH_GROUPS.default if batch_groups is None else batch_groups)
+        if batch_groups is None:
+            batch_groups = BATCH_GROUPS.default
+        batch_groups = BATCH_GROUPS.check("batch_groups", batch_groups)
         self.policy, self.adapter = policy, adapter
         self.label = label if label is not None else getattr(policy, "name", type(policy).__name__)
         self.seed, self.eval_every, self.batch_groups = int(seed), eval_every, int(batch_groups)
