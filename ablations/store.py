@@ -1,16 +1,9 @@
-"""The grid directory on disk, with atomic cells.
+"""The grid directory on disk (its layout: `hbsim.contract`), with atomic cells.
 
-    DIR/.hb-kind.json             the folder's kind marker ("grid"; hbsim.folders)
-    DIR/grid.json                 name of the grid (+ every name admitted by --force) and its spec
-    DIR/cells/<id>/               a complete run directory: train.parquet, eval.parquet, run.json, log.txt
-    DIR/cells/.tmp-<id>-XXXX/     a cell being written (never read; removed by the next run)
-    DIR/failed/<id>/log.txt       the traceback of a failed cell
-    DIR/train.parquet, DIR/eval.parquet   after `hb grid collect`
-
-A cell is written into its temporary directory and renamed into place only when
+A cell is written into a temporary directory and renamed into place only when
 complete, so `cells/<id>/` either holds a complete result or does not exist, whatever
-moment the runner or a worker is killed at. The names are `hbsim.contract`'s; reading
-the cells back is `hbsim.records.load_cells`.
+moment the runner or a worker is killed at. Reading the cells back is
+`hbsim.records.load_cells`.
 """
 from __future__ import annotations
 

@@ -13,16 +13,15 @@ A run directory (one `hb sim` run, `hb real --out DIR`, a grid cell):
     counterfactual.parquet   with --counterfactual (hbsim.counterfactual)
     checkpoints/last.pt      `hb real`'s checkpoint (real_runs.checkpoint)
 
-A grid directory (`hb grid run`, `hb demo`):
+A grid directory (`hb grid run`, `hb demo`; written by `ablations.store`):
 
-    grid.json                the grid's name(s) and spec
+    grid.json                the grid's name (+ every name admitted by --force) and its spec
     cells/<id>/              a complete run directory (+ log.txt)
     cells/.tmp-*             a cell being written (hidden: never read, removed by the next run)
     failed/<id>/log.txt      the traceback of a failed cell
     train.parquet, eval.parquet   every cell's rows, after `hb grid collect`
 
-Every output folder records its KIND in the marker file `.hb-kind.json`
-({"kind", "config_hash", "tool"}); `hbsim.folders` checks and writes it.
+Every output folder records its KIND in `.hb-kind.json` (`hbsim.folders`).
 """
 from __future__ import annotations
 
@@ -30,11 +29,8 @@ from __future__ import annotations
 TRAIN_FILE = "train.parquet"
 EVAL_FILE = "eval.parquet"
 RUN_JSON = "run.json"
-#: the files of a run directory, in the order they are moved in (run.json last)
-RUN_FILES = (TRAIN_FILE, EVAL_FILE, RUN_JSON)
-#: written next to them by runs with --counterfactual (hbsim.counterfactual)
+RUN_FILES = (TRAIN_FILE, EVAL_FILE, RUN_JSON)      # in the order they are moved in: run.json last
 COUNTERFACTUAL_FILE = "counterfactual.parquet"
-#: `hb real`'s checkpoint, relative to its run directory
 CHECKPOINT = "checkpoints/last.pt"
 
 # -- columns -----------------------------------------------------------------------------
@@ -49,17 +45,12 @@ EVAL_TABLE = (*ROW_KEYS, *EVAL_COLUMNS)
 GRID_JSON = "grid.json"
 CELLS = "cells"
 FAILED = "failed"
-#: a cell's (and a failure's) log
-LOG = "log.txt"
-#: temporary files and folders start with it (hidden; every reader skips them)
-TMP_PREFIX = ".tmp-"
+LOG = "log.txt"                 # a cell's or a failure's log
+TMP_PREFIX = ".tmp-"            # temporary files and folders (hidden: every reader skips them)
 
-# -- a report folder ---------------------------------------------------------------------
+# -- a report folder, and the marker and kinds of every output folder --------------------
 REPORT_INDEX = "index.html"
 REPORT_MARKDOWN = "report.md"
-
-# -- output folders ----------------------------------------------------------------------
-#: marker file of an output folder, and the kinds it may record
 KIND_FILE = ".hb-kind.json"
 KINDS = {"sim": "an `hb sim` folder of run directories", "run": "a run directory (`hb real`)",
          "grid": "a grid directory", "report": "a report folder",
