@@ -182,7 +182,7 @@ def load_cells(root, only: set[str] | None = None,
     ids = sorted(i for i in done_ids(root) if only is None or i in only)
     if not ids:
         raise UserError(f"grid directory {root}: holds no finished cell (run `hb grid run` first)")
-    metas = {i: _cell_meta(root / CELLS / i) for i in ids}
+    metas = {i: read_meta(root / CELLS / i) or {} for i in ids}     # a cell is renamed in complete
     _check_unmixed(root, metas)
     sweeps = [metas[i].get("grid", {}).get("sweep", {}) for i in ids]
     sweep_keys = sorted({k for sweep in sweeps for k in sweep})
@@ -204,13 +204,6 @@ def collect_cells(root, only: set[str] | None = None) -> tuple[Path, Path]:
     train, evals = load_cells(root, only=only)
     return tuple(atomic_write(root / name, lambda tmp, df=df: df.to_parquet(tmp, index=False))
                  for name, df in ((TRAIN_FILE, train), (EVAL_FILE, evals)))
-
-
-def _cell_meta(cell: Path) -> dict:
-    meta = read_meta(cell)
-    if meta is None:
-        raise UserError(f"{cell / RUN_JSON}: missing; a complete cell holds its run record")
-    return meta
 
 
 def _read_tables(paths: list[Path], columns: list[str] | None = None) -> list[pa.Table]:
