@@ -1,5 +1,5 @@
 """`hb real --backend trl`: a TRL GRPO run on the built-in tool-use tasks, its harness
-chosen every optimizer step by a scheduling policy (real_runs.trl_backend).
+chosen every optimizer step by a scheduling policy (`real_runs.integrations.trl_grpo`).
 
     hb real --backend trl --policy harnessbandit --seed 0 --steps 4 --out runs/trl0
     hb real --backend trl --model /path/to/local/checkpoint --device cuda --steps 100 --out runs/trl1
@@ -9,77 +9,69 @@ The model is a tiny Qwen2 built in-process from a config with a byte-level token
 (`--preset tiny`, or `gpu-small` for a wider one), or any local Hugging Face causal-LM
 directory (`--model PATH`, nothing is downloaded). DIR gets the SPEC §7 files
 (train.parquet, eval.parquet, run.json) and TRL's checkpoints under DIR/trl/.
-Knobs: `--set KEY=VALUE` for the fields of `TRLRunConfig`, `--set policy.KNOB=VALUE`.
+Knobs: `--set KEY=VALUE` for the knobs of `TRL_KNOBS`, `--set policy.KNOB=VALUE`.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 
 from policies import validate
 from policies.errors import UserError
-from real_runs.presets import coerce_knob
+from policies.knobs import Knob, Knobs
 
 SIZES = {"tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                       num_key_value_heads=1),
          "gpu-small": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
                            num_key_value_heads=2)}
-#: upper bounds of TRLRunConfig's int fields other than validate.MAX_BATCH_GROUPS
-INT_MAX = {"sketch_dim": 2**31 - 1, "threads": validate.MAX_JOBS}
 
 
-@dataclass(frozen=True)
-class TRLRunConfig:
-    harnesses: tuple = ("json", "xml", "func", "shell", "sexp", "kv")
-    batch_groups: int = 2               # prompts (groups) per optimizer step
-    group_size: int = 4                 # num_generations
-    max_completion_length: int = 24
-    lr: float = 1e-4
-    beta: float = 0.0                   # TRL's KL coefficient
-    max_grad_norm: float = 1.0
-    n_train_tasks: int = 60
-    n_heldout_tasks: int = 8
-    eval_tasks: int = 2
-    eval_attempts: int = 1
-    sketch_dim: int = 65536
-    block_path: str = "model.layers"
-    threads: int = 1                    # torch CPU threads of the process (0 = torch's default)
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "harnesses": list(self.harnesses)}
+def _harness_list(name: str, value) -> tuple:
+    if not isinstance(value, (list, tuple)) or len(value) < 2:
+        raise UserError(f"{name}={value!r} is not allowed: expected {_harness_list.allowed}")
+    from real_runs.world.harnesses import get_harness
+    for harness in value:
+        get_harness(harness)       # an unknown name raises UserError listing the valid ones
+    return tuple(value)
 
 
-def resolve(**overrides) -> TRLRunConfig:
-    """Defaults with `overrides` (unknown keys and wrong types raise UserError)."""
-    valid = {f.name: f for f in fields(TRLRunConfig)}
-    out = {}
-    for key, value in overrides.items():
-        if key not in valid:
-            raise UserError(f"trl knob {key!r} is unknown; valid knobs: {', '.join(sorted(valid))}")
-        default = getattr(TRLRunConfig(), key)
-        if isinstance(default, tuple):
-            if not isinstance(value, (list, tuple)) or len(value) < 2:
-                raise UserError(f"{key}={value!r} is not allowed: expected a list of >= 2 harness names")
-            value = tuple(value)
-            from real_runs.harnesses import get_harness
-            for name in value:
-                get_harness(name)       # an unknown name raises UserError
-        else:
-            value = coerce_knob(key, value, type(default))       # ints for floats, else the exact type
-        if isinstance(default, float):
-            value = validate.check_float(key, value, 0.0)
-        elif isinstance(default, int):
-            value = validate.check_int(key, value, 0 if key in ("threads", "eval_tasks") else 1, INT_MAX.get(
-                key, validate.MAX_BATCH_GROUPS))
-        out[key] = value
-    return replace(TRLRunConfig(), **out)
+_harness_list.allowed = "a list of at least 2 harness names"
+_MAX = validate.MAX_BATCH_GROUPS
+
+TRL_KNOBS = Knobs({
+    "harnesses": Knob(("json", "xml", "func", "shell", "sexp", "kv"), "the training harnesses (arms)",
+                      parse=_harness_list),
+    "batch_groups": Knob(2, "prompts (groups) per optimizer step", 1, _MAX),
+    "group_size": Knob(4, "completions per prompt (TRL's num_generations)", 1, _MAX),
+    "max_completion_length": Knob(24, "tokens per completion", 1, _MAX),
+    "lr": Knob(1e-4, "learning rate", 0.0),
+    "beta": Knob(0.0, "TRL's KL coefficient", 0.0),
+    "max_grad_norm": Knob(1.0, "gradient clipping norm", 0.0),
+    "n_train_tasks": Knob(60, "training tasks", 1, _MAX),
+    "n_heldout_tasks": Knob(8, "held-out tasks", 1, _MAX),
+    "eval_tasks": Knob(2, "held-out tasks evaluated (first k)", 0, _MAX),
+    "eval_attempts": Knob(1, "attempts per (task, harness)", 1, _MAX),
+    "sketch_dim": Knob(65536, "sketch coordinates d", 1, 2**31 - 1),
+    "block_path": Knob("model.layers", "module path of the model's decoder blocks"),
+    "threads": Knob(1, "torch CPU threads of the process (0 = torch's default)", 0, validate.MAX_JOBS),
+}, scope="trl", owner="--backend trl")
+
+
+def resolve(**overrides):
+    """The TRL knobs (a frozen record, `cfg.lr`) with `overrides`; unknown keys and bad values
+    raise UserError."""
+    return TRL_KNOBS.settings(overrides)
+
+
+def env_section(cfg) -> dict:
+    """The TRL knobs as they stand in a run config's env section (harnesses as a list)."""
+    return {**dataclasses.asdict(cfg), "harnesses": list(cfg.harnesses)}
 
 
 def byte_tokenizer():
@@ -134,49 +126,32 @@ def load_local(path: str):
 
 def held_out_evaluator(model, tokenizer, harnesses: list[str], tasks, *, seed: int, step, attempts: int = 1,
                        max_new: int = 24, block_path: str = "model.layers"):
-    """() -> eval frame (SPEC §7) of held-out `tasks` on the training harnesses
-    (`heldout_tasks`, id "<task>@<harness>") and on the held-out harnesses
-    (`heldout_harness`), played multi-turn with `real_runs.rollout.play`; sampling draws
-    from a generator seeded by (seed, step()), so it never perturbs training."""
-    from real_runs.harnesses import HELDOUT_HARNESSES, get_harness
-    from real_runs.hf import HFCausalLM
-    from real_runs.rollout import play
+    """() -> eval frame (SPEC §7) of held-out `tasks`: `real_runs.native.evaluation.heldout_eval`
+    (the native backend's evaluator and evaluation stream) of the HF model at step `step()`;
+    the model's train/eval mode is restored."""
+    from real_runs.native.evaluation import heldout_eval
+    from real_runs.native.hf import HFCausalLM
 
     def evaluate() -> pd.DataFrame:
-        jobs, meta = [], []
-        for suite, names in (("heldout_tasks", harnesses), ("heldout_harness", HELDOUT_HARNESSES)):
-            for name in names:
-                for task in tasks:
-                    tid = f"{task.id}@{name}" if suite == "heldout_tasks" or len(names) > 1 else task.id
-                    for attempt in range(attempts):
-                        jobs.append((get_harness(name), task))
-                        meta.append((suite, tid, task.category, name, attempt))
         was_training = model.training
-        wrapped = HFCausalLM(model, tokenizer, block_path, max_len=1024).eval()
-        device = next(model.parameters()).device
-        gen = torch.Generator(device=device).manual_seed(
-            int(np.random.SeedSequence([int(seed), 41, int(step())]).generate_state(1)[0]))
         try:
-            played = play(wrapped, jobs, generator=gen, max_new=max_new)
+            return heldout_eval(HFCausalLM(model, tokenizer, block_path, max_len=1024), harnesses, tasks, seed=seed,
+                                step=int(step()), attempts=attempts, max_new=max_new)
         finally:
             model.train(was_training)
-        frame = pd.DataFrame(meta, columns=["suite", "task", "category", "harness", "attempt"])
-        frame["reward"] = np.asarray(played.rewards, dtype=np.float64)
-        frame["success"] = frame["reward"] >= 1.0
-        return frame
 
     return evaluate
 
 
-def build(cfg: TRLRunConfig, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str = "cpu",
+def build(cfg, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str = "cpu",
           model_path: str | None = None, preset: str = "tiny", eval_every: int | None = None,
           checkpoint_every: int = 10, extra_args: dict | None = None, extra_rewards: list | None = None):
     """(trainer, scheduler, run config) of one TRL run; nothing is trained yet."""
     from trl import GRPOConfig
 
     from policies import make
-    from real_runs.tasks import make_tasks
-    from real_runs.trl_backend import HarnessGRPOTrainer, HarnessScheduler, harness_dataset, harness_reward
+    from real_runs.world.tasks import make_tasks
+    from real_runs.integrations.trl_grpo import HarnessGRPOTrainer, HarnessScheduler, harness_dataset, harness_reward
     harnesses = list(cfg.harnesses)
     if cfg.threads and device == "cpu":
         torch.set_num_threads(cfg.threads)  # process-wide, as the native backend's `threads` knob
@@ -189,11 +164,11 @@ def build(cfg: TRLRunConfig, *, policy_cfg: dict, seed: int, steps: int, out: st
     data = harness_dataset(train_tasks, harnesses)
     knobs = {k: v for k, v in policy_cfg.items() if k not in ("name", "label")}
     policy = make(policy_cfg["name"], n_arms=len(harnesses), seed=seed, **knobs)
-    config = {"env": {"kind": "trl", "model": model_path or preset, **cfg.to_dict()}, "policy": policy_cfg,
+    config = {"env": {"kind": "trl", "model": model_path or preset, **env_section(cfg)}, "policy": policy_cfg,
               "seed": seed, "steps": steps, "eval_every": eval_every, "batch_groups": cfg.batch_groups}
     holder = {}
     evaluate = held_out_evaluator(model, tok, harnesses, heldout[:cfg.eval_tasks], seed=seed,
-                                  step=lambda: holder["s"].loop.t, attempts=cfg.eval_attempts,
+                                  step=lambda: holder["s"].recorder.t, attempts=cfg.eval_attempts,
                                   max_new=cfg.max_completion_length, block_path=cfg.block_path)
     sched = HarnessScheduler(policy, harnesses, data, seed=seed, label=policy_cfg.get("label"), evaluate=evaluate,
                              eval_every=eval_every, config=config["env"], block_path=cfg.block_path,
@@ -205,8 +180,8 @@ def build(cfg: TRLRunConfig, *, policy_cfg: dict, seed: int, steps: int, out: st
                     use_cpu=device == "cpu", report_to="none", logging_steps=1, disable_tqdm=True,
                     save_strategy="steps", save_steps=checkpoint_every)
     args = GRPOConfig(**{**trl_args, **(extra_args or {})})
-    trainer = HarnessGRPOTrainer(model, reward_funcs=[harness_reward(train_tasks), *(extra_rewards or [])], args=args, train_dataset=data,
-                                 processing_class=tok, scheduler=sched)
+    trainer = HarnessGRPOTrainer(model, reward_funcs=[harness_reward(train_tasks), *(extra_rewards or [])], args=args,
+                                 train_dataset=data, processing_class=tok, scheduler=sched)
     from transformers import PrinterCallback
     trainer.remove_callback(PrinterCallback)  # TRL's per-step log dicts would go to stdout; rows carry them
     return trainer, sched, config
@@ -242,15 +217,15 @@ def main(args) -> int:
                                    checkpoint_every=args.checkpoint_every)
     validate.claim_output_dir(out, "run", tool="hb real --backend trl")
     print(f"TRL trainer ready in {time.perf_counter() - t0:.1f}s ({len(cfg.harnesses)} harnesses)", file=sys.stderr)
-    if args.eval_every and sched.loop.t == 0 and not args.resume:
-        sched.loop.evaluate()   # step 0, as `hb real` does
+    if args.eval_every and sched.recorder.t == 0 and not args.resume:
+        sched.recorder.evaluate()   # step 0, as `hb real` does
     trainer.train(resume_from_checkpoint=True if args.resume else None)
-    for row in sched.loop.rows[-args.steps:]:
+    for row in sched.recorder.rows[-args.steps:]:
         print(f"step {row['step']} arm={row['arm']} reward={row['reward']:.3f} L={row['learnability']:.3f} "
               f"T={row['transfer']:.3f} {row['seconds_step']:.2f}s overhead={100 * row['overhead_frac']:.2f}%",
               file=sys.stderr)
-    if sched.loop.evaluated_at != sched.loop.t:
-        sched.loop.evaluate()
+    if sched.recorder.evaluated_at != sched.recorder.t:
+        sched.recorder.evaluate()
     result = sched.result(config)
     import transformers
     result.meta["versions"].update(trl=trl.__version__, transformers=transformers.__version__)

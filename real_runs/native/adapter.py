@@ -15,8 +15,9 @@ One `train_step(allocation)`:
      last blocks BEFORE clipping and the step, clip, Adam, the update sketch
      (`trainer`); learnability from per-token advantages and masks (SPEC §2.3);
   5. the full cost ledger and seconds by phase.
-Randomness: a numpy Generator per harness task pool and one torch Generator for sampling,
-all created from the run seed and saved in `state_dict`; evaluation draws from a
+Randomness: the named streams of `real_runs.streams`, all from the run seed and saved in
+`state_dict`: a per-harness task pool (`world.pool.TaskPool`, TASK_POOL) and one torch
+Generator for sampling (ROLLOUT); evaluation (`native.evaluation`, EVAL) draws from a
 generator seeded by (seed, step), so it never perturbs training.
 
 Data parallel (torch.distributed initialised by the caller, e.g. `hb real` under
@@ -28,6 +29,7 @@ are SUMmed, so all ranks step identically and report identical feedback.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 
 import numpy as np
@@ -38,14 +40,17 @@ import torch.distributed as dist
 from hbsim.adapter import CostLedger, StepResult
 from hbsim.sampling import DynamicSampler
 from policies import Allocation
-from real_runs.harnesses import HARNESSES, HELDOUT_HARNESSES, TRAIN_HARNESSES
-from real_runs.presets import RealConfig, resolve
-from real_runs.rollout import play
-from real_runs.sketch import ParamSketch
-from real_runs.tasks import make_tasks
-from real_runs.trainer import (Group, accumulate_gradients, build_rows, global_sum, pad_rows, sketch_and_update,
-                               token_learnability)
 from policies.errors import UserError
+from real_runs import streams
+from real_runs.native.evaluation import heldout_eval
+from real_runs.native.presets import RealConfig, model_dict, resolve
+from real_runs.native.rollout import play
+from real_runs.native.sketch import ParamSketch
+from real_runs.native.trainer import (Group, accumulate_gradients, build_rows, global_sum, pad_rows,
+                                      sketch_and_update, token_learnability)
+from real_runs.world.harnesses import HARNESSES, TRAIN_HARNESSES
+from real_runs.world.pool import TaskPool
+from real_runs.world.tasks import make_tasks
 
 
 def pick_device(name: str) -> torch.device:
@@ -62,10 +67,6 @@ def _rank_world() -> tuple[int, int]:
     return 0, 1
 
 
-def _torch_seed(*words: int) -> int:
-    return int(np.random.SeedSequence([int(w) for w in words]).generate_state(1, dtype=np.uint64)[0] >> 1)
-
-
 class GRPOAdapter:
     """Real GRPO on the task world's training harnesses (index = arm)."""
 
@@ -79,7 +80,6 @@ class GRPOAdapter:
         self.rank, self.world = _rank_world()
         self.harnesses = list(TRAIN_HARNESSES)
         self._train_h = [HARNESSES[n] for n in TRAIN_HARNESSES]
-        self._heldout_h = [HARNESSES[n] for n in HELDOUT_HARNESSES]
         self.train_tasks, self.heldout_tasks = make_tasks(self.seed, n_train=self.cfg.n_train_tasks,
                                                           n_heldout=self.cfg.n_heldout_tasks)
         self.model, self.warm_key = model if model is not None else self._build_model(progress)
@@ -90,11 +90,10 @@ class GRPOAdapter:
         self.sketch = ParamSketch.build(self.model, block_path=self.model.block_path,
                                         last_blocks=self.cfg.sketch_blocks, dim=self.cfg.sketch_dim,
                                         seed=self.seed + self.cfg.sketch_seed, patterns=patterns)
-        n = len(self.train_tasks)
-        self._pool_rng = [np.random.default_rng([self.seed, 21, h]) for h in range(len(self.harnesses))]
-        self._pool = [rng.permutation(n) for rng in self._pool_rng]
-        self._pool_pos = [0] * len(self.harnesses)
-        self._gen = torch.Generator(device=self.device).manual_seed(_torch_seed(self.seed, 31, self.rank))
+        self._pool = TaskPool([np.arange(len(self.train_tasks))] * len(self.harnesses), self.seed,
+                              streams.TASK_POOL)
+        self._gen = torch.Generator(device=self.device).manual_seed(
+            streams.torch_seed(self.seed, streams.ROLLOUT, self.rank))
         self._sampler = DynamicSampler(len(self.harnesses), oversample=self.cfg.oversample,
                                        max_rounds=self.cfg.sample_rounds, max_age=self.cfg.leftover_max_age,
                                        max_size=self.cfg.leftover_max)
@@ -102,37 +101,26 @@ class GRPOAdapter:
 
     def _build_model(self, progress=None):
         if self.cfg.model_path:
-            from real_runs.hf import load_hf_model
+            from real_runs.native.hf import load_hf_model
             return load_hf_model(self.cfg.model_path, self.cfg.hf_block_path, self.device, self.cfg.max_len), "hf"
-        from real_runs.model import ModelConfig, Transformer
-        from real_runs.warmstart import warm_start, warm_tasks
+        from real_runs.native.model import ModelConfig, Transformer
+        from real_runs.native.warmstart import warm_start, warm_tasks
         warm_h = self._train_h[:min(self.cfg.warm_harnesses, len(self._train_h))]
         tasks = warm_tasks(self.cfg, self.seed, self.train_tasks, self.heldout_tasks)
         others = self._train_h[len(warm_h):]
         state, key = warm_start(self.cfg, self.seed, warm_h, tasks, self.device, others, progress=progress)
-        model = Transformer(ModelConfig(**self.cfg.model_dict()))
+        model = Transformer(ModelConfig(**model_dict(self.cfg)))
         model.load_state_dict(state)
         return model.to(self.device), key
 
     # -- sampling --------------------------------------------------------------------
-    def _next_tasks(self, h: int, n: int) -> list:
-        """n tasks from harness h's pool, reshuffled at the end of each pass."""
-        out = []
-        while len(out) < n:
-            if self._pool_pos[h] >= len(self._pool[h]):
-                self._pool[h] = self._pool_rng[h].permutation(len(self.train_tasks))
-                self._pool_pos[h] = 0
-            out.append(self.train_tasks[int(self._pool[h][self._pool_pos[h]])])
-            self._pool_pos[h] += 1
-        return out
-
     def _generate(self, requests: dict[int, int], ledger: CostLedger) -> dict:
         """The sampler's `generate`: requests = harness -> fresh groups (this rank's share),
         played in one batch; returns harness -> (groups, rewards (n, G))."""
         G = self.cfg.group_size
         jobs, meta = [], []
         for h, n in requests.items():
-            for task in self._next_tasks(h, n):
+            for task in (self.train_tasks[i] for i in self._pool.draw(h, n)):
                 meta.append((h, task))
                 jobs.extend([(self._train_h[h], task)] * G)
         out = {h: ([], np.zeros((0, G))) for h in requests}
@@ -221,37 +209,20 @@ class GRPOAdapter:
 
     # -- evaluation ------------------------------------------------------------------
     def evaluate(self) -> pd.DataFrame:
-        """Held-out tasks on the training harnesses (`heldout_tasks`, task id
-        "<task>@<harness>") and on the held-out harness (`heldout_harness`), k attempts."""
+        """`native.evaluation.heldout_eval` of the first `eval_tasks` held-out tasks."""
         cfg = self.cfg
-        tasks = self.heldout_tasks[:cfg.eval_tasks]
-        jobs, meta = [], []
-        for suite, hs in (("heldout_tasks", self._train_h), ("heldout_harness", self._heldout_h)):
-            for h in hs:
-                for task in tasks:
-                    tid = f"{task.id}@{h.name}" if suite == "heldout_tasks" or len(hs) > 1 else task.id
-                    for attempt in range(cfg.eval_attempts):
-                        jobs.append((h, task))
-                        meta.append((suite, tid, task.category, h.name, attempt))
-        gen = torch.Generator(device=self.device).manual_seed(_torch_seed(self.seed, 41, self._step))
-        self.model.eval()
-        played = play(self.model, jobs, generator=gen, max_new=cfg.max_new_tokens,
-                      temperature=cfg.temperature, chunk=cfg.eval_chunk)
-        frame = pd.DataFrame(meta, columns=["suite", "task", "category", "harness", "attempt"])
-        frame["reward"] = np.asarray(played.rewards, dtype=np.float64)
-        frame["success"] = frame["reward"] >= 1.0
-        return frame
+        return heldout_eval(self.model, self.harnesses, self.heldout_tasks[:cfg.eval_tasks], seed=self.seed,
+                            step=self._step, attempts=cfg.eval_attempts, max_new=cfg.max_new_tokens,
+                            temperature=cfg.temperature, chunk=cfg.eval_chunk)
 
     # -- records and state -----------------------------------------------------------
     def config(self) -> dict:
-        return {"kind": "real", "n_harnesses": len(self.harnesses), **self.cfg.to_dict()}
+        return {"kind": "real", "n_harnesses": len(self.harnesses), **dataclasses.asdict(self.cfg)}
 
     def state_dict(self) -> dict:
         return {"step": self._step, "model": self.model.state_dict(), "ref": self.ref.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
-                "pool": [p.copy() for p in self._pool], "pool_pos": list(self._pool_pos),
-                "pool_rng": [copy.deepcopy(r.bit_generator.state) for r in self._pool_rng],
-                "gen": self._gen.get_state(), "leftover": self._sampler.state_dict(),
+                "pool": self._pool.state_dict(), "gen": self._gen.get_state(), "leftover": self._sampler.state_dict(),
                 "warm_key": self.warm_key}
 
     def load_state_dict(self, state: dict) -> None:
@@ -259,13 +230,7 @@ class GRPOAdapter:
         self.model.load_state_dict(state["model"])
         self.ref.load_state_dict(state["ref"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self._pool = [np.asarray(p).copy() for p in state["pool"]]
-        self._pool_pos = list(state["pool_pos"])
-        for rng, s in zip(self._pool_rng, state["pool_rng"]):
-            rng.bit_generator.state = copy.deepcopy(s)
+        self._pool.load_state_dict(state["pool"])
         self._gen.set_state(state["gen"])
-        leftover = state["leftover"]
-        if isinstance(leftover, list):  # checkpoints before hbsim.sampling: one list of groups per harness
-            leftover = {"buffers": [[[g.born, [g]] for g in buf] for buf in leftover]}
-        self._sampler.load_state_dict(leftover)
+        self._sampler.load_state_dict(state["leftover"])
 

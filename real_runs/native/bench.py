@@ -1,7 +1,7 @@
 """Speed figures of the real trainer without pytest (for machines that only have torch).
 
-    python -m real_runs.bench sketch [--device cuda] [--repeats 50]   # gather of d coordinates
-    python -m real_runs.bench timing RUN_DIR                           # per-phase seconds of a run
+    python -m real_runs.native.bench sketch [--device cuda] [--repeats 50]   # gather of d coordinates
+    python -m real_runs.native.bench timing RUN_DIR                           # per-phase seconds of a run
 
 `sketch` times `ParamSketch.grad` on gradients shaped like the last 4 blocks of a
 2B-parameter model (hidden 2048, MLP 6144; q, k, v, o, up, gate, down and two norms per
@@ -37,7 +37,7 @@ def gradient_sketch_fixture(device: str = "cpu", d: int = 65536):
     from torch import nn
 
     from policies.sketch import plan_sketch
-    from real_runs.sketch import ParamSketch
+    from real_runs.native.sketch import ParamSketch
 
     shapes = two_b_last_blocks()
     named = []
@@ -91,7 +91,7 @@ def run_timing(run_dir: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m real_runs.bench")
+    parser = argparse.ArgumentParser(prog="python -m real_runs.native.bench")
     sub = parser.add_subparsers(dest="what", required=True)
     s = sub.add_parser("sketch")
     s.add_argument("--device", default="cpu")

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from real_runs.episode import Episode
-from real_runs.model import ByteTokenizer, sample
-from real_runs.trainer import Turn
+from real_runs.world.episode import Episode
+from real_runs.native.model import ByteTokenizer, sample
+from real_runs.native.trainer import Turn
 
 
 @dataclass

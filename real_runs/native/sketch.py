@@ -94,6 +94,13 @@ def all_reduce_sum(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def global_sketch(local: torch.Tensor, grads_synced: bool) -> torch.Tensor:
+    """The raw sketch of the global gradient from this rank's sketch (SPEC §2.4): gradients
+    already averaged by DDP are global, so their sketch is used as is (summing again would
+    count it once per rank); local gradients are SUMmed over ranks before normalising."""
+    return local if grads_synced else all_reduce_sum(local)
+
+
 def all_reduce_grads(params: list[torch.Tensor]) -> None:
     """SUM the gradients over ranks in one flat bucket (each rank's loss is already divided
     by the GLOBAL token count, so the sum is the global-batch gradient)."""

@@ -1,15 +1,16 @@
 """GRPO maths and the optimizer step of a real run, in torch.
 
-One optimizer step, read top to bottom in `optimize`:
-  rows of (prompt, completion) -> micro-batched PPO-clip + k3-KL token loss, token-mean
-  over the GLOBAL batch -> backward -> gradient sketch (before clipping and the step) ->
-  SUM all-reduce of the sketch and of the gradients across ranks -> clip -> Adam step ->
-  update sketch on the same coordinates.
+One optimizer step, as `native.adapter.GRPOAdapter.train_step` calls it:
+  `build_rows` (rows of (prompt, completion) with their advantages) ->
+  `accumulate_gradients` (micro-batched PPO-clip + k3-KL token loss, token-mean over the
+  GLOBAL batch, backward) -> `sketch_and_update` (gradient sketch before clipping and the
+  step, SUM all-reduce of the sketch and of the gradients across ranks, clip, Adam step,
+  update sketch on the same coordinates).
 
 Departures from the paper's recipe (seed note §6), on purpose:
 * the policy is a small byte-level transformer trained from a supervised warm start on
   demonstrations (no pretrained LLM can be downloaded); an optional Hugging Face
-  checkpoint goes through the same code (`real_runs.hf`). Its input adds an embedding of
+  checkpoint goes through the same code (`real_runs.native.hf`). Its input adds an embedding of
   the previous byte (token shift) so that two blocks learn to copy from the context;
 * Adam's learning rate defaults to 1e-3-scale for the small models (paper: 1e-6 for 2B);
 * prompt and reply lengths are hundreds of bytes, not 40,000 / 8,192 tokens;
@@ -34,8 +35,8 @@ import torch
 import torch.distributed as dist
 
 from hbsim.grpo import advantages as group_advantages
-from real_runs.model import right_pad, token_logprobs
-from real_runs.sketch import ParamSketch, all_reduce_grads, all_reduce_sum
+from real_runs.native.model import right_pad, token_logprobs
+from real_runs.native.sketch import ParamSketch, all_reduce_grads, all_reduce_sum
 
 
 @dataclass
@@ -223,7 +224,7 @@ def accumulate_gradients(model, ref, rows: Rows, *, micro_batch: int, n_tokens_g
 
 
 def sketch_and_update(model, optimizer, sketch: ParamSketch, *, update_sketch: bool, max_grad_norm: float):
-    """The end of every optimizer step (`real_runs.adapter`; the DDP test runs this same code):
+    """The end of every optimizer step (`real_runs.native.adapter`; the DDP test runs this same code):
     the raw gradient sketch of the local gradients, taken BEFORE clipping and the step and
     SUMmed across ranks, then `apply_update` (SUM all-reduce of the gradients, clip, step)
     with the update sketch on the same coordinates when `update_sketch`.

@@ -30,13 +30,14 @@ import math
 import os
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from real_runs.episode import Episode
-from real_runs.model import ByteTokenizer, ModelConfig, Transformer, right_pad, token_logprobs
-from real_runs.tasks import make_tasks
-from real_runs.trainer import Turn, merge_turns
+from real_runs import streams
+from real_runs.native.model import ByteTokenizer, ModelConfig, Transformer, right_pad, token_logprobs
+from real_runs.native.presets import model_dict
+from real_runs.native.trainer import Turn, merge_turns
+from real_runs.world.episode import Episode
+from real_runs.world.tasks import make_tasks
 
 CACHE_VERSION = 3
 
@@ -111,10 +112,10 @@ def lr_at(cfg, step: int) -> float:
 def train_warm(cfg, seed: int, rows, device, progress=None) -> dict:
     """Initialise the model from `seed` and fit the demonstrations; returns a CPU state_dict.
     progress(done, total) is called before the first step and after every step."""
-    init = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, 11]).generate_state(1)[0]))
-    model = Transformer(ModelConfig(**cfg.model_dict()), init).to(device)
+    init = torch.Generator().manual_seed(streams.torch_seed32(seed, streams.WARM_INIT))
+    model = Transformer(ModelConfig(**model_dict(cfg)), init).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.warm_lr, weight_decay=0.0)
-    rng = np.random.default_rng([seed, 12])
+    rng = streams.rng(seed, streams.WARM_BATCH)
     if progress is not None:
         progress(0, cfg.warm_steps)
     for step in range(cfg.warm_steps):
@@ -137,7 +138,7 @@ def warm_key(cfg, seed: int, rows, device_type: str = "cpu") -> str:
     digest = hashlib.sha256()
     for tokens, spans in rows:
         digest.update(bytes(tokens) + repr(spans).encode() + b"\x01")
-    spec = {"v": CACHE_VERSION, "seed": seed, "model": cfg.model_dict(), "data": digest.hexdigest(), "device": device_type,
+    spec = {"v": CACHE_VERSION, "seed": seed, "model": model_dict(cfg), "data": digest.hexdigest(), "device": device_type,
             "warm": [cfg.warm_harnesses, cfg.warm_steps, cfg.warm_batch, cfg.warm_lr, cfg.max_new_tokens,
                      cfg.warm_tasks, cfg.warm_other_tasks]}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]

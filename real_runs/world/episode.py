@@ -18,9 +18,9 @@ call, after a single-turn harness's one reply, or at ``harness.max_turns``.
 """
 from __future__ import annotations
 
-from real_runs.harnesses import Harness
-from real_runs.tasks import Task
-from real_runs.workspace import ENDS_EPISODE, execute
+from real_runs.world.harnesses import Harness
+from real_runs.world.tasks import Task
+from real_runs.world.workspace import ENDS_EPISODE, execute
 
 
 class Episode:

@@ -3,7 +3,7 @@
 A :class:`Harness` bundles what differs between real agent harnesses:
 
 * system prompt wording and context layout (``template``),
-* tool schema notation and call syntax (``syntax``, see :mod:`real_runs.syntax`),
+* tool schema notation and call syntax (``syntax``, see :mod:`real_runs.world.syntax`),
   including the tools' names,
 * workspace view (``view``: file names only, so the agent must ``read``; or contents),
 * observation format (``observe``),
@@ -34,10 +34,10 @@ import json
 from dataclasses import dataclass
 from typing import Callable
 
-from real_runs.syntax import (BracketSyntax, FuncSyntax, JsonSyntax, KvSyntax, SexpSyntax,
+from real_runs.world.syntax import (BracketSyntax, FuncSyntax, JsonSyntax, KvSyntax, SexpSyntax,
                               ShellSyntax, Syntax, XmlSyntax)
-from real_runs.tasks import Task
-from real_runs.workspace import ENDS_EPISODE, Call, Result
+from real_runs.world.tasks import Task
+from real_runs.world.workspace import ENDS_EPISODE, Call, Result
 from policies.errors import UserError
 
 STOP = "\n"

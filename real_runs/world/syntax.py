@@ -1,6 +1,6 @@
 """Call notations: how a harness writes and reads a tool call.
 
-Each notation turns a canonical :class:`~real_runs.workspace.Call` into the text a
+Each notation turns a canonical :class:`~real_runs.world.workspace.Call` into the text a
 model should emit (``format``) and back (``parse``). ``parse`` never raises: anything it
 cannot read exactly (junk, truncation, an unknown tool, a wrong argument set) is None.
 ``parse_many`` reads a single-turn harness's whole reply (several calls) into a list
@@ -14,7 +14,7 @@ import json
 import re
 import shlex
 
-from real_runs.workspace import TOOLS, Call, make_call
+from real_runs.world.workspace import TOOLS, Call, make_call
 
 
 class Syntax:

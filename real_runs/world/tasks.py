@@ -34,8 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from real_runs.workspace import Call
 from policies.errors import UserError
+from real_runs import streams
+from real_runs.world.workspace import Call
 
 CATEGORIES = ("create", "edit", "files", "count", "lookup", "multi")
 
@@ -291,7 +292,7 @@ def make_tasks(seed: int, n_train: int = 300, n_heldout: int = 100) -> tuple[lis
     seed = _check_count("seed", seed, 0)
     n_train = _check_count("n_train", n_train, 1, MAX_TASKS)
     n_heldout = _check_count("n_heldout", n_heldout, 0, MAX_TASKS - n_train)
-    rng = np.random.default_rng([seed, 0x7A5C])
+    rng = streams.rng(seed, streams.TASKS)
     seen: set[tuple] = set()
     out: list[list[Task]] = []
     for prefix, n in (("t", n_train), ("h", n_heldout)):

@@ -10,7 +10,7 @@ import numpy as np
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 from hbsim.experiment import resolve_policy  # noqa: E402
-from real_runs import trl_run  # noqa: E402
+from real_runs.integrations import trl_run  # noqa: E402
 
 
 def main(out: str) -> None:

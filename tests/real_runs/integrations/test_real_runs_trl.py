@@ -12,13 +12,15 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 pytest.importorskip("trl")  # the README's set-up installs the extra; a bare install skips
 
 from hbsim.experiment import resolve_policy  # noqa: E402
+from hbsim.loop import step_overhead  # noqa: E402
 from policies import Feedback, make  # noqa: E402
 from policies.errors import UserError  # noqa: E402
-from real_runs import trl_run  # noqa: E402
-from real_runs.harnesses import get_harness  # noqa: E402
-from real_runs.tasks import make_tasks  # noqa: E402
-from real_runs.trl_backend import harness_dataset, harness_reward  # noqa: E402
-from real_runs.trl_signals import global_sketch, group_signals  # noqa: E402
+from real_runs.integrations import trl_run  # noqa: E402
+from real_runs.integrations.signals import group_signals  # noqa: E402
+from real_runs.integrations.trl_grpo import harness_dataset, harness_reward  # noqa: E402
+from real_runs.native.sketch import global_sketch  # noqa: E402
+from real_runs.world.harnesses import get_harness  # noqa: E402
+from real_runs.world.tasks import make_tasks  # noqa: E402
 
 HARNESSES = ["json", "xml", "kv"]
 MAXLEN = 12
@@ -81,6 +83,7 @@ def test_selected_harness_prompts_are_trained_and_signals_flow(tmp_path):
     after = sched.policy.state_dict()
     assert after["t"] == 4 and before["t"] == 0
     assert np.isfinite(train["seconds_step"]).all() and (train["overhead_frac"] < 1).all()
+    assert train["overhead_frac"].tolist() == [step_overhead(r) for r in train.to_dict("records")]
 
 
 def test_sketch_is_taken_before_clipping(tmp_path):
@@ -109,14 +112,14 @@ def test_resume_restores_the_scheduler_exactly(tmp_path):
     a, sa, config, _ = _build(tmp_path, "a", checkpoint_every=2)
     a.train()
     saved = torch.load(tmp_path / "a" / "trl" / "checkpoint-2" / "harnessbandit.pt", weights_only=False)
-    assert saved["loop"]["t"] == 2 and len(saved["loop"]["rows"]) == 2
+    assert saved["recorder"]["t"] == 2 and len(saved["recorder"]["rows"]) == 2
     b, sb, _, _ = _build(tmp_path, "b", checkpoint_every=2)
     loaded = []
-    load = sb.loop.load_state_dict
-    sb.loop.load_state_dict = lambda s: (load(s), loaded.append(sb.loop.state_dict()))[0]
+    load = sb.load_state_dict
+    sb.load_state_dict = lambda s: (load(s), loaded.append(sb.state_dict()))[0]
     b.train(resume_from_checkpoint=str(tmp_path / "a" / "trl" / "checkpoint-2"))
-    _assert_same(loaded[0]["policy"], saved["loop"]["policy"])
-    _assert_same(loaded[0]["adapter"], saved["loop"]["adapter"])
+    _assert_same(loaded[0]["recorder"]["policy"], saved["recorder"]["policy"])
+    _assert_same(loaded[0]["sampler"], saved["sampler"])
     _assert_same(sb.policy.state_dict(), sa.policy.state_dict())   # continued bit for bit to step 4
     ta, tb = sa.result(config).train, sb.result(config).train
     cols = [c for c in ta.columns if not c.startswith(("seconds_", "overhead"))]
@@ -170,6 +173,36 @@ def test_group_signals_hand_computed():
     assert global_sketch(x, True) is x and torch.equal(global_sketch(x.clone(), False), x)  # one process
 
 
+def test_native_and_trl_evaluators_draw_the_same_stream(tmp_path, monkeypatch):
+    """Both backends evaluate through `native.evaluation.heldout_eval`: same jobs, same
+    generator seed for the same (seed, step), the EVAL stream of `real_runs.streams`."""
+    import real_runs
+    import real_runs.native.evaluation as evaluation
+    from real_runs import streams
+    from real_runs.world.harnesses import TRAIN_HARNESSES
+    seen, play = [], evaluation.play
+
+    def spy(model, jobs, *, generator, **kw):
+        seen.append((generator.initial_seed(), [(h.name, t.id) for h, t in jobs]))
+        return play(model, jobs, generator=generator, **kw)
+
+    monkeypatch.setattr(evaluation, "play", spy)
+    torch.set_num_threads(1)
+    native = real_runs.make_adapter(3, device="cpu", warm_steps=0, n_train_tasks=6, n_heldout_tasks=2, eval_tasks=2,
+                                    eval_attempts=1, max_new_tokens=4, cache_dir=str(tmp_path))
+    tok = trl_run.byte_tokenizer()
+    heldout = make_tasks(3, n_train=6, n_heldout=2)[1]
+    for step in (0, 7):
+        monkeypatch.setattr(native, "_step", step)
+        frame = native.evaluate()
+        trl_frame = trl_run.held_out_evaluator(trl_run.tiny_qwen2(tok, "tiny", 3), tok, TRAIN_HARNESSES, heldout,
+                                               seed=3, step=lambda: step, max_new=4)()
+        (a, jobs_a), (b, jobs_b) = seen[-2:]
+        assert a == b == streams.torch_seed(3, streams.EVAL, step) and jobs_a == jobs_b and len(jobs_a) == 14
+        assert frame[["suite", "task", "harness", "attempt"]].equals(trl_frame[["suite", "task", "harness", "attempt"]])
+    assert seen[0][0] != seen[2][0]
+
+
 def test_reward_plays_the_harness():
     tasks = make_tasks(0, n_train=6, n_heldout=0)[0]
     data = harness_dataset(tasks, ["xml", "json"])
@@ -183,8 +216,16 @@ def test_reward_plays_the_harness():
 
 
 def test_user_errors(tmp_path):
-    with pytest.raises(UserError, match="unknown"):
+    with pytest.raises(UserError, match="--backend trl has no knob 'nope'"):
         trl_run.resolve(nope=1)
+    with pytest.raises(UserError, match=r"trl.harnesses=\['json'\] is not allowed: expected a list of at least 2"):
+        trl_run.resolve(harnesses=["json"])
+    with pytest.raises(UserError, match="harness='nope' is unknown"):
+        trl_run.resolve(harnesses=["json", "nope"])
+    with pytest.raises(UserError, match="trl.lr=-1 is out of range"):
+        trl_run.resolve(lr=-1)
+    assert trl_run.resolve(lr=1).lr == 1.0 and isinstance(trl_run.resolve(lr=1).lr, float)
+    assert trl_run.env_section(trl_run.resolve(harnesses=("xml", "kv")))["harnesses"] == ["xml", "kv"]
     with pytest.raises(UserError, match="steps_per_generation"):
         _build(tmp_path, extra_args={"steps_per_generation": 2})
 
@@ -263,7 +304,7 @@ def test_benchmark_scheduler_hooks_per_step(benchmark):
     coordinates before clipping, update sketch, L, policy update, train row), on the
     gpu-small Qwen2 (4 blocks of width 256), 6 harnesses, 8 groups x G = 8, non-zero
     gradients and rewards. Divide by the step time for the overhead fraction."""
-    from real_runs.trl_backend import HarnessScheduler
+    from real_runs.integrations.trl_grpo import HarnessScheduler
     torch.set_num_threads(1)
     names = ["json", "xml", "func", "shell", "sexp", "kv"]
     model = trl_run.tiny_qwen2(trl_run.byte_tokenizer(), "gpu-small", 0)
@@ -279,13 +320,14 @@ def test_benchmark_scheduler_hooks_per_step(benchmark):
     def step():
         sched.on_step_begin(None, None, None)
         sched.begin()
-        sched._step["rewards"] = rng.integers(0, 2, 64).astype(float)
+        sched.set_rewards(torch.from_numpy(rng.integers(0, 2, (64, 1)).astype(float)), torch.ones(1))
         sched.take_sketch(True)
         sched.on_optimizer_step(None, None, None)
         return sched.finish()
 
     row = benchmark(step)
-    assert np.isfinite(row["learnability"]) and np.isfinite(row["seconds_hb"])
+    assert np.isfinite(row["learnability"]) and row["seconds_sketch"] > 0 and row["seconds_scheduler"] > 0
+    assert row["overhead_frac"] == step_overhead(row) and 0 < row["overhead_frac"] <= 1
 
 
 @pytest.mark.slow

@@ -14,9 +14,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from real_runs.model import ModelConfig, Transformer
-from real_runs.sketch import ParamSketch
-from real_runs.trainer import Group, Turn, accumulate_gradients, build_rows, global_sum, sketch_and_update
+from real_runs.native.model import ModelConfig, Transformer
+from real_runs.native.sketch import ParamSketch
+from real_runs.native.trainer import Group, Turn, accumulate_gradients, build_rows, global_sum, sketch_and_update
 
 
 def model():
@@ -35,7 +35,7 @@ def global_batch():
 
 
 def subset(rows, keep):
-    from real_runs.trainer import Rows
+    from real_runs.native.trainer import Rows
     return Rows(*[[getattr(rows, f)[i] for i in keep] for f in ("tokens", "spans", "old_logp", "adv", "traj", "group")])
 
 

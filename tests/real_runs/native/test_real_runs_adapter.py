@@ -15,11 +15,12 @@ import torch
 
 import hbsim
 import real_runs
-import real_runs.adapter as adapter_mod
-import real_runs.trainer as trainer_mod
+import real_runs.native.adapter as adapter_mod
+import real_runs.native.trainer as trainer_mod
 from hbsim.grpo import advantages, learnability
 from policies import Allocation, make
-from real_runs.episode import Episode
+from real_runs.world.episode import Episode
+from real_runs.world.harnesses import HELDOUT_HARNESSES, TRAIN_HARNESSES
 
 KNOBS = dict(preset="tiny", device="cpu", warm_steps=2, n_train_tasks=40, n_heldout_tasks=10, group_size=4,
              max_new_tokens=12, eval_tasks=2, eval_attempts=2, oversample=2.0, sketch_dim=4096)
@@ -87,9 +88,9 @@ def test_evaluate_rows(cache):
     assert list(ev.columns) == ["suite", "task", "category", "harness", "attempt", "reward", "success"]
     inner = ev[ev.suite == "heldout_tasks"]
     assert len(inner) == 2 * 6 * 2 and inner.task.str.contains("@").all()
-    assert set(inner.harness) == set(adapter_mod.TRAIN_HARNESSES)
+    assert set(inner.harness) == set(TRAIN_HARNESSES)
     outer = ev[ev.suite == "heldout_harness"]
-    assert len(outer) == 2 * 2 and set(outer.harness) == set(adapter_mod.HELDOUT_HARNESSES)
+    assert len(outer) == 2 * 2 and set(outer.harness) == set(HELDOUT_HARNESSES)
     assert ev.reward.between(0, 1).all() and (ev.success == (ev.reward >= 1)).all()
 
 
@@ -123,22 +124,3 @@ def test_resume_gives_identical_tables(cache, fake_checker):
     pd.testing.assert_frame_equal(a[1], b[1])
     for p, q in zip(straight.adapter.model.parameters(), resumed.adapter.model.parameters()):
         assert torch.equal(p, q)
-
-
-def test_bad_knobs_raise_naming_the_knob():
-    with pytest.raises(ValueError, match="'lrr' is unknown; valid knobs: .*lr"):
-        real_runs.make_adapter(0, lrr=1.0)
-    with pytest.raises(ValueError, match="n_harnesses=4"):
-        real_runs.make_adapter(0, n_harnesses=4)
-    with pytest.raises(ValueError, match="preset='huge'"):
-        real_runs.make_adapter(0, preset="huge")
-    with pytest.raises(ValueError, match="kl_coef=-1"):
-        real_runs.make_adapter(0, kl_coef=-1.0)
-
-
-def test_knob_defaults_keep_the_preset():
-    knobs = real_runs.adapter_knobs()
-    assert knobs["n_harnesses"] == 6 and knobs["d_model"] is None and knobs["kl_coef"] == 0.05
-    merged = {**{k: v for k, v in knobs.items() if k != "n_harnesses"}, "preset": "gpu-small"}
-    cfg = real_runs.resolve(**merged)
-    assert cfg.d_model == 256 and cfg.sketch_blocks == 4 and cfg.advantage == "loo"

@@ -6,7 +6,7 @@ import importlib.util
 import pytest
 import torch
 
-from real_runs.model import ByteTokenizer, ModelConfig, Transformer, attention_mask, right_pad, sample, token_logprobs
+from real_runs.native.model import ByteTokenizer, ModelConfig, Transformer, attention_mask, right_pad, sample, token_logprobs
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +57,8 @@ def test_hf_wrapper_samples_and_scores_like_the_builtin(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from real_runs.hf import load_hf_model
-    from real_runs.sketch import block_parameters
+    from real_runs.native.hf import load_hf_model
+    from real_runs.native.sketch import block_parameters
 
     torch.manual_seed(0)  # test-only: the HF constructor initialises from the global RNG
     GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=300, n_positions=128)).save_pretrained(tmp_path)

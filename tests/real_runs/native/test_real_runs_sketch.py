@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from policies.sketch import plan_sketch
-from real_runs.model import ModelConfig, Transformer
-from real_runs.sketch import ParamSketch, block_parameters
+from real_runs.native.model import ModelConfig, Transformer
+from real_runs.native.sketch import ParamSketch, block_parameters
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -82,7 +82,7 @@ def test_ddp_all_reduced_sketch_equals_single_process_sketch(tmp_path):
 
 
 def test_benchmark_sketch_gather_2b_shaped(benchmark):
-    from real_runs.bench import gradient_sketch_fixture, two_b_last_blocks
+    from real_runs.native.bench import gradient_sketch_fixture, two_b_last_blocks
 
     sk = gradient_sketch_fixture("cpu")   # last 4 blocks of a 2B model, ~0.9 GB of resident gradients
     assert len(sk.names) == len(two_b_last_blocks()) == 36

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from hbsim.grpo import advantages, learnability
-from real_runs.model import ByteTokenizer, ModelConfig, Transformer, sample
-from real_runs.sketch import ParamSketch
-from real_runs.trainer import (Group, Turn, accumulate_gradients, apply_update, build_rows, grpo_token_loss,
+from real_runs.native.model import ByteTokenizer, ModelConfig, Transformer, sample
+from real_runs.native.sketch import ParamSketch
+from real_runs.native.trainer import (Group, Turn, accumulate_gradients, apply_update, build_rows, grpo_token_loss,
                                pad_rows, token_learnability)
 
 

@@ -4,11 +4,11 @@ import math
 
 import torch
 
-from real_runs.harnesses import HARNESSES
-from real_runs.model import ByteTokenizer, ModelConfig, Transformer
-from real_runs.presets import resolve
-from real_runs.tasks import make_tasks
-from real_runs.warmstart import completion_mask, demonstration_rows, lr_at, sft_loss, warm_tasks
+from real_runs.world.harnesses import HARNESSES
+from real_runs.native.model import ByteTokenizer, ModelConfig, Transformer
+from real_runs.native.presets import resolve
+from real_runs.world.tasks import make_tasks
+from real_runs.native.warmstart import completion_mask, demonstration_rows, lr_at, sft_loss, warm_tasks
 
 
 def test_loss_mask_covers_exactly_the_completion_bytes():
@@ -57,7 +57,7 @@ def test_warm_tasks_start_with_training_tasks_and_skip_heldout_instances():
 
 
 def test_other_harnesses_are_demonstrated_on_the_first_k_tasks_only(tmp_path):
-    from real_runs.warmstart import warm_start
+    from real_runs.native.warmstart import warm_start
     train, _ = make_tasks(0, n_train=8, n_heldout=0)
     base = dict(n_layer=1, d_model=16, n_head=2, d_mlp=32, warm_steps=1, warm_batch=2, cache_dir=str(tmp_path))
     sub, other = [HARNESSES["xml"]], [HARNESSES["kv"]]

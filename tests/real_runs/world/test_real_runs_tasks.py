@@ -1,4 +1,4 @@
-"""The task world: tasks, checkers, harnesses, episodes (real_runs.tasks/harnesses/episode)."""
+"""The task world: tasks, checkers, harnesses, episodes (real_runs.world.tasks/harnesses/episode)."""
 from __future__ import annotations
 
 import dataclasses
@@ -6,10 +6,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from real_runs.episode import Episode
-from real_runs.harnesses import HARNESSES, HELDOUT_HARNESSES, STOP, TRAIN_HARNESSES
-from real_runs.tasks import CATEGORIES, Task, make_tasks
-from real_runs.workspace import Call
+from real_runs.world.episode import Episode
+from real_runs.world.harnesses import HARNESSES, HELDOUT_HARNESSES, STOP, TRAIN_HARNESSES
+from real_runs.world.tasks import CATEGORIES, Task, make_tasks
+from real_runs.world.workspace import Call
 
 TRAIN, HELDOUT = make_tasks(0)
 ALL = TRAIN + HELDOUT
@@ -315,7 +315,7 @@ def test_seed_zero_is_pinned():
 
 
 def test_rows_and_demonstration_rows():
-    from real_runs.episode import demonstration_rows
+    from real_runs.world.episode import demonstration_rows
     h = HARNESSES["json"]
     t = TRAIN[4]                      # lookup: read, then answer
     rows = demonstration_rows(h, t)
@@ -333,7 +333,7 @@ def test_rows_and_demonstration_rows():
 
 
 def test_overlong_reply():
-    from real_runs.harnesses import MAX_REPLY
+    from real_runs.world.harnesses import MAX_REPLY
     h = HARNESSES["shell"]
     long_ok = "echo " + "a" * 40 + " > b.md"
     assert h.parse_turn(long_ok) == [Call("write", ("b.md", "a" * 40))]
@@ -388,7 +388,7 @@ def test_single_turn_call_limit():
 
 
 def test_workspace_execute_by_hand():
-    from real_runs.workspace import MAX_FILES, execute
+    from real_runs.world.workspace import MAX_FILES, execute
     ws = {"a": "x"}
     assert execute(ws, Call("append", ("a", "y"))) == (True, "ok") and ws == {"a": "x\ny"}
     assert execute(ws, Call("append", ("n", "z"))).ok and ws["n"] == "z"   # append creates
