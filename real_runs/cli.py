@@ -86,8 +86,6 @@ def _same_run(saved: dict, config: dict) -> None:
 
 def _init_distributed(args) -> int:
     """Join the torchrun process group if there is one; returns this process's rank."""
-    import os
-
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return 0
     import torch

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -114,11 +115,8 @@ class _Signals:
     grad_norm: float = float("nan")
     frac_zero: float = float("nan")
     tokens: int = 0
-    seconds: dict = field(default_factory=dict)
+    seconds: Counter = field(default_factory=Counter)     # phase -> seconds of the cost ledger
     own: float = 0.0                # the scheduler's bookkeeping seconds (counted as `scheduler`)
-
-    def add(self, phase: str, seconds: float) -> None:
-        self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
 
 
 class HarnessScheduler(TrainerCallback):
@@ -179,7 +177,7 @@ class HarnessScheduler(TrainerCallback):
     def generated(self, seconds: float, frac_reward_zero_std: float, tokens: int) -> None:
         """TRL generated and scored the step's completions."""
         if self._step is not None:
-            self._step.add("rollout", seconds)
+            self._step.seconds["rollout"] += seconds
             self._step.frac_zero, self._step.tokens = float(frac_reward_zero_std), int(tokens)
 
     def set_rewards(self, per_func: torch.Tensor, weights: torch.Tensor) -> None:
@@ -198,7 +196,7 @@ class HarnessScheduler(TrainerCallback):
         if self._step is None or self.sketch is None:
             return
         step = self._step
-        step.add("backward", backward_seconds)
+        step.seconds["backward"] += backward_seconds
         t0 = time.perf_counter()
         local = self.sketch.grad()
         t1 = time.perf_counter()
@@ -206,8 +204,8 @@ class HarnessScheduler(TrainerCallback):
         t2 = time.perf_counter()
         if self.sketch_knobs["update"]:
             step.before = self.sketch.values()
-        step.add("sketch", (t1 - t0) + (time.perf_counter() - t2))
-        step.add("allreduce", t2 - t1)
+        step.seconds["sketch"] += (t1 - t0) + (time.perf_counter() - t2)
+        step.seconds["allreduce"] += t2 - t1
 
     def set_grad_norm(self, norm) -> None:
         if self._step is not None:
@@ -222,7 +220,7 @@ class HarnessScheduler(TrainerCallback):
         if step is not None and step.before is not None:
             t0 = time.perf_counter()
             step.update = self.sketch.values() - step.before
-            step.add("sketch", time.perf_counter() - t0)
+            step.seconds["sketch"] += time.perf_counter() - t0
 
     def on_step_end(self, args, state, control, **kwargs):
         if self._step is not None:

@@ -109,16 +109,10 @@ def tiny_qwen2(tokenizer, size: str = "tiny", seed: int = 0):
 
 
 def load_local(path: str):
-    """(model, tokenizer) of a local Hugging Face directory; never downloads."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    if not Path(path).is_dir():
-        raise UserError(f"--model {path!r} is not allowed: expected a local Hugging Face model directory")
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
-        tok = AutoTokenizer.from_pretrained(path, local_files_only=True, padding_side="left")
-    except (OSError, ValueError) as exc:   # no (or an unknown) config.json, weights or tokenizer there
-        raise UserError(f"--model {path!r}: not a loadable Hugging Face model directory "
-                        f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+    """(model, tokenizer) of a local Hugging Face directory (`native.hf.load_local`), left
+    padding and a pad token."""
+    from real_runs.native.hf import load_local as load
+    model, tok = load(path, "--model", padding_side="left")
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return model, tok
@@ -205,11 +199,8 @@ def main(args) -> int:
     label = args.label or args.policy
     policy_cfg = resolve_policy({"name": args.policy, "label": label, **policy_knobs}, len(cfg.harnesses))
     out = Path(args.out)   # checked by real_runs.cli._check_out before torch was imported
-    device = args.device or "auto"      # hb real's --device defaults to None (the native preset's device)
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"--device={device!r} is not allowed here: torch sees no CUDA device; use --device cpu")
+    from real_runs.native.adapter import pick_device
+    device = pick_device(args.device or "auto").type   # hb real's --device defaults to None (the preset's)
     t0 = time.perf_counter()
     trainer, sched, config = build(cfg, policy_cfg=policy_cfg, seed=args.seed, steps=args.steps, out=str(out),
                                    device=device, model_path=args.model,

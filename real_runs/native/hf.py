@@ -11,6 +11,7 @@ sketch: `forward(tokens, positions, key_valid, cache, start) -> logits`, `new_ca
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -70,15 +71,23 @@ class HFCausalLM(nn.Module):
         return [DynamicCache()]
 
 
-def load_hf_model(path: str, block_path: str, device, max_len: int = 512) -> HFCausalLM:
+def load_local(path: str, name: str = "model_path", **tokenizer_kw):
+    """(float32 model, tokenizer) of a local Hugging Face causal-LM directory; never
+    downloads. `name`: the option in error messages; `tokenizer_kw`: e.g. padding_side."""
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError:
-        raise UserError(f"model_path={path!r} needs the optional extra: pip install 'harnessbandit[hf]'") from None
+        raise UserError(f"{name}={path!r} needs the optional extra: pip install 'harnessbandit[hf]'") from None
+    if not Path(path).is_dir():
+        raise UserError(f"{name}={path!r} is not allowed: expected a local Hugging Face model directory")
     try:
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, torch_dtype=torch.float32)
-        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True, **tokenizer_kw)
     except (OSError, ValueError) as exc:   # no (or an unknown) config.json, weights or tokenizer there
-        raise UserError(f"model_path={path!r}: not a loadable Hugging Face model directory "
+        raise UserError(f"{name}={path!r}: not a loadable Hugging Face model directory "
                         f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
-    return HFCausalLM(model, tok, block_path, max_len).to(device)
+    return model, tok
+
+
+def load_hf_model(path: str, block_path: str, device, max_len: int = 512) -> HFCausalLM:
+    return HFCausalLM(*load_local(path), block_path, max_len).to(device)

@@ -29,7 +29,7 @@ class Episode:
     ``(Call, ok)``)."""
 
     __slots__ = ("harness", "task", "files", "answer", "done", "turns", "parse_failures",
-                 "tool_errors", "calls", "_parts", "_prompts")
+                 "tool_errors", "calls", "_parts")
 
     def __init__(self, harness: Harness, task: Task):
         self.harness = harness
@@ -42,7 +42,6 @@ class Episode:
         self.tool_errors = 0
         self.calls: list = []
         self._parts = [harness.render(task)]
-        self._prompts: list[int] = []     # index into _parts of each turn's completion
 
     def context(self) -> str:
         """Everything the model has seen so far; ends where the model continues."""
@@ -55,7 +54,6 @@ class Episode:
             return True
         h = self.harness
         text = completion.split(h.stop, 1)[0]
-        self._prompts.append(len(self._parts))
         self._parts.append(text + h.stop)
         self.turns += 1
         obs = ""
@@ -80,22 +78,7 @@ class Episode:
             self._parts.append(obs + h.prefix)
         return self.done
 
-    def rows(self) -> list[tuple[str, str]]:
-        """One ``(context, completion)`` pair per turn played: the text the model saw
-        and its completion as it stands in the context (cut at, and ending with, the
-        stop marker). ``context + completion`` of the last row is a prefix of
-        ``context()``."""
-        return [("".join(self._parts[:i]), self._parts[i]) for i in self._prompts]
-
     def reward(self) -> float:
         """The task's checker on the current workspace and answer, in [0, 1]."""
         return self.task.score(self.files, self.answer)
 
-
-def demonstration_rows(harness: Harness, task: Task) -> list[tuple[str, str]]:
-    """The ``(context, completion)`` pairs of ``harness``'s demonstration of ``task``
-    (supervised warm-start data); playing them gives reward 1."""
-    ep = Episode(harness, task)
-    for completion in harness.demonstration(task):
-        ep.feed(completion)
-    return ep.rows()

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from policies.errors import UserError
+from policies.validate import check_int
 from real_runs import streams
 from real_runs.world.workspace import Call
 
@@ -273,14 +274,6 @@ assert tuple(GENERATORS) == CATEGORIES
 MAX_TASKS = 100_000
 
 
-def _check_count(field: str, value, minimum: int, maximum: int | None = None) -> int:
-    if (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum
-            or (maximum is not None and value > maximum)):
-        top = "" if maximum is None else f" and <= {maximum}"
-        raise UserError(f"{field}={value!r} is invalid: allowed is an integer >= {minimum}{top}")
-    return int(value)
-
-
 def make_tasks(seed: int, n_train: int = 300, n_heldout: int = 100) -> tuple[list[Task], list[Task]]:
     """Training and held-out tasks, deterministic from ``seed``.
 
@@ -289,9 +282,9 @@ def make_tasks(seed: int, n_train: int = 300, n_heldout: int = 100) -> tuple[lis
     task. Training tasks do not depend on ``n_heldout``. Ids: ``t0007-count``,
     ``h0012-lookup``.
     """
-    seed = _check_count("seed", seed, 0)
-    n_train = _check_count("n_train", n_train, 1, MAX_TASKS)
-    n_heldout = _check_count("n_heldout", n_heldout, 0, MAX_TASKS - n_train)
+    seed = check_int("seed", seed, 0)
+    n_train = check_int("n_train", n_train, 1, MAX_TASKS)
+    n_heldout = check_int("n_heldout", n_heldout, 0, MAX_TASKS - n_train)
     rng = streams.rng(seed, streams.TASKS)
     seen: set[tuple] = set()
     out: list[list[Task]] = []
