@@ -188,15 +188,9 @@ class StepRecorder:
         return row
 
     # -- evaluation ------------------------------------------------------------------
-    def eval_frame(self) -> pd.DataFrame:
-        """The held-out evaluation's frame (EVAL_COLUMNS), untagged."""
-        if self._evaluate is None:
-            return pd.DataFrame(columns=list(EVAL_COLUMNS))
-        return self._evaluate()
-
     def evaluate(self) -> pd.DataFrame:
         """Held-out evaluation now; rows tagged policy (label), seed and step."""
-        frame = self.eval_frame().copy()
+        frame = (self._evaluate() if self._evaluate else pd.DataFrame(columns=list(EVAL_COLUMNS))).copy()
         frame.insert(0, "step", self.t)
         frame.insert(0, "seed", self.seed)
         frame.insert(0, "policy", self.label)
@@ -252,7 +246,7 @@ class Loop(StepRecorder):
     def __init__(self, policy, adapter, *, label: str | None = None, seed: int = 0,
                  eval_every: int | None = None, batch_groups: int | None = None):
         super().__init__(policy, adapter.harnesses, label=label, seed=seed, eval_every=eval_every,
-                         batch_groups=batch_groups)
+                         batch_groups=batch_groups, evaluate=adapter.evaluate)
         self.adapter = adapter
         #: hook(loop) callables run at the start of every step, before the policy is asked
         #: (e.g. hbsim.counterfactual.Probe); they must leave policy and adapter as they found them
@@ -264,9 +258,6 @@ class Loop(StepRecorder):
             hook(self)
         alloc = self.begin()
         return self.record(self.adapter.train_step(alloc))
-
-    def eval_frame(self) -> pd.DataFrame:
-        return self.adapter.evaluate()
 
     def env_config(self) -> dict:
         return self.adapter.config()

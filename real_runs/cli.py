@@ -28,7 +28,7 @@ from pathlib import Path
 
 from policies import validate
 from policies.errors import UserError
-from real_runs.native.presets import PRESETS, run_defaults
+from real_runs.native.presets import PRESETS
 
 
 def add_arguments(parser) -> None:
@@ -70,7 +70,7 @@ def build_config(args) -> dict:
     return resolve_config({"env": env, "policy": {"name": args.policy, "label": args.label or args.policy, **policy},
                            "seed": args.seed, "steps": args.steps,
                            "eval_every": top.get("eval_every", args.eval_every),
-                           "batch_groups": top.get("batch_groups", run_defaults(args.preset)["batch_groups"])},
+                           "batch_groups": top.get("batch_groups", PRESETS[args.preset]["batch_groups"])},
                           resolve_env=resolve_env)
 
 

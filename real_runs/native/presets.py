@@ -119,11 +119,6 @@ def preset_knobs(name: str) -> Knobs:
     return REAL_KNOBS.with_defaults(owner=f"env kind 'real' (preset {name!r})", preset=name, **env)
 
 
-def run_defaults(name: str) -> dict:
-    """The run-config defaults of preset `name` (`batch_groups`)."""
-    return {k: PRESETS[name][k] for k in RUN_KEYS}
-
-
 def check(cfg) -> None:
     """The cross-knob rules of a resolved config."""
     if cfg.d_model % cfg.n_head:

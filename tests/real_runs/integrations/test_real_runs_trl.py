@@ -3,6 +3,7 @@ scheduled by the policy objects."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -292,7 +293,7 @@ def test_hb_real_backend_trl_writes_a_run_that_hb_report_reads(tmp_path):
 
 @pytest.mark.slow
 def test_example_script_runs(tmp_path):
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = str(Path(__file__).resolve().parents[3])
     proc = _run(os.path.join(root, "examples", "trl_harnessbandit.py"), "--steps", "2", "--out",
                 str(tmp_path / "ex"), cwd=root)
     assert proc.returncode == 0, proc.stderr[-2000:]

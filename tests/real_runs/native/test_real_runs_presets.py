@@ -7,8 +7,7 @@ import pytest
 import real_runs
 from hbsim.records import config_hash
 from policies.errors import UserError
-from real_runs.native.presets import (PRESETS, REAL_KNOBS, RealConfig, check, preset_knobs, resolve, resolve_env,
-                                      run_defaults)
+from real_runs.native.presets import PRESETS, REAL_KNOBS, RealConfig, check, preset_knobs, resolve, resolve_env
 
 
 def test_bad_knobs_raise_naming_the_knob():
@@ -44,7 +43,8 @@ def test_a_preset_is_the_table_with_other_defaults():
     assert isinstance(cfg, RealConfig) and cfg.lr == 1.0 and isinstance(cfg.lr, float)
     assert dataclasses.asdict(cfg) == {**gpu.defaults(), "lr": 1.0}
     assert resolve("tiny", lr=None).lr == 1e-3                 # None keeps the preset's value
-    assert {p: run_defaults(p)["batch_groups"] for p in PRESETS} == {"tiny": 2, "cpu-small": 4, "gpu-small": 8}
+    assert {p: PRESETS[p]["batch_groups"] for p in PRESETS} == {"tiny": 2, "cpu-small": 4, "gpu-small": 8}
+    assert "batch_groups" not in REAL_KNOBS      # a run-config key: `hb real` takes the preset's as its default
     with pytest.raises(UserError, match="env.warm_tasks=100001 is not allowed"):
         preset_knobs("gpu-small").resolve({"warm_tasks": 100_001})
 

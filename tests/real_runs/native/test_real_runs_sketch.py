@@ -15,7 +15,7 @@ from real_runs.native.model import ModelConfig, Transformer
 from real_runs.native.sketch import ParamSketch, block_parameters
 
 HERE = Path(__file__).parent
-ROOT = HERE.parent.parent
+ROOT = HERE.parents[2]
 
 
 def test_block_parameters_are_the_last_blocks_without_embeddings_or_head():
