@@ -18,7 +18,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from policies.errors import UserError
 from policies.knobs import Knob, Knobs
 from policies.signals import inverse_cdf_draw
 from policies.validate import MAX_BATCH_GROUPS, check_int

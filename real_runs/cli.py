@@ -62,8 +62,9 @@ def build_config(args) -> dict:
     for key, value in validate.parse_sets(args.set).items():
         if key.startswith("policy."):
             policy[key[len("policy."):]] = value
-        elif key in ("batch_groups", "eval_every"):   # run-config keys: resolve_config checks them
-            top[key] = value
+        elif key in ("batch_groups", "eval_every"):   # bounded here: refused before the model loads
+            top[key] = value if value is None else validate.check_int(
+                f"--set {key}", value, 1, validate.MAX_BATCH_GROUPS if key == "batch_groups" else validate.MAX_STEPS)
         else:
             env[key.removeprefix("env.")] = value
     return resolve_config({"env": env, "policy": {"name": args.policy, "label": args.label or args.policy, **policy},
