@@ -20,7 +20,6 @@ backend, the number of workers or the order runs finish in.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import sys
@@ -32,7 +31,7 @@ from typing import Callable
 
 from ablations import store, worker
 from ablations.spec import GridSpec
-from hbsim.records import config_hash, is_complete
+from hbsim.records import config_hash, is_complete, read_meta
 from policies.errors import UserError
 from policies.validate import MAX_JOBS, check_int
 
@@ -93,10 +92,7 @@ def pending(tasks: list[dict], remedy: str = "choose a new output folder") -> li
         if path is None or task.get("replace") or not is_complete(path):
             todo.append(task)
             continue
-        try:
-            saved = json.loads((path / "run.json").read_text()).get("config_hash")
-        except (OSError, ValueError, AttributeError) as exc:
-            raise UserError(f"{path / 'run.json'}: unreadable run record ({exc}); expected the JSON hb writes") from None
+        saved = read_meta(path).get("config_hash")
         if saved != config_hash(task["config"]):
             raise UserError(f"{str(path)!r} already holds a different run (config hash {saved}, this one "
                             f"{config_hash(task['config'])}); nothing was written: {remedy}")

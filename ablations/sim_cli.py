@@ -6,7 +6,7 @@ same seeds (common random numbers), and print a compact per-policy table.
 
 `--policy all` runs every registered policy. `--set policy.KNOB=V` goes to every selected
 policy that has the knob (an error if none has it). `--out DIR` writes one run directory
-per (policy, seed): DIR/<label>/seed<seed>/, in a folder of kind "sim" (policies.validate):
+per (policy, seed): DIR/<label>/seed<seed>/, in a folder of kind "sim" (hbsim.folders):
 runs already there with the identical config are reused, not rerun; a different run at the
 same place needs --overwrite; other env/steps settings, another kind of folder or one hb
 did not create need --force. The runs go through `ablations.runner.run_many` (worker
@@ -25,6 +25,7 @@ import pandas as pd
 from ablations import runner
 from hbsim.envs import ENV_PRESETS, ENVS, expand_preset
 from hbsim.experiment import RUN_KNOBS, resolve_config
+from hbsim.folders import check_output_dir, claim_output_dir
 from hbsim.records import config_hash, read_run
 from hbsim.summary import summary_table
 from policies import POLICIES, validate
@@ -129,14 +130,14 @@ def main(args: argparse.Namespace) -> int:
               "dir": str(run_dir(out, c)) if out else None, "replace": args.overwrite} for c in configs]
     todo = tasks
     if out is not None:     # every check before the first write
-        validate.check_output_dir(args.out, "sim", _settings_hash(configs[0]), force=args.force)
+        check_output_dir(args.out, "sim", _settings_hash(configs[0]), force=args.force)
         todo = runner.pending(tasks, remedy="choose a new --out or pass --overwrite")
     start = time.perf_counter()
     print(f"hb sim: {len(todo)} runs ({args.env}, {args.steps} steps) on {runner.workers(args.jobs, len(todo))} "
           f"worker(s)" + (f"; {len(tasks) - len(todo)} finished runs reused from {args.out}" if len(todo) < len(tasks)
                           else ""), file=sys.stderr)
     if out is not None:
-        validate.claim_output_dir(args.out, "sim", _settings_hash(configs[0]), tool="hb sim")
+        claim_output_dir(args.out, "sim", _settings_hash(configs[0]), tool="hb sim")
     kept = {}   # the results of runs without --out
     runner.run_many(tasks, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
                     progress=runner.ProgressBar(noun="runs"),

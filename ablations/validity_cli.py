@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ablations import runner
 from ablations.sim_cli import run_dir
-from policies import validate
+from hbsim.folders import check_output_dir, claim_output_dir
 from policies.base import BATCH_GROUPS
 from policies.errors import UserError
 from policies.validate import MAX_BATCH_GROUPS, MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS, check_int
@@ -56,9 +56,9 @@ def main(args: argparse.Namespace) -> int:
     if configs is not None and args.out is not None and Path(args.out).resolve() == Path(args.dir).resolve():
         raise UserError(f"--out {args.out!r} is DIR, where --study writes its runs; choose another --out folder")
     if configs is not None:     # DIR: a study folder (new, or ours to resume), never another kind
-        validate.check_output_dir(args.dir, "study", flag="DIR", force_flag=None)
+        check_output_dir(args.dir, "study", flag="DIR", force_flag=None)
     if args.out is not None:
-        validate.check_output_dir(args.out, "report", flag="--out", force_flag=None)
+        check_output_dir(args.out, "report", flag="--out", force_flag=None)
     if configs is not None:
         run_study(configs, args)
     from reports import validity
@@ -68,7 +68,7 @@ def main(args: argparse.Namespace) -> int:
     print(validity.text_tables(tables))
     if args.out is not None:
         paths = validity.write(tables, Path(args.out))
-        validate.claim_output_dir(args.out, "report", tool="hb validity")
+        claim_output_dir(args.out, "report", tool="hb validity")
         print(f"validity: {paths['html'].resolve()}")
     return 0
 
@@ -127,7 +127,7 @@ def run_study(configs: list[tuple[str, dict]], args: argparse.Namespace) -> None
     tasks = [{"id": f"{env}/{cfg['policy']['label']}/seed{cfg['seed']}", "config": cfg,
               "dir": str(run_dir(root / env, cfg))} for env, cfg in configs]
     todo = runner.pending(tasks, remedy="the study file changed; choose a new DIR")
-    validate.claim_output_dir(args.dir, "study", tool="hb validity --study")
+    claim_output_dir(args.dir, "study", tool="hb validity --study")
     print(f"hb validity: {len(todo)} of {len(tasks)} runs to do on {runner.workers(args.jobs, len(todo))} worker(s)",
           file=sys.stderr)
     runner.run_many(tasks, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,

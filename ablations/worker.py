@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ablations import store
 from ablations.spec import REAL_KIND, import_plugins
+from hbsim.contract import LOG
 
 
 def adapter_factory(config: dict):
@@ -40,7 +41,7 @@ def execute(task: dict) -> dict:
             def write_into(tmp: Path) -> None:
                 hbsim.write_run(result, tmp)
                 if task.get("log"):
-                    (tmp / "log.txt").write_text(
+                    (tmp / LOG).write_text(
                         f"run {task['id']} ({result.meta['label']}, seed {result.meta['seed']}) ran in {ran:.3f}s, "
                         f"tables written in {time.perf_counter() - started - ran:.3f}s, in process {os.getpid()}\n")
 

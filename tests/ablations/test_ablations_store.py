@@ -13,13 +13,11 @@ def test_write_cell_is_all_or_nothing(tmp_path):
     (tmp_path / "cells").mkdir()
 
     def good(tmp):
-        tmp.mkdir()
         (tmp / "train.parquet").write_text("t")
         (tmp / "run.json").write_text("{}")
         (tmp / "log.txt").write_text("ok")
 
     def bad(tmp):
-        tmp.mkdir()
         (tmp / "train.parquet").write_text("partial")
         raise RuntimeError("disk full")
 
@@ -33,7 +31,7 @@ def test_write_cell_is_all_or_nothing(tmp_path):
     assert store.done_ids(tmp_path) == {"bbbb"} and store.failed_ids(tmp_path) == set()
     assert (tmp_path / "cells" / "bbbb" / "log.txt").read_text() == "ok"
     # a second writer of the same cell loses the rename race without damage
-    second = lambda tmp: (tmp.mkdir(), (tmp / "x").write_text("2"))  # noqa: E731
+    second = lambda tmp: (tmp / "x").write_text("2")  # noqa: E731
     assert store.write_cell(tmp_path / "cells" / "bbbb", second) is False
     assert sorted(p.name for p in (tmp_path / "cells" / "bbbb").iterdir()) == ["log.txt", "run.json", "train.parquet"]
     # replace=True swaps a complete run for the new one; an incomplete directory is always replaced

@@ -1,0 +1,41 @@
+"""Checkpoints of a real run: everything needed to continue bit for bit.
+
+A checkpoint is one torch file holding the resolved run config and the loop's
+`state_dict` -- the policy's state (its RNG included), the adapter's state (model,
+optimizer, frozen reference, leftover buffers, task pools and every generator), the step
+and the rows recorded so far. It is written to a temporary file and renamed into place,
+so a run killed while saving keeps its previous checkpoint.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from hbsim.contract import CHECKPOINT
+from hbsim.folders import atomic_write
+from policies.errors import UserError
+
+FORMAT = 1
+
+
+def checkpoint_dir(run_dir) -> Path:
+    return (Path(run_dir) / CHECKPOINT).parent
+
+
+def save(run_dir, config: dict, loop_state: dict) -> Path:
+    """Atomically write `run_dir/checkpoints/last.pt`; returns its path."""
+    path = Path(run_dir) / CHECKPOINT
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write(path, lambda tmp: torch.save({"format": FORMAT, "config": config, "loop": loop_state}, tmp))
+
+
+def load(run_dir) -> dict | None:
+    """The checkpoint of `run_dir` ({"format", "config", "loop"}), or None if there is none."""
+    path = Path(run_dir) / CHECKPOINT
+    if not path.exists():
+        return None
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    if state.get("format") != FORMAT:
+        raise UserError(f"checkpoint {path} has format={state.get('format')!r}; this version reads {FORMAT}")
+    return state
