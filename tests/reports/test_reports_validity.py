@@ -101,6 +101,7 @@ def test_load_labels_envs_and_joins_the_runs_choice(tmp_path):
         v.load(tmp_path / "out")
 
 
+@pytest.mark.slow
 def test_reports_validity_imports_neither_hbsim_nor_ablations():
     code = "import sys, reports.validity; print(sorted(m for m in sys.modules " \
            "if m.split('.')[0] in ('hbsim', 'ablations')))"
