@@ -35,7 +35,10 @@ FILE_FIXTURES = {"tmp_path", "tmp_path_factory"}
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if any(item.get_closest_marker(tier) for tier in TIERS):
+        explicit = [tier for tier in TIERS if item.get_closest_marker(tier)]
+        if len(explicit) > 1:
+            raise pytest.UsageError(f"{item.nodeid} has tiers {explicit}: give it one of {TIERS}")
+        if explicit:
             continue
         if Path(str(item.fspath)).name in CLI_FILES:
             tier = "cli"

@@ -75,7 +75,8 @@ def hb(monkeypatch, capsys, tmp_path):
     from hbsim.cli import main
     monkeypatch.delenv("HB_DEBUG", raising=False)
     monkeypatch.chdir(tmp_path)                     # a relative default output lands in tmp_path
-    environ, mask = dict(os.environ), validate.current_umask()
+    environ, mask = dict(os.environ), os.umask(0o022)
+    os.umask(mask)
     threads = sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
 
     def run(*args):
