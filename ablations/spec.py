@@ -26,15 +26,17 @@ per variant AND sweep point (`harnessbandit[window=16]`, or the user's label wit
 same suffix) so that reports can pair variants.
 
 Every problem is a `SpecError` (a UserError) whose message names the file, the key
-and what is allowed; validation builds each distinct env and policy once.
+and what is allowed. Values are checked by the knob tables (the run's `RUN_KNOBS`, each
+env kind's and each policy's `KNOBS`), which name the key themselves; then each distinct
+env is built once and each policy variant once per sweep point (the cross-knob checks).
 """
 from __future__ import annotations
 
+import copy
 import importlib
 import itertools
 import json
 import os
-import re
 try:
     import tomllib
 except ImportError:  # Python 3.10: the tomli backport (a dependency there)
@@ -42,9 +44,10 @@ except ImportError:  # Python 3.10: the tomli backport (a dependency there)
 from dataclasses import dataclass, field
 from typing import Any
 
+from hbsim.experiment import RUN_KNOBS, resolve_policy, resolve_run
 from hbsim.records import canonical_json, config_hash
 from policies.errors import UserError
-from policies.validate import MAX_BATCH_GROUPS, MAX_SEEDS, MAX_STEPS
+from policies.knobs import Knob, Knobs
 
 TOP_KEYS = ("name", "description", "steps", "seeds", "eval_every", "batch_groups", "plugins",
             "env", "policies", "sweep", "counterfactual")
@@ -122,13 +125,10 @@ def parse_spec(raw: dict, path: str = "<grid>") -> GridSpec:
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
         err("name", f"{name!r} is not allowed: expected a non-empty string")
-    steps = _int(err, "steps", raw.get("steps"), low=1)
+    steps = _run_knob(err, "steps", raw.get("steps"))
     seeds = _seeds(err, raw.get("seeds"))
-    eval_every = None if raw.get("eval_every") is None else _int(err, "eval_every", raw["eval_every"], low=1)
-    batch_groups = None if raw.get("batch_groups") is None else _int(err, "batch_groups", raw["batch_groups"], low=1,
-                                                                      high=MAX_BATCH_GROUPS)
-    counterfactual = None if raw.get("counterfactual") is None else _int(err, "counterfactual", raw["counterfactual"],
-                                                                        low=1, high=MAX_STEPS)
+    eval_every, counterfactual = (_run_knob(err, key, raw.get(key)) for key in ("eval_every", "counterfactual"))
+    batch_groups = None if raw.get("batch_groups") is None else _run_knob(err, "batch_groups", raw["batch_groups"])
     plugins = raw.get("plugins", [])
     if not isinstance(plugins, list) or not all(isinstance(p, str) and p for p in plugins):
         err("plugins", f"{plugins!r} is not allowed: expected a list of module names")
@@ -161,23 +161,26 @@ class _Errors:
         raise SpecError(f"{self.path}: key {key!r}: {problem}")
 
 
-def _int(err, key: str, value: Any, low: int, high: int = MAX_STEPS) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        err(key, f"{value!r} is not allowed: expected an integer in [{low}, {high}]")
-    return int(value)
+def _checked(err, key: str, table: Knobs, knob: str, value: Any, name: str | None = None, where: str = ""):
+    """`table.check(knob, value)` (the value named `name` if given); its UserError, which
+    names the knob, becomes the grid's error at `key`, after `where`."""
+    try:
+        return table.check(knob, value) if name is None else table[knob].check(name, value)
+    except UserError as exc:
+        err(key, f"{where}{exc}")
+
+
+def _run_knob(err, key: str, value: Any, knob: str | None = None):
+    return _checked(err, key, RUN_KNOBS, knob or key, value)
 
 
 def _seeds(err, value: Any) -> list[int]:
-    if isinstance(value, int) and not isinstance(value, bool):
-        if not 1 <= value <= MAX_SEEDS:
-            err("seeds", f"{value!r} is not allowed: expected a count in [1, {MAX_SEEDS}] or a list of seeds")
-        return list(range(value))
-    if isinstance(value, list) and value and all(isinstance(s, int) and not isinstance(s, bool)
-                                                 and s >= 0 for s in value):
-        if len(set(value)) != len(value):
-            err("seeds", f"{value!r} is not allowed: seeds must be distinct")
-        return list(value)
-    err("seeds", f"{value!r} is not allowed: expected a count >= 1 or a non-empty list of integers >= 0")
+    """A count (`seeds` of RUN_KNOBS) or a non-empty list of distinct seeds (each a `seed`)."""
+    if not isinstance(value, list):
+        return list(range(_run_knob(err, "seeds", value)))
+    if not value or len(set(map(repr, value))) != len(value):
+        err("seeds", f"{value!r} is not allowed: expected a count or a non-empty list of distinct seeds")
+    return [_checked(err, "seeds", RUN_KNOBS, "seed", s, f"seeds[{i}]") for i, s in enumerate(value)]
 
 
 def import_plugins(modules: list[str], err=None) -> None:
@@ -192,9 +195,9 @@ def import_plugins(modules: list[str], err=None) -> None:
 
 
 # -- registries ----------------------------------------------------------------------
-def policy_knobs(name: str) -> dict:
+def policy_table(name: str) -> Knobs:
     from policies import POLICIES
-    return dict(POLICIES[name].knobs())
+    return POLICIES[name].KNOBS
 
 
 def policy_names() -> list[str]:
@@ -202,16 +205,18 @@ def policy_names() -> list[str]:
     return list(POLICIES)
 
 
-def env_knobs(kind: str) -> dict:
-    """Default knobs of an environment kind; ValueError listing valid kinds if unknown."""
+def env_table(kind: str) -> Knobs:
+    """The knob table of an env kind; `real` has no table of values here (real_runs resolves
+    them), only its names. UserError listing the valid kinds if unknown."""
     if kind == REAL_KIND:
         import real_runs
-        return dict(real_runs.adapter_knobs())
+        unchecked = Knob(None, "checked by real_runs.resolve_env", parse=lambda name, value: value)
+        return Knobs(dict.fromkeys(real_runs.adapter_knobs(), unchecked), scope="env", owner="env kind 'real'")
     import hbsim
     kinds = env_kinds()
     if kind not in kinds:
         raise UserError(f"unknown env kind {kind!r}; valid kinds: {', '.join(kinds)}")
-    return dict(hbsim.ENVS[kind].knobs())
+    return hbsim.ENVS[kind].KNOBS
 
 
 def env_kinds() -> list[str]:
@@ -229,15 +234,17 @@ def env_kinds() -> list[str]:
 def plan_cells(spec: GridSpec) -> list[Cell]:
     """Policy variants x sweep points x seeds, validated, with stable ids (file order)."""
     err = _Errors(spec.path)
-    kind, env_base, env_defaults = _check_env(err, spec.env)
-    sweep_keys = _check_sweep(err, spec, env_defaults)
-    cells, labels, checked, swept = [], {}, set(), set(sweep_keys)
+    kind, env_base, table = _check_env(err, spec.env)
+    sweep_keys = _check_sweep(err, spec, table)
+    cells, labels, envs = [], {}, {}
     points = list(itertools.product(*(spec.sweep[k] for k in sweep_keys))) if sweep_keys else [()]
+    top = {k: v for k, v in {"steps": spec.steps, "eval_every": spec.eval_every, "batch_groups": spec.batch_groups,
+                             "counterfactual": spec.counterfactual}.items() if v is not None}
     for i, pol in enumerate(spec.policies):
-        name, base_label, knobs, defaults = _check_policy(err, i, pol, sweep_keys)
+        name, base_label, knobs, ptable = _check_policy(err, i, pol, sweep_keys)
         seen_points = set()
         for point in points:
-            env_over, pol_over, suffix = _apply_point(sweep_keys, point, defaults)
+            env_over, pol_over, suffix = _apply_point(sweep_keys, point, ptable)
             if suffix in seen_points:  # a policy.* key this policy lacks: same cell as before
                 continue
             seen_points.add(suffix)
@@ -248,20 +255,19 @@ def plan_cells(spec: GridSpec) -> list[Cell]:
                     "give each variant a distinct label")
             labels[label] = where
             env_cfg = {"kind": kind, **env_base, **env_over}
-            pol_cfg = {"name": name, "label": label, **knobs, **pol_over}
-            base = {"env": env_cfg, "policy": pol_cfg, "steps": spec.steps, "eval_every": spec.eval_every}
-            if spec.batch_groups is not None:
-                base["batch_groups"] = spec.batch_groups
-            if spec.counterfactual is not None:
-                base["counterfactual"] = spec.counterfactual
-            key = canonical_json({"env": env_cfg, "policy": {**pol_cfg, "label": ""}})
-            if key not in checked:
-                _construct(err, where, base, swept)
-                checked.add(key)
+            env_key = canonical_json(env_cfg)
+            if env_key not in envs:
+                envs[env_key] = _resolve_env(err, suffix, env_cfg)
+            env = envs[env_key]
+            for knob, value in pol_over.items():
+                _checked(err, f"sweep.policy.{knob}", ptable, knob, value, where=f"{where}: ")
+            policy = _resolve_policy(err, i, where, {"name": name, "label": label, **knobs, **pol_over},
+                                     env["n_harnesses"])
             sweep_values = {k: v for k, v in zip(sweep_keys, point)
-                            if k.startswith("env.") or k[len("policy."):] in defaults}
+                            if k.startswith("env.") or k[len("policy."):] in ptable}
             for seed in spec.seeds:
-                config = _resolve(err, where, {**base, "seed": seed})
+                config = {"env": copy.deepcopy(env), "policy": copy.deepcopy(policy),
+                          **resolve_run({**top, "seed": seed})}
                 cells.append(Cell(id=config_hash(config), config=config, label=label, seed=seed,
                                   sweep=sweep_values))
     ids = [c.id for c in cells]
@@ -270,19 +276,18 @@ def plan_cells(spec: GridSpec) -> list[Cell]:
     return cells
 
 
-def _check_env(err, env: dict) -> tuple[str, dict, dict]:
+def _check_env(err, env: dict) -> tuple[str, dict, Knobs]:
     kind = env.get("kind")
     if not isinstance(kind, str):
         err("env.kind", f"{kind!r} is not allowed: expected one of {', '.join(env_kinds())}")
     try:
-        defaults = env_knobs(kind)
-    except ValueError as exc:
+        table = env_table(kind)
+    except UserError as exc:
         err("env.kind", str(exc))
     knobs = {k: v for k, v in env.items() if k != "kind"}
-    for k in knobs:
-        if k not in defaults:
-            err(f"env.{k}", f"unknown knob of env kind {kind!r}; valid knobs: {', '.join(sorted(defaults))}")
-    return kind, knobs, defaults
+    for k, v in knobs.items():
+        _checked(err, f"env.{k}", table, k, v)
+    return kind, knobs, table
 
 
 def _check_policy(err, i: int, pol: dict, sweep_keys: list[str]):
@@ -293,18 +298,16 @@ def _check_policy(err, i: int, pol: dict, sweep_keys: list[str]):
     label = pol.get("label")
     if label is not None and (not isinstance(label, str) or not label.strip()):
         err(f"policies[{i}].label", f"{label!r} is not allowed: expected a non-empty string")
-    defaults = policy_knobs(name)
+    table = policy_table(name)
     knobs = {k: v for k, v in pol.items() if k not in ("name", "label")}
-    for k in knobs:
-        if k not in defaults:
-            err(f"policies[{i}].{k}", f"policy {name!r} has no knob {k!r}; valid knobs: "
-                f"{', '.join(sorted(defaults)) or '(none)'}")
+    for k, v in knobs.items():
+        _checked(err, f"policies[{i}].{k}", table, k, v)
         if f"policy.{k}" in sweep_keys:
             err(f"policies[{i}].{k}", f"is also swept by sweep key 'policy.{k}'; set it in one place")
-    return name, label, knobs, defaults
+    return name, label, knobs, table
 
 
-def _check_sweep(err, spec: GridSpec, env_defaults: dict) -> list[str]:
+def _check_sweep(err, spec: GridSpec, etable: Knobs) -> list[str]:
     keys = sorted(spec.sweep)
     for key in keys:
         values = spec.sweep[key]
@@ -314,14 +317,13 @@ def _check_sweep(err, spec: GridSpec, env_defaults: dict) -> list[str]:
             err(f"sweep.{key}", f"{values!r} is not allowed: values must be distinct")
         scope, _, knob = key.partition(".")
         if scope == "env":
-            if knob not in env_defaults or knob == "kind":
-                err(f"sweep.{key}", f"env kind {spec.env.get('kind')!r} has no knob {knob!r}; valid knobs: "
-                    f"{', '.join(sorted(env_defaults))}")
+            for value in values:
+                _checked(err, f"sweep.{key}", etable, knob, value)
             if knob in spec.env:
                 err(f"sweep.{key}", f"env.{knob} is also set in [env]; set it in one place")
         elif scope == "policy":
             names = [p.get("name") for p in spec.policies]
-            if not any(n in policy_names() and knob in policy_knobs(n) for n in names):
+            if not any(n in policy_names() and knob in policy_table(n) for n in names):
                 err(f"sweep.{key}", f"no policy of the grid ({', '.join(map(str, names))}) has knob {knob!r}")
         else:
             err(f"sweep.{key}", "unknown sweep key: expected \"env.<knob>\" or \"policy.<knob>\"")
@@ -365,64 +367,29 @@ def _label(base: str | None, name: str, knobs: dict, suffix: str) -> str:
     return f"{base}[{suffix}]" if suffix else base
 
 
-def _construct(err, where: str, partial: dict, swept: set[str]) -> None:
-    """Build the env and the policy once, so a bad value fails at plan time.
-
-    swept: the "env.<knob>" / "policy.<knob>" keys whose values came from [sweep]; an error
-    about one of them names the sweep key instead of the table.
-    """
-    import hbsim
-    env = partial["env"]
-    pol = partial["policy"]
-    knobs = {k: v for k, v in pol.items() if k not in ("name", "label")}
-    try:
-        if env["kind"] == REAL_KIND:  # building a real adapter loads a model: validate its config only
-            import real_runs
-            real_runs.resolve(**{k: v for k, v in env.items() if k not in ("kind", "n_harnesses")})
-            n_arms = _real_arms(env)
-        else:
-            adapter = hbsim.make_env(env["kind"], seed=0, **{k: v for k, v in env.items() if k != "kind"})
-            n_arms = len(adapter.harnesses)
-    except (ValueError, TypeError) as exc:
-        at = where.partition(" ")[2]  # "at sweep point ..." or ""
-        err(_culprit(exc, "env", env, swept, "env"), f"{at + ': ' if at else ''}{_one_line(exc)}")
-    try:
-        from policies import make
-        make(pol["name"], n_arms=n_arms, seed=0, **knobs)
-    except (ValueError, TypeError) as exc:
-        table = where.split(" ")[0]
-        err(_culprit(exc, "policy", knobs, swept, table), f"{where}: policy {pol['name']!r}: {_one_line(exc)}")
-
-
-def _culprit(exc: BaseException, scope: str, knobs: dict, swept: set[str], table: str) -> str:
-    """The key a construction error is about: `table.knob`, `sweep.scope.knob`, or `table`."""
-    text = str(exc)
-    for knob in sorted(knobs, key=len, reverse=True):
-        if re.search(rf"(?<![\w.]){re.escape(knob)}\s*=", text) or f"{knob!r}" in text:
-            return f"sweep.{scope}.{knob}" if f"{scope}.{knob}" in swept else f"{table}.{knob}"
-    return table
-
-
-def _real_arms(env: dict) -> int:
-    knobs = {**env_knobs(REAL_KIND), **{k: v for k, v in env.items() if k != "kind"}}
-    harnesses = knobs.get("harnesses")
-    if isinstance(harnesses, (list, tuple)):
-        return len(harnesses)
-    return int(knobs.get("n_harnesses", 2))
-
-
-def _resolve(err, where: str, partial: dict) -> dict:
+def _resolve_env(err, suffix: str, env: dict) -> dict:
+    """The resolved env section, validated by building the env once (a real env only
+    resolves its config: building it would load a model). A failure here is a cross-knob
+    one (each value passed its table), so it names the [env] table."""
     import hbsim
     try:
-        if partial["env"]["kind"] == REAL_KIND:  # real_runs resolves its own knobs (presets included)
+        if env["kind"] == REAL_KIND:
             import real_runs
-            return hbsim.resolve_config(partial, resolve_env=real_runs.resolve_env)
-        resolved = hbsim.resolve_config(partial)
-    except (ValueError, TypeError) as exc:
-        err(where.split(" ")[0], _one_line(exc))
-    lost = sorted(set(partial["policy"]) - set(resolved["policy"]))
+            return real_runs.resolve_env(env)
+        return hbsim.make_env(env["kind"], seed=0, **{k: v for k, v in env.items() if k != "kind"}).config()
+    except ValueError as exc:
+        err("env", f"{'at sweep point ' + suffix + ': ' if suffix else ''}{_one_line(exc)}")
+
+
+def _resolve_policy(err, i: int, where: str, policy: dict, n_arms: int) -> dict:
+    """The resolved policy section, validated by building the policy once."""
+    try:
+        resolved = resolve_policy(policy, n_arms)
+    except ValueError as exc:
+        err(f"policies[{i}]", f"{where}: policy {policy['name']!r}: {_one_line(exc)}")
+    lost = sorted(set(policy) - set(resolved))
     if lost:  # a policy whose config() drops a knob would silently run with its default
-        err(f"{where.split(' ')[0]}.{lost[0]}", f"policy {partial['policy']['name']!r} accepts knob {lost[0]!r} "
+        err(f"policies[{i}].{lost[0]}", f"policy {policy['name']!r} accepts knob {lost[0]!r} "
             "but does not report it in config(), so the cell would ignore it")
     return resolved
 

@@ -6,80 +6,101 @@ cells and `hb real`:
      "seed": 3, "steps": 150, "eval_every": None, "batch_groups": 8}
     (+ "counterfactual": k, only when set: a what-if probe every k-th step, hbsim.counterfactual)
 
-`resolve_config` fills every env and policy knob with its default, so that equal runs hash
-equally whatever was spelled out. The env is built with `make_env(kind, seed=seed, **knobs)`,
-the policy with `make(name, n_arms=len(adapter.harnesses), seed=seed, **knobs)`.
+The top-level keys are the knobs of `RUN_KNOBS`, the one table of the run settings (with
+`seeds`, the seed count of commands that run many). `resolve_config` fills every env,
+policy and run knob with its default, so that equal runs hash equally whatever was
+spelled out; it validates each section once (the env's table, the run table, and the
+policy by building it once). The env is built with `make_env(kind, seed=seed, **knobs)`.
 """
 from __future__ import annotations
 
 import copy
 from typing import Any, Callable
 
-from policies import POLICIES, make
+from policies import POLICIES, Policy, make
+from policies.base import BATCH_GROUPS
+from policies.errors import UserError
+from policies.knobs import Knob, Knobs
+from policies.validate import MAX_SEED, MAX_SEEDS, MAX_STEPS
 
 from hbsim.envs import ENVS, expand_preset, make_env
 from hbsim.loop import RunResult, run
-from policies.errors import UserError
-from policies.validate import MAX_STEPS, check_int
 
-#: top-level keys and their defaults (env and policy are resolved separately)
-TOP_LEVEL = {"seed": 0, "steps": 150, "eval_every": None, "batch_groups": 8}
+#: the run settings: the one place their defaults and bounds are written
+RUN_KNOBS = Knobs({
+    "seed": Knob(0, "the run's seed (environment streams and the policy's generator)", 0, MAX_SEED),
+    "steps": Knob(150, "optimizer steps of the run", 1, MAX_STEPS),
+    "eval_every": Knob(None, "also evaluate every N steps (none: only after the final step)", 1, MAX_STEPS,
+                       type=int, optional=True),
+    "batch_groups": BATCH_GROUPS,
+    "counterfactual": Knob(None, "a what-if pure step on every harness every k-th step (none: off)", 1, MAX_STEPS,
+                           type=int, optional=True),
+    "seeds": Knob(10, "seeds 0..N-1 of a command that runs many (hb sim)", 1, MAX_SEEDS),
+}, owner="the run config")
+#: the top-level keys of one run's config (`counterfactual` only when set)
+CONFIG_KNOBS = RUN_KNOBS.without("seeds")
 DEFAULT_ENV = "bernoulli"
 DEFAULT_POLICY = "harnessbandit"
 
 
-def _int(name: str, value: Any, low: int, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        extra = "None or " if allow_none else ""
-        raise UserError(f"config {name}={value!r} is not allowed: expected {extra}an integer >= {low}")
-    return value
+def resolve_synthetic(env: dict) -> dict:
+    """A synthetic env section (kind or preset + knobs) -> {"kind", **every knob}."""
+    env = expand_preset(env)
+    kind = env.pop("kind", DEFAULT_ENV)
+    return {"kind": kind, **ENVS[kind].resolve_knobs(**env)}
 
 
-def resolve_policy(policy: dict, n_arms: int) -> dict:
-    """{"name", "label"?, **knobs} -> every knob of the policy filled in (validated by
-    building the policy once)."""
+def build_policy(policy: dict, n_arms: int, seed: int = 0) -> tuple[Policy, dict]:
+    """{"name", "label"?, **knobs} -> (the policy, built once: that is its validation, and its
+    resolved section {"name", "label", **every knob})."""
     policy = dict(policy)
     name = policy.pop("name", DEFAULT_POLICY)
     label = policy.pop("label", None) or name
     if not isinstance(label, str):
-        raise UserError(f"config policy.label={label!r} is not allowed: expected a string")
-    built = make(name, n_arms=n_arms, seed=0, **policy)
+        raise UserError(f"policy.label={label!r} is not allowed: expected a string")
+    built = make(name, n_arms=n_arms, seed=seed, **policy)
     knobs = {k: v for k, v in built.config().items() if k not in ("n_arms", "seed")}
-    return {"name": name, "label": label, **knobs}
+    return built, {"name": name, "label": label, **knobs}
+
+
+def resolve_policy(policy: dict, n_arms: int) -> dict:
+    """{"name", "label"?, **knobs} -> every knob of the policy filled in."""
+    return build_policy(policy, n_arms)[1]
+
+
+def resolve_run(partial: dict) -> dict:
+    """The top-level knobs of a partial config (env and policy aside), each checked by
+    CONFIG_KNOBS, defaults filled; `counterfactual` only when set (other configs hash as
+    before it existed)."""
+    top = CONFIG_KNOBS.resolve({k: v for k, v in partial.items() if k not in ("env", "policy")})
+    if top["counterfactual"] is None:
+        del top["counterfactual"]
+    return top
+
+
+def _resolve(partial: dict | None, resolve_env: bool | Callable[[dict], dict]) -> tuple[dict, Policy]:
+    partial = copy.deepcopy(partial or {})
+    top = resolve_run(partial)
+    env = dict(partial.get("env") or {})
+    if callable(resolve_env):
+        env = resolve_env(env)
+    elif resolve_env:
+        env = resolve_synthetic(env)
+    n_arms = env.get("n_harnesses")
+    if not isinstance(n_arms, int):
+        raise UserError(f"env.n_harnesses={n_arms!r} is not allowed: expected an integer >= 1")
+    policy, section = build_policy(partial.get("policy") or {}, n_arms, top["seed"])
+    return {"env": env, "policy": section, **top}, policy
 
 
 def resolve_config(partial: dict | None = None, *,
                    resolve_env: bool | Callable[[dict], dict] = True) -> dict:
     """Fill every default of a partial run config; unknown keys, kinds, names or knobs and
-    bad values raise ValueError. `resolve_env`: True resolves a synthetic env kind
-    (`ENVS[kind].resolve_knobs`); a callable env -> resolved env resolves another kind
+    bad values raise UserError. `resolve_env`: True resolves a synthetic env kind
+    (`resolve_synthetic`); a callable env -> resolved env resolves another kind
     (`real_runs.resolve_env` for real runs); False keeps the env section as given (it is
     already resolved). The resolved env must say `n_harnesses` for the policy."""
-    partial = copy.deepcopy(partial or {})
-    unknown = sorted(set(partial) - set(TOP_LEVEL) - {"env", "policy", "counterfactual"})
-    if unknown:
-        raise UserError(f"config key {unknown[0]!r} is unknown; valid keys: env, policy, {', '.join(TOP_LEVEL)}, "
-                        f"counterfactual")
-    env = dict(partial.get("env") or {})
-    if callable(resolve_env):
-        env = resolve_env(env)
-    elif resolve_env:
-        env = expand_preset(env)
-        kind = env.pop("kind", DEFAULT_ENV)
-        env = {"kind": kind, **ENVS[kind].resolve_knobs(**env)}
-    n_arms = env.get("n_harnesses")
-    if not isinstance(n_arms, int):
-        raise UserError(f"config env.n_harnesses={n_arms!r} is not allowed: expected an integer >= 1")
-    cfg = {"env": env, "policy": resolve_policy(partial.get("policy") or {}, n_arms)}
-    for key, default in TOP_LEVEL.items():
-        value = partial.get(key, default)
-        low = 0 if key in ("seed", "steps") else 1
-        cfg[key] = _int(key, value, low, allow_none=key == "eval_every")
-    if partial.get("counterfactual") is not None:      # only when set: other configs hash as before
-        cfg["counterfactual"] = check_int("config counterfactual", partial["counterfactual"], 1, MAX_STEPS)
-    return cfg
+    return _resolve(partial, resolve_env)[0]
 
 
 def run_config(cfg: dict, progress: Callable[[int, int], None] | None = None,
@@ -92,18 +113,17 @@ def run_config(cfg: dict, progress: Callable[[int, int], None] | None = None,
     be resolved already, e.g. by `real_runs.resolve_env`); state: a `Loop.state_dict()` to
     continue (a checkpoint); checkpoint: `Loop.run`'s hook, called after every step.
     """
-    cfg = resolve_config(cfg, resolve_env=adapter_factory is None)
+    cfg, policy = _resolve(cfg, resolve_env=adapter_factory is None)
     if adapter_factory is None:
         env = dict(cfg["env"])
         adapter = make_env(env.pop("kind"), seed=cfg["seed"], **env)
     else:
         adapter = adapter_factory(cfg)
-    knobs = {k: v for k, v in cfg["policy"].items() if k not in ("name", "label")}
-    policy = make(cfg["policy"]["name"], n_arms=len(adapter.harnesses), seed=cfg["seed"], **knobs)
     return run(policy, adapter, cfg["steps"], label=cfg["policy"]["label"], seed=cfg["seed"],
                eval_every=cfg["eval_every"], config=cfg, progress=progress,
                batch_groups=cfg["batch_groups"], counterfactual=cfg.get("counterfactual"), state=state,
                checkpoint=checkpoint)
 
 
-__all__ = ["POLICIES", "TOP_LEVEL", "resolve_config", "resolve_policy", "run_config"]
+__all__ = ["CONFIG_KNOBS", "POLICIES", "RUN_KNOBS", "build_policy", "resolve_config", "resolve_policy",
+           "resolve_run", "resolve_synthetic", "run_config"]

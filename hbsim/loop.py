@@ -33,6 +33,7 @@ import pandas as pd
 from hbsim.adapter import EVAL_COLUMNS
 from hbsim.records import RunResult, config_hash, versions, write_run
 from policies import Allocation, Feedback
+from policies.base import BATCH_GROUPS
 from policies.errors import UserError
 
 #: per-harness diagnostics arrays -> column prefix
@@ -77,9 +78,8 @@ class Loop:
         if eval_every is not None and (not isinstance(eval_every, (int, np.integer)) or eval_every < 1):
             raise UserError(f"eval_every={eval_every!r} is not allowed: expected None or an integer >= 1")
         if batch_groups is None:
-            batch_groups = 8
-        if not isinstance(batch_groups, (int, np.integer)) or isinstance(batch_groups, bool) or batch_groups < 1:
-            raise UserError(f"batch_groups={batch_groups!r} is not allowed: expected an integer >= 1")
+            batch_groups = BATCH_GROUPS.default
+        batch_groups = BATCH_GROUPS.check("batch_groups", batch_groups)
         self.policy, self.adapter = policy, adapter
         self.label = label if label is not None else getattr(policy, "name", type(policy).__name__)
         self.seed, self.eval_every, self.batch_groups = int(seed), eval_every, int(batch_groups)

@@ -26,12 +26,12 @@ import pandas as pd
 from policies import POLICIES
 
 from hbsim.envs import ENV_PRESETS, ENVS, expand_preset
-from hbsim.experiment import resolve_config, run_config
+from hbsim.experiment import RUN_KNOBS, resolve_config, run_config
 from hbsim.records import config_hash, is_complete, read_run, write_run
 from hbsim.summary import summary_table
 from policies import validate
 from policies.errors import UserError
-from policies.validate import MAX_BATCH_GROUPS, MAX_JOBS, MAX_SEED, MAX_SEEDS, MAX_STEPS, check_int
+from policies.validate import MAX_JOBS, MAX_SEED, check_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,14 +39,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"environment kind: {', '.join(ENVS)}; or a preset: {', '.join(ENV_PRESETS)}")
     parser.add_argument("--policy", action="append", default=None, metavar="NAME",
                         help=f"policy to run (repeatable) or 'all': {', '.join(POLICIES)} (default: all)")
-    parser.add_argument("--seeds", type=int, default=10, help="number of seeds, 0..N-1 (default 10)")
+    parser.add_argument("--seeds", type=int, default=RUN_KNOBS["seeds"].default,
+                        help=f"number of seeds, 0..N-1 (default {RUN_KNOBS['seeds'].default})")
     parser.add_argument("--seed-offset", type=int, default=0, help="first seed (default 0)")
-    parser.add_argument("--steps", type=int, default=150, help="optimizer steps per run (default 150)")
-    parser.add_argument("--batch-groups", type=int, default=8, help="groups per optimizer step (default 8)")
+    parser.add_argument("--steps", type=int, default=RUN_KNOBS["steps"].default,
+                        help=f"optimizer steps per run (default {RUN_KNOBS['steps'].default})")
+    parser.add_argument("--batch-groups", type=int, default=RUN_KNOBS["batch_groups"].default,
+                        help=f"groups per optimizer step (default {RUN_KNOBS['batch_groups'].default})")
     parser.add_argument("--eval-every", type=int, default=None,
                         help="also evaluate every N steps (default: only at the final step)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="env.KNOB=VALUE or policy.KNOB=VALUE (repeatable; VALUE parsed as JSON)")
+                        help="env.KNOB=VALUE or policy.KNOB=VALUE (repeatable; VALUE parsed as JSON; "
+                             "--knobs lists the env's knobs, 'hb policies' the policies' knobs)")
     parser.add_argument("--out", default=None, help="write DIR/<label>/seed<seed>/ run directories")
     parser.add_argument("--overwrite", action="store_true", help="replace existing complete run directories")
     parser.add_argument("--force", action="store_true",
@@ -83,21 +87,18 @@ def policy_names(requested: list[str] | None) -> list[str]:
 
 def build_configs(args: argparse.Namespace) -> list[dict]:
     """Every resolved (policy, seed) config; all validation happens here, before any run."""
-    check_int("--seeds", args.seeds, 1, MAX_SEEDS)
+    for flag in ("seeds", "steps", "batch_groups", "eval_every"):
+        RUN_KNOBS[flag].check("--" + flag.replace("_", "-"), getattr(args, flag))
     check_int("--seed-offset", args.seed_offset, 0, MAX_SEED - args.seeds + 1)
-    check_int("--steps", args.steps, 1, MAX_STEPS)
-    check_int("--batch-groups", args.batch_groups, 1, MAX_BATCH_GROUPS)
     check_int("--workers", args.workers, 1, MAX_JOBS)
-    if args.eval_every is not None:
-        check_int("--eval-every", args.eval_every, 1, MAX_STEPS)
     env_knobs, policy_knobs = parse_sets(args.set)
     names = policy_names(args.policy)
     for knob in policy_knobs:
-        if not any(knob in POLICIES[n].knobs() for n in names):
+        if not any(knob in POLICIES[n].KNOBS for n in names):
             raise UserError(f"--set policy.{knob} is not a knob of any selected policy ({', '.join(names)})")
     configs = []
     for name in names:
-        knobs = {k: v for k, v in policy_knobs.items() if k in POLICIES[name].knobs()}
+        knobs = {k: v for k, v in policy_knobs.items() if k in POLICIES[name].KNOBS}
         for seed in range(args.seed_offset, args.seed_offset + args.seeds):
             configs.append(resolve_config({"env": {"kind": args.env, **env_knobs}, "policy": {"name": name, **knobs},
                                            "seed": seed, "steps": args.steps, "eval_every": args.eval_every,
@@ -143,10 +144,8 @@ def _run(cfg: dict):
 
 
 def knob_table(kind: str) -> str:
-    specs = ENVS[expand_preset({"kind": kind})["kind"]].knob_specs()
-    width = max(map(len, specs))
-    return "\n".join(f"{name.ljust(width)}  {spec.default!r:>8}  {spec.allowed():<32}  {spec.doc}"
-                     for name, spec in specs.items())
+    """`name = default: doc (allowed)` for every knob of the env kind (or preset's kind)."""
+    return "\n".join(ENVS[expand_preset({"kind": kind})["kind"]].KNOBS.listing())
 
 
 def main(args: argparse.Namespace) -> int:

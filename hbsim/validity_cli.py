@@ -28,6 +28,7 @@ from pathlib import Path
 
 from hbsim.sim_cli import run_dir
 from policies import validate
+from policies.base import BATCH_GROUPS
 from policies.errors import UserError
 from policies.validate import (MAX_BATCH_GROUPS, MAX_JOBS, MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS,
                                check_int)
@@ -106,7 +107,7 @@ def study_configs(path: str) -> list[tuple[str, dict]]:
         for s in seeds:
             check_int(f"{path}: seeds item", s, 0, MAX_SEED)
     check_int(f"{path}: steps", raw.get("steps", 150), 1, MAX_STEPS)
-    check_int(f"{path}: batch_groups", raw.get("batch_groups", 8), 1, MAX_BATCH_GROUPS)
+    check_int(f"{path}: batch_groups", raw.get("batch_groups", BATCH_GROUPS.default), 1, MAX_BATCH_GROUPS)
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
         raise UserError(f"{path}: seeds={raw.get('seeds')!r} is not allowed: expected a count >= 1 or a list of "
                         f"integers >= 0")
@@ -116,7 +117,7 @@ def study_configs(path: str) -> list[tuple[str, dict]]:
             for seed in seeds:
                 partial = {"env": {**raw.get("env", {}), "kind": env}, "policy": dict(pol), "seed": seed,
                            "steps": raw.get("steps", 150), "counterfactual": raw.get("counterfactual", 1),
-                           "batch_groups": raw.get("batch_groups", 8)}
+                           "batch_groups": raw.get("batch_groups", BATCH_GROUPS.default)}
                 try:
                     configs.append((env, resolve_config(partial)))
                 except ValueError as exc:

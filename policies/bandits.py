@@ -21,57 +21,31 @@ round-robin warm-up, and writes only its own index / law:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-from policies.base import check_range, knob_config
-from policies.scored import ScoredConfig, ScoredPolicy
+from policies.knobs import Knob
+from policies.scored import SCORED_KNOBS, ScoredPolicy
 from policies.signals import undefined_q_fill
 
 #: the signal pipeline's knobs without the softmax selection's (an index policy has its own law)
-IndexConfig = knob_config("IndexConfig", ScoredConfig, drop=("bonus_c", "tau", "epsilon"))
-
-
-@dataclass(frozen=True)
-class Exp3SConfig(IndexConfig):
-    gamma: float = 0.1          # uniform mixing of the law, in (0, 1]
-    share: float = 1e-3         # weight sharing towards uniform, in [0, 1]
-
-
-@dataclass(frozen=True)
-class UCB1Config(knob_config("UCBBase", IndexConfig, drop=("q_decay",))):
-    ucb_c: float = 1.0          # exploration bonus scale, >= 0
-
-
-@dataclass(frozen=True)
-class DTSConfig(IndexConfig):
-    ts_gamma: float = 0.95      # posterior discount per step, in (0, 1)
-
-
-@dataclass(frozen=True)
-class RankConfig(IndexConfig):
-    plr_beta: float = 0.1       # rank temperature, > 0
-    plr_rho: float = 0.1        # staleness mixing, in [0, 1]
+INDEX_KNOBS = SCORED_KNOBS.without("bonus_c", "tau", "epsilon")
 
 
 class Exp3S(ScoredPolicy):
     name = "exp3s"
     summary = "Exp3.S on the fused score (Graves et al. 2017 curricula); knobs gamma, share"
-    Config = Exp3SConfig
+    KNOBS = INDEX_KNOBS | {"gamma": Knob(0.1, "uniform mixing of the law", 0.0, 1.0, low_open=True),
+                           "share": Knob(1e-3, "weight sharing towards uniform", 0.0, 1.0)}
 
-    def __init__(self, n_arms: int, seed: int = 0, **knobs):
-        super().__init__(n_arms, seed, **knobs)
-        cfg = self.make_config(knobs)
-        gamma, share = cfg.gamma, cfg.share
-        check_range("gamma", gamma, 0.0, 1.0, low_open=True)
-        check_range("share", share, 0.0, 1.0)
-        self.gamma, self.share = float(gamma), float(share)
+    def _reset_state(self) -> None:
+        super()._reset_state()
         self.log_w = np.zeros(self.n_arms)
 
     def _index_law(self):
         w = np.exp(self.log_w - self.log_w.max())
-        return (1.0 - self.gamma) * w / w.sum() + self.gamma / self.n_arms, self.log_w.copy()
+        gamma = self.cfg.gamma
+        return (1.0 - gamma) * w / w.sum() + gamma / self.n_arms, self.log_w.copy()
 
     def _learn(self, arm: int, score: float) -> None:
         """Weights learn only after the warm-up: warm-up draws are deterministic, so they
@@ -85,7 +59,7 @@ class Exp3S(ScoredPolicy):
         reward[arm] = score / p_arm
         shift = self.log_w.max()
         w = np.exp(self.log_w - shift)
-        w = w * np.exp(self.gamma * reward / k) + math.e * self.share / k * w.sum()
+        w = w * np.exp(self.cfg.gamma * reward / k) + math.e * self.cfg.share / k * w.sum()
         self.log_w = np.log(w) + shift
 
     def _extra_state(self) -> dict:
@@ -99,20 +73,17 @@ class Exp3S(ScoredPolicy):
 class UCB1(ScoredPolicy):
     name = "ucb1"
     summary = "UCB1 on the mean fused score; knob ucb_c"
-    Config = UCB1Config
+    KNOBS = INDEX_KNOBS.without("q_decay") | {"ucb_c": Knob(1.0, "exploration bonus scale", 0.0, 1e9)}
 
-    def __init__(self, n_arms: int, seed: int = 0, **knobs):
-        super().__init__(n_arms, seed, **knobs)
-        ucb_c = self.make_config(knobs).ucb_c
-        check_range("ucb_c", ucb_c, 0.0, 1e9)
-        self.ucb_c = float(ucb_c)
+    def _reset_state(self) -> None:
+        super()._reset_state()
         self.score_sum = np.zeros(self.n_arms)
         self.scored = np.zeros(self.n_arms, dtype=np.int64)
 
     def _index_law(self):
         with np.errstate(divide="ignore", invalid="ignore"):
             mean = self.score_sum / self.scored
-            bonus = self.ucb_c * np.sqrt(2.0 * math.log(max(self.scored.sum(), 1)) / self.scored)
+            bonus = self.cfg.ucb_c * np.sqrt(2.0 * math.log(max(self.scored.sum(), 1)) / self.scored)
         index = np.where(self.scored > 0, mean + bonus, np.inf)
         p = np.zeros(self.n_arms)
         p[int(np.argmax(index))] = 1.0
@@ -154,13 +125,11 @@ def thompson_argmax_law(a: np.ndarray, b: np.ndarray, grid: int = 2001) -> np.nd
 class DiscountedTS(ScoredPolicy):
     name = "dts"
     summary = "discounted Thompson sampling on the fused score; knob ts_gamma"
-    Config = DTSConfig
+    KNOBS = INDEX_KNOBS | {"ts_gamma": Knob(0.95, "posterior discount per step", 0.0, 1.0, low_open=True,
+                                            high_open=True)}
 
-    def __init__(self, n_arms: int, seed: int = 0, **knobs):
-        super().__init__(n_arms, seed, **knobs)
-        ts_gamma = self.make_config(knobs).ts_gamma
-        check_range("ts_gamma", ts_gamma, 0.0, 1.0, low_open=True, high_open=True)
-        self.ts_gamma = float(ts_gamma)
+    def _reset_state(self) -> None:
+        super()._reset_state()
         self.a = np.zeros(self.n_arms)
         self.b = np.zeros(self.n_arms)
 
@@ -169,8 +138,8 @@ class DiscountedTS(ScoredPolicy):
 
     def _learn(self, arm: int, score: float) -> None:
         super()._learn(arm, score)
-        self.a *= self.ts_gamma
-        self.b *= self.ts_gamma
+        self.a *= self.cfg.ts_gamma
+        self.b *= self.cfg.ts_gamma
         if not math.isnan(score):
             self.a[arm] += score
             self.b[arm] += 1.0 - score
@@ -186,15 +155,11 @@ class DiscountedTS(ScoredPolicy):
 class RankPrioritised(ScoredPolicy):
     name = "rank"
     summary = "PLR-style rank prioritisation of Q with staleness mixing; knobs plr_beta, plr_rho"
-    Config = RankConfig
+    KNOBS = INDEX_KNOBS | {"plr_beta": Knob(0.1, "rank temperature", 0.0, 1e9, low_open=True),
+                           "plr_rho": Knob(0.1, "staleness mixing", 0.0, 1.0)}
 
-    def __init__(self, n_arms: int, seed: int = 0, **knobs):
-        super().__init__(n_arms, seed, **knobs)
-        cfg = self.make_config(knobs)
-        plr_beta, plr_rho = cfg.plr_beta, cfg.plr_rho
-        check_range("plr_beta", plr_beta, 0.0, 1e9, low_open=True)
-        check_range("plr_rho", plr_rho, 0.0, 1.0)
-        self.plr_beta, self.plr_rho = float(plr_beta), float(plr_rho)
+    def _reset_state(self) -> None:
+        super()._reset_state()
         self.last_chosen = np.zeros(self.n_arms, dtype=np.int64)
 
     def _index_law(self):
@@ -202,11 +167,12 @@ class RankPrioritised(ScoredPolicy):
         order = np.argsort(-q_prime, kind="stable")
         rank = np.empty(self.n_arms)
         rank[order] = np.arange(1, self.n_arms + 1)
-        p_score = rank ** (-1.0 / self.plr_beta)
+        p_score = rank ** (-1.0 / self.cfg.plr_beta)
         p_score /= p_score.sum()
         stale = (self.t - self.last_chosen).astype(float)
         p_stale = stale / stale.sum() if stale.sum() > 0 else np.full(self.n_arms, 1.0 / self.n_arms)
-        return (1.0 - self.plr_rho) * p_score + self.plr_rho * p_stale, q_prime
+        rho = self.cfg.plr_rho
+        return (1.0 - rho) * p_score + rho * p_stale, q_prime
 
     def _learn(self, arm: int, score: float) -> None:
         super()._learn(arm, score)

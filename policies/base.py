@@ -1,9 +1,11 @@
 """Shared types of the policy interface (SPEC §5): `Feedback`, `Allocation`, `Policy`.
 
 Every scheduling policy is a small stateful object with a validated configuration, its
-learned state in plain numpy arrays, and the six methods of SPEC §5. Its knobs and their
-defaults live in ONE place, the policy's frozen `Config` dataclass (`knobs()`, `build`,
-`hb policies` and grid validation read it); the constructor validates the values. A policy never
+learned state in plain numpy arrays, and the six methods of SPEC §5. Its knobs live in ONE
+place, the class's `KNOBS` table (`policies.knobs.Knobs`: default, doc, what is allowed);
+`knobs()`, `config()`, `hb policies`, `--set` and grid validation read it, and the
+constructor resolves it once into `self.cfg` (a frozen record). A variant's table is its
+family's `without(...)` / `with_defaults(...)` / `| {...}`, never a copied class. A policy never
 touches global random state: each owns a `numpy.random.Generator` seeded at
 construction, and its state (the generator included) round-trips through
 `state_dict()` / `load_state_dict()` exactly.
@@ -11,14 +13,19 @@ construction, and its state (the generator included) round-trips through
 from __future__ import annotations
 
 import copy
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from policies.signals import inverse_cdf_draw
 from policies.errors import UserError
+from policies.knobs import Knob, Knobs
+from policies.signals import inverse_cdf_draw
+from policies.validate import MAX_BATCH_GROUPS, check_int
+
+#: groups per optimizer step: the one definition of its default and bounds (the run
+#: config's `batch_groups`, hbsim.experiment.RUN_KNOBS, is this knob)
+BATCH_GROUPS = Knob(8, "groups per optimizer step", 1, MAX_BATCH_GROUPS)
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,8 @@ class Feedback:
 
 def check_range(name: str, value: Any, low: float, high: float, *, low_open: bool = False,
                 high_open: bool = False, integer: bool = False) -> None:
-    """Raise ValueError naming the argument, the value and the allowed range."""
+    """Kept only for real_runs/presets.py until its Knobs table lands (then delete it);
+    policies declare a `KNOBS` table instead."""
     if integer:
         ok_type = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
     else:
@@ -86,39 +94,38 @@ def check_range(name: str, value: Any, low: float, high: float, *, low_open: boo
         raise UserError(f"{name}={value!r} is out of range: expected {allowed}")
 
 
-@dataclass(frozen=True)
-class NoKnobs:
-    """The `Config` of a policy without knobs."""
-
-
-def knob_config(name: str, base: type, drop: tuple[str, ...] = ()) -> type:
-    """A frozen dataclass `name` with the fields (and defaults) of `base` minus `drop`, in
-    order: the `Config` of a variant that lacks some of its family's knobs. Subclass it
-    (`@dataclass(frozen=True)`) to add knobs after them."""
-    unknown = sorted(set(drop) - {f.name for f in dataclasses.fields(base)})
-    if unknown:
-        raise ValueError(f"knob_config: {base.__name__} has no field {unknown[0]!r}")
-    spec = [(f.name, f.type, dataclasses.field(default=f.default))
-            for f in dataclasses.fields(base) if f.name not in drop]
-    return dataclasses.make_dataclass(name, spec, frozen=True)
-
-
 class Policy:
-    """Base class: `Config` (a frozen dataclass) names the knobs and their defaults; config
-    attributes are set by the constructor; learned state lives in plain arrays (per-arm
-    visits and step count here, the rest in subclasses, saved through `_extra_state`),
-    randomness in the policy's own `self._rng`."""
+    """Base class: `KNOBS` (a `policies.knobs.Knobs` table, scope "policy") names the knobs,
+    their defaults and what is allowed; the constructor resolves them once into `self.cfg`,
+    a frozen slots record; learned state lives in plain arrays (per-arm visits and step
+    count here, the rest in subclasses, saved through `_extra_state`), randomness in the
+    policy's own `self._rng`."""
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     mixed: ClassVar[bool] = False
-    Config: ClassVar[type] = NoKnobs
+    KNOBS: ClassVar[Knobs] = Knobs(scope="policy")
+    _RECORD: ClassVar[Knobs] = KNOBS
 
-    def __init__(self, n_arms: int, seed: int = 0):
-        check_range("n_arms", n_arms, 1, 10**6, integer=True)
-        check_range("seed", seed, 0, 2**63 - 1, integer=True)
-        self.n_arms = int(n_arms)
-        self.seed = int(seed)
+    def __init_subclass__(cls, **kwargs):
+        """Every policy's table is named after it (`policy 'ucb1' has no knob ...`), its
+        docstring lists the knobs, and `_RECORD` is the table `self.cfg` is a record of."""
+        super().__init_subclass__(**kwargs)
+        cls.KNOBS = cls.KNOBS.named(owner=f"policy {cls.name!r}", scope="policy")
+        if cls.__doc__ and cls.KNOBS:
+            cls.__doc__ = cls.KNOBS.docstring(cls.__doc__)
+        cls._RECORD = cls._record_table()
+
+    @classmethod
+    def _record_table(cls) -> Knobs:
+        """The table of `self.cfg`: KNOBS (a family whose variants drop knobs overrides it)."""
+        return cls.KNOBS
+
+    def __init__(self, n_arms: int, seed: int = 0, **knobs):
+        self.n_arms = check_int("n_arms", n_arms, 1, 10**6)
+        self.seed = check_int("seed", seed, 0, 2**63 - 1)
+        self._knobs = self.KNOBS.resolve(knobs)          # this policy's knobs, resolved: its config()
+        self.cfg = self._RECORD.record(self._knobs)
         self._rng = np.random.default_rng(self.seed)
         self.t = 0
         self._visits = np.zeros(self.n_arms, dtype=np.int64)   # steps with groups on each arm
@@ -128,9 +135,9 @@ class Policy:
     def probabilities(self) -> np.ndarray:
         raise NotImplementedError
 
-    def select(self, batch_groups: int = 8) -> Allocation:
-        if type(batch_groups) is not int or not 1 <= batch_groups <= 10**9:   # the common case costs no call
-            check_range("batch_groups", batch_groups, 1, 10**9, integer=True)
+    def select(self, batch_groups: int = BATCH_GROUPS.default) -> Allocation:
+        if type(batch_groups) is not int or not 1 <= batch_groups <= MAX_BATCH_GROUPS:   # the common case: no call
+            batch_groups = BATCH_GROUPS.check("batch_groups", batch_groups)
         return Allocation.pure(self._draw(), self.n_arms, batch_groups)
 
     def _draw(self) -> int:
@@ -144,22 +151,8 @@ class Policy:
 
     @classmethod
     def knobs(cls) -> dict:
-        """Default values of the knobs (beyond n_arms and seed): the fields of `Config`."""
-        return {f.name: f.default for f in dataclasses.fields(cls.Config)}
-
-    @classmethod
-    def make_config(cls, knobs: dict):
-        """`Config(**knobs)`; an unknown knob raises ValueError naming the valid ones."""
-        unknown = sorted(set(knobs) - set(cls.knobs()))
-        if unknown:
-            valid = ", ".join(cls.knobs()) or "none"
-            raise UserError(f"policy {cls.name!r} has no knob {unknown[0]!r}; valid knobs: {valid}")
-        return cls.Config(**knobs)
-
-    @classmethod
-    def build(cls, n_arms: int, seed: int = 0, **knobs) -> "Policy":
-        cls.make_config(knobs)
-        return cls(n_arms, seed, **knobs)
+        """Default values of the knobs (beyond n_arms and seed), from `KNOBS`."""
+        return cls.KNOBS.defaults()
 
     def _record(self, feedback: "Feedback") -> None:
         """Count a visit for a pure arm, or for every harness of a mixed batch."""
@@ -183,8 +176,8 @@ class Policy:
         raise NotImplementedError
 
     def config(self) -> dict:
-        """The resolved constructor arguments (knobs) of this policy."""
-        return {"n_arms": self.n_arms, "seed": self.seed}
+        """The resolved constructor arguments of this policy: n_arms, seed and its knobs."""
+        return {"n_arms": self.n_arms, "seed": self.seed, **copy.deepcopy(self._knobs)}
 
     def state_dict(self) -> dict:
         return {"name": self.name, "n_arms": self.n_arms, "config": self.config(), "t": self.t,

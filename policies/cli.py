@@ -1,4 +1,5 @@
-"""`hb policies`: list every registered policy with a one-line description and its default knobs."""
+"""`hb policies`: list every registered policy with a one-line description and its knobs
+(`name = default: doc (allowed)`, from the policy's `KNOBS` table)."""
 from __future__ import annotations
 
 import argparse
@@ -8,17 +9,16 @@ from policies.registry import POLICIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print name -> {summary, knobs} as JSON")
+    parser.add_argument("--json", action="store_true", help="print name -> {summary, knobs: defaults} as JSON")
 
 
 def main(args: argparse.Namespace) -> int:
-    table = {name: {"summary": cls.summary, "knobs": cls.knobs()} for name, cls in POLICIES.items()}
     if args.json:
-        print(json.dumps(table, indent=2))
+        print(json.dumps({name: {"summary": cls.summary, "knobs": cls.knobs()} for name, cls in POLICIES.items()},
+                         indent=2))
         return 0
-    width = max(len(n) for n in table)
-    for name, info in table.items():
-        print(f"{name:<{width}}  {info['summary']}")
-        knobs = ", ".join(f"{k}={v!r}" for k, v in info["knobs"].items()) or "(no knobs)"
-        print(f"{'':<{width}}    knobs: {knobs}")
+    width = max(map(len, POLICIES))
+    for name, cls in POLICIES.items():
+        print(f"{name:<{width}}  {cls.summary}")
+        print("\n".join(cls.KNOBS.listing(" " * (width + 4))) or f"{'':<{width}}    (no knobs)")
     return 0

@@ -148,10 +148,16 @@ class Knobs(Mapping):
 
     def settings(self, values: Mapping[str, Any] | None = None):
         """`resolve(values)` as a frozen record with attribute access (`cfg.tau`)."""
+        return self.record(self.resolve(values))
+
+    def record(self, resolved: Mapping[str, Any]):
+        """The frozen record (a slots dataclass) of values that are already checked; knobs
+        missing from `resolved` take their defaults (a variant's table may lack knobs that
+        its family's code still reads)."""
         if self._record is None:
             fields = [(name.replace("-", "_"), Any) for name in self._knobs]
             self._record = dataclasses.make_dataclass("Settings", fields, frozen=True, slots=True)
-        return self._record(*self.resolve(values).values())
+        return self._record(*(resolved[n] if n in resolved else k.default for n, k in self._knobs.items()))
 
     # -- variants -----------------------------------------------------------------
     def _derive(self, knobs: dict, scope: str | None, owner: str | None) -> "Knobs":

@@ -12,38 +12,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from dataclasses import dataclass
-
-from policies.base import Allocation, Feedback, Policy, check_range
-from policies.errors import UserError
-
-
-@dataclass(frozen=True)
-class MixedConfig:
-    arms: list[int] | None = None       # the harness subset (None: all harnesses)
+from policies.base import BATCH_GROUPS, Allocation, Feedback, Policy
+from policies.knobs import Knob, Knobs, int_list
 
 
 class Mixed(Policy):
     name = "mixed"
     summary = "mixed batch: every step splits the groups evenly over `arms` (default all)"
     mixed = True
-    Config = MixedConfig
+    KNOBS = Knobs({"arms": Knob(None, "the harness subset (none: all harnesses)", parse=int_list(0, min_len=1),
+                                optional=True)})
 
     def __init__(self, n_arms: int, seed: int = 0, **knobs):
-        super().__init__(n_arms, seed)
-        arms = self.make_config(knobs).arms
+        super().__init__(n_arms, seed, **knobs)
+        arms = self.cfg.arms
         if arms is None:
             arms = list(range(self.n_arms))
-        if not isinstance(arms, (list, tuple, np.ndarray)) or len(arms) == 0:
-            raise UserError(f"arms={arms!r} is not allowed: expected a non-empty list of distinct harness "
-                             f"indices in [0, {self.n_arms - 1}]")
-        for a in arms:
-            if not isinstance(a, (int, np.integer)) or isinstance(a, bool) or not 0 <= a < self.n_arms:
-                raise UserError(f"arms={list(arms)!r} is not allowed: expected distinct harness indices "
-                                 f"in [0, {self.n_arms - 1}]")
-        if len(set(int(a) for a in arms)) != len(arms):
-            raise UserError(f"arms={list(arms)!r} is not allowed: indices must be distinct")
-        self.arms = [int(a) for a in arms]
+        elif max(arms) >= self.n_arms:                  # the table's check, bounded by this n_arms
+            int_list(0, self.n_arms - 1, min_len=1)(self.KNOBS.key("arms"), arms)
+        self.arms = arms
 
     def config(self) -> dict:
         return {**super().config(), "arms": list(self.arms)}
@@ -53,10 +40,9 @@ class Mixed(Policy):
         p[self.arms] = 1.0 / len(self.arms)
         return p
 
-    def select(self, batch_groups: int = 8) -> Allocation:
-        check_range("batch_groups", batch_groups, 1, 10**9, integer=True)
+    def select(self, batch_groups: int = BATCH_GROUPS.default) -> Allocation:
         k = len(self.arms)
-        base, rem = divmod(int(batch_groups), k)
+        base, rem = divmod(BATCH_GROUPS.check("batch_groups", batch_groups), k)
         counts = np.zeros(self.n_arms, dtype=np.int64)
         counts[self.arms] = base
         start = (self.t * rem) % k

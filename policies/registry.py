@@ -19,10 +19,10 @@ PAPER_POLICIES = ("uniform", "round_robin", "learnability", "transfer", "harness
 
 
 def make(name: str, n_arms: int, seed: int = 0, **knobs) -> Policy:
-    """Build a registered policy. Unknown names or knobs raise ValueError listing the valid ones.
+    """Build a registered policy. Unknown names or knobs raise UserError listing the valid ones.
 
     `make("harnessbandit", n_arms=6, seed=0, tau=0.1)`; `make("mixed", n_arms=6, arms=[0, 4])`.
     """
     if name not in POLICIES:
         raise UserError(f"policy name={name!r} is unknown; valid names: {', '.join(POLICIES)}")
-    return POLICIES[name].build(n_arms=n_arms, seed=seed, **knobs)
+    return POLICIES[name](n_arms, seed, **knobs)

@@ -24,122 +24,69 @@ costs more than the arithmetic); `state_dict()` exports every piece as a numpy a
 """
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-from policies.base import Feedback, Policy, check_range, knob_config
+from policies.base import Feedback, Policy
+from policies.errors import UserError
+from policies.knobs import Knob, Knobs
 from policies.signals import (FUSION_USES, FUSIONS, MemoryBank, as_float_sketch, inverse_cdf_draw, minmax_normalise,
                               selection_probabilities, sketch_norm, transfer_and_update, window_push, window_values)
-from policies.errors import UserError
 
 _NAN = float("nan")
 
-
-@dataclass(frozen=True)
-class ScoredConfig:
-    """Knobs of the SPEC §3 family (paper defaults); validated by `ScoredPolicy`.
-
-    window: pooled window length of raw L and T observations (all harnesses), >= 1
-    alpha: weight of L~ in the mean fusion, in [0, 1]
-    q_decay: Q <- q_decay * Q + (1 - q_decay) * S, in [0, 1)
-    bonus_c: count bonus c / sqrt(n_h + 1), >= 0
-    tau: softmax temperature, > 0
-    epsilon: exploration floor (p_h >= epsilon / H), in [0, 1]
-    eta: memory EMA rate, in (0, 1]
-    warmup_rounds: round-robin warm-up for warmup_rounds * H steps, >= 0
-    fusion: one of FUSIONS (mean, product, min, learnability, transfer)
-    degenerate: normalised value when the window holds < 2 values or has zero range
-    transfer_source: "gradient" or "update" (which sketch T uses)
-    max_memory_age: ignore other memories whose age (global steps since their last update,
-        as in diagnostics) exceeds this (None: no limit)
-    cost_weight: divide S by (1 + cost_weight * normalised cost); 0 = off
-    """
-
-    window: int = 32
-    alpha: float = 0.5
-    q_decay: float = 0.7
-    bonus_c: float = 0.2
-    tau: float = 0.3
-    epsilon: float = 0.15
-    eta: float = 0.3
-    warmup_rounds: int = 5
-    fusion: str = "mean"
-    degenerate: float = 0.5
-    transfer_source: str = "gradient"
-    max_memory_age: int | None = None
-    cost_weight: float = 0.0
-
-
-#: the knobs of the variants with a fixed fusion: those their fusion reads
-LearnabilityConfig = knob_config("LearnabilityConfig", ScoredConfig,
-                                 drop=("fusion", "alpha", "eta", "transfer_source", "max_memory_age"))
-FixedFusionConfig = knob_config("FixedFusionConfig", ScoredConfig, drop=("fusion", "alpha"))
+#: the knobs of the SPEC §3 family (paper defaults); a variant's table drops those its
+#: fusion or its own law never reads (they keep these defaults in its `cfg`)
+SCORED_KNOBS = Knobs({
+    "window": Knob(32, "pooled window length of raw L and T observations (all harnesses)", 1, 10**7),
+    "alpha": Knob(0.5, "weight of L~ in the mean fusion", 0.0, 1.0),
+    "q_decay": Knob(0.7, "Q <- q_decay * Q + (1 - q_decay) * S", 0.0, 1.0, high_open=True),
+    "bonus_c": Knob(0.2, "count bonus c / sqrt(n_h + 1)", 0.0, 1e9),
+    "tau": Knob(0.3, "softmax temperature", 0.0, 1e9, low_open=True),
+    "epsilon": Knob(0.15, "exploration floor (p_h >= epsilon / H)", 0.0, 1.0),
+    "eta": Knob(0.3, "memory EMA rate", 0.0, 1.0, low_open=True),
+    "warmup_rounds": Knob(5, "round-robin warm-up for warmup_rounds * H steps", 0, 10**7),
+    "fusion": Knob("mean", "how L~ and T~ make the score S", choices=tuple(FUSIONS)),
+    "degenerate": Knob(0.5, "normalised value when the window holds < 2 values or has zero range", 0.0, 1.0),
+    "transfer_source": Knob("gradient", "which sketch T uses (update: the optimizer-update sketch)",
+                            choices=("gradient", "update")),
+    "max_memory_age": Knob(None, "ignore other memories whose age (global steps since their last update, as in "
+                                 "diagnostics) exceeds this (none: no limit)", 0, 10**9, type=int, optional=True),
+    "cost_weight": Knob(0.0, "divide S by (1 + cost_weight * normalised cost); 0 = off", 0.0, 1e9),
+}, scope="policy")
 
 
 class ScoredPolicy(Policy):
-    """SPEC §3 with a configurable fusion; knobs and defaults: `ScoredConfig` (a variant's
-    `Config` may drop knobs its fusion never reads; they keep ScoredConfig's defaults)."""
+    """SPEC §3 with a configurable fusion. A variant's `KNOBS` is `SCORED_KNOBS.without(...)`
+    (plus its own knobs); the knobs it drops keep their defaults in `self.cfg`, and a
+    variant with a `fixed_fusion` refuses any other fusion."""
 
     name = "harnessbandit"
     summary = "SPEC §3 fused scheduler, S = alpha*L~ + (1-alpha)*T~ (the paper)"
     fixed_fusion: str | None = None
-    Config = ScoredConfig
+    KNOBS = SCORED_KNOBS
+
+    @classmethod
+    def _record_table(cls) -> Knobs:
+        family = SCORED_KNOBS if cls.fixed_fusion is None else SCORED_KNOBS.with_defaults(fusion=cls.fixed_fusion)
+        return family | cls.KNOBS
 
     def __init__(self, n_arms: int, seed: int = 0, **knobs):
-        super().__init__(n_arms, seed)
-        fusion = knobs.pop("fusion", None)
-        if self.fixed_fusion is not None:
-            if fusion not in (None, self.fixed_fusion):
-                raise UserError(f"fusion={fusion!r} is not allowed for policy {self.name!r}: it is fixed to "
-                                 f"{self.fixed_fusion!r}; use 'harnessbandit' with fusion=... instead")
-            fusion = self.fixed_fusion
-        elif fusion is not None:
-            knobs["fusion"] = fusion
-        cfg = self.make_config(knobs)
-        shared = {f.name for f in dataclasses.fields(ScoredConfig)}
-        c = ScoredConfig(**{k: v for k, v in dataclasses.asdict(cfg).items() if k in shared})
-        fusion = fusion if self.fixed_fusion is not None else c.fusion
-        window, alpha, q_decay, bonus_c, tau, epsilon = c.window, c.alpha, c.q_decay, c.bonus_c, c.tau, c.epsilon
-        eta, warmup_rounds, degenerate, transfer_source = c.eta, c.warmup_rounds, c.degenerate, c.transfer_source
-        max_memory_age, cost_weight = c.max_memory_age, c.cost_weight
-        check_range("window", window, 1, 10**7, integer=True)
-        check_range("alpha", alpha, 0.0, 1.0)
-        check_range("q_decay", q_decay, 0.0, 1.0, high_open=True)
-        check_range("bonus_c", bonus_c, 0.0, 1e9)
-        check_range("tau", tau, 0.0, 1e9, low_open=True)
-        check_range("epsilon", epsilon, 0.0, 1.0)
-        check_range("eta", eta, 0.0, 1.0, low_open=True)
-        check_range("warmup_rounds", warmup_rounds, 0, 10**7, integer=True)
-        check_range("degenerate", degenerate, 0.0, 1.0)
-        if fusion not in FUSIONS:
-            raise UserError(f"fusion={fusion!r} is unknown; valid fusions: {', '.join(FUSIONS)}")
-        if transfer_source not in ("gradient", "update"):
-            raise UserError(f"transfer_source={transfer_source!r} is not allowed: expected 'gradient' or 'update'")
-        if max_memory_age is not None:
-            check_range("max_memory_age", max_memory_age, 0, 10**9, integer=True)
-        check_range("cost_weight", cost_weight, 0.0, 1e9)
-        self.cost_weight = float(cost_weight)
-        self.window, self.alpha, self.q_decay, self.bonus_c = int(window), float(alpha), float(q_decay), float(bonus_c)
-        self.tau, self.epsilon, self.eta = float(tau), float(epsilon), float(eta)
-        self.warmup_rounds, self.fusion, self.degenerate = int(warmup_rounds), fusion, float(degenerate)
-        self.transfer_source, self.max_memory_age = transfer_source, max_memory_age
-        self.uses_l, self.uses_t = FUSION_USES[fusion]
-        self._fuse = FUSIONS[fusion]
+        fusion = knobs.pop("fusion", self.fixed_fusion) if self.fixed_fusion is not None else None
+        if fusion != self.fixed_fusion:
+            raise UserError(f"policy.fusion={fusion!r} is not allowed for policy {self.name!r}: it is fixed to "
+                            f"{self.fixed_fusion!r}; use 'harnessbandit' with fusion=... instead")
+        super().__init__(n_arms, seed, **knobs)
+        self.uses_l, self.uses_t = FUSION_USES[self.cfg.fusion]
+        self._fuse = FUSIONS[self.cfg.fusion]
         self._reset_state()
-
-    def config(self) -> dict:
-        cfg = super().config()
-        cfg.update({k: getattr(self, k) for k in self.knobs()})
-        return cfg
 
     def _reset_state(self) -> None:
         h = self.n_arms
-        self.l_window = [0.0] * self.window             # ring buffers (see policies.signals.window_push)
-        self.t_window = [0.0] * self.window
-        self.c_window = [0.0] * self.window
+        self.l_window = [0.0] * self.cfg.window         # ring buffers (see policies.signals.window_push)
+        self.t_window = [0.0] * self.cfg.window
+        self.c_window = [0.0] * self.cfg.window
         self.l_count = 0
         self.t_count = 0
         self.c_count = 0
@@ -153,7 +100,7 @@ class ScoredPolicy(Policy):
 
     # -- selection ---------------------------------------------------------------------
     def in_warmup(self) -> bool:
-        return self.t < self.warmup_rounds * self.n_arms
+        return self.t < self.cfg.warmup_rounds * self.n_arms
 
     def _law(self) -> tuple[np.ndarray, np.ndarray]:
         """(p, U) for the next step, cached until the next update."""
@@ -168,7 +115,8 @@ class ScoredPolicy(Policy):
 
     def _index_law(self) -> tuple[np.ndarray, np.ndarray]:
         """The post-warm-up law (p, index) — the one thing an index policy overrides."""
-        return selection_probabilities(self.q, self.q_defined, self.n.tolist(), self.bonus_c, self.tau, self.epsilon)
+        cfg = self.cfg
+        return selection_probabilities(self.q, self.q_defined, self.n.tolist(), cfg.bonus_c, cfg.tau, cfg.epsilon)
 
     def probabilities(self) -> np.ndarray:
         return self._law()[0].copy()
@@ -207,18 +155,18 @@ class ScoredPolicy(Policy):
         if math.isnan(l_raw):
             self.counters["missing_learnability"] += 1
         l_norm = t_norm = _NAN
+        cfg = self.cfg
         if not math.isnan(l_raw):
             self.l_count = window_push(self.l_window, self.l_count, l_raw)
-            l_norm = minmax_normalise(l_raw, window_values(self.l_window, self.l_count), self.degenerate)
+            l_norm = minmax_normalise(l_raw, window_values(self.l_window, self.l_count), cfg.degenerate)
         if not math.isnan(t_raw):
             self.t_count = window_push(self.t_window, self.t_count, t_raw)
-            t_norm = minmax_normalise(t_raw, window_values(self.t_window, self.t_count), self.degenerate)
-        score = self._fuse(l_norm, t_norm, self.alpha)
-        if self.cost_weight > 0 and feedback.cost is not None and math.isfinite(feedback.cost):
+            t_norm = minmax_normalise(t_raw, window_values(self.t_window, self.t_count), cfg.degenerate)
+        score = self._fuse(l_norm, t_norm, cfg.alpha)
+        if cfg.cost_weight > 0 and feedback.cost is not None and math.isfinite(feedback.cost):
             self.c_count = window_push(self.c_window, self.c_count, float(feedback.cost))
-            c_norm = minmax_normalise(float(feedback.cost), window_values(self.c_window, self.c_count),
-                                      self.degenerate)
-            score = score / (1.0 + self.cost_weight * c_norm)
+            c_norm = minmax_normalise(float(feedback.cost), window_values(self.c_window, self.c_count), cfg.degenerate)
+            score = score / (1.0 + cfg.cost_weight * c_norm)
         self.last = {"arm": arm, "learnability": l_raw, "transfer": t_raw, "l_norm": l_norm,
                      "t_norm": t_norm, "score": score}
         return score
@@ -228,13 +176,14 @@ class ScoredPolicy(Policy):
         if math.isnan(score):
             return
         if self.q_defined[arm]:
-            self.q[arm] = self.q_decay * self.q[arm] + (1.0 - self.q_decay) * score
+            decay = self.cfg.q_decay
+            self.q[arm] = decay * self.q[arm] + (1.0 - decay) * score
         else:
             self.q[arm] = score
             self.q_defined[arm] = True
 
     def _transfer(self, arm: int, feedback: Feedback) -> float:
-        sketch = feedback.update_sketch if self.transfer_source == "update" else feedback.sketch
+        sketch = feedback.update_sketch if self.cfg.transfer_source == "update" else feedback.sketch
         if sketch is not None:
             sketch = as_float_sketch(sketch)
             if sketch.ndim != 1:
@@ -251,11 +200,11 @@ class ScoredPolicy(Policy):
             self.counters["missing_transfer"] += 1
             return _NAN
         eligible = None
-        if self.max_memory_age is not None:
+        if self.cfg.max_memory_age is not None:
             # last_update holds (step index + 1) of each memory's update; the current step is t
             # age = global steps since the memory's last update, as in diagnostics()
-            eligible = (self.t - self.bank.last_update) <= self.max_memory_age
-        transfer, compared = transfer_and_update(self.bank, arm, sketch, self.eta, self.t + 1, eligible, g_norm)
+            eligible = (self.t - self.bank.last_update) <= self.cfg.max_memory_age
+        transfer, compared = transfer_and_update(self.bank, arm, sketch, self.cfg.eta, self.t + 1, eligible, g_norm)
         if math.isnan(transfer):
             self.counters["missing_transfer"] += 1
             if compared:
@@ -283,7 +232,7 @@ class ScoredPolicy(Policy):
         return state
 
     def _load_extra_state(self, state: dict) -> None:
-        if np.shape(state["q"]) != (self.n_arms,) or np.shape(state["l_window"]) != (self.window,):
+        if np.shape(state["q"]) != (self.n_arms,) or np.shape(state["l_window"]) != (self.cfg.window,):
             raise ValueError("state_dict does not match this policy's n_arms or window")
         for k in self._LISTS:
             setattr(self, k, np.asarray(state[k]).tolist())
@@ -293,29 +242,33 @@ class ScoredPolicy(Policy):
         self._law_cache = None
 
 
+#: the variants with a fixed fusion read only the knobs their fusion reads
+FIXED_FUSION_KNOBS = SCORED_KNOBS.without("fusion", "alpha")
+
+
 class LearnabilityOnly(ScoredPolicy):
     name = "learnability"
     summary = "SPEC §3 with S = L~ only (T never computed)"
     fixed_fusion = "learnability"
-    Config = LearnabilityConfig
+    KNOBS = FIXED_FUSION_KNOBS.without("eta", "transfer_source", "max_memory_age")
 
 
 class TransferOnly(ScoredPolicy):
     name = "transfer"
     summary = "SPEC §3 with S = T~ only (no Q update while T is missing)"
     fixed_fusion = "transfer"
-    Config = FixedFusionConfig
+    KNOBS = FIXED_FUSION_KNOBS
 
 
 class ProductFusion(ScoredPolicy):
     name = "product"
     summary = "SPEC §3 with S = L~ * T~ (one present -> that one)"
     fixed_fusion = "product"
-    Config = FixedFusionConfig
+    KNOBS = FIXED_FUSION_KNOBS
 
 
 class MinFusion(ScoredPolicy):
     name = "min"
     summary = "SPEC §3 with S = min(L~, T~) (one present -> that one)"
     fixed_fusion = "min"
-    Config = FixedFusionConfig
+    KNOBS = FIXED_FUSION_KNOBS

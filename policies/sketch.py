@@ -20,7 +20,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from policies.base import check_range
+from policies.validate import check_int
 
 
 def largest_remainder_quotas(sizes: np.ndarray, d: int) -> np.ndarray:
@@ -49,8 +49,8 @@ def plan_sketch(shapes: Mapping[str, Iterable[int]], d: int = 65536, seed: int =
 
     shapes: name -> tensor shape. d: sketch dimension (> 0). seed: plan seed (>= 0).
     """
-    check_range("d", d, 1, 2**40, integer=True)
-    check_range("seed", seed, 0, 2**63 - 1, integer=True)
+    check_int("d", d, 1, 2**40)
+    check_int("seed", seed, 0, 2**63 - 1)
     if not shapes:
         raise ValueError("shapes={} is not allowed: the sketch needs at least one parameter tensor")
     names = sorted(shapes)

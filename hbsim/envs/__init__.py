@@ -14,7 +14,7 @@ import importlib
 from collections.abc import Mapping
 from typing import Iterator
 
-from hbsim.envs.base import CATEGORIES, COMMON_KNOBS, SUITES, Batch, Knob, SyntheticEnv
+from hbsim.envs.base import CATEGORIES, COMMON_KNOBS, SUITES, Batch, SyntheticEnv
 from policies.errors import UserError
 
 #: kind -> module that defines it
@@ -93,12 +93,12 @@ def expand_preset(env: dict) -> dict:
 
 def make_env(kind: str, seed: int = 0, **knobs) -> SyntheticEnv:
     """Build a registered environment (or a preset of ENV_PRESETS); unknown kinds or knobs
-    raise ValueError listing valid ones."""
+    raise UserError listing valid ones."""
     if kind in ENV_PRESETS:
         env = expand_preset({"kind": kind, **knobs})
         kind, knobs = env.pop("kind"), env
     return ENVS[kind](seed=seed, **knobs)
 
 
-__all__ = ["CATEGORIES", "COMMON_KNOBS", "ENVS", "ENV_MODULES", "ENV_PRESETS", "expand_preset", "SUITES", "Batch", "Knob",
+__all__ = ["CATEGORIES", "COMMON_KNOBS", "ENVS", "ENV_MODULES", "ENV_PRESETS", "expand_preset", "SUITES", "Batch",
            "SyntheticEnv", "make_env"]

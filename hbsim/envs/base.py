@@ -5,8 +5,8 @@ truth logging and held-out evaluation are shared; a subclass only writes its mod
 What a subclass implements
 --------------------------
     kind: ClassVar[str]                         registry name ("bernoulli", ...)
-    KNOBS: ClassVar[dict[str, Knob]]            its own knobs (defaults + validation + doc);
-                                                COMMON_KNOBS below are added by the base
+    KNOBS: ClassVar[Knobs]                      COMMON_KNOBS | its own knobs (a policies.knobs
+                                                table: defaults, validation, docstring)
     _build(rng)                                 build the ground truth and the initial learned
                                                 state from `rng` (the "structure" stream)
     success_matrix() -> (n_tasks + n_heldout_tasks, n_harnesses + 1) float in [0, 1]
@@ -30,7 +30,7 @@ What a subclass implements
     _model_state() -> dict / _load_model_state(d)
                                                 the learned state (numpy arrays), exact
   optional:
-    _check_knobs(knobs)                         cross-knob validation (raise ValueError)
+    _check_knobs(knobs)                         cross-knob validation (raise UserError)
     rewards_from_uniform(p, u) -> (m, G)        rewards in [0, 1] from success probabilities
                                                 p (m,) and uniforms u (m, G); default binary
     step_extras() -> dict                       extra per-step columns (floats)
@@ -69,7 +69,6 @@ the held-out harness, i.e. the expected mean reward of the two eval suites).
 from __future__ import annotations
 
 import copy
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -81,6 +80,8 @@ from hbsim.adapter import EVAL_COLUMNS, CostLedger, StepResult
 from hbsim import grpo
 from policies.errors import UserError
 from hbsim.sampling import DynamicSampler
+from policies.knobs import Knob, Knobs
+from policies.validate import check_int
 
 #: PinchBench-like task categories; `task_category` indexes this tuple.
 CATEGORIES = ("skills", "integrations", "memory", "csv", "coding")
@@ -91,49 +92,8 @@ STREAM_STRUCTURE, STREAM_TASKS, STREAM_REWARDS, STREAM_LEARN, STREAM_EVAL, STREA
 SUITES = ("heldout_tasks", "heldout_harness")
 
 
-@dataclass(frozen=True)
-class Knob:
-    """One environment knob: default, type, allowed range or choices, and its doc line."""
-
-    default: Any
-    doc: str
-    low: float | None = None
-    high: float | None = None
-    choices: tuple | None = None
-
-    def check(self, name: str, value: Any) -> Any:
-        """Return the value coerced to the default's type, or raise ValueError."""
-        kind = type(self.default)
-        allowed = self.allowed()
-        if kind is bool:
-            ok = isinstance(value, (bool, np.bool_))
-        elif kind is int:
-            ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-        elif kind is float:
-            ok = (isinstance(value, (int, float, np.integer, np.floating))
-                  and not isinstance(value, (bool, np.bool_)) and math.isfinite(float(value)))
-        else:
-            ok = isinstance(value, str)
-        if not ok:
-            raise UserError(f"env knob {name}={value!r} is not allowed: expected {allowed}")
-        value = kind(value)
-        if self.choices is not None and value not in self.choices:
-            raise UserError(f"env knob {name}={value!r} is not allowed: expected {allowed}")
-        if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
-            raise UserError(f"env knob {name}={value!r} is out of range: expected {allowed}")
-        return value
-
-    def allowed(self) -> str:
-        kind = type(self.default).__name__
-        if self.choices is not None:
-            return f"one of {', '.join(map(str, self.choices))}"
-        lo = "-inf" if self.low is None else self.low
-        hi = "inf" if self.high is None else self.high
-        return f"{'an' if kind == 'int' else 'a'} {kind} in [{lo}, {hi}]"
-
-
 #: knobs every synthetic environment has
-COMMON_KNOBS: dict[str, Knob] = {
+COMMON_KNOBS = Knobs({
     "n_harnesses": Knob(6, "training harnesses (arms); one held-out harness is added", 1, 64),
     "n_tasks": Knob(200, "training tasks, each available on every training harness", 1, 100_000),
     "n_heldout_tasks": Knob(50, "held-out tasks of both eval suites", 1, 100_000),
@@ -143,7 +103,7 @@ COMMON_KNOBS: dict[str, Knob] = {
     "leftover_max_age": Knob(0, "drop leftover groups older than this many steps (0 = no age limit)", 0, 10**6),
     "advantage": Knob("loo", "advantage kind (SPEC §2.1)", choices=tuple(grpo.ADVANTAGES)),
     "k_attempts": Knob(3, "attempts per held-out task in each eval suite", 1, 100_000),
-}
+}, scope="env")
 
 
 @dataclass
@@ -172,39 +132,35 @@ class SyntheticEnv:
 
     kind: ClassVar[str] = ""
     summary: ClassVar[str] = ""
-    KNOBS: ClassVar[dict[str, Knob]] = {}
+    KNOBS: ClassVar[Knobs] = COMMON_KNOBS
+
+    def __init_subclass__(cls, **kwargs):
+        """Every kind's table is named after it (`env kind 'drifting' has no knob ...`) and its
+        docstring lists the knobs (`help(DriftingEnv)`)."""
+        super().__init_subclass__(**kwargs)
+        cls.KNOBS = cls.KNOBS.named(owner=f"env kind {cls.kind!r}", scope="env")
+        cls.__doc__ = cls.KNOBS.docstring(cls.__doc__ or cls.summary)
 
     # -- knobs ---------------------------------------------------------------------
     @classmethod
-    def knob_specs(cls) -> dict[str, Knob]:
-        return {**COMMON_KNOBS, **cls.KNOBS}
-
-    @classmethod
     def knobs(cls) -> dict[str, Any]:
         """Default value of every knob."""
-        return {name: spec.default for name, spec in cls.knob_specs().items()}
+        return cls.KNOBS.defaults()
 
     @classmethod
     def resolve_knobs(cls, **knobs) -> dict[str, Any]:
-        """Validate `knobs` and fill the defaults; unknown or bad knobs raise ValueError."""
-        specs = cls.knob_specs()
-        unknown = sorted(set(knobs) - set(specs))
-        if unknown:
-            raise UserError(f"env knob {unknown[0]!r} is unknown for kind={cls.kind!r}; "
-                             f"valid knobs: {', '.join(specs)}")
-        resolved = {name: spec.check(name, knobs.get(name, spec.default)) for name, spec in specs.items()}
+        """Every knob, validated by the table, defaults filled, then cross-checked."""
+        resolved = cls.KNOBS.resolve(knobs)
         cls._check_knobs(resolved)
         return resolved
 
     @classmethod
     def _check_knobs(cls, knobs: dict) -> None:
-        """Cross-knob validation; subclasses raise ValueError."""
+        """Cross-knob validation; subclasses raise UserError."""
 
     # -- construction --------------------------------------------------------------
     def __init__(self, seed: int = 0, **knobs):
-        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
-            raise UserError(f"seed={seed!r} is not allowed: expected an integer >= 0")
-        self.seed = int(seed)
+        self.seed = check_int("seed", seed, 0)
         self.knobs = self.resolve_knobs(**knobs)
         k = self.knobs
         self.H, self.G = k["n_harnesses"], k["group_size"]
@@ -412,7 +368,7 @@ class SyntheticEnv:
 
 # --------------------------------------------------------------------------------------
 # Helpers shared by the gradient-based environments (drifting, student): optimizer knobs,
-# knob documentation, sketch coordinates. (The oracle maths lives in hbsim.grpo.)
+# list knobs, sketch coordinates. (The oracle maths lives in hbsim.grpo.)
 # --------------------------------------------------------------------------------------
 def optimizer_knobs(lr: float) -> dict[str, Knob]:
     """The optimizer knobs of an environment whose default learning rate is `lr`."""
@@ -427,14 +383,6 @@ def optimizer_knobs(lr: float) -> dict[str, Knob]:
     }
 
 
-def knob_doc(cls: type) -> type:
-    """Class decorator: append one line per own knob (name, default, allowed, doc) to the
-    class docstring, so `help(Env)` documents every knob from the single KNOBS table."""
-    lines = [f"    {name} = {spec.default!r}: {spec.doc} ({spec.allowed()})" for name, spec in cls.KNOBS.items()]
-    cls.__doc__ = (cls.__doc__ or "") + "\n\n    Knobs:\n" + "\n".join(lines) + "\n"
-    return cls
-
-
 def sketch_coordinates(rng: np.random.Generator, dim: int, d: int) -> np.ndarray:
     """Fixed sketch coordinates: all of 0..dim-1 when d >= dim, else d drawn without
     replacement, sorted."""
@@ -443,58 +391,45 @@ def sketch_coordinates(rng: np.random.Generator, dim: int, d: int) -> np.ndarray
     return np.sort(rng.choice(dim, size=d, replace=False))
 
 
-class IntListKnob(Knob):
-    """A knob holding a list of non-negative integers (or of integer pairs when `pairs`),
-    written as a string ("50,100"; pairs "0-1,2-3"; "" = none) or a list. Resolves to the
-    canonical string, so configs stay flat scalars for TOML, `--set` and hashing."""
+def int_items(name: str, value, pairs: bool = False) -> list:
+    """A list knob's value -- a string ("50,100"; pairs "0-1,2-3"; "" = none) or a list --
+    as its non-negative integers (or integer pairs); UserError naming `name` otherwise."""
+    try:
+        if isinstance(value, str):
+            items = [s.strip() for s in value.split(",") if s.strip()]
+            items = [tuple(int(x) for x in s.split("-")) for s in items] if pairs else [int(s) for s in items]
+        else:
+            items = [tuple(int(x) for x in it) if pairs else int(it) for it in value]
+            if not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for it in value
+                       for x in (it if pairs else [it])):
+                raise TypeError
+    except (TypeError, ValueError):
+        items = None
+    flat = [x for it in items or () for x in (it if pairs else (it,))]
+    if items is None or any(x < 0 for x in flat) or (pairs and any(len(it) != 2 for it in items)):
+        raise UserError(f"{name}={value!r} is not allowed: expected {int_string(pairs).allowed}")
+    return items
 
-    def __init__(self, default: str, doc: str, pairs: bool = False):
-        super().__init__(default, doc)
-        object.__setattr__(self, "choices", None)
-        object.__setattr__(self, "_pairs", pairs)
 
-    def allowed(self) -> str:
-        if self._pairs:
-            return 'pairs of harness indices like "0-1,2-3" (or [[0, 1], [2, 3]]; "" = none)'
-        return 'non-negative integers like "50,100" (or [50, 100]; "" = none)'
-
-    def parse(self, name: str, value) -> list:
-        try:
-            if isinstance(value, str):
-                items = [s.strip() for s in value.split(",") if s.strip()]
-                if self._pairs:
-                    items = [tuple(int(x) for x in s.split("-")) for s in items]
-                else:
-                    items = [int(s) for s in items]
-            else:
-                items = [tuple(int(x) for x in it) if self._pairs else int(it) for it in value]
-                if not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for it in value
-                           for x in (it if self._pairs else [it])):
-                    raise TypeError
-        except (TypeError, ValueError):
-            raise UserError(f"env knob {name}={value!r} is not allowed: expected {self.allowed()}") from None
-        flat = [x for it in items for x in (it if self._pairs else (it,))]
-        if any(x < 0 for x in flat) or (self._pairs and any(len(it) != 2 for it in items)):
-            raise UserError(f"env knob {name}={value!r} is not allowed: expected {self.allowed()}")
-        return items
-
-    def check(self, name: str, value):
-        items = self.parse(name, value)
-        if self._pairs:                         # the order of disjoint pairs carries no meaning
+def int_string(pairs: bool = False):
+    """A `Knob.parse` for a list knob (`int_items`) that resolves to the canonical string
+    (sorted; integers deduplicated), so configs stay flat scalars for TOML, `--set` and hashing."""
+    def parse(name: str, value) -> str:
+        items = int_items(name, value, pairs)
+        if pairs:                         # the order of disjoint pairs carries no meaning
             return ",".join(f"{a}-{b}" for a, b in sorted(items))
         return ",".join(str(x) for x in sorted(set(items)))
-
-    @staticmethod
-    def parse_list(value: str) -> list[int]:
-        """A resolved (canonical) non-pair value -> its integers."""
-        return [int(x) for x in value.split(",") if x.strip()]
+    parse.allowed = ('pairs of harness indices like "0-1,2-3" (or [[0, 1], [2, 3]]; "" = none)' if pairs
+                     else 'non-negative integers like "50,100" (or [50, 100]; "" = none)')
+    return parse
 
 
 def heldout_align_knobs() -> dict[str, Knob]:
     """Knobs that align the held-out harness with chosen training harnesses, so transfer to
     it is real and known (every env reads them in its own model; default: no alignment)."""
     return {
-        "heldout_align": IntListKnob("", "training harnesses the held-out harness is aligned with (\"\" = none)"),
+        "heldout_align": Knob("", "training harnesses the held-out harness is aligned with (\"\" = none)",
+                              parse=int_string()),
         "heldout_align_strength": Knob(0.9, "how strongly the held-out harness follows the aligned ones "
                                             "(0 = not at all, 1 = their mean exactly)", 0.0, 1.0),
     }
@@ -504,12 +439,12 @@ def aligned_heldout(vectors: np.ndarray, knobs: dict, unit: bool = True) -> np.n
     """vectors (H+1, D), the held-out harness's row last -> the held-out row replaced by
     s * mean(aligned rows) + sqrt(1 - s^2) * its own row (s = heldout_align_strength); with
     `unit` the mean direction is normalised first. No alignment: `vectors` unchanged."""
-    aligned = IntListKnob.parse_list(knobs["heldout_align"])
+    aligned = int_items("env.heldout_align", knobs["heldout_align"])
     if not aligned:
         return vectors
     if max(aligned) >= vectors.shape[0] - 1:
-        raise UserError(f"env knob heldout_align={knobs['heldout_align']!r} is not allowed: expected training "
-                         f"harness indices in [0, {vectors.shape[0] - 2}]")
+        raise UserError(f"env.heldout_align={knobs['heldout_align']!r} is not allowed: expected training "
+                        f"harness indices in [0, {vectors.shape[0] - 2}]")
     s = knobs["heldout_align_strength"]
     mean = vectors[aligned].mean(axis=0)
     if unit:

@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from hbsim import grpo
-from hbsim.envs.base import CATEGORIES, Batch, Knob, SyntheticEnv, aligned_heldout, heldout_align_knobs
+from hbsim.envs.base import COMMON_KNOBS, CATEGORIES, Batch, Knob, SyntheticEnv, aligned_heldout, heldout_align_knobs
 from policies.errors import UserError
 
 
@@ -60,7 +60,7 @@ def _sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 class BernoulliEnv(SyntheticEnv):
     kind = "bernoulli"
     summary = "per-(task, harness) Bernoulli success; learning curves coupled by a transfer matrix"
-    KNOBS = {
+    KNOBS = COMMON_KNOBS | {
         "lr": Knob(1.0, "logit step of the competence z per unit of batch signal S", 0.0, 1000.0),
         "task_lr": Knob(0.5, "logit step of the task-specific skill u (training tasks only)", 0.0, 1000.0),
         "transfer_scale": Knob(0.4, "magnitude of the off-diagonal transfer entries", 0.0, 10.0),
@@ -83,7 +83,7 @@ class BernoulliEnv(SyntheticEnv):
     @classmethod
     def _check_knobs(cls, knobs: dict) -> None:
         if knobs["n_saturating"] + knobs["n_zero"] > knobs["n_harnesses"]:
-            raise UserError(f"env knobs n_saturating={knobs['n_saturating']} + n_zero={knobs['n_zero']} "
+            raise UserError(f"env n_saturating={knobs['n_saturating']} + n_zero={knobs['n_zero']} "
                              f"are not allowed: expected a sum <= n_harnesses={knobs['n_harnesses']}")
 
     # -- structure -----------------------------------------------------------------

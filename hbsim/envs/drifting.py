@@ -60,9 +60,8 @@ import math
 import numpy as np
 from scipy.special import expit
 
-from hbsim.envs.base import (CATEGORIES, Batch, IntListKnob, Knob, SyntheticEnv, _stream, aligned_heldout, heldout_align_knobs,
-                             knob_doc,
-                             optimizer_knobs, sketch_coordinates)
+from hbsim.envs.base import (COMMON_KNOBS, CATEGORIES, Batch, Knob, SyntheticEnv, _stream, aligned_heldout,
+                             heldout_align_knobs, int_items, int_string, optimizer_knobs, sketch_coordinates)
 from hbsim.grpo import OPTIMIZERS, Optimizer, expected_group_signal, preconditioned_direction  # noqa: F401
 from policies.errors import UserError
 
@@ -79,23 +78,24 @@ def orthonormal_rows(F: np.ndarray) -> np.ndarray:
 
 
 # -- the environment -------------------------------------------------------------------
-@knob_doc
 class DriftingEnv(SyntheticEnv):
-    """Drifting-gradient bandit; see the module docstring for the model. The knobs below come on top of
-    the common ones of hbsim.envs.base (COMMON_KNOBS); the table is `DriftingEnv.KNOBS`."""
+    """Drifting-gradient bandit; see the module docstring for the model. Its knobs (the table
+    `DriftingEnv.KNOBS`: hbsim.envs.base's COMMON_KNOBS first) are listed below."""
 
     kind = "drifting"
     summary = "shared + harness-specific drifting gradient directions, SGD/Adam, conflicting pairs"
-    KNOBS = {
+    KNOBS = COMMON_KNOBS | {
         "dim": Knob(128, "parameter dimension (>= n_harnesses + 7)", 2, 10**6),
         "shared": Knob(0.15, "mean share of a target's squared norm along the shared direction", 0.0, 1.0),
         "shared_spread": Knob(0.1, "harness shared shares are spaced evenly in shared +- shared_spread", 0.0, 1.0),
         "category_share": Knob(0.1, "share of every target's squared norm along its category direction", 0.0, 1.0),
-        "conflict_pairs": IntListKnob("0-1", "harness pairs (a-b) whose targets have cosine conflict_cos", pairs=True),
+        "conflict_pairs": Knob("0-1", "harness pairs (a-b) whose targets have cosine conflict_cos",
+                               parse=int_string(pairs=True)),
         "conflict_cos": Knob(-0.3, "cosine of a conflicting pair's targets (same category)", -1.0, 1.0),
         "rotation": Knob(0.01, "radians every direction rotates per step (in its own random plane)", 0.0, 3.2),
         "walk": Knob(0.02, "norm of every direction's random-walk step per step", 0.0, 10.0),
-        "phase_steps": IntListKnob("", "after these many steps the harness-specific directions are resampled"),
+        "phase_steps": Knob("", "after these many steps the harness-specific directions are resampled",
+                            parse=int_string()),
         "noise": Knob(1.0, "norm of one group's gradient noise (a batch of n: noise/sqrt(n))", 0.0, 1e6),
         "noise_spread": Knob(1.0, "log-std of the per-coordinate noise scales (Adam anisotropy)", 0.0, 10.0),
         "bias_low": Knob(-3.0, "lowest training-harness logit offset", -50.0, 50.0),
@@ -116,23 +116,23 @@ class DriftingEnv(SyntheticEnv):
     def _check_knobs(cls, knobs: dict) -> None:
         H, C = knobs["n_harnesses"], len(CATEGORIES)
         if knobs["dim"] < H + C + 2:
-            raise UserError(f"env knob dim={knobs['dim']} is not allowed: expected >= n_harnesses + "
+            raise UserError(f"env.dim={knobs['dim']} is not allowed: expected >= n_harnesses + "
                              f"{C + 2} = {H + C + 2} (orthonormal directions)")
         lo, hi = knobs["shared"] - knobs["shared_spread"], knobs["shared"] + knobs["shared_spread"]
         if lo < 0.0 or hi + knobs["category_share"] > 1.0:
-            raise UserError(f"env knobs shared={knobs['shared']}, shared_spread={knobs['shared_spread']}, "
+            raise UserError(f"env shared={knobs['shared']}, shared_spread={knobs['shared_spread']}, "
                              f"category_share={knobs['category_share']} are not allowed: expected "
                              f"shared - shared_spread >= 0 and shared + shared_spread + category_share <= 1")
         if knobs["shared_v0"] > 0 and not knobs["axis_aligned"]:
-            raise UserError(f"env knob shared_v0={knobs['shared_v0']} is not allowed with axis_aligned=False: "
+            raise UserError(f"env.shared_v0={knobs['shared_v0']} is not allowed with axis_aligned=False: "
                              f"expected 0 (the shared direction is only an axis when axis_aligned = true)")
         if knobs["bias_low"] > knobs["bias_high"]:
-            raise UserError(f"env knob bias_low={knobs['bias_low']} is not allowed: expected <= "
+            raise UserError(f"env.bias_low={knobs['bias_low']} is not allowed: expected <= "
                              f"bias_high={knobs['bias_high']}")
-        pairs = cls.KNOBS["conflict_pairs"].parse("conflict_pairs", knobs["conflict_pairs"])
+        pairs = int_items("env.conflict_pairs", knobs["conflict_pairs"], pairs=True)
         flat = [x for pair in pairs for x in pair]
         if any(x >= H for x in flat) or len(set(flat)) != len(flat):
-            raise UserError(f"env knob conflict_pairs={knobs['conflict_pairs']!r} is not allowed: expected "
+            raise UserError(f"env.conflict_pairs={knobs['conflict_pairs']!r} is not allowed: expected "
                              f"disjoint pairs of distinct harness indices in [0, {H - 1}]")
         if pairs:
             rho = _shared_shares(knobs)
@@ -141,7 +141,7 @@ class DriftingEnv(SyntheticEnv):
             best = min(_pair_cos_range(rho[i], rho[j], knobs["category_share"])[1]
                        for i in range(H) for j in range(H) if i != j)
             if not worst - 1e-12 <= knobs["conflict_cos"] <= best + 1e-12:
-                raise UserError(f"env knob conflict_cos={knobs['conflict_cos']} is not allowed with these "
+                raise UserError(f"env.conflict_cos={knobs['conflict_cos']} is not allowed with these "
                                  f"shared shares: expected in [{worst:.4g}, {best:.4g}]")
 
     # -- structure -----------------------------------------------------------------
@@ -155,8 +155,8 @@ class DriftingEnv(SyntheticEnv):
         scales = np.exp(k["noise_spread"] * rng.standard_normal(D))
         self.noise_scale = scales / np.sqrt(np.mean(scales ** 2))                   # (D,)
         self.coords = sketch_coordinates(rng, D, k["sketch_dim"])
-        self.pairs = self.KNOBS["conflict_pairs"].parse("conflict_pairs", k["conflict_pairs"])
-        self.phases = set(self.KNOBS["phase_steps"].parse("phase_steps", k["phase_steps"]))
+        self.pairs = int_items("env.conflict_pairs", k["conflict_pairs"], pairs=True)
+        self.phases = set(int_items("env.phase_steps", k["phase_steps"]))
         self.F, self.P = self._fresh_directions(rng, 1 + C + H + 1)               # (K, D) each
         if k["axis_aligned"]:          # the note's counterexample: directions on coordinate axes
             n = 1 + C + H + 1

@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
-from hbsim.envs.base import (CATEGORIES, Batch, Knob, SyntheticEnv, aligned_heldout, heldout_align_knobs, knob_doc,
+from hbsim.envs.base import (COMMON_KNOBS, CATEGORIES, Batch, Knob, SyntheticEnv, aligned_heldout, heldout_align_knobs,
                              optimizer_knobs, sketch_coordinates)
 from hbsim.grpo import Optimizer, expected_group_signal
 from policies.errors import UserError
@@ -58,14 +58,13 @@ def student_features(x: np.ndarray, v: np.ndarray, interaction: float) -> np.nda
     return np.concatenate([xb, oh, vb, outer], axis=2)
 
 
-@knob_doc
 class StudentEnv(SyntheticEnv):
-    """Logistic student; see the module docstring for the model. The knobs below come on top of
-    the common ones of hbsim.envs.base (COMMON_KNOBS); the table is `StudentEnv.KNOBS`."""
+    """Logistic student; see the module docstring for the model. Its knobs (the table
+    `StudentEnv.KNOBS`: hbsim.envs.base's COMMON_KNOBS first) are listed below."""
 
     kind = "student"
     summary = "logistic student: theta, sigmoid(<theta, phi(task, harness)>), REINFORCE + Adam"
-    KNOBS = {
+    KNOBS = COMMON_KNOBS | {
         "n_task_features": Knob(8, "random task features besides the category one-hot", 0, 4096),
         "n_harness_features": Knob(4, "harness embedding size (shared / conflicting coordinates)", 0, 256),
         "interaction": Knob(1.0, "scale of the task x harness interaction features", 0.0, 100.0),
@@ -82,7 +81,7 @@ class StudentEnv(SyntheticEnv):
     @classmethod
     def _check_knobs(cls, knobs: dict) -> None:
         if knobs["bias_low"] > knobs["bias_high"]:
-            raise UserError(f"env knob bias_low={knobs['bias_low']} is not allowed: expected <= "
+            raise UserError(f"env.bias_low={knobs['bias_low']} is not allowed: expected <= "
                              f"bias_high={knobs['bias_high']}")
 
     # -- structure -----------------------------------------------------------------

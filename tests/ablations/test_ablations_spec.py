@@ -71,14 +71,14 @@ BAD_CASES = {
     "unknown_top_key": (grid_text(top_extra={"stepz": 3}), "'stepz': unknown key"),
     "unknown_policy": (grid_text(policies=[{"name": "fused"}]), "unknown policy 'fused'; valid names: uniform"),
     "unknown_env": (grid_text(env={"kind": "bernouli"}), "'env.kind': unknown env kind 'bernouli'; valid kinds: bernoulli,"),
-    "unknown_env_knob": (grid_text(env={**TINY_ENV, "n_harnesess": 3}), "'env.n_harnesess': unknown knob"),
+    "unknown_env_knob": (grid_text(env={**TINY_ENV, "n_harnesess": 3}), "'env.n_harnesess': env kind 'bernoulli' has no knob 'n_harnesess'; valid knobs: n_harnesses,"),
     "knob_policy_lacks": (grid_text(policies=[{"name": "uniform", "tau": 0.1}]),
                           "'policies[0].tau': policy 'uniform' has no knob 'tau'"),
     "bad_value_range": (grid_text(policies=[{"name": "harnessbandit", "epsilon": 1.5}]),
-                        "'policies[0].epsilon': policies[0]: policy 'harnessbandit': epsilon=1.5 is out of range"),
+                        "'policies[0].epsilon': policy.epsilon=1.5 is out of range: expected a finite number in [0.0, 1.0]"),
     "bad_value_type": (grid_text(policies=[{"name": "harnessbandit", "tau": "hot"}]), "'policies[0].tau'"),
-    "bad_env_value": (grid_text(env={**TINY_ENV, "group_size": 1}), "'env.group_size': env knob group_size=1"),
-    "bad_steps": (grid_text(steps=0), "'steps': 0 is not allowed"),
+    "bad_env_value": (grid_text(env={**TINY_ENV, "group_size": 1}), "'env.group_size': env.group_size=1 is not allowed: expected an integer in [2, 1024]"),
+    "bad_steps": (grid_text(steps=0), "'steps': steps=0 is not allowed: expected an integer in [1, 1000000]"),
     "bad_seeds": (grid_text(seeds=[1, 1]), "'seeds'"),
     "empty_grid": ('name = "g"\nsteps = 5\nseeds = 2\n[env]\nkind = "bernoulli"\n', "the grid is empty"),
     "sweep_no_policy_has_knob": (grid_text(policies=[{"name": "uniform"}], sweep={"policy.tau": [0.1]}),
@@ -161,3 +161,22 @@ def test_real_env_grids_plan_without_building_a_model(tmp_path, capsys):
     assert hb_main(["grid", "plan", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "preset" in err and str(bad) in err
+
+
+def test_planning_builds_each_policy_variant_once_and_each_env_once(tmp_path, monkeypatch):
+    """2 variants x 2 sweep points x 3 seeds = 12 cells: 4 policy builds (one per variant and
+    point, whatever the seeds) and 2 env builds (one per distinct env)."""
+    import hbsim.envs.base
+    import policies.base
+    built = {"policy": 0, "env": 0}
+    for key, cls in (("policy", policies.base.Policy), ("env", hbsim.envs.base.SyntheticEnv)):
+        original = cls.__init__
+
+        def counting(self, *args, _original=original, _key=key, **kwargs):
+            built[_key] += 1
+            _original(self, *args, **kwargs)
+        monkeypatch.setattr(cls, "__init__", counting)
+    path = write_grid(tmp_path / "g.toml", seeds=3, policies=[{"name": "uniform"}, {"name": "harnessbandit"}],
+                      sweep={"env.drift": [0.0, 0.02]})
+    assert len(load_spec(path).cells()) == 12
+    assert built == {"policy": 4, "env": 2}

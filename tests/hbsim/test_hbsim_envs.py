@@ -37,10 +37,10 @@ def test_knobs_defaults_and_validation():
     assert env.config() == {"kind": "bernoulli", **knobs}
     assert isinstance(env, TrainingAdapter)
     assert env.harnesses == ["h0", "h1", "h2", "h3", "h4", "h5"]
-    with pytest.raises(ValueError, match=r"'lrate' is unknown.*valid knobs: n_harnesses, .*lr"):
+    with pytest.raises(ValueError, match=r"env kind 'bernoulli' has no knob 'lrate'; valid knobs: n_harnesses, .*lr"):
         make_env("bernoulli", lrate=1.0)
     for bad, match in [(dict(lr=-1.0), "lr=-1.0 is out of range"), (dict(group_size=1), "group_size=1"),
-                       (dict(n_tasks=1.5), "n_tasks=1.5 is not allowed: expected an int"),
+                       (dict(n_tasks=1.5), "env.n_tasks=1.5 is not allowed: expected an integer in \\[1, 100000\\]"),
                        (dict(advantage="ppo"), "one of loo, grpo, mean"), (dict(oversample=float("nan")), "oversample"),
                        (dict(n_harnesses=2, n_saturating=2, n_zero=1), "n_saturating=2 \\+ n_zero=1"),
                        (dict(drift=True), "drift=True")]:

@@ -185,7 +185,8 @@ def test_resolve_config_fills_every_knob_and_is_stable():
     assert hbsim.resolve_config(full) == full
     spelled = hbsim.resolve_config({"env": {"kind": "bernoulli", "lr": 1.0}, "policy": {"name": "harnessbandit", "tau": 0.3}})
     assert config_hash(spelled) == config_hash(full)
-    for bad, match in [({"sedd": 1}, "'sedd' is unknown"), ({"policy": {"name": "nope"}}, "nope"),
+    for bad, match in [({"sedd": 1}, "the run config has no knob 'sedd'; valid knobs: seed, steps"),
+                       ({"policy": {"name": "nope"}}, "nope"),
                        ({"policy": {"name": "uniform", "tau": 1}}, "tau"), ({"env": {"kind": "x"}}, "valid kinds"),
                        ({"steps": -1}, "steps=-1"), ({"eval_every": 0}, "eval_every=0")]:
         with pytest.raises(ValueError, match=match):

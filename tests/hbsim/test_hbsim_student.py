@@ -160,11 +160,11 @@ def test_150_steps_of_uniform_through_hbsim_run(benchmark):
 @pytest.mark.parametrize("knobs, words", [
     (dict(bias_low=1.0, bias_high=0.0), ["bias_low=1.0", "bias_high=0.0"]),
     (dict(n_task_features=-1), ["n_task_features=-1", "[0, 4096]"]),
-    (dict(interaction="big"), ["interaction='big'", "a float"]),
+    (dict(interaction="big"), ["interaction='big'", "a finite number in [0.0, 100.0]"]),
     (dict(optimizer="adagrad"), ["optimizer='adagrad'", "sgd, adam"]),
     (dict(advantage="ppo"), ["advantage='ppo'", "loo"]),
     (dict(sketch_dim=0), ["sketch_dim=0", "[1, 10000000]"]),
-    (dict(lr=float("nan")), ["lr=nan", "a float"]),
+    (dict(lr=float("nan")), ["lr=nan", "a finite number in [1e-12, 100.0]"]),
 ])
 def test_bad_knobs_raise_naming_knob_value_and_range(knobs, words):
     with pytest.raises(ValueError) as err:

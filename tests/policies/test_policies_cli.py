@@ -13,7 +13,8 @@ def test_hb_policies_cli_lists_every_policy_and_errors_exit_2():
     assert out.returncode == 0
     for name in POLICIES:
         assert f"\n{name} " in "\n" + out.stdout, name
-    assert "tau=0.3" in out.stdout and "arms=None" in out.stdout
+    assert "  tau = 0.3: softmax temperature (a finite number in (0.0, " in out.stdout
+    assert "  arms = None: the harness subset" in out.stdout
     bad = subprocess.run([sys.executable, "-m", "hbsim.cli", "nonsense"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "valid commands" in bad.stderr
     bad = subprocess.run([sys.executable, "-m", "hbsim.cli", "policies", "--frob"], capture_output=True, text=True)
