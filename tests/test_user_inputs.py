@@ -395,7 +395,7 @@ def test_refused_with_one_line_and_nothing_changed(base, tmp_path, hb, builder, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("builder, needle", [c[1:] for c in CASES if c[0] in IN_A_PROCESS], ids=IN_A_PROCESS)
+@pytest.mark.parametrize("builder, needle", [pytest.param(*c[1:], id=c[0]) for c in CASES if c[0] in IN_A_PROCESS])
 def test_refused_through_the_console_script(base, tmp_path, hb, builder, needle):
     def run(*argv):
         proc = hb_process(*argv)
