@@ -23,8 +23,6 @@ import multiprocessing.util
 import os
 import subprocess
 import sys
-from pathlib import Path
-
 import pytest
 
 TIERS = ("unit", "roundtrip", "cli")
@@ -40,7 +38,7 @@ def pytest_collection_modifyitems(config, items):
             raise pytest.UsageError(f"{item.nodeid} has tiers {explicit}: give it one of {TIERS}")
         if explicit:
             continue
-        if Path(str(item.fspath)).name in CLI_FILES:
+        if item.path.name in CLI_FILES:
             tier = "cli"
         elif FILE_FIXTURES & set(getattr(item, "fixturenames", ())):
             tier = "roundtrip"

@@ -489,6 +489,7 @@ def test_library_bug_prints_a_traceback_in_a_real_process():
 
 
 # -- policies.validate, in process ---------------------------------------------------------
+@pytest.mark.unit
 @pytest.mark.parametrize("call, needle", [
     (lambda: validate.check_int("--steps", 0, 1, 10), "--steps=0 is not allowed: expected an integer in [1, 10]"),
     (lambda: validate.check_int("--steps", 1.5, 1), "--steps=1.5 is not allowed: expected an integer >= 1"),
@@ -506,12 +507,14 @@ def test_validate_messages(call, needle):
     assert needle in str(info.value)
 
 
+@pytest.mark.unit
 def test_validate_values_and_parser():
     assert validate.check_int("n", 3, 1, 3) == 3 and validate.check_float("a", "0.5", 0, 1) == 0.5
     assert validate.parse_sets(["env.lr=0.5", "policy.arms=[0, 1]", "x=none", "y=abc", "env.lr=1e-3"]) == {
         "env.lr": 1e-3, "policy.arms": [0, 1], "x": None, "y": "abc"}
 
 
+@pytest.mark.roundtrip
 def test_check_resume_dir(tmp_path):
     def refused(path, needle):
         with pytest.raises(UserError, match=needle):
@@ -538,6 +541,7 @@ def test_check_resume_dir(tmp_path):
     assert validate.check_resume_dir(tmp_path / "e", trl) == tmp_path / "e" / "trl" / "checkpoint-3" / "harnessbandit.pt"
 
 
+@pytest.mark.roundtrip
 def test_check_output_dir_states(tmp_path):
     assert validate.check_output_dir(tmp_path / "new", "sim", "h1") == "new"
     validate.claim_output_dir(tmp_path / "s", "sim", "h1")
