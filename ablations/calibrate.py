@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hbsim.folders import atomic_write, check_path_length, check_writable
 from policies.errors import UserError
-from policies.validate import (MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS, check_choice, check_float,
-                               check_int, check_path_length, check_writable)
+from policies.validate import MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS, check_choice, check_float, check_int
 
 POLICY_SEED_OFFSET = 1_000_000
 
@@ -139,7 +139,7 @@ def main(args: argparse.Namespace) -> int:
                       seed=args.seed, progress=progress)
     if args.csv:
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)    # checked writable before the runs
-        pvals.to_csv(args.csv, index=False)
+        atomic_write(args.csv, lambda tmp: pvals.to_csv(tmp, index=False))
     table = fpr_table(pvals, args.alpha)
     print(f"A/A calibration: {args.policy} vs {args.policy} (policy seeds differ, environment seeds shared) on "
           f"{args.env}, {args.blocks} blocks x {args.seeds} seeds, {args.steps} steps; false-positive rate at "

@@ -7,7 +7,7 @@
 
 Progress goes to stderr; tables to stdout. `run` exits 1 when any cell failed
 (`status` lists them with their log paths), 2 on bad input (nothing in DIR modified).
-DIR is checked before any work (policies.validate): a file, an unwritable or too long
+DIR is checked before any work (hbsim.folders): a file, an unwritable or too long
 path, a folder of another kind (`hb sim`/`hb real`/report) or a non-empty folder hb did
 not create is refused unless `--force`.
 """
@@ -23,6 +23,7 @@ from ablations.collect import collect as collect_grid, load as load_grid
 from ablations import store
 from ablations.runner import BACKENDS, default_jobs, run_grid, warm_up
 from ablations.spec import load_spec, parse_spec
+from hbsim.contract import GRID_JSON
 from policies.errors import UserError
 from policies.validate import MAX_JOBS, check_int
 
@@ -134,15 +135,11 @@ def cmd_run(args) -> int:
     return 1 if report.failed else 0
 
 
-#: the eval columns `hbsim.summary.summary_table` reads (the eval table is the large one)
-SUMMARY_EVAL_COLUMNS = ["run_id", "policy", "seed", "step", "suite", "reward"]
-
-
 def _summary(out, ids: set[str]) -> str | None:
     """The `hb sim` summary table of the grid's cells (None, with a note, if none is done)."""
-    from hbsim.summary import summary_table
+    from hbsim.summary import EVAL_COLUMNS_READ, summary_table
     try:
-        train, evals = load_grid(out, only=ids, eval_columns=SUMMARY_EVAL_COLUMNS)
+        train, evals = load_grid(out, only=ids, eval_columns=EVAL_COLUMNS_READ)
         try:
             return summary_table(train, evals)
         except KeyError:  # the summary grew a column: read the whole eval table
@@ -156,10 +153,10 @@ def cmd_status(args) -> int:
     root = Path(args.dir)
     record = store.read_grid_json(root)
     if record is None:
-        raise UserError(f"grid directory {root}: no {store.GRID_JSON} (not a grid directory)")
+        raise UserError(f"grid directory {root}: no {GRID_JSON} (not a grid directory)")
     done, failed = store.done_ids(root), store.failed_ids(root)
     raw = record.get("spec", {})
-    spec = parse_spec(raw.get("raw", {}), raw.get("path", str(root / store.GRID_JSON)))
+    spec = parse_spec(raw.get("raw", {}), raw.get("path", str(root / GRID_JSON)))
     cells = spec.cells()
     planned = {c.id for c in cells}
     missing = planned - done - failed
@@ -180,7 +177,7 @@ def cmd_status(args) -> int:
 
 def cmd_collect(args) -> int:
     if store.read_grid_json(args.dir) is None:
-        raise UserError(f"grid directory {args.dir}: no {store.GRID_JSON} (not a grid directory); "
+        raise UserError(f"grid directory {args.dir}: no {GRID_JSON} (not a grid directory); "
                         "hb grid collect writes only into folders made by hb grid run")
     train_path, eval_path = collect_grid(args.dir, current=args.current)
     print(f"wrote {train_path} and {eval_path}")

@@ -19,8 +19,9 @@ from ablations.collect import collect as collect_grid
 from ablations.cli import ProgressBar
 from ablations.runner import default_jobs, run_grid
 from ablations.spec import load_spec
-from policies.validate import (MAX_JOBS, MAX_RESAMPLES, check_choice, check_int, check_output_dir,
-                               claim_output_dir)
+from hbsim.contract import REPORT_INDEX
+from hbsim.folders import check_output_dir, claim_output_dir
+from policies.validate import MAX_JOBS, MAX_RESAMPLES, check_choice, check_int
 
 DEFAULT_GRID = EXAMPLES / "demo_grid.toml"
 BASELINE = "mixed-2"
@@ -58,7 +59,7 @@ def main(args: argparse.Namespace) -> int:
     claim_output_dir(out / "report", "report", tool="hb demo")
     print(textwrap.fill(reports.conclusion(result), width=110) + "\n")
     print(reports.headline_table(result))
-    print(f"report: {(out / 'report' / 'index.html').resolve()}")
+    print(f"report: {(out / 'report' / REPORT_INDEX).resolve()}")
     print(f"demo: total {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     return 0
 

@@ -1,15 +1,9 @@
-"""The grid directory on disk, with atomic cells.
+"""The grid directory on disk (its layout: `hbsim.contract`), with atomic cells.
 
-    DIR/.hb-kind.json             the folder's kind marker ("grid"; policies.validate)
-    DIR/grid.json                 name of the grid (+ every name admitted by --force) and its spec
-    DIR/cells/<id>/               a complete run directory: train.parquet, eval.parquet, run.json, log.txt
-    DIR/cells/.tmp-<id>-<pid>/    a cell being written (never read; removed by the next run)
-    DIR/failed/<id>/log.txt       the traceback of a failed cell
-    DIR/train.parquet, DIR/eval.parquet   after `hb grid collect`
-
-A cell is written into its temporary directory and renamed into place only when
+A cell is written into a temporary directory and renamed into place only when
 complete, so `cells/<id>/` either holds a complete result or does not exist, whatever
-moment the runner or a worker is killed at.
+moment the runner or a worker is killed at. Reading the cells back is
+`hbsim.records.load_cells`.
 """
 from __future__ import annotations
 
@@ -17,25 +11,15 @@ import json
 import os
 import shutil
 from pathlib import Path
-from policies import validate
-from policies.errors import UserError
 
-GRID_JSON = "grid.json"
-CELLS = "cells"
-FAILED = "failed"
-TMP_PREFIX = ".tmp-"
+from hbsim import folders
+from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG
+from hbsim.records import done_ids
+from policies.errors import UserError
 
 
 def cells_dir(root: str | os.PathLike) -> Path:
     return Path(root) / CELLS
-
-
-def done_ids(root: str | os.PathLike) -> set[str]:
-    """Ids of the complete cells (hidden temporary directories excluded)."""
-    d = cells_dir(root)
-    if not d.is_dir():
-        return set()
-    return {p.name for p in d.iterdir() if not p.name.startswith(".") and p.is_dir()}
 
 
 def failed_ids(root: str | os.PathLike) -> set[str]:
@@ -47,7 +31,7 @@ def failed_ids(root: str | os.PathLike) -> set[str]:
 
 
 def failure_log(root: str | os.PathLike, cell_id: str) -> Path:
-    return Path(root) / FAILED / cell_id / "log.txt"
+    return Path(root) / FAILED / cell_id / LOG
 
 
 def failure_reason(root: str | os.PathLike, cell_id: str) -> str:
@@ -61,9 +45,9 @@ def failure_reason(root: str | os.PathLike, cell_id: str) -> str:
 
 def check_writable(root: str | os.PathLike) -> None:
     """Raise UserError unless `root` is (or can be created as) a writable folder whose
-    path is not too long (policies.validate; nothing is written)."""
-    validate.check_path_length(root)
-    validate.check_writable(root)
+    path is not too long (hbsim.folders; nothing is written)."""
+    folders.check_path_length(root)
+    folders.check_writable(root)
 
 
 def read_grid_json(root: str | os.PathLike) -> dict | None:
@@ -76,21 +60,15 @@ def read_grid_json(root: str | os.PathLike) -> dict | None:
         raise UserError(f"{path}: unreadable grid record ({exc})") from None
 
 
-def write_json_atomic(path: Path, obj: dict) -> None:
-    tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
-
-
 def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bool = False) -> None:
     """Create DIR (if needed) and record the grid; refuse a different grid's DIR, a folder
-    of another kind and a non-empty folder hb did not create (`policies.validate`), unless
+    of another kind and a non-empty folder hb did not create (`hbsim.folders`), unless
     `force_mixed` (`--force`).
 
     Call only after every input has been validated: this is the first write to DIR.
     """
     root = Path(root)
-    validate.check_output_dir(root, "grid", force=force_mixed)
+    folders.check_output_dir(root, "grid", force=force_mixed)
     record = read_grid_json(root)
     if record is not None:
         names = record.get("names", [record.get("name")])
@@ -101,14 +79,14 @@ def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bo
         if not force_mixed:
             raise UserError(f"--out {root}: holds cells but no {GRID_JSON}; pass --force to add to it")
     root.mkdir(parents=True, exist_ok=True)
-    validate.claim_output_dir(root, "grid", tool="hb grid run")
+    folders.claim_output_dir(root, "grid", tool="hb grid run")
     (root / CELLS).mkdir(exist_ok=True)
     names = list(record.get("names", [record.get("name")])) if record else []
     if name not in names:
         names.append(name)
     new = {"name": names[0], "names": names, "spec": spec}
     if new != record:
-        write_json_atomic(root / GRID_JSON, new)
+        folders.write_json_atomic(root / GRID_JSON, new)
 
 
 def clean_tmp(root: str | os.PathLike) -> int:
@@ -123,20 +101,18 @@ def clean_tmp(root: str | os.PathLike) -> int:
 
 
 def write_cell(root: str | os.PathLike, cell_id: str, write_into, log: str | None = None) -> bool:
-    """Write a cell atomically: `write_into(tmp_dir)` fills a temporary directory, which
-    is then renamed to `cells/<cell_id>`. Returns False if the cell already existed
-    (another worker finished it first); the temporary directory is removed either way.
+    """Write a cell atomically: `write_into(tmp_dir)` fills a new empty temporary directory
+    (`hbsim.folders.make_temp_dir`), which is then renamed to `cells/<cell_id>`. Returns
+    False if the cell already existed (another worker finished it first); the temporary
+    directory is removed either way.
     """
-    d = cells_dir(root)
-    final = d / cell_id
-    tmp = d / f"{TMP_PREFIX}{cell_id}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    final = cells_dir(root) / cell_id
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folders.make_temp_dir(final)
     try:
         write_into(tmp)
         if log is not None:
-            (tmp / "log.txt").write_text(log)
-        os.chmod(tmp, validate.dir_mode())  # as mkdir under the user's umask (mkdtemp gives 0700)
+            (tmp / LOG).write_text(log)
         try:
             os.rename(tmp, final)
         except OSError:
@@ -152,13 +128,9 @@ def write_cell(root: str | os.PathLike, cell_id: str, write_into, log: str | Non
 
 def write_failure(root: str | os.PathLike, cell_id: str, text: str) -> Path:
     """Record a failed cell's log (atomic replace); returns the log path."""
-    d = Path(root) / FAILED / cell_id
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / "log.txt"
-    tmp = d / f"{TMP_PREFIX}log-{os.getpid()}"
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
+    path = failure_log(root, cell_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return folders.atomic_write(path, text)
 
 
 def clear_failure(root: str | os.PathLike, cell_id: str) -> None:

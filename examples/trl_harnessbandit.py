@@ -23,6 +23,7 @@ import torch  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
 import hbsim  # noqa: E402
+from hbsim.folders import claim_output_dir  # noqa: E402
 from policies import make, validate  # noqa: E402
 from policies.errors import UserError  # noqa: E402
 from real_runs.cli import check_run_dir  # noqa: E402
@@ -97,7 +98,7 @@ def main() -> None:
                       report_to="none", logging_steps=1, save_steps=10, disable_tqdm=True)
     trainer = HarnessGRPOTrainer(model, reward_funcs=make_rewards(train_tasks), args=args, train_dataset=data,
                                  processing_class=tok, scheduler=sched)
-    validate.claim_output_dir(a.out, "run", tool="examples/trl_harnessbandit.py")
+    claim_output_dir(a.out, "run", tool="examples/trl_harnessbandit.py")
     trainer.train(resume_from_checkpoint=True if a.resume else None)
 
     # 5. final evaluation and the run directory (train.parquet, eval.parquet, run.json)

@@ -18,10 +18,6 @@ from policies import Allocation
 #: Phases of the per-step wall-clock ledger (SPEC §2.2). Adapters may leave some at 0.
 SECOND_PHASES = ("rollout", "tools", "backward", "sketch", "scheduler", "optimizer")
 
-#: Columns of an eval frame returned by `TrainingAdapter.evaluate` (SPEC §7); the loop
-#: adds run_id, policy, seed and step.
-EVAL_COLUMNS = ("suite", "task", "category", "harness", "attempt", "reward", "success")
-
 
 @dataclass
 class CostLedger:
@@ -85,7 +81,8 @@ class TrainingAdapter(Protocol):
 
     harnesses: names of the TRAINING harnesses, index = arm
     train_step(allocation): run one optimizer step on the allocation's groups
-    evaluate(): held-out evaluation, a DataFrame with EVAL_COLUMNS (one row per attempt)
+    evaluate(): held-out evaluation, a DataFrame with hbsim.contract.EVAL_COLUMNS (one row
+        per attempt; the loop adds run_id, policy, seed and step)
     config(): the resolved configuration (for run.json)
     state_dict() / load_state_dict(): exact resume, every RNG included
     """

@@ -2,8 +2,8 @@
 
 Subcommands live in the package that owns them and are found through a registry of
 module names, imported only when used, so `hb policies` does not import torch and the
-packages keep their one-way dependencies (policies <- hbsim <- ablations, real_runs;
-reports reads only files). A subcommand module provides
+packages keep their one-way dependencies (policies <- hbsim <- ablations, real_runs,
+reports; tests/test_layers.py). A subcommand module provides
 
     add_arguments(parser: argparse.ArgumentParser) -> None
     main(args: argparse.Namespace) -> int

@@ -30,7 +30,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from hbsim.adapter import EVAL_COLUMNS
+from hbsim.contract import EVAL_COLUMNS
 from hbsim.records import RunResult, config_hash, versions, write_run
 from policies import Allocation, Feedback
 from policies.base import BATCH_GROUPS

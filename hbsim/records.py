@@ -1,5 +1,6 @@
-"""Run records (SPEC §7): config hashing, versions, and the run directory
-(`train.parquet`, `eval.parquet`, `run.json`), written atomically.
+"""Run records (SPEC §7): config hashing, versions, the run directory (`train.parquet`,
+`eval.parquet`, `run.json`; names in `hbsim.contract`) written atomically and read back,
+and a grid's complete cells read into one table (`load_cells`, `collect_cells`).
 
 A run directory is complete when its `run.json` exists: it is always written last.
 """
@@ -12,7 +13,7 @@ import os
 import platform
 import shutil
 import sys
-import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import metadata
@@ -20,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from policies.errors import UserError
-from policies.validate import dir_mode
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-RUN_FILES = ("train.parquet", "eval.parquet", "run.json")
-#: written next to them by runs with --counterfactual (hbsim.counterfactual, SPEC §7)
-COUNTERFACTUAL_FILE = "counterfactual.parquet"
+from hbsim.contract import CELLS, COUNTERFACTUAL_FILE, EVAL_FILE, RUN_FILES, RUN_JSON, TRAIN_FILE
+from hbsim.folders import atomic_write, make_temp_dir
+from policies.errors import UserError
 
 
 @dataclass
@@ -85,7 +86,7 @@ def _static_versions() -> tuple:
 
 
 def is_complete(run_dir) -> bool:
-    return (Path(run_dir) / "run.json").is_file()
+    return (Path(run_dir) / RUN_JSON).is_file()
 
 
 def write_run(result, out, *, overwrite: bool = False) -> Path:
@@ -102,19 +103,18 @@ def write_run(result, out, *, overwrite: bool = False) -> Path:
         raise UserError(f"run directory {str(out)!r} already holds a complete run; "
                               f"choose another --out or allow overwriting")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp = make_temp_dir(out)
     try:
-        os.chmod(tmp, dir_mode())  # mkdtemp's 0700 ignores the umask
-        result.train.to_parquet(tmp / "train.parquet", index=False)
-        result.eval.to_parquet(tmp / "eval.parquet", index=False)
+        result.train.to_parquet(tmp / TRAIN_FILE, index=False)
+        result.eval.to_parquet(tmp / EVAL_FILE, index=False)
         if getattr(result, "counterfactual", None) is not None:
             result.counterfactual.to_parquet(tmp / COUNTERFACTUAL_FILE, index=False)
-        (tmp / "run.json").write_text(json.dumps(_jsonable(result.meta), indent=1, sort_keys=True) + "\n")
+        (tmp / RUN_JSON).write_text(json.dumps(_jsonable(result.meta), indent=1, sort_keys=True) + "\n")
         if not out.exists():
             os.rename(tmp, out)
             return out
         if is_complete(out):
-            os.remove(out / "run.json")          # the directory is incomplete until the end
+            os.remove(out / RUN_JSON)            # the directory is incomplete until the end
         if (out / COUNTERFACTUAL_FILE).exists() and not (tmp / COUNTERFACTUAL_FILE).exists():
             os.remove(out / COUNTERFACTUAL_FILE)  # a stale probe of an overwritten run
         for name in (COUNTERFACTUAL_FILE, *RUN_FILES):
@@ -126,13 +126,109 @@ def write_run(result, out, *, overwrite: bool = False) -> Path:
     return out
 
 
+def read_meta(run_dir) -> dict | None:
+    """The run record (run.json) of a run directory; None when it has none."""
+    path = Path(run_dir) / RUN_JSON
+    if not path.is_file():
+        return None
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise UserError(f"{path}: unreadable run record ({exc}); expected the JSON object hb writes "
+                        "(SPEC §7)") from None
+    if not isinstance(meta, dict):
+        raise UserError(f"{path}: unreadable run record (a JSON {type(meta).__name__}); expected the JSON "
+                        "object hb writes (SPEC §7)")
+    return meta
+
+
 def read_run(run_dir):
     """Read a complete run directory back into a RunResult."""
     run_dir = Path(run_dir)
-    if not is_complete(run_dir):
-        raise UserError(f"run directory {str(run_dir)!r} has no run.json (not a complete run)")
-    meta = json.loads((run_dir / "run.json").read_text())
+    meta = read_meta(run_dir)
+    if meta is None:
+        raise UserError(f"run directory {str(run_dir)!r} has no {RUN_JSON} (not a complete run)")
     cf = run_dir / COUNTERFACTUAL_FILE
-    return RunResult(train=pd.read_parquet(run_dir / "train.parquet"),
-                     eval=pd.read_parquet(run_dir / "eval.parquet"), meta=meta,
+    return RunResult(train=pd.read_parquet(run_dir / TRAIN_FILE),
+                     eval=pd.read_parquet(run_dir / EVAL_FILE), meta=meta,
                      counterfactual=pd.read_parquet(cf) if cf.is_file() else None)
+
+
+# -- a grid's cells, read into one table ---------------------------------------------------
+def done_ids(root) -> set[str]:
+    """Ids of the complete cells of grid directory `root` (hidden temporary folders excluded)."""
+    cells = Path(root) / CELLS
+    if not cells.is_dir():
+        return set()
+    return {p.name for p in cells.iterdir() if not p.name.startswith(".") and p.is_dir()}
+
+
+def load_cells(root, only: set[str] | None = None,
+               eval_columns: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(train_df, eval_df) of the complete cells of a grid directory (SPEC §7 + sweep columns).
+
+    Rows come in a fixed order (cells sorted by id, each cell's rows as it wrote them),
+    and every sweep key of the grid becomes a column (`env.drift`, `policy.window`; empty
+    where a sweep key does not apply to a cell's policy), so the frames do not depend on
+    which worker finished first or how often the grid was interrupted. `only`: keep just
+    these cell ids. eval_columns: read only these eval columns (the eval table is the large
+    one; the sweep columns are added either way). Raises UserError when no cell is left,
+    or when two cells carry the same (policy label, seed) with different configs (an
+    edited grid file reusing a label).
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise UserError(f"grid directory {root}: not found")
+    ids = sorted(i for i in done_ids(root) if only is None or i in only)
+    if not ids:
+        raise UserError(f"grid directory {root}: holds no finished cell (run `hb grid run` first)")
+    metas = {i: read_meta(root / CELLS / i) or {} for i in ids}     # a cell is renamed in complete
+    _check_unmixed(root, metas)
+    sweeps = [metas[i].get("grid", {}).get("sweep", {}) for i in ids]
+    sweep_keys = sorted({k for sweep in sweeps for k in sweep})
+    frames = []
+    for name, columns in ((TRAIN_FILE, None), (EVAL_FILE, eval_columns)):
+        tables = _read_tables([root / CELLS / i / name for i in ids], columns)
+        df = pa.concat_tables(tables, promote_options="default").to_pandas()
+        counts = [t.num_rows for t in tables]
+        for key in sweep_keys:  # constant per cell; absent where the key does not apply
+            per_cell = [_column_value(sweep.get(key)) for sweep in sweeps]
+            df[key] = pd.Series(np.repeat(np.array(per_cell, dtype=object), counts).tolist(), index=df.index)
+        frames.append(df)
+    return frames[0], frames[1]
+
+
+def collect_cells(root, only: set[str] | None = None) -> tuple[Path, Path]:
+    """Write DIR/train.parquet and DIR/eval.parquet of the cells (atomically); returns their paths."""
+    root = Path(root)
+    train, evals = load_cells(root, only=only)
+    return tuple(atomic_write(root / name, lambda tmp, df=df: df.to_parquet(tmp, index=False))
+                 for name, df in ((TRAIN_FILE, train), (EVAL_FILE, evals)))
+
+
+def _read_tables(paths: list[Path], columns: list[str] | None = None) -> list[pa.Table]:
+    """Read parquet files on a few threads (arrow releases the GIL); order kept. The
+    pandas metadata is dropped so the concatenation gets one fresh RangeIndex."""
+    def read(path: Path) -> pa.Table:
+        return pq.read_table(path, columns=columns).replace_schema_metadata(None)
+    with ThreadPoolExecutor(max_workers=min(8, len(paths))) as pool:
+        return list(pool.map(read, paths))
+
+
+def _column_value(value):
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, separators=(",", ":"))
+    return value
+
+
+def _check_unmixed(root: Path, metas: dict[str, dict]) -> None:
+    seen: dict[tuple, str] = {}
+    for cell_id, meta in metas.items():
+        grid = meta.get("grid", {})
+        key = (grid.get("label", meta.get("label")), grid.get("seed", meta.get("seed")))
+        if key in seen:
+            other = seen[key]
+            raise UserError(f"grid directory {root}: cells {other} and {cell_id} both hold policy={key[0]!r} "
+                            f"seed={key[1]} with different configs (the grid file changed); "
+                            "collect with --current to keep the cells of the last grid file")
+        seen[key] = cell_id

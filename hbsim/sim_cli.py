@@ -6,7 +6,7 @@ same seeds (common random numbers), and print a compact per-policy table.
 
 `--policy all` runs every registered policy. `--set policy.KNOB=V` goes to every selected
 policy that has the knob (an error if none has it). `--out DIR` writes one run directory
-per (policy, seed): DIR/<label>/seed<seed>/, in a folder of kind "sim" (policies.validate):
+per (policy, seed): DIR/<label>/seed<seed>/, in a folder of kind "sim" (hbsim.folders):
 runs already there with the identical config are reused, not rerun; a different run at the
 same place needs --overwrite; other env/steps settings, another kind of folder or one hb
 did not create need --force. Progress goes to stderr, the table to stdout.
@@ -27,6 +27,7 @@ from policies import POLICIES
 
 from hbsim.envs import ENV_PRESETS, ENVS, expand_preset
 from hbsim.experiment import RUN_KNOBS, resolve_config, run_config
+from hbsim.folders import check_output_dir, claim_output_dir
 from hbsim.records import config_hash, is_complete, read_run, write_run
 from hbsim.summary import summary_table
 from policies import validate
@@ -122,7 +123,7 @@ def _check_out(args: argparse.Namespace, configs: list[dict]) -> dict:
     finished there with exactly this config (reused, not rerun)."""
     if args.out is None:
         return {}
-    validate.check_output_dir(args.out, "sim", _settings_hash(configs[0]), force=args.force)
+    check_output_dir(args.out, "sim", _settings_hash(configs[0]), force=args.force)
     reused = {}
     for cfg in configs:
         path = run_dir(args.out, cfg)
@@ -160,7 +161,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"hb sim: {len(todo)} runs ({args.env}, {args.steps} steps) on {workers} worker(s)"
           + (f"; {len(reused)} finished runs reused from {args.out}" if reused else ""), file=sys.stderr)
     if args.out is not None:
-        validate.claim_output_dir(args.out, "sim", _settings_hash(configs[0]), tool="hb sim")
+        claim_output_dir(args.out, "sim", _settings_hash(configs[0]), tool="hb sim")
     done = dict(reused)
     if workers > 1:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:

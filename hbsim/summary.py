@@ -16,6 +16,9 @@ import numpy as np
 import pandas as pd
 from hbsim.envs.base import SUITES
 
+#: the eval columns `summary_table` reads (a caller may read just these: the eval table is the large one)
+EVAL_COLUMNS_READ = ["run_id", "policy", "seed", "step", "suite", "reward"]
+
 
 def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     """Mean and half-width of the two-sided t-interval; half-width nan below 2 values."""

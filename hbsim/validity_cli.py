@@ -26,8 +26,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from hbsim.folders import check_output_dir, claim_output_dir
 from hbsim.sim_cli import run_dir
-from policies import validate
 from policies.base import BATCH_GROUPS
 from policies.errors import UserError
 from policies.validate import (MAX_BATCH_GROUPS, MAX_JOBS, MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS,
@@ -59,12 +59,12 @@ def main(args: argparse.Namespace) -> int:
     if configs is not None and args.out is not None and Path(args.out).resolve() == Path(args.dir).resolve():
         raise UserError(f"--out {args.out!r} is DIR, where --study writes its runs; choose another --out folder")
     if configs is not None:     # DIR: a study folder (new, or ours to resume), never another kind
-        validate.check_output_dir(args.dir, "study", flag="DIR", force_flag=None)
+        check_output_dir(args.dir, "study", flag="DIR", force_flag=None)
     if args.out is not None:
-        validate.check_output_dir(args.out, "report", flag="--out", force_flag=None)
+        check_output_dir(args.out, "report", flag="--out", force_flag=None)
     if configs is not None:
         _check_done(configs, Path(args.dir))
-        validate.claim_output_dir(args.dir, "study", tool="hb validity --study")
+        claim_output_dir(args.dir, "study", tool="hb validity --study")
         run_study(configs, Path(args.dir), args.workers)
     from reports import validity
 
@@ -73,7 +73,7 @@ def main(args: argparse.Namespace) -> int:
     print(validity.text_tables(tables))
     if args.out is not None:
         paths = validity.write(tables, Path(args.out))
-        validate.claim_output_dir(args.out, "report", tool="hb validity")
+        claim_output_dir(args.out, "report", tool="hb validity")
         print(f"validity: {paths['html'].resolve()}")
     return 0
 

@@ -70,9 +70,10 @@ def bench_sketch(device: str, repeats: int) -> dict:
 
 def run_timing(run_dir: str) -> dict:
     """Mean seconds per phase, mean step seconds and the scheduler overhead fraction."""
-    import pandas as pd
+    from hbsim.records import read_run
 
-    train = pd.read_parquet(f"{run_dir}/train.parquet")
+    run = read_run(run_dir)
+    train = run.train
     phases = {c[len("seconds_"):]: float(train[c].mean()) for c in train.columns
               if c.startswith("seconds_") and c != "seconds_step"}
     out = {"steps": int(len(train)), "phase_seconds_mean": phases}
@@ -82,7 +83,7 @@ def run_timing(run_dir: str) -> dict:
         out["overhead_frac_median"] = float(train["overhead_frac"].median())
     out["tokens_per_step"] = float(train["tokens"].mean())
     out["reward_by_step"] = [float(x) for x in train["reward"]]
-    ev = pd.read_parquet(f"{run_dir}/eval.parquet")
+    ev = run.eval
     if len(ev):  # held-out reward per harness at each evaluation (step 0 = after the warm start)
         table = ev.groupby(["step", "harness"])["reward"].mean().unstack("harness")
         out["eval_reward"] = {int(step): {h: round(float(v), 4) for h, v in row.items()} for step, row in table.iterrows()}

@@ -8,34 +8,31 @@ so a run killed while saving keeps its previous checkpoint.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
+
+from hbsim.contract import CHECKPOINT
+from hbsim.folders import atomic_write
 from policies.errors import UserError
 
 FORMAT = 1
-LAST = "last.pt"
 
 
 def checkpoint_dir(run_dir) -> Path:
-    return Path(run_dir) / "checkpoints"
+    return (Path(run_dir) / CHECKPOINT).parent
 
 
 def save(run_dir, config: dict, loop_state: dict) -> Path:
     """Atomically write `run_dir/checkpoints/last.pt`; returns its path."""
-    folder = checkpoint_dir(run_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / LAST
-    tmp = folder / f".{LAST}.tmp{os.getpid()}"
-    torch.save({"format": FORMAT, "config": config, "loop": loop_state}, tmp)
-    os.replace(tmp, path)
-    return path
+    path = Path(run_dir) / CHECKPOINT
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write(path, lambda tmp: torch.save({"format": FORMAT, "config": config, "loop": loop_state}, tmp))
 
 
 def load(run_dir) -> dict | None:
     """The checkpoint of `run_dir` ({"format", "config", "loop"}), or None if there is none."""
-    path = checkpoint_dir(run_dir) / LAST
+    path = Path(run_dir) / CHECKPOINT
     if not path.exists():
         return None
     state = torch.load(path, map_location="cpu", weights_only=False)

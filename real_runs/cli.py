@@ -26,9 +26,11 @@ import threading
 import time
 from pathlib import Path
 
+from hbsim import folders
+from hbsim.contract import CHECKPOINT, RUN_JSON
+from policies import validate
 from policies.errors import UserError
 from real_runs.presets import BATCH_GROUPS, PRESETS
-from policies import validate
 
 
 def add_arguments(parser) -> None:
@@ -110,7 +112,7 @@ TRL_CHECKPOINT = "trl/checkpoint-*/harnessbandit.pt"
 
 def _check_out(args) -> None:
     """Before torch is imported: --steps bounded, and --out a run directory we may write
-    (policies.validate): never a file, a grid, an `hb sim` folder, a report or a folder
+    (hbsim.folders): never a file, a grid, an `hb sim` folder, a report or a folder
     hb did not create; with --resume, an existing run directory holding a checkpoint."""
     trl = getattr(args, "backend", "native") == "trl"
     validate.check_int("--steps", args.steps, 1 if trl else 0, validate.MAX_STEPS)
@@ -131,10 +133,10 @@ def check_run_dir(out, resume: bool, trl: bool = False) -> None:
     a run of ours holding a checkpoint (TRL: DIR/trl/checkpoint-N/ with the scheduler's
     state), without it no run or checkpoint yet. Writes nothing."""
     if resume:
-        validate.check_resume_dir(out, TRL_CHECKPOINT if trl else "checkpoints/last.pt")
-    validate.check_output_dir(out, "run", force_flag=None)
+        folders.check_resume_dir(out, TRL_CHECKPOINT if trl else CHECKPOINT)
+    folders.check_output_dir(out, "run", force_flag=None)
     out = Path(out)
-    if not resume and ((out / "run.json").exists() or any(out.glob("checkpoints/last.pt"))
+    if not resume and ((out / RUN_JSON).exists() or any(out.glob(CHECKPOINT))
                        or any(out.glob(TRL_CHECKPOINT))):
         raise UserError(f"--out {str(out)!r} already holds a run; use --resume or another directory")
 
@@ -163,7 +165,7 @@ def main(args) -> int:
         print(f"model ready in {time.perf_counter() - t0:.1f}s (warm start {adapter.warm_key}, device "
               f"{adapter.device})", file=sys.stderr)
         if rank == 0:            # the model loaded: the folder becomes ours before the first step
-            validate.claim_output_dir(out, "run", tool="hb real")
+            folders.claim_output_dir(out, "run", tool="hb real")
         saver.listen()           # from here on SIGTERM / SIGINT stop after a step, with a checkpoint
         return adapter
 

@@ -48,9 +48,9 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from hbsim.adapter import CostLedger, StepResult
+from hbsim.folders import atomic_write, file_mode
 from hbsim.loop import Loop
 from policies.errors import UserError
-from policies.validate import current_umask
 from real_runs.sketch import ParamSketch
 from real_runs.trl_signals import HarnessSampler, global_sketch, group_signals
 
@@ -212,10 +212,9 @@ class HarnessScheduler(TrainerCallback):
         folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
         self.last_saved = self.loop.state_dict()
         if state.is_world_process_zero and os.path.isdir(folder):
-            tmp = os.path.join(folder, f".{STATE_FILE}.tmp{os.getpid()}")
-            torch.save({"format": FORMAT, "loop": self.last_saved}, tmp)
-            os.replace(tmp, os.path.join(folder, STATE_FILE))
-            mode = 0o666 & ~current_umask()      # safetensors writes model.safetensors 0600 whatever the umask
+            record = {"format": FORMAT, "loop": self.last_saved}
+            atomic_write(os.path.join(folder, STATE_FILE), lambda tmp: torch.save(record, tmp))
+            mode = file_mode()      # safetensors writes model.safetensors 0600 whatever the umask
             for name in os.listdir(folder):
                 if os.path.isfile(os.path.join(folder, name)):
                     os.chmod(os.path.join(folder, name), mode)

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from hbsim.folders import claim_output_dir
 from policies import validate
 from policies.errors import UserError
 from real_runs.presets import coerce_knob
@@ -240,7 +241,7 @@ def main(args) -> int:
                                    device=device, model_path=args.model,
                                    preset=args.preset, eval_every=args.eval_every,
                                    checkpoint_every=args.checkpoint_every)
-    validate.claim_output_dir(out, "run", tool="hb real --backend trl")
+    claim_output_dir(out, "run", tool="hb real --backend trl")
     print(f"TRL trainer ready in {time.perf_counter() - t0:.1f}s ({len(cfg.harnesses)} harnesses)", file=sys.stderr)
     if args.eval_every and sched.loop.t == 0 and not args.resume:
         sched.loop.evaluate()   # step 0, as `hb real` does

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from hbsim.folders import atomic_write
 from real_runs.episode import Episode
 from real_runs.model import ByteTokenizer, ModelConfig, Transformer, right_pad, token_logprobs
 from real_runs.tasks import make_tasks
@@ -164,9 +165,7 @@ def warm_start(cfg, seed: int, harnesses: list, tasks: list, device, others: lis
             if path.exists():
                 return torch.load(path, map_location="cpu", weights_only=True), key
             state = train_warm(cfg, seed, rows, device, progress)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            torch.save(state, tmp)
-            os.replace(tmp, path)
+            atomic_write(path, lambda tmp: torch.save(state, tmp))
             return state, key
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)

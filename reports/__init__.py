@@ -4,8 +4,10 @@
     result = build_report("runs/grid", baseline="uniform", out="runs/grid/report")
     print(headline_table(result))
 
-`reports` imports none of the other packages of this repository; it reads the
-`train.parquet` / `eval.parquet` / `run.json` files that runs and grids write.
+`reports` reads the `train.parquet` / `eval.parquet` / `run.json` files that runs and
+grids write, through the data contract of `hbsim` (`hbsim.contract` names,
+`hbsim.records` readers, `hbsim.folders` output folders and atomic writes) and the
+checks of `policies`; it imports neither `ablations` nor `real_runs`.
 The public names are imported lazily so that `hb report marginals` stays light.
 """
 from __future__ import annotations

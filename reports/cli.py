@@ -15,6 +15,8 @@ import textwrap
 import time
 import warnings
 from pathlib import Path
+
+from hbsim import folders
 from policies import validate
 from policies.errors import UserError
 
@@ -106,21 +108,21 @@ class _Progress:
 
 def _check_paths(args) -> Path:
     """Before any work: --resamples bounded, the output folder writable and a report
-    folder (policies.validate), and a grid's collected tables not older than its cells
+    folder (hbsim.folders), and a grid's collected tables not older than its cells
     (exit 2, or collect again with --recollect). Returns the output folder."""
     validate.check_int("--resamples", args.resamples, 1, validate.MAX_RESAMPLES)
     validate.check_int("--seed", args.seed, 0, validate.MAX_SEED)
     if not Path(args.dir).is_dir():
         raise UserError(f"DIR: {args.dir!r} is not a directory; expected a grid or run directory")
     out = Path(args.out) if args.out else Path(args.dir) / "report"
-    validate.check_output_dir(out, "report", force=args.force)
-    stale = validate.stale_collected_tables(args.dir)
+    folders.check_output_dir(out, "report", force=args.force)
+    stale = folders.stale_collected_tables(args.dir)
     if stale and not args.recollect:
         raise UserError(f"DIR {args.dir!r}: its collected tables (eval.parquet, train.parquet) are stale: {stale}; "
                         f"run `hb grid collect {args.dir}` or pass --recollect")
     if stale:
-        from ablations.collect import collect  # the one exception to "reports imports none of the others"
-        collect(args.dir)
+        from hbsim.records import collect_cells
+        collect_cells(args.dir)
         print(f"report: collected {args.dir} again ({stale})", file=sys.stderr)
     return out
 
@@ -142,7 +144,7 @@ def main(args: argparse.Namespace) -> int:
         result = build_report(args.dir, args.baseline, out, suite=args.suite, ks=_parse_ks(args.k),
                               resamples=args.resamples, seed=args.seed, alpha=args.alpha, progress=_Progress(),
                               axis=args.axis)
-    validate.claim_output_dir(out, "report", tool="hb report")
+    folders.claim_output_dir(out, "report", tool="hb report")
     for line in result.notes:
         print(f"warning: {line}", file=sys.stderr)
     print(textwrap.fill(conclusion(result), width=110) + "\n")

@@ -1,25 +1,25 @@
-"""Read and validate the run files of SPEC §7 (the only input of `reports`).
+"""Read and validate the run files of SPEC §7 (the only input of `reports`; names and the
+run record reader are `hbsim.contract` and `hbsim.records`).
 
 A directory is either a collected grid / single run directory holding ``eval.parquet``
 (and ``train.parquet``), or a grid whose run directories are ``DIR/cells/*/``,
 ``DIR/*/`` or ``DIR/*/*/`` (each with ``eval.parquet``, ``train.parquet``, ``run.json``).
-Validation raises ValueError naming the field, the value and what is allowed.
+Validation raises UserError naming the field, the value and what is allowed.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from hbsim.contract import CELLS, EVAL_FILE, EVAL_TABLE, ROW_KEYS, RUN_JSON, TRAIN_FILE
+from hbsim.records import read_meta
 from policies.errors import UserError
 
-#: the eval columns the loader needs (SPEC §7); `step` is optional (absent: one final evaluation, step 0)
-EVAL_REQUIRED = ("run_id", "policy", "seed", "step", "suite", "task", "category", "harness",
-                 "attempt", "reward", "success")
+#: of the eval columns the loader needs (EVAL_TABLE), `step` is optional (absent: one final evaluation, step 0)
 EVAL_OPTIONAL = ("step",)
-TRAIN_REQUIRED = ("run_id", "policy", "seed", "step")
 
 
 @dataclass
@@ -49,19 +49,9 @@ def _parquet(path: Path) -> pd.DataFrame:
 
 def _run_dirs(root: Path) -> list[Path]:
     found = set()
-    for pattern in ("cells/*/eval.parquet", "*/eval.parquet", "*/*/eval.parquet"):
+    for pattern in (f"{CELLS}/*/{EVAL_FILE}", f"*/{EVAL_FILE}", f"*/*/{EVAL_FILE}"):
         found.update(p.parent for p in root.glob(pattern))
     return sorted(found)
-
-
-def _read_run_json(d: Path) -> dict | None:
-    path = d / "run.json"
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UserError(f"run.json: {path} is not valid JSON ({exc.msg}); expected the run record of SPEC §7") from None
 
 
 def read_dir(path: str | Path, extra: tuple[str, ...] = ()) -> Frames:
@@ -71,14 +61,14 @@ def read_dir(path: str | Path, extra: tuple[str, ...] = ()) -> Frames:
     if not root.is_dir():
         raise UserError(f"DIR: {str(root)!r} is not a directory; expected a grid or run directory")
     runs: dict = {}
-    if (root / "eval.parquet").exists():
-        ev = _parquet(root / "eval.parquet")
-        tr = _parquet(root / "train.parquet") if (root / "train.parquet").exists() else None
-        meta = _read_run_json(root)
+    if (root / EVAL_FILE).exists():
+        ev = _parquet(root / EVAL_FILE)
+        tr = _parquet(root / TRAIN_FILE) if (root / TRAIN_FILE).exists() else None
+        meta = read_meta(root)
         if meta:
             runs[str(meta.get("run_id"))] = meta
-        for d in sorted(p.parent for p in root.glob("cells/*/run.json")):
-            meta = _read_run_json(d)
+        for d in sorted(p.parent for p in root.glob(f"{CELLS}/*/{RUN_JSON}")):
+            meta = read_meta(d)
             if meta:
                 runs[str(meta.get("run_id"))] = meta
     else:
@@ -88,10 +78,10 @@ def read_dir(path: str | Path, extra: tuple[str, ...] = ()) -> Frames:
                              "(DIR/cells/*/, DIR/*/, DIR/*/*/ with eval.parquet); nothing to report")
         evs, trs = [], []
         for d in dirs:
-            evs.append(_parquet(d / "eval.parquet"))
-            if (d / "train.parquet").exists():
-                trs.append(_parquet(d / "train.parquet"))
-            meta = _read_run_json(d)
+            evs.append(_parquet(d / EVAL_FILE))
+            if (d / TRAIN_FILE).exists():
+                trs.append(_parquet(d / TRAIN_FILE))
+            meta = read_meta(d)
             if meta:
                 runs[str(meta.get("run_id"))] = meta
         ev = pd.concat(evs, ignore_index=True)
@@ -114,7 +104,7 @@ def make_frames(eval_df: pd.DataFrame, train_df: pd.DataFrame | None = None, *, 
 def validate_eval(df: pd.DataFrame, extra: tuple[str, ...] = ()) -> pd.DataFrame:
     """The required columns (plus ``extra``), typed and checked; other columns are dropped.
     Without a `step` column every run has one evaluation, given step 0."""
-    need = [c for c in EVAL_REQUIRED if c not in EVAL_OPTIONAL]
+    need = [c for c in EVAL_TABLE if c not in EVAL_OPTIONAL]
     missing = [c for c in need if c not in df.columns]
     if missing:
         raise UserError(f"eval table: missing column(s) {missing}; required: {need} (optional: "
@@ -126,7 +116,7 @@ def validate_eval(df: pd.DataFrame, extra: tuple[str, ...] = ()) -> pd.DataFrame
                         f"({knobs if knobs else 'none: collect a grid with a sweep (hb grid collect)'})")
     if len(df) == 0:
         raise UserError("eval table: has no rows; expected one row per attempt")
-    ev = df.loc[:, [c for c in EVAL_REQUIRED if c in df.columns] + list(extra)].copy()
+    ev = df.loc[:, [c for c in EVAL_TABLE if c in df.columns] + list(extra)].copy()
     if "step" not in ev.columns:
         ev["step"] = 0
     for col in ("run_id", "policy", "suite", "task", "category", "harness"):
@@ -165,9 +155,9 @@ def _as_int(col: pd.Series, name: str) -> pd.Series:
 
 
 def validate_train(df: pd.DataFrame) -> pd.DataFrame:
-    missing = [c for c in TRAIN_REQUIRED if c not in df.columns]
+    missing = [c for c in ROW_KEYS if c not in df.columns]
     if missing:
-        raise UserError(f"train table: missing column(s) {missing}; required at least: {list(TRAIN_REQUIRED)}")
+        raise UserError(f"train table: missing column(s) {missing}; required at least: {list(ROW_KEYS)}")
     tr = df.copy()
     tr["run_id"] = tr["run_id"].astype(str)
     tr["policy"] = tr["policy"].astype(str)

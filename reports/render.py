@@ -6,14 +6,14 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from hbsim.contract import REPORT_INDEX, REPORT_MARKDOWN
+from hbsim.folders import atomic_write
 from reports import figures, text
 
 CSS = ("body{font-family:sans-serif;max-width:1100px;margin:auto;padding:1em;color:#222}"
@@ -95,7 +95,7 @@ class Doc:
 
     def figure(self, name: str, fig_ax):
         path = self.fig_dir / f"{slug(name)}.png"
-        figures.save(fig_ax[0], path)
+        atomic_write(path, lambda tmp: figures.save(fig_ax[0], tmp))
         self.figs[name] = path
         data = base64.b64encode(path.read_bytes()).decode()
         self.md.append(f"![{name}](figures/{path.name})\n")
@@ -104,12 +104,12 @@ class Doc:
 
 def write(result, out: Path) -> None:
     """Write CSVs, figures, report.md and index.html into ``out`` (files replaced atomically,
-    created with the user's umask)."""
+    created with the user's umask: `hbsim.folders.atomic_write`)."""
     out.mkdir(parents=True, exist_ok=True)
     fig_dir = out / "figures"
     fig_dir.mkdir(exist_ok=True)
     for name, df in result.tables.items():
-        _atomic(out / f"{name}.csv", df.to_csv(index=False))
+        atomic_write(out / f"{name}.csv", df.to_csv(index=False))
         result.files[name] = out / f"{name}.csv"
     doc = Doc(fig_dir)
     _header(doc, result, text.headline_table(result))
@@ -123,32 +123,16 @@ def write(result, out: Path) -> None:
     runs = pd.DataFrame([{"run_id": k, **v} for k, v in result.config["runs"]["runs"].items()])
     doc.p(f"{len(runs)} runs in the final evaluation (runs hash {result.config['runs']['hash']}):")
     doc.table(runs, max_rows=400)
-    _atomic(out / "report.md", "\n".join(doc.md))
+    atomic_write(out / REPORT_MARKDOWN, "\n".join(doc.md))
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>harnessbandit report</title>"
             f"<style>{CSS}</style></head><body>{''.join(doc.html)}</body></html>")
-    _atomic(out / "index.html", page)
-    _atomic(out / "config.json", json.dumps(result.config, indent=1, default=str))
-    result.files.update({"index": out / "index.html", "markdown": out / "report.md"})
+    atomic_write(out / REPORT_INDEX, page)
+    atomic_write(out / "config.json", json.dumps(result.config, indent=1, default=str))
+    result.files.update({"index": out / REPORT_INDEX, "markdown": out / REPORT_MARKDOWN})
     result.files.update({f"fig:{k}": v for k, v in doc.figs.items()})
     for stale in set(fig_dir.glob("*.png")) - set(doc.figs.values()):
         stale.unlink()  # figures of an earlier report in the same folder
     result.out = out
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _atomic(path: Path, content: str) -> None:
-    """Write via a temporary file + rename; the file gets the permissions a plain open()
-    would give (0666 minus the umask), not mkstemp's 0600."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(content)
-    os.chmod(tmp, 0o666 & ~_umask())
-    os.replace(tmp, path)
 
 
 def _header(doc: Doc, result, headline: str) -> None:

@@ -14,7 +14,8 @@ Oracles and regret per target: the truly best harness per target and step, the r
 the run's own (pure) choice on each target, and how often the training-objective oracle
 is also the best harness for the other targets.
 
-Reads files only; imports nothing from hbsim or ablations.
+Reads files only (their names and the run record reader are `hbsim.contract` and
+`hbsim.records`); writes with `hbsim.folders.atomic_write`.
 """
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hbsim.contract import COUNTERFACTUAL_FILE, TRAIN_FILE
+from hbsim.folders import atomic_write
+from hbsim.records import read_meta
 from policies.errors import UserError
 from reports.load import _parquet
 
@@ -34,7 +38,6 @@ SIGNALS = {"learnability": "L", "t_grad": "T(gradient)", "t_update": "T(update)"
 #: target gain column -> target name
 TARGETS = {"gain_train": "training objective", "gain_heldout_tasks": "held-out tasks",
            "gain_heldout_harness": "held-out harness"}
-FILE = "counterfactual.parquet"
 #: columns of counterfactual.parquet the analysis needs
 REQUIRED = ("policy", "seed", "step", "arm", *TARGETS)
 
@@ -47,23 +50,21 @@ def load(directory) -> pd.DataFrame:
     root = Path(directory)
     if not root.is_dir():
         raise UserError(f"hb validity: DIR={str(root)!r} is not a directory: expected a run, sim or grid directory")
-    files = sorted(root.rglob(FILE))
+    files = sorted(root.rglob(COUNTERFACTUAL_FILE))
     if not files:
-        raise UserError(f"hb validity: no {FILE} under {str(root)!r}: run `hb sim --counterfactual` (or a grid "
-                        f"with counterfactual = 1) first")
+        raise UserError(f"hb validity: no {COUNTERFACTUAL_FILE} under {str(root)!r}: run `hb sim --counterfactual` "
+                        f"(or a grid with counterfactual = 1) first")
     frames, envs = [], {}
     for f in files:
         cf = _parquet(f)
         missing = [c for c in REQUIRED if c not in cf]
         if missing:
-            raise UserError(f"{FILE}: {str(f)!r} lacks column(s) {missing}; required: {list(REQUIRED)} (SPEC 7)")
-        try:
-            meta = json.loads((f.parent / "run.json").read_text()) if (f.parent / "run.json").is_file() else {}
-        except (OSError, ValueError) as exc:
-            raise UserError(f"run.json: {str(f.parent / 'run.json')!r} is not readable JSON ({exc})") from None
+            raise UserError(f"{COUNTERFACTUAL_FILE}: {str(f)!r} lacks column(s) {missing}; required: "
+                            f"{list(REQUIRED)} (SPEC 7)")
+        meta = read_meta(f.parent) or {}
         env = (meta.get("config") or {}).get("env") or {"kind": "?"}
         envs[str(f)] = env
-        train_path = f.parent / "train.parquet"
+        train_path = f.parent / TRAIN_FILE
         if train_path.is_file() and len(cf):
             train = _parquet(train_path)
             keep = [c for c in ("step", "arm", "entropy") if c in train]
@@ -326,15 +327,14 @@ def write(tables: dict, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     paths = {name: out / f"{name}.csv" for name in ("validity", "calibration", "regret")}
     for name, path in paths.items():
-        tables[name].to_csv(path, index=False)
-    paths["html"] = out / "validity.html"
-    paths["html"].write_text(render_page(tables))
+        atomic_write(path, tables[name].to_csv(index=False))
+    paths["html"] = atomic_write(out / "validity.html", render_page(tables))
     return paths
 
 
 def write_page_if_any(directory, out: Path) -> Path | None:
     """For `hb report`: validity.html (+ CSVs) into the report folder when `directory` holds
     counterfactual files; None otherwise."""
-    if directory is None or not Path(directory).is_dir() or not any(Path(directory).rglob(FILE)):
+    if directory is None or not Path(directory).is_dir() or not any(Path(directory).rglob(COUNTERFACTUAL_FILE)):
         return None
     return write(analyse(directory), Path(out))["html"]

@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from hbsim import folders
 from policies import validate
 from policies.errors import UserError
 
@@ -230,7 +231,7 @@ class World:
         """An `hb real --backend trl` run directory killed before (or after) its first
         TRL checkpoint (a stand-in: the marker and, with `checkpoint`, the scheduler state)."""
         path = self.tmp / "trl"
-        validate.claim_output_dir(path, "run", tool="hb real --backend trl")
+        folders.claim_output_dir(path, "run", tool="hb real --backend trl")
         if checkpoint:
             (path / "trl" / "checkpoint-1").mkdir(parents=True)
             (path / "trl" / "checkpoint-1" / "harnessbandit.pt").write_bytes(b"")
@@ -410,18 +411,18 @@ def test_report_recollects_a_stale_grid(base, tmp_path, hb):
     code, _, err = hb("report", grid, "--baseline", "uniform", "--resamples", "20", "--k", "1", "--recollect")
     assert code == 0, err[-3000:]
     assert "collected" in err and (grid / "eval.parquet").stat().st_mtime_ns > before
-    assert validate.read_marker(grid / "report")["kind"] == "report"
-    assert validate.stale_collected_tables(grid) is None
+    assert folders.read_marker(grid / "report")["kind"] == "report"
+    assert folders.stale_collected_tables(grid) is None
 
 
 def test_legacy_grid_without_marker_is_adopted_and_user_folder_forced(base, tmp_path, hb):
     world = World(base, tmp_path, hb)
     grid = world.grid()
-    (grid / validate.KIND_FILE).unlink()
-    assert validate.legacy_kind(grid) == "grid"
+    (grid / folders.KIND_FILE).unlink()
+    assert folders.legacy_kind(grid) == "grid"
     code, out, err = hb("grid", "run", world.spec, "--out", grid, "--jobs", "1")
     assert code == 0 and "2 already done, 0 run" in out, err[-3000:]
-    assert validate.read_marker(grid)["kind"] == "grid"
+    assert folders.read_marker(grid)["kind"] == "grid"
     mine = world.user()
     notes = (mine / "notes.txt").read_text()
     code, _, err = hb("grid", "run", world.spec, "--out", mine, "--jobs", "1", "--force")
@@ -512,52 +513,3 @@ def test_validate_values_and_parser():
     assert validate.check_int("n", 3, 1, 3) == 3 and validate.check_float("a", "0.5", 0, 1) == 0.5
     assert validate.parse_sets(["env.lr=0.5", "policy.arms=[0, 1]", "x=none", "y=abc", "env.lr=1e-3"]) == {
         "env.lr": 1e-3, "policy.arms": [0, 1], "x": None, "y": "abc"}
-
-
-@pytest.mark.roundtrip
-def test_check_resume_dir(tmp_path):
-    def refused(path, needle):
-        with pytest.raises(UserError, match=needle):
-            validate.check_resume_dir(path)
-    refused(tmp_path / "nope", "does not exist")
-    (tmp_path / "f").write_text("x")
-    refused(tmp_path / "f", "is a file")
-    validate.claim_output_dir(tmp_path / "e", "run")
-    refused(tmp_path / "e", "holds no checkpoint")       # ours (marker) but never checkpointed
-    (tmp_path / "g").mkdir()
-    (tmp_path / "g" / "grid.json").write_text("{}")
-    refused(tmp_path / "g", "is a grid directory, not a run directory")
-    (tmp_path / "u").mkdir()
-    (tmp_path / "u" / "notes.txt").write_text("x")
-    refused(tmp_path / "u", "was not created by hb")
-    (tmp_path / "e" / "checkpoints").mkdir()
-    (tmp_path / "e" / "checkpoints" / "last.pt").write_bytes(b"")
-    assert validate.check_resume_dir(tmp_path / "e") == tmp_path / "e" / "checkpoints" / "last.pt"
-    trl = "trl/checkpoint-*/harnessbandit.pt"             # a glob: TRL's checkpoint-N folders
-    with pytest.raises(UserError, match="holds no checkpoint"):
-        validate.check_resume_dir(tmp_path / "e", trl)
-    (tmp_path / "e" / "trl" / "checkpoint-3").mkdir(parents=True)
-    (tmp_path / "e" / "trl" / "checkpoint-3" / "harnessbandit.pt").write_bytes(b"")
-    assert validate.check_resume_dir(tmp_path / "e", trl) == tmp_path / "e" / "trl" / "checkpoint-3" / "harnessbandit.pt"
-
-
-@pytest.mark.roundtrip
-def test_check_output_dir_states(tmp_path):
-    assert validate.check_output_dir(tmp_path / "new", "sim", "h1") == "new"
-    validate.claim_output_dir(tmp_path / "s", "sim", "h1")
-    assert validate.check_output_dir(tmp_path / "s", "sim", "h1") == "resume"
-    with pytest.raises(UserError, match="another configuration.*pass --force"):
-        validate.check_output_dir(tmp_path / "s", "sim", "h2")
-    assert validate.check_output_dir(tmp_path / "s", "sim", "h2", force=True) == "forced"
-    with pytest.raises(UserError, match="choose a new path$"):
-        validate.check_output_dir(tmp_path / "s", "run", force_flag=None)
-    (tmp_path / "legacy" / "uniform" / "seed0").mkdir(parents=True)
-    (tmp_path / "legacy" / "uniform" / "seed0" / "run.json").write_text("{}")
-    assert validate.legacy_kind(tmp_path / "legacy") == "sim"
-    (tmp_path / "study" / "bernoulli").mkdir(parents=True)
-    (tmp_path / "legacy").rename(tmp_path / "study" / "bernoulli")
-    assert validate.legacy_kind(tmp_path / "study") == "study"      # <env>/<label>/seed<N>/: hb validity --study
-    assert validate.check_output_dir(tmp_path / "study", "study") == "resume"
-    (tmp_path / "study" / "bernoulli" / "notes.txt").write_text("x")
-    assert validate.legacy_kind(tmp_path / "study" / "bernoulli") is None
-    assert validate.legacy_kind(tmp_path / "study") is None

@@ -76,7 +76,8 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from hbsim.adapter import EVAL_COLUMNS, CostLedger, StepResult
+from hbsim.adapter import CostLedger, StepResult
+from hbsim.contract import EVAL_COLUMNS
 from hbsim import grpo
 from policies.errors import UserError
 from hbsim.sampling import DynamicSampler

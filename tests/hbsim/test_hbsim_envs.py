@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from hbsim import grpo
-from hbsim.adapter import EVAL_COLUMNS, TrainingAdapter
+from hbsim.adapter import TrainingAdapter
+from hbsim.contract import EVAL_COLUMNS
 from hbsim.envs import CATEGORIES, ENVS, make_env
 from hbsim.envs.base import Batch
 from policies import Allocation

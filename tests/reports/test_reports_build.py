@@ -4,6 +4,7 @@ import pandas as pd
 import pytest
 
 import reports
+from hbsim.contract import EVAL_TABLE
 from reports import analysis, load, stats
 
 
@@ -98,7 +99,7 @@ def test_flips_show_swaps_hidden_by_equal_counts():
         for seed in range(3):
             for t, o in enumerate(outs):
                 rows.append((f"{pol}{seed}", pol, seed, 10, "s", f"t{t}", "cat", "h", 0, float(o), bool(o)))
-    ev = pd.DataFrame(rows, columns=list(load.EVAL_REQUIRED))
+    ev = pd.DataFrame(rows, columns=list(EVAL_TABLE))
     res = reports.build_report(ev, "base", None, ks=(1,), resamples=100)
     counts = res.tables["flip_counts"].iloc[0]
     assert (counts["baseline_passed"], counts["candidate_passed"], counts["gained"], counts["lost"]) == (2, 2, 1, 1)
@@ -262,7 +263,7 @@ def test_a_planted_category_regression_is_flagged():
             for t, cat in enumerate(cats):
                 ok = not (pol == "cand" and cat == "memory") and (t + seed) % 4 != 0
                 rows.append((f"{pol}{seed}", pol, seed, 1, "s", f"t{t:02d}", cat, "h", 0, float(ok), ok))
-    ev = pd.DataFrame(rows, columns=list(load.EVAL_REQUIRED))
+    ev = pd.DataFrame(rows, columns=list(EVAL_TABLE))
     res = reports.build_report(ev, "base", None, ks=(1,), resamples=2000)
     cats_t = res.tables["categories"].set_index(["metric", "category"])
     assert bool(cats_t.loc[("pass@1", "memory"), "regresses"]) and bool(cats_t.loc[("pass@1", "memory"), "worst"])

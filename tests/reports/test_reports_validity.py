@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from hbsim.contract import COUNTERFACTUAL_FILE
 from policies.errors import UserError
 from reports import validity as v
 
@@ -79,7 +80,7 @@ def test_calibration_bins_are_monotone_for_a_perfect_signal():
 
 def _write_run(path, env: dict, cf: pd.DataFrame) -> None:
     path.mkdir(parents=True)
-    cf.drop(columns=["env", "train_arm"]).to_parquet(path / v.FILE)
+    cf.drop(columns=["env", "train_arm"]).to_parquet(path / COUNTERFACTUAL_FILE)
     pd.DataFrame({"step": [1, 2, 3], "arm": [0, 1, -1]}).to_parquet(path / "train.parquet")
     (path / "run.json").write_text(json.dumps({"config": {"env": env}}))
 
@@ -102,11 +103,11 @@ def test_load_labels_envs_and_joins_the_runs_choice(tmp_path):
 
 
 @pytest.mark.slow
-def test_reports_validity_imports_neither_hbsim_nor_ablations():
+def test_reports_validity_reads_only_the_data_contract():
     code = "import sys, reports.validity; print(sorted(m for m in sys.modules " \
-           "if m.split('.')[0] in ('hbsim', 'ablations')))"
+           "if m.split('.')[0] in ('hbsim', 'ablations', 'real_runs')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    assert out.strip() == "['hbsim', 'hbsim.contract', 'hbsim.folders', 'hbsim.records']"
 
 
 def test_report_page_only_where_counterfactual_files_exist(tmp_path):

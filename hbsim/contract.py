@@ -1,0 +1,57 @@
+"""The data contract (SPEC §7): every file, folder and column name that runs, grids and
+reports share, defined once. Names only: reading and writing them is `hbsim.records`
+(run directories, a grid's cells collected into one table), creating and checking
+output folders and replacing files atomically is `hbsim.folders`.
+
+A run directory (one `hb sim` run, `hb real --out DIR`, a grid cell):
+
+    train.parquet            one row per optimizer step: ROW_KEYS, then signals, sampling law,
+                             allocation, cost ledger and env extras (docs/ARCHITECTURE.md)
+    eval.parquet             one row per evaluation attempt: EVAL_TABLE
+    run.json                 the run record; written last, so a run directory is complete
+                             exactly when it holds one
+    counterfactual.parquet   with --counterfactual (hbsim.counterfactual)
+    checkpoints/last.pt      `hb real`'s checkpoint (real_runs.checkpoint)
+
+A grid directory (`hb grid run`, `hb demo`; written by `ablations.store`):
+
+    grid.json                the grid's name (+ every name admitted by --force) and its spec
+    cells/<id>/              a complete run directory (+ log.txt)
+    cells/.tmp-*             a cell being written (hidden: never read, removed by the next run)
+    failed/<id>/log.txt      the traceback of a failed cell
+    train.parquet, eval.parquet   every cell's rows, after `hb grid collect`
+
+Every output folder records its KIND in `.hb-kind.json` (`hbsim.folders`).
+"""
+from __future__ import annotations
+
+# -- a run directory ---------------------------------------------------------------------
+TRAIN_FILE = "train.parquet"
+EVAL_FILE = "eval.parquet"
+RUN_JSON = "run.json"
+RUN_FILES = (TRAIN_FILE, EVAL_FILE, RUN_JSON)      # in the order they are moved in: run.json last
+COUNTERFACTUAL_FILE = "counterfactual.parquet"
+CHECKPOINT = "checkpoints/last.pt"
+
+# -- columns -----------------------------------------------------------------------------
+#: the first columns of every train and eval row (the loop adds them)
+ROW_KEYS = ("run_id", "policy", "seed", "step")
+#: the columns of a `TrainingAdapter.evaluate()` frame, one row per attempt
+EVAL_COLUMNS = ("suite", "task", "category", "harness", "attempt", "reward", "success")
+#: the columns of an eval table
+EVAL_TABLE = (*ROW_KEYS, *EVAL_COLUMNS)
+
+# -- a grid directory --------------------------------------------------------------------
+GRID_JSON = "grid.json"
+CELLS = "cells"
+FAILED = "failed"
+LOG = "log.txt"                 # a cell's or a failure's log
+TMP_PREFIX = ".tmp-"            # temporary files and folders (hidden: every reader skips them)
+
+# -- a report folder, and the marker and kinds of every output folder --------------------
+REPORT_INDEX = "index.html"
+REPORT_MARKDOWN = "report.md"
+KIND_FILE = ".hb-kind.json"
+KINDS = {"sim": "an `hb sim` folder of run directories", "run": "a run directory (`hb real`)",
+         "grid": "a grid directory", "report": "a report folder",
+         "study": "an `hb validity --study` folder of run directories"}

@@ -1,0 +1,343 @@
+"""Output folders and atomic writes: the one place that checks where a tool may write,
+records what it wrote, and replaces files in one step under the user's umask.
+
+Every folder an `hb` tool writes into has a KIND (`hbsim.contract.KINDS`), recorded in
+the marker file `.hb-kind.json` ({"kind", "config_hash", "tool"}) when the tool first
+writes:
+
+    sim     `hb sim --out DIR`: DIR/<label>/seed<seed>/ run directories
+    run     `hb real --out DIR`: one run directory (+ checkpoints/)
+    grid    `hb grid run` / `hb demo`: grid.json, cells/, failed/, collected tables
+    report  `hb report --out DIR` / `hb validity --out DIR`: index.html, report.md, CSVs, figures
+    study   `hb validity DIR --study FILE`: DIR/<env>/<label>/seed<seed>/ run directories
+
+`check_output_dir` runs before any work and writes nothing: a path that is a file, not
+writable or too long is refused; a missing or empty folder is new; a folder with our
+marker of the same kind (and config hash, where the tool records one) is resumed; any
+other non-empty folder -- another kind, another config, or a folder hb did not create --
+is refused unless the tool's `--force` is given. Folders written before markers existed
+are adopted when their contents are unmistakably ours (`legacy_kind`).
+
+Files are replaced with `atomic_write` (a hidden `.tmp-` file beside the target, renamed
+over it) and get the mode a plain open() or mkdir would give (`file_mode`, `dir_mode`).
+Standard library, `policies` and `hbsim.contract` only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import tempfile
+from pathlib import Path
+from typing import Callable, Union
+
+from hbsim.contract import (CELLS, CHECKPOINT, EVAL_FILE, GRID_JSON, KIND_FILE, KINDS, REPORT_INDEX, REPORT_MARKDOWN,
+                            RUN_JSON, TMP_PREFIX, TRAIN_FILE)
+from policies.errors import UserError
+from policies.validate import check_choice
+
+#: bytes kept free below PATH_MAX for the files a tool creates inside its output folder
+PATH_RESERVE = 96
+
+#: what atomic_write writes: bytes, text (UTF-8), or a function that writes the path it is given
+Content = Union[bytes, str, Callable[[Path], object]]
+
+
+# -- the umask and atomic writes -----------------------------------------------------------
+def current_umask() -> int:
+    """The process umask, read without changing it (os.umask would, for every thread):
+    from /proc on Linux, else from the mode of a probe folder made with mode 0777."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return _probed_umask()
+
+
+def _probed_umask() -> int:
+    """The umask as the bits a mkdir with mode 0777 loses (where /proc is not available)."""
+    with tempfile.TemporaryDirectory(prefix=TMP_PREFIX) as parent:
+        probe = os.path.join(parent, "probe")
+        os.mkdir(probe, 0o777)
+        return 0o777 & ~stat.S_IMODE(os.stat(probe).st_mode)
+
+
+def dir_mode() -> int:
+    """The mode a plain mkdir gives under the user's umask (mkdtemp gives 0700)."""
+    return 0o777 & ~current_umask()
+
+
+def file_mode() -> int:
+    """The mode a plain open() gives under the user's umask (mkstemp gives 0600)."""
+    return 0o666 & ~current_umask()
+
+
+def atomic_write(path: str | os.PathLike, content: Content) -> Path:
+    """Replace `path` in one step; returns it.
+
+    `content` (bytes, text written as UTF-8, or a function that writes the path it is
+    given: `df.to_parquet`, `torch.save`, `fig.savefig`) goes into a hidden temporary file
+    beside `path` (`.tmp-<name>-XXXX<suffix>`: same folder, so the rename is atomic; same
+    suffix, for writers that read the format from it), which gets `file_mode()` and is
+    renamed over `path`. On any error the temporary file is removed and `path` is left as
+    it was. The folder must exist.
+    """
+    path = Path(path)
+    fd, name = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}-", suffix=path.suffix, dir=path.parent)
+    tmp = Path(name)
+    try:
+        if callable(content):
+            os.close(fd)
+            content(tmp)
+        else:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(content.encode() if isinstance(content, str) else content)
+        os.chmod(tmp, file_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json_atomic(path: str | os.PathLike, obj) -> Path:
+    """`obj` as indented JSON with sorted keys (non-JSON values as str), atomically."""
+    return atomic_write(path, json.dumps(obj, indent=1, sort_keys=True, default=str) + "\n")
+
+
+def make_temp_dir(beside: str | os.PathLike) -> Path:
+    """A new, empty, hidden folder next to `beside` (`.tmp-<name>-XXXX`, unique) with the
+    mode a plain mkdir gives: fill it, then rename it into place."""
+    beside = Path(beside)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{beside.name}-", dir=beside.parent))
+    os.chmod(tmp, dir_mode())
+    return tmp
+
+
+# -- paths -----------------------------------------------------------------------------------
+def _exists(path: Path) -> bool:
+    try:
+        path.stat()
+    except OSError:  # missing, or a name too long to look up
+        return False
+    return True
+
+
+def _existing_ancestor(path: Path) -> Path:
+    probe = path
+    while not _exists(probe) and probe.parent != probe:
+        probe = probe.parent
+    return probe
+
+
+def _pathconf(path: Path, name: str, default: int) -> int:
+    try:
+        value = os.pathconf(path, name)
+    except (OSError, ValueError, AttributeError):
+        return default
+    return value if value and value > 0 else default
+
+
+def check_path_length(path: str | os.PathLike, flag: str = "--out", reserve: int = PATH_RESERVE) -> None:
+    """Each component <= NAME_MAX bytes and the absolute path <= PATH_MAX - `reserve`
+    bytes (room for the files created inside), from os.pathconf or 255 / 4096."""
+    absolute = Path(os.path.abspath(path))
+    base = _existing_ancestor(absolute)
+    name_max = _pathconf(base if base.is_dir() else base.parent, "PC_NAME_MAX", 255)
+    path_max = _pathconf(base if base.is_dir() else base.parent, "PC_PATH_MAX", 4096)
+    for part in absolute.parts:
+        if len(os.fsencode(part)) > name_max:
+            raise UserError(f"{flag} {str(path)[:60]!r}...: the name {part[:40]!r}... has {len(os.fsencode(part))} "
+                            f"bytes; allowed: at most {name_max} per folder name")
+    total = len(os.fsencode(str(absolute)))
+    if total > path_max - reserve:
+        raise UserError(f"{flag} {str(path)[:60]!r}...: the path has {total} bytes; allowed: at most "
+                        f"{path_max - reserve} (PATH_MAX {path_max} less room for the files inside)")
+
+
+def check_writable(path: str | os.PathLike, flag: str = "--out") -> None:
+    """Refuse a path that is a file, or a folder that is not (or cannot be created) writable.
+
+    An existing folder is checked with access(2) and not touched; for a folder still to
+    be created, a probe file is created and removed in its nearest existing ancestor.
+    """
+    root = Path(path)
+    probe = _existing_ancestor(root)
+    if probe.exists() and not probe.is_dir():
+        what = "is a file" if probe == root else f"lies under {str(probe)!r}, which is a file"
+        raise UserError(f"{flag} {str(root)!r} {what}, not a folder; choose a folder path")
+    if probe == root:
+        if not os.access(root, os.R_OK | os.W_OK | os.X_OK):
+            raise UserError(f"{flag} {str(root)!r}: the folder is not writable (or not readable); "
+                            "choose a writable folder")
+        return
+    try:
+        fd, name = tempfile.mkstemp(prefix=".hb-probe-", dir=probe)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
+        raise UserError(f"{flag} {str(root)!r}: cannot create it: {str(probe)!r} is not writable "
+                        f"({exc.strerror or exc}); choose a writable folder") from None
+
+
+# -- kinds -----------------------------------------------------------------------------------
+def read_marker(path: str | os.PathLike) -> dict | None:
+    """The marker record of a folder ({"kind", "config_hash", "tool"}), or None."""
+    marker = Path(path) / KIND_FILE
+    if not marker.is_file():
+        return None
+    try:
+        record = json.loads(marker.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UserError(f"{marker}: unreadable folder marker ({exc}); expected the JSON hb writes") from None
+    if not isinstance(record, dict) or record.get("kind") not in KINDS:
+        raise UserError(f"{marker}: kind={record.get('kind') if isinstance(record, dict) else record!r} "
+                        f"is unknown; valid kinds: {', '.join(KINDS)}")
+    return record
+
+
+_SEED_DIR = re.compile(r"seed\d+")
+
+
+def _visible(path: Path) -> list[Path]:
+    return sorted(p for p in path.iterdir() if not p.name.startswith("."))
+
+
+def legacy_kind(path: str | os.PathLike) -> str | None:
+    """The kind of a folder written before markers existed, when unmistakably ours:
+    grid (grid.json), run (run.json or checkpoints/last.pt), report (index.html + report.md),
+    sim (every entry a <label>/ folder of seed<N>/ run directories, or a report folder),
+    study (every entry a sim folder: <env>/<label>/seed<N>/)."""
+    p = Path(path)
+    if (p / GRID_JSON).is_file():
+        return "grid"
+    if (p / RUN_JSON).is_file() or (p / CHECKPOINT).is_file():
+        return "run"
+    if (p / REPORT_INDEX).is_file() and (p / REPORT_MARKDOWN).is_file():
+        return "report"
+    entries = _visible(p)
+    if entries and all(e.is_dir() and legacy_kind(e) == "sim" for e in entries):
+        return "study"
+    runs = 0
+    for entry in entries:
+        if not entry.is_dir():
+            return None
+        if _kind_of(entry) == "report":
+            continue
+        seeds = _visible(entry)
+        if not seeds or not all(_SEED_DIR.fullmatch(s.name) and (s / RUN_JSON).is_file() for s in seeds):
+            return None
+        runs += len(seeds)
+    return "sim" if runs else None
+
+
+def _kind_of(path: Path) -> str | None:
+    record = read_marker(path)
+    return record["kind"] if record else legacy_kind(path)
+
+
+def _remedy(force_flag: str | None) -> str:
+    return f"choose a new path or pass {force_flag}" if force_flag else "choose a new path"
+
+
+def check_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = None, *,
+                     force: bool = False, flag: str = "--out", force_flag: str | None = "--force") -> str:
+    """Validate the output folder of a `kind` tool BEFORE any work; writes nothing.
+
+    Returns "new" (missing or empty), "resume" (ours, same kind and config hash, or one of
+    them unrecorded) or "forced" (a conflict overridden by `force`). Raises UserError for
+    a file, an unwritable or too long path, and (unless `force`) a folder of another kind,
+    of another config hash, or not created by hb. `force_flag` is the option the message
+    suggests (None: the tool has none).
+    """
+    check_choice("kind", kind, KINDS)
+    root = Path(path)
+    check_path_length(root, flag)
+    check_writable(root, flag)
+    if not root.exists() or not any(root.iterdir()):
+        return "new"
+    record = read_marker(root)
+    found = record["kind"] if record else legacy_kind(root)
+    if found is None:
+        example = ", ".join(p.name for p in _visible(root)[:3]) or "hidden files"
+        problem = f"is a non-empty folder that hb did not create (no {KIND_FILE}; it holds {example})"
+    elif found != kind:
+        problem = f"is {KINDS[found]}, not {KINDS[kind]}"
+    elif config_hash is not None and record and record.get("config_hash") not in (None, config_hash):
+        problem = (f"holds {KINDS[kind]} of another configuration (config hash {record['config_hash']}, "
+                   f"this call {config_hash})")
+    else:
+        return "resume"
+    if force:
+        return "forced"
+    raise UserError(f"{flag} {str(root)!r} {problem}; nothing was written: {_remedy(force_flag)}")
+
+
+def claim_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = None,
+                     tool: str | None = None) -> Path:
+    """Create the folder (as mkdir does under the user's umask) and record its kind in
+    `.hb-kind.json` (atomic replace; left as is when it already says the same)."""
+    root = Path(path)
+    root.mkdir(parents=True, exist_ok=True)
+    record = {"kind": kind, "config_hash": config_hash, "tool": tool or f"hb {kind}"}
+    try:
+        if read_marker(root) == record:
+            return root
+    except UserError:
+        pass  # an unreadable marker is replaced
+    atomic_write(root / KIND_FILE, json.dumps(record, sort_keys=True) + "\n")
+    return root
+
+
+def check_resume_dir(path: str | os.PathLike, checkpoint: str = CHECKPOINT, flag: str = "--out") -> Path:
+    """Refuse `--resume` of a run directory that cannot be resumed; returns the checkpoint path.
+
+    Call it before any work when the user asked to resume a run (e.g. `hb real --resume
+    --out DIR`). Raises UserError, naming the folder and what to do, when DIR
+    * does not exist, or is not a folder ("nothing to resume; drop --resume to start"),
+    * is empty,
+    * is not a run directory of ours (another kind per `.hb-kind.json`, or a folder hb did
+      not create),
+    * is ours but holds no `checkpoint` (relative to DIR, a glob pattern such as
+      "trl/checkpoint-*/harnessbandit.pt"): the run never reached its first checkpoint, so
+      resuming it would silently start from nothing.
+    Nothing is written.
+    """
+    root = Path(path)
+    if not root.exists():
+        raise UserError(f"--resume {flag} {str(root)!r}: the folder does not exist, so there is nothing to "
+                        f"resume; drop --resume to start a new run")
+    if not root.is_dir():
+        raise UserError(f"--resume {flag} {str(root)!r} is a file, not a run directory")
+    if not any(root.iterdir()):
+        raise UserError(f"--resume {flag} {str(root)!r}: the folder is empty, so there is nothing to resume; "
+                        f"drop --resume to start a new run")
+    found = _kind_of(root)
+    if found != "run":
+        what = f"is {KINDS[found]}" if found else f"was not created by hb (no {KIND_FILE}, no {RUN_JSON})"
+        raise UserError(f"--resume {flag} {str(root)!r} {what}, not a run directory; nothing was written")
+    found = sorted(p for p in root.glob(checkpoint) if p.is_file())
+    if not found:
+        raise UserError(f"--resume {flag} {str(root)!r} holds no checkpoint ({checkpoint}): the run stopped "
+                        f"before its first checkpoint; drop --resume and use a new --out to start over")
+    return found[-1]
+
+
+def stale_collected_tables(root: str | os.PathLike) -> str | None:
+    """Why the collected tables of grid directory `root` are stale, or None when they
+    are current (or absent, or `root` is not a grid): a cell finished after them."""
+    root = Path(root)
+    tables = [root / EVAL_FILE, root / TRAIN_FILE]
+    cells = root / CELLS
+    if not (root / GRID_JSON).is_file() or not cells.is_dir() or not all(t.is_file() for t in tables):
+        return None
+    collected = min(t.stat().st_mtime_ns for t in tables)
+    newer = [c.name for c in cells.iterdir() if not c.name.startswith(".")
+             and (c / RUN_JSON).is_file() and (c / RUN_JSON).stat().st_mtime_ns > collected]
+    if not newer:
+        return None
+    return (f"{len(newer)} cell(s) finished after the collected tables were written "
+            f"(e.g. {sorted(newer)[0]})")
