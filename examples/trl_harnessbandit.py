@@ -10,7 +10,7 @@ with a `harness` column naming the harness it was rendered for) and `make_reward
     hb report runs/ --baseline mixed --k 1        # over several such run directories
 
 Needs `pip install 'harnessbandit[trl]'`. `hb real --backend trl` runs the same wiring
-(real_runs.trl_run.build) with more knobs.
+(real_runs.integrations.trl_run.build) with more knobs.
 """
 from __future__ import annotations
 
@@ -27,10 +27,10 @@ from hbsim.folders import claim_output_dir  # noqa: E402
 from policies import make, validate  # noqa: E402
 from policies.errors import UserError  # noqa: E402
 from real_runs.cli import check_run_dir  # noqa: E402
-from real_runs.tasks import make_tasks  # noqa: E402
-from real_runs.trl_backend import (HarnessGRPOTrainer, HarnessScheduler, harness_dataset,  # noqa: E402
-                                   harness_reward)
-from real_runs.trl_run import byte_tokenizer, held_out_evaluator, load_local, tiny_qwen2  # noqa: E402
+from real_runs.integrations.trl_grpo import (HarnessGRPOTrainer, HarnessScheduler, harness_dataset,  # noqa: E402
+                                             harness_reward)
+from real_runs.integrations.trl_run import byte_tokenizer, held_out_evaluator, load_local, tiny_qwen2  # noqa: E402
+from real_runs.world.tasks import make_tasks  # noqa: E402
 
 HARNESSES = ["json", "xml", "func", "shell", "sexp", "kv"]
 
@@ -83,7 +83,7 @@ def main() -> None:
     policy = make(a.policy, n_arms=len(HARNESSES), seed=a.seed)
     holder = {}
     evaluate = held_out_evaluator(model, tok, HARNESSES, heldout[:2], seed=a.seed,
-                                  step=lambda: holder["s"].loop.t, max_new=24)
+                                  step=lambda: holder["s"].recorder.t, max_new=24)
     config = {"env": {"kind": "trl", "model": a.model or "tiny", "harnesses": HARNESSES},
               "policy": {"name": a.policy, "label": a.policy, **policy.config()}, "seed": a.seed,
               "steps": a.steps, "eval_every": None, "batch_groups": a.groups}
@@ -102,7 +102,7 @@ def main() -> None:
     trainer.train(resume_from_checkpoint=True if a.resume else None)
 
     # 5. final evaluation and the run directory (train.parquet, eval.parquet, run.json)
-    sched.loop.evaluate()
+    sched.recorder.evaluate()
     result = sched.result(config)
     hbsim.write_run(result, a.out, overwrite=True)
     t = result.train

@@ -11,7 +11,7 @@ A run directory (one `hb sim` run, `hb real --out DIR`, a grid cell):
     run.json                 the run record; written last, so a run directory is complete
                              exactly when it holds one
     counterfactual.parquet   with --counterfactual (hbsim.counterfactual)
-    checkpoints/last.pt      `hb real`'s checkpoint (real_runs.checkpoint)
+    checkpoints/last.pt      `hb real`'s checkpoint (real_runs.native.checkpoint)
 
 A grid directory (`hb grid run`, `hb demo`; written by `ablations.store`):
 

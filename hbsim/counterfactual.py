@@ -51,7 +51,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from policies import Allocation, Feedback
+from hbsim.loop import step_feedback
+from policies import Allocation
 from policies.signals import MemoryBank, as_float_sketch, sketch_norm, transfer_and_update
 from policies.errors import UserError
 
@@ -116,13 +117,10 @@ class Probe:
                 adapter.load_state_dict(a_state)
                 policy.load_state_dict(p_state)
                 before = adapter.success_matrix().copy()
-                res = adapter.train_step(Allocation.pure(h, H, B))
+                pure = Allocation.pure(h, H, B)
+                res = adapter.train_step(pure)
                 after = adapter.success_matrix()
-                cost = res.cost
-                ratio = cost.groups_generated / cost.groups_optimized if cost.groups_optimized else None
-                policy.update(Feedback(arm=h, learnability=res.learnability, sketch=res.sketch,
-                                       update_sketch=res.update_sketch, reward=res.reward, cost=ratio,
-                                       counts=np.asarray(Allocation.pure(h, H, B).counts)))
+                policy.update(step_feedback(pure, res))
                 diag = policy.diagnostics()
                 real = (target_means(after, adapter.n_tasks, H) - target_means(before, adapter.n_tasks, H))
                 sketches["grad"].append(res.sketch)

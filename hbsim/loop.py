@@ -1,13 +1,15 @@
-"""The one training loop (SPEC §6, docs/ARCHITECTURE.md): it is the only code that talks to
-both a policy and a `TrainingAdapter`, synthetic or real.
+"""The one training loop (SPEC §6, docs/ARCHITECTURE.md): the only code that talks to both
+a policy and a trainer -- a `TrainingAdapter` (synthetic or the native real trainer) driven
+by `Loop`, or a trainer that runs its own steps (TRL, verl) holding a `StepRecorder`.
 
 One step:
-    p     = policy.probabilities()                  # the law of this step's draw
-    alloc = policy.select(batch_groups)              # pure (alloc.arm) or mixed (arm None)
+    alloc = recorder.begin()                         # p = policy.probabilities(), then
+                                                     # policy.select(batch_groups): pure or mixed
     res   = adapter.train_step(alloc)                # raw L, sketch, reward, cost ledger
-    policy.update(Feedback(arm, L, sketch, update_sketch, reward,
-                           cost = groups_generated / groups_optimized, counts))
-    row   = SPEC §7 train columns (policy diagnostics read AFTER the update)
+    row   = recorder.record(res)                     # policy.update(step_feedback(alloc, res)),
+                                                     # then the SPEC §7 train row (policy
+                                                     # diagnostics read AFTER the update)
+`step_feedback` is the one StepResult -> Feedback (cost = groups_generated / groups_optimized).
 
 Step numbering: the train row of the s-th optimizer step has `step = s` (1-based); its
 ground-truth columns describe the state after that step. An evaluation tagged `step = s`
@@ -25,6 +27,7 @@ from __future__ import annotations
 import copy
 import datetime as _dt
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -70,68 +73,83 @@ def normalised_entropy(p: np.ndarray) -> float:
     return float(-(q * np.log(q)).sum() / np.log(p.size)) if p.size > 1 else 0.0
 
 
-class Loop:
-    """Drives one policy on one adapter; rows accumulate in memory until `result()`."""
+def step_feedback(allocation: Allocation, res) -> Feedback:
+    """The one StepResult -> Feedback of every backend: what the policy observes after a
+    step on `allocation` (cost = groups generated per optimized group, None when none was
+    optimized)."""
+    cost = res.cost
+    ratio = cost.groups_generated / cost.groups_optimized if cost.groups_optimized else None
+    return Feedback(arm=allocation.arm, learnability=res.learnability, sketch=res.sketch,
+                    update_sketch=res.update_sketch, reward=res.reward, cost=ratio,
+                    counts=np.asarray(allocation.counts))
 
-    def __init__(self, policy, adapter, *, label: str | None = None, seed: int = 0,
-                 eval_every: int | None = None, batch_groups: int | None = None):
+
+@dataclass
+class PendingStep:
+    """A step begun (`StepRecorder.begin`) and not yet recorded."""
+
+    p: np.ndarray                   # the law of the step's draw
+    allocation: Allocation
+    select_seconds: float
+    start: float                    # perf_counter reading at the step's start
+
+
+class StepRecorder:
+    """The policy's side of every backend's steps: allocation, feedback, SPEC §7 rows.
+
+    `begin()` asks the policy for the next step's allocation; the trainer trains on it and
+    hands the StepResult to `record(res)`, which feeds the policy (`step_feedback`) and
+    returns the step's train row. `Loop` drives an adapter through it; a trainer that runs
+    its own steps (TRL's GRPOTrainer, verl's driver) holds one. evaluate: () -> eval frame
+    (EVAL_COLUMNS) of `evaluate()`; env: the env section of the default run config."""
+
+    def __init__(self, policy, harnesses: list[str], *, label: str | None = None, seed: int = 0,
+                 eval_every: int | None = None, batch_groups: int | None = None,
+                 evaluate: Callable[[], pd.DataFrame] | None = None, env: dict | None = None):
         if eval_every is not None and (not isinstance(eval_every, (int, np.integer)) or eval_every < 1):
             raise UserError(f"eval_every={eval_every!r} is not allowed: expected None or an integer >= 1")
         if batch_groups is None:
             batch_groups = BATCH_GROUPS.default
         batch_groups = BATCH_GROUPS.check("batch_groups", batch_groups)
-        self.policy, self.adapter = policy, adapter
+        self.policy = policy
         self.label = label if label is not None else getattr(policy, "name", type(policy).__name__)
         self.seed, self.eval_every, self.batch_groups = int(seed), eval_every, int(batch_groups)
-        self.harnesses = list(adapter.harnesses)
+        self.harnesses = list(harnesses)
+        self._evaluate, self._env = evaluate, dict(env or {})
         self._columns = {prefix: [f"{prefix}_{h}" for h in self.harnesses]
                          for prefix in ("p", "alloc") + tuple(prefix for _, prefix in _ARM_COLUMNS)}
         self.t = 0
         self.started = _utc_now()
+        self.pending: PendingStep | None = None
         self._rows: list[dict] = []
         self._evals: list[pd.DataFrame] = []
-        #: hook(loop) callables run at the start of every step, before the policy is asked
-        #: (e.g. hbsim.counterfactual.Probe); they must leave policy and adapter as they found them
-        self.hooks: list[Callable[["Loop"], None]] = []
 
     # -- one step --------------------------------------------------------------------
-    def step(self) -> dict:
-        """One optimizer step; returns (and keeps) its train row."""
-        for hook in self.hooks:
-            hook(self)
-        start = time.perf_counter()
-        p, alloc, select_seconds = self.choose()
-        res = self.adapter.train_step(alloc)
-        return self.record(p, alloc, res, select_seconds=select_seconds, start=start)
-
-    def choose(self) -> tuple[np.ndarray, Allocation, float]:
-        """The policy's law and allocation for the next step: (p (H,), alloc, select seconds).
-
-        `step()` calls it; a trainer that drives its own steps (the TRL backend) calls
-        `choose()` before its rollouts and `record()` after its optimizer step."""
+    def begin(self, start: float | None = None) -> Allocation:
+        """The policy's allocation of the next step (kept as `pending` until `record`);
+        `start`: the step's perf_counter start if it began earlier (default: now)."""
+        start = time.perf_counter() if start is None else start
         p = np.asarray(self.policy.probabilities(), dtype=np.float64)
         t0 = time.perf_counter()
         alloc = self.policy.select(batch_groups=self.batch_groups)
-        return p, alloc, time.perf_counter() - t0
+        self.pending = PendingStep(p, alloc, time.perf_counter() - t0, start)
+        return alloc
 
-    def record(self, p: np.ndarray, alloc: Allocation, res, *, select_seconds: float = 0.0,
-               start: float | None = None) -> dict:
-        """Feedback of a finished step `res` (a StepResult) to the policy, then the step's
-        train row (kept and returned). `seconds_scheduler` = select + update; with `start`
-        (a perf_counter reading), `seconds_step` = now - start."""
-        cost = res.cost
-        ratio = cost.groups_generated / cost.groups_optimized if cost.groups_optimized else None
-        feedback = Feedback(arm=alloc.arm, learnability=res.learnability, sketch=res.sketch,
-                            update_sketch=res.update_sketch, reward=res.reward, cost=ratio,
-                            counts=np.asarray(alloc.counts))
+    def record(self, res, *, scheduler_seconds: float = 0.0) -> dict:
+        """Feedback of the pending step's StepResult `res` to the policy, then the step's
+        train row (kept and returned). `seconds_scheduler` = select + update +
+        `scheduler_seconds` (the caller's own bookkeeping), `seconds_step` = now - start."""
+        step, self.pending = self.pending, None
+        if step is None:
+            raise RuntimeError("record(res) before begin(): no step is pending")
+        feedback = step_feedback(step.allocation, res)
         t2 = time.perf_counter()
         self.policy.update(feedback)
         t3 = time.perf_counter()
-        cost.seconds = {**cost.seconds, "scheduler": select_seconds + (t3 - t2)}
+        res.cost.seconds = {**res.cost.seconds, "scheduler": step.select_seconds + (t3 - t2) + scheduler_seconds}
         self.t += 1
-        row = self._row(p, alloc, res, self.policy.diagnostics())
-        if start is not None:
-            row["seconds_step"] = time.perf_counter() - start
+        row = self._row(step.p, step.allocation, res, self.policy.diagnostics())
+        row["seconds_step"] = time.perf_counter() - step.start
         self._rows.append(row)
         return row
 
@@ -172,12 +190,77 @@ class Loop:
     # -- evaluation ------------------------------------------------------------------
     def evaluate(self) -> pd.DataFrame:
         """Held-out evaluation now; rows tagged policy (label), seed and step."""
-        frame = self.adapter.evaluate().copy()
+        frame = (self._evaluate() if self._evaluate else pd.DataFrame(columns=list(EVAL_COLUMNS))).copy()
         frame.insert(0, "step", self.t)
         frame.insert(0, "seed", self.seed)
         frame.insert(0, "policy", self.label)
         self._evals.append(frame)
         return frame
+
+    # -- state -----------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"t": self.t, "label": self.label, "seed": self.seed, "started": self.started,
+                "policy": self.policy.state_dict(), "rows": copy.deepcopy(self._rows),
+                "evals": [e.copy() for e in self._evals]}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("label") != self.label or state.get("seed") != self.seed:
+            raise ValueError(f"loop state of label={state.get('label')!r} seed={state.get('seed')!r} does not "
+                             f"match this loop (label={self.label!r}, seed={self.seed})")
+        self.policy.load_state_dict(state["policy"])
+        self.t, self.started = int(state["t"]), state["started"]
+        self._rows = copy.deepcopy(state["rows"])
+        self._evals = [e.copy() for e in state["evals"]]
+
+    # -- result ----------------------------------------------------------------------
+    def env_config(self) -> dict:
+        """The env section of the default run config."""
+        return dict(self._env)
+
+    def result(self, config: dict | None = None) -> RunResult:
+        """Frames + run.json content. Without `config`, one is built from the policy and
+        env configs (enough to hash, not to rerun)."""
+        if config is None:
+            config = {"env": self.env_config(),
+                      "policy": {"name": getattr(self.policy, "name", ""), "label": self.label,
+                                 **self.policy.config()},
+                      "seed": self.seed, "steps": self.t, "eval_every": self.eval_every,
+                      "batch_groups": self.batch_groups}
+        run_id = config_hash(config)
+        train = pd.DataFrame(self._rows)
+        train.insert(0, "run_id", run_id)
+        evals = pd.concat(self._evals, ignore_index=True) if self._evals else pd.DataFrame(
+            columns=["policy", "seed", "step", *EVAL_COLUMNS])
+        evals.insert(0, "run_id", run_id)
+        policy_cfg = config.get("policy", {})
+        meta = {"run_id": run_id, "config": config, "config_hash": run_id, "versions": versions(),
+                "seed": self.seed, "started": self.started, "finished": _utc_now(),
+                "policy": policy_cfg.get("name", getattr(self.policy, "name", "")), "label": self.label,
+                "steps": self.t}
+        return RunResult(train=train, eval=evals, meta=meta)
+
+
+class Loop(StepRecorder):
+    """Drives one policy on one `TrainingAdapter`; rows accumulate in memory until `result()`."""
+
+    def __init__(self, policy, adapter, *, label: str | None = None, seed: int = 0,
+                 eval_every: int | None = None, batch_groups: int | None = None):
+        super().__init__(policy, adapter.harnesses, label=label, seed=seed, eval_every=eval_every,
+                         batch_groups=batch_groups, evaluate=adapter.evaluate)
+        self.adapter = adapter
+        #: hook(loop) callables run at the start of every step, before the policy is asked
+        #: (e.g. hbsim.counterfactual.Probe); they must leave policy and adapter as they found them
+        self.hooks: list[Callable[["Loop"], None]] = []
+
+    def step(self) -> dict:
+        """One optimizer step; returns (and keeps) its train row."""
+        for hook in self.hooks:
+            hook(self)
+        alloc = self.begin()
+        return self.record(self.adapter.train_step(alloc))
+
+    def env_config(self) -> dict:
+        return self.adapter.config()
 
     def run(self, steps: int, progress: Callable[[int, int], None] | None = None, *,
             pause_at: int | None = None, checkpoint: Callable[["Loop"], bool | None] | None = None) -> None:
@@ -202,44 +285,12 @@ class Loop:
         if self.t == steps and (not self._evals or int(self._evals[-1]["step"].iloc[0]) != self.t):
             self.evaluate()
 
-    # -- state -----------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"t": self.t, "label": self.label, "seed": self.seed, "started": self.started,
-                "policy": self.policy.state_dict(), "adapter": self.adapter.state_dict(),
-                "rows": copy.deepcopy(self._rows), "evals": [e.copy() for e in self._evals]}
+        return {**super().state_dict(), "adapter": self.adapter.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        if state.get("label") != self.label or state.get("seed") != self.seed:
-            raise ValueError(f"loop state of label={state.get('label')!r} seed={state.get('seed')!r} does not "
-                             f"match this loop (label={self.label!r}, seed={self.seed})")
-        self.policy.load_state_dict(state["policy"])
+        super().load_state_dict(state)
         self.adapter.load_state_dict(state["adapter"])
-        self.t, self.started = int(state["t"]), state["started"]
-        self._rows = copy.deepcopy(state["rows"])
-        self._evals = [e.copy() for e in state["evals"]]
-
-    # -- result ----------------------------------------------------------------------
-    def result(self, config: dict | None = None) -> RunResult:
-        """Frames + run.json content. Without `config`, one is built from the policy and
-        adapter configs (enough to hash, not to rerun)."""
-        if config is None:
-            config = {"env": self.adapter.config(),
-                      "policy": {"name": getattr(self.policy, "name", ""), "label": self.label,
-                                 **self.policy.config()},
-                      "seed": self.seed, "steps": self.t, "eval_every": self.eval_every,
-                      "batch_groups": self.batch_groups}
-        run_id = config_hash(config)
-        train = pd.DataFrame(self._rows)
-        train.insert(0, "run_id", run_id)
-        evals = pd.concat(self._evals, ignore_index=True) if self._evals else pd.DataFrame(
-            columns=["policy", "seed", "step", *EVAL_COLUMNS])
-        evals.insert(0, "run_id", run_id)
-        policy_cfg = config.get("policy", {})
-        meta = {"run_id": run_id, "config": config, "config_hash": run_id, "versions": versions(),
-                "seed": self.seed, "started": self.started, "finished": _utc_now(),
-                "policy": policy_cfg.get("name", getattr(self.policy, "name", "")), "label": self.label,
-                "steps": self.t}
-        return RunResult(train=train, eval=evals, meta=meta)
 
 
 def run(policy, adapter, steps: int, *, label: str | None = None, seed: int = 0,

@@ -1,5 +1,5 @@
 """Dynamic sampling with per-harness leftover buffers (SPEC §2.2): the ONE implementation,
-used by the synthetic environments (`hbsim.envs.base`) and by real runs (`real_runs.adapter`).
+used by the synthetic environments (`hbsim.envs.base`) and by real runs (`real_runs.native.adapter`).
 
 The sampler is pure bookkeeping: the caller generates and scores groups (`generate`), the
 sampler decides which groups are optimized, which wait in a leftover buffer and which are

@@ -18,7 +18,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from policies.errors import UserError
 from policies.knobs import Knob, Knobs
 from policies.signals import inverse_cdf_draw
 from policies.validate import MAX_BATCH_GROUPS, check_int
@@ -74,24 +73,6 @@ class Feedback:
     reward: float | None = None
     cost: float | None = None
     counts: np.ndarray | None = None
-
-
-def check_range(name: str, value: Any, low: float, high: float, *, low_open: bool = False,
-                high_open: bool = False, integer: bool = False) -> None:
-    """Kept only for real_runs/presets.py until its Knobs table lands (then delete it);
-    policies declare a `KNOBS` table instead."""
-    if integer:
-        ok_type = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-    else:
-        ok_type = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    lo_b, hi_b = ("(" if low_open else "["), (")" if high_open else "]")
-    allowed = f"{'an integer' if integer else 'a number'} in {lo_b}{low}, {high}{hi_b}"
-    if not ok_type or not np.isfinite(value):
-        raise UserError(f"{name}={value!r} is not allowed: expected {allowed}")
-    too_low = value <= low if low_open else value < low
-    too_high = value >= high if high_open else value > high
-    if too_low or too_high:
-        raise UserError(f"{name}={value!r} is out of range: expected {allowed}")
 
 
 class Policy:

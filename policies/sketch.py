@@ -11,7 +11,7 @@ parameter tensors make up the d-dimensional sketch:
 Tensors are visited in sorted-name order with one generator seeded from `seed`, so
 the plan depends only on (names, shapes, d, seed), not on dict order. The sketch
 vector is the concatenation of the per-tensor coordinate lists in that order, each
-list sorted ascending. `real_runs.sketch` maps the plan onto torch parameters (and
+list sorted ascending. `real_runs.native.sketch` maps the plan onto torch parameters (and
 picks them: `block_parameters`, the last blocks without embeddings or the head).
 """
 from __future__ import annotations

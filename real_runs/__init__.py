@@ -5,39 +5,41 @@ scheduled by the same policy objects as the synthetic bandits.
     adapter = make_adapter(seed=0, preset="tiny", lr=1e-3)    # a hbsim TrainingAdapter
     hbsim.run(policies.make("harnessbandit", n_arms=len(adapter.harnesses), seed=0), adapter, steps=3)
 
-torch is imported only when the trainer is used, so `real_runs.tasks` stays light.
+Sub-packages by concern: `world` (the task world, no torch), `native` (the torch trainer
+behind hbsim's adapter, and the presets' knob table), `integrations` (TRL's GRPOTrainer
+and verl's sampler); `streams` names every random stream, `cli` is `hb real`. torch is
+imported only when a trainer is used, so `real_runs.world` and grid validation stay light.
 """
 from __future__ import annotations
 
 import importlib
 
-_LAZY = {"GRPOAdapter": "real_runs.adapter", "RealConfig": "real_runs.presets",
-         "PRESETS": "real_runs.presets", "resolve": "real_runs.presets", "resolve_env": "real_runs.presets"}
+_LAZY = {"GRPOAdapter": "real_runs.native.adapter", "RealConfig": "real_runs.native.presets",
+         "REAL_KNOBS": "real_runs.native.presets", "PRESETS": "real_runs.native.presets",
+         "resolve": "real_runs.native.presets", "resolve_env": "real_runs.native.presets"}
 
-__all__ = ["GRPOAdapter", "RealConfig", "PRESETS", "adapter_factory", "adapter_knobs", "make_adapter", "resolve",
-           "resolve_env"]
+__all__ = ["GRPOAdapter", "RealConfig", "REAL_KNOBS", "PRESETS", "adapter_factory", "adapter_knobs", "make_adapter",
+           "resolve", "resolve_env"]
 
 
 def adapter_knobs() -> dict:
     """Default knobs of `[env] kind = "real"` (None = the preset's value), with
     `n_harnesses` (the number of training harnesses, which policies need)."""
-    from real_runs.harnesses import TRAIN_HARNESSES
-    from real_runs.presets import knob_defaults
+    from real_runs.native.presets import knob_defaults
+    from real_runs.world.harnesses import TRAIN_HARNESSES
     return {"n_harnesses": len(TRAIN_HARNESSES), **knob_defaults()}
 
 
 def make_adapter(seed: int = 0, *, progress=None, **knobs):
     """A `GRPOAdapter` for `seed` with the given knobs (`preset` selects the base sizes;
-    None = the preset's value), resolved by `resolve_env`.
+    None = the preset's value), resolved by `native.presets.config_of`.
 
-    Unknown knobs raise ValueError naming the valid ones. The key `kind` (from a grid's
+    Unknown knobs raise UserError naming the valid ones. The key `kind` (from a grid's
     env table) is accepted and must be "real". progress(done, total): warm-start steps.
     """
-    from real_runs.adapter import GRPOAdapter
-    from real_runs.presets import RealConfig, resolve_env
-    env = resolve_env(knobs)
-    return GRPOAdapter(RealConfig(**{k: v for k, v in env.items() if k not in ("kind", "n_harnesses")}), seed=seed,
-                       progress=progress)
+    from real_runs.native.adapter import GRPOAdapter
+    from real_runs.native.presets import config_of
+    return GRPOAdapter(config_of(knobs), seed=seed, progress=progress)
 
 
 def adapter_factory(cfg: dict, progress=None):

@@ -30,7 +30,7 @@ from hbsim import folders
 from hbsim.contract import CHECKPOINT, RUN_JSON
 from policies import validate
 from policies.errors import UserError
-from real_runs.presets import BATCH_GROUPS, PRESETS
+from real_runs.native.presets import PRESETS
 
 
 def add_arguments(parser) -> None:
@@ -46,7 +46,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--eval-every", type=int, default=None)
     parser.add_argument("--checkpoint-every", type=int, default=10)
     parser.add_argument("--backend", default="native", choices=["native", "trl"],
-                        help="native trainer, or TRL's GRPOTrainer (extra harnessbandit[trl]; real_runs.trl_run)")
+                        help="native trainer, or TRL's GRPOTrainer (extra harnessbandit[trl]; "
+                             "real_runs.integrations.trl_run)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a knob: env knob (lr=3e-4), policy.<knob>, batch_groups, eval_every")
 
@@ -55,7 +56,7 @@ def build_config(args) -> dict:
     """The resolved run config of `hb real` (docs/ARCHITECTURE.md); the env section by
     `real_runs.resolve_env`, exactly as for a grid cell."""
     from hbsim.experiment import resolve_config
-    from real_runs.presets import resolve_env
+    from real_runs.native.presets import resolve_env
 
     env, policy, top = {"kind": "real", "preset": args.preset, "device": args.device}, {}, {}
     if args.model:
@@ -71,7 +72,7 @@ def build_config(args) -> dict:
     return resolve_config({"env": env, "policy": {"name": args.policy, "label": args.label or args.policy, **policy},
                            "seed": args.seed, "steps": args.steps,
                            "eval_every": top.get("eval_every", args.eval_every),
-                           "batch_groups": top.get("batch_groups", BATCH_GROUPS[args.preset])},
+                           "batch_groups": top.get("batch_groups", PRESETS[args.preset]["batch_groups"])},
                           resolve_env=resolve_env)
 
 
@@ -87,14 +88,12 @@ def _same_run(saved: dict, config: dict) -> None:
 
 def _init_distributed(args) -> int:
     """Join the torchrun process group if there is one; returns this process's rank."""
-    import os
-
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return 0
     import torch
     import torch.distributed as dist
 
-    from real_runs.presets import resolve
+    from real_runs.native.presets import resolve
     device = args.device or resolve(args.preset).device
     cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
     if cuda:
@@ -106,7 +105,7 @@ def _init_distributed(args) -> int:
     return dist.get_rank()
 
 
-#: the scheduler state inside each of TRL's checkpoints (real_runs.trl_backend)
+#: the scheduler state inside each of TRL's checkpoints (real_runs.integrations.trl_grpo)
 TRL_CHECKPOINT = "trl/checkpoint-*/harnessbandit.pt"
 
 
@@ -144,11 +143,12 @@ def check_run_dir(out, resume: bool, trl: bool = False) -> None:
 def main(args) -> int:
     _check_out(args)
     import hbsim
-    from hbsim.loop import overhead_fraction as overhead_column
-    from real_runs import adapter_factory, checkpoint
+    from hbsim.loop import overhead_fraction
+    from real_runs import adapter_factory
+    from real_runs.native import checkpoint
 
     if getattr(args, "backend", "native") == "trl":
-        from real_runs.trl_run import main as trl_main
+        from real_runs.integrations.trl_run import main as trl_main
         return trl_main(args)
     rank = _init_distributed(args)
     if rank:  # followers train in lockstep but never write or print
@@ -177,7 +177,7 @@ def main(args) -> int:
         print(f"stopped by {signal.Signals(saver.signum).name} after step {saver.stopped_at}/{args.steps}: "
               f"checkpoint in {checkpoint.checkpoint_dir(out)}; continue with --resume", file=sys.stderr)
         return 128 + saver.signum
-    result.train["overhead_frac"] = overhead_column(result.train)
+    result.train["overhead_frac"] = overhead_fraction(result.train)
     if rank == 0:
         hbsim.write_run(result, out, overwrite=True)
         _summary(result, out)
@@ -187,7 +187,7 @@ def main(args) -> int:
 def _resume_state(out: Path, config: dict, steps: int) -> dict:
     """The loop state of DIR's checkpoint (whose presence `check_run_dir` checked before
     torch was imported); another config or a checkpoint beyond --steps is a user error."""
-    from real_runs import checkpoint
+    from real_runs.native import checkpoint
 
     saved = checkpoint.load(out)
     _same_run(saved["config"], config)
@@ -245,7 +245,7 @@ class Checkpointer:
         flag = self.signum is not None
         import torch.distributed as dist
         if dist.is_available() and dist.is_initialized():   # every rank stops after the same step
-            from real_runs.trainer import global_sum
+            from real_runs.native.trainer import global_sum
             flag = global_sum(1.0 if flag else 0.0, device) > 0
             if flag and self.signum is None:
                 self.signum = int(signal.SIGTERM)
@@ -253,7 +253,7 @@ class Checkpointer:
 
     def __call__(self, loop) -> bool:
         from hbsim.loop import step_overhead
-        from real_runs import checkpoint
+        from real_runs.native import checkpoint
 
         row, t = loop.last_row, loop.t
         name = loop.harnesses[row["arm"]] if row["arm"] >= 0 else "mixed"

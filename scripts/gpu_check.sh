@@ -57,7 +57,7 @@ log "host $(hostname); $($PY -c 'import torch; print("torch", torch.__version__,
 
 if want 1; then
 # (1) sketch extraction benchmark on CUDA
-timeout 60 $PY -m real_runs.bench sketch --device "$DEVICE" --repeats 100 > "$OUT/sketch_bench.json" 2> "$OUT/sketch_bench.log"
+timeout 60 $PY -m real_runs.native.bench sketch --device "$DEVICE" --repeats 100 > "$OUT/sketch_bench.json" 2> "$OUT/sketch_bench.log"
 log "(1) sketch bench rc=$? $(tr -d '\n ' < "$OUT/sketch_bench.json")"
 
 fi
@@ -70,7 +70,7 @@ log "(2) gpu-small run rc=$?"
 cat "$OUT/gpu_small.txt" | tee -a "$OUT/summary.txt" >&2
 grep -E "model ready|step (1|2|50|100)/" "$OUT/gpu_small.log" | tee -a "$OUT/summary.txt" >&2
 if [ -f "$OUT/gpu_small/train.parquet" ]; then
-    $PY -m real_runs.bench timing "$OUT/gpu_small" > "$OUT/gpu_small_timing.json"
+    $PY -m real_runs.native.bench timing "$OUT/gpu_small" > "$OUT/gpu_small_timing.json"
     log "(2) timing $(tr -d '\n ' < "$OUT/gpu_small_timing.json")"
 fi
 

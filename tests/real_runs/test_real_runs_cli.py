@@ -62,7 +62,7 @@ def test_tiny_run_resume_and_straight_agree(tmp_path, env, capsys):
 @pytest.mark.parametrize("args, needle", [
     (["--preset", "huge"], "--preset"),
     (["--set", "lr"], "KEY=VALUE"),
-    (["--set", "lrr=1"], "'lrr' is unknown"),
+    (["--set", "lrr=1"], "no knob 'lrr'"),
     (["--set", "policy.tauu=1"], "tauu"),
     (["--policy", "nope"], "policy name='nope'"),
 ])
@@ -143,7 +143,7 @@ def test_sigterm_checkpoints_after_the_step_and_resume_finishes(tmp_path, env):
 
 def test_resolve_env_bad_kind_or_harness_count_is_a_user_error():
     from policies.errors import UserError
-    from real_runs.presets import resolve_env
+    from real_runs.native.presets import resolve_env
 
     with pytest.raises(UserError, match=r"env kind='bernoulli' is not allowed here: expected 'real'"):
         resolve_env({"kind": "bernoulli"})

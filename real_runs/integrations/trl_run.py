@@ -1,0 +1,228 @@
+"""`hb real --backend trl`: a TRL GRPO run on the built-in tool-use tasks, its harness
+chosen every optimizer step by a scheduling policy (`real_runs.integrations.trl_grpo`).
+
+    hb real --backend trl --policy harnessbandit --seed 0 --steps 4 --out runs/trl0
+    hb real --backend trl --model /path/to/local/checkpoint --device cuda --steps 100 --out runs/trl1
+    hb real --backend trl ... --steps 8 --out runs/trl0 --resume     # continue from the last checkpoint
+
+The model is a tiny Qwen2 built in-process from a config with a byte-level tokenizer
+(`--preset tiny`, or `gpu-small` for a wider one), or any local Hugging Face causal-LM
+directory (`--model PATH`, nothing is downloaded). DIR gets the SPEC §7 files
+(train.parquet, eval.parquet, run.json) and TRL's checkpoints under DIR/trl/.
+Knobs: `--set KEY=VALUE` for the knobs of `TRL_KNOBS`, `--set policy.KNOB=VALUE`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from hbsim.folders import claim_output_dir
+from policies import validate
+from policies.errors import UserError
+from policies.knobs import Knob, Knobs
+
+SIZES = {"tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=1),
+         "gpu-small": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
+                           num_key_value_heads=2)}
+
+
+def _harness_list(name: str, value) -> tuple:
+    if not isinstance(value, (list, tuple)) or len(value) < 2:
+        raise UserError(f"{name}={value!r} is not allowed: expected {_harness_list.allowed}")
+    from real_runs.world.harnesses import get_harness
+    for harness in value:
+        get_harness(harness)       # an unknown name raises UserError listing the valid ones
+    return tuple(value)
+
+
+_harness_list.allowed = "a list of at least 2 harness names"
+_MAX = validate.MAX_BATCH_GROUPS
+
+TRL_KNOBS = Knobs({
+    "harnesses": Knob(("json", "xml", "func", "shell", "sexp", "kv"), "the training harnesses (arms)",
+                      parse=_harness_list),
+    "batch_groups": Knob(2, "prompts (groups) per optimizer step", 1, _MAX),
+    "group_size": Knob(4, "completions per prompt (TRL's num_generations)", 1, _MAX),
+    "max_completion_length": Knob(24, "tokens per completion", 1, _MAX),
+    "lr": Knob(1e-4, "learning rate", 0.0),
+    "beta": Knob(0.0, "TRL's KL coefficient", 0.0),
+    "max_grad_norm": Knob(1.0, "gradient clipping norm", 0.0),
+    "n_train_tasks": Knob(60, "training tasks", 1, _MAX),
+    "n_heldout_tasks": Knob(8, "held-out tasks", 1, _MAX),
+    "eval_tasks": Knob(2, "held-out tasks evaluated (first k)", 0, _MAX),
+    "eval_attempts": Knob(1, "attempts per (task, harness)", 1, _MAX),
+    "sketch_dim": Knob(65536, "sketch coordinates d", 1, 2**31 - 1),
+    "block_path": Knob("model.layers", "module path of the model's decoder blocks"),
+    "threads": Knob(1, "torch CPU threads of the process (0 = torch's default)", 0, validate.MAX_JOBS),
+}, scope="trl", owner="--backend trl")
+
+
+def resolve(**overrides):
+    """The TRL knobs (a frozen record, `cfg.lr`) with `overrides`; unknown keys and bad values
+    raise UserError."""
+    return TRL_KNOBS.settings(overrides)
+
+
+def env_section(cfg) -> dict:
+    """The TRL knobs as they stand in a run config's env section (harnesses as a list)."""
+    return {**dataclasses.asdict(cfg), "harnesses": list(cfg.harnesses)}
+
+
+def byte_tokenizer():
+    """A byte-level `PreTrainedTokenizerFast` (256 byte tokens + <|endoftext|> = eos = pad),
+    left padding, built in-process."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    core = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+                                   padding_side="left")
+
+
+def tiny_qwen2(tokenizer, size: str = "tiny", seed: int = 0):
+    """A Qwen2 causal LM from a config (no download), weights drawn from a generator of `seed`."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    if size not in SIZES:
+        raise UserError(f"preset={size!r} is not allowed for --backend trl: expected one of {', '.join(SIZES)}")
+    cfg = Qwen2Config(vocab_size=len(tokenizer), max_position_embeddings=1024, tie_word_embeddings=True,
+                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                      bos_token_id=tokenizer.eos_token_id, **SIZES[size])
+    model = Qwen2ForCausalLM(cfg)
+    gen = torch.Generator().manual_seed(int(seed))
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            elif name.endswith(".bias"):
+                p.zero_()
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+    return model
+
+
+def load_local(path: str):
+    """(model, tokenizer) of a local Hugging Face directory (`native.hf.load_local`), left
+    padding and a pad token."""
+    from real_runs.native.hf import load_local as load
+    model, tok = load(path, "--model", padding_side="left")
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return model, tok
+
+
+def held_out_evaluator(model, tokenizer, harnesses: list[str], tasks, *, seed: int, step, attempts: int = 1,
+                       max_new: int = 24, block_path: str = "model.layers"):
+    """() -> eval frame (SPEC §7) of held-out `tasks`: `real_runs.native.evaluation.heldout_eval`
+    (the native backend's evaluator and evaluation stream) of the HF model at step `step()`;
+    the model's train/eval mode is restored."""
+    from real_runs.native.evaluation import heldout_eval
+    from real_runs.native.hf import HFCausalLM
+
+    def evaluate() -> pd.DataFrame:
+        was_training = model.training
+        try:
+            return heldout_eval(HFCausalLM(model, tokenizer, block_path, max_len=1024), harnesses, tasks, seed=seed,
+                                step=int(step()), attempts=attempts, max_new=max_new)
+        finally:
+            model.train(was_training)
+
+    return evaluate
+
+
+def build(cfg, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str = "cpu",
+          model_path: str | None = None, preset: str = "tiny", eval_every: int | None = None,
+          checkpoint_every: int = 10, extra_args: dict | None = None, extra_rewards: list | None = None):
+    """(trainer, scheduler, run config) of one TRL run; nothing is trained yet."""
+    from trl import GRPOConfig
+
+    from policies import make
+    from real_runs.world.tasks import make_tasks
+    from real_runs.integrations.trl_grpo import HarnessGRPOTrainer, HarnessScheduler, harness_dataset, harness_reward
+    harnesses = list(cfg.harnesses)
+    if cfg.threads and device == "cpu":
+        torch.set_num_threads(cfg.threads)  # process-wide, as the native backend's `threads` knob
+    train_tasks, heldout = make_tasks(seed, n_train=cfg.n_train_tasks, n_heldout=cfg.n_heldout_tasks)
+    if model_path:
+        model, tok = load_local(model_path)
+    else:
+        tok = byte_tokenizer()
+        model = tiny_qwen2(tok, preset, seed)
+    data = harness_dataset(train_tasks, harnesses)
+    knobs = {k: v for k, v in policy_cfg.items() if k not in ("name", "label")}
+    policy = make(policy_cfg["name"], n_arms=len(harnesses), seed=seed, **knobs)
+    config = {"env": {"kind": "trl", "model": model_path or preset, **env_section(cfg)}, "policy": policy_cfg,
+              "seed": seed, "steps": steps, "eval_every": eval_every, "batch_groups": cfg.batch_groups}
+    holder = {}
+    evaluate = held_out_evaluator(model, tok, harnesses, heldout[:cfg.eval_tasks], seed=seed,
+                                  step=lambda: holder["s"].recorder.t, attempts=cfg.eval_attempts,
+                                  max_new=cfg.max_completion_length, block_path=cfg.block_path)
+    sched = HarnessScheduler(policy, harnesses, data, seed=seed, label=policy_cfg.get("label"), evaluate=evaluate,
+                             eval_every=eval_every, config=config["env"], block_path=cfg.block_path,
+                             sketch_dim=cfg.sketch_dim)
+    holder["s"] = sched
+    trl_args = dict(output_dir=os.path.join(out, "trl"), max_steps=steps, seed=seed, learning_rate=cfg.lr,
+                    per_device_train_batch_size=cfg.batch_groups * cfg.group_size, num_generations=cfg.group_size,
+                    max_completion_length=cfg.max_completion_length, beta=cfg.beta, max_grad_norm=cfg.max_grad_norm,
+                    use_cpu=device == "cpu", report_to="none", logging_steps=1, disable_tqdm=True,
+                    save_strategy="steps", save_steps=checkpoint_every)
+    args = GRPOConfig(**{**trl_args, **(extra_args or {})})
+    trainer = HarnessGRPOTrainer(model, reward_funcs=[harness_reward(train_tasks), *(extra_rewards or [])], args=args,
+                                 train_dataset=data, processing_class=tok, scheduler=sched)
+    from transformers import PrinterCallback
+    trainer.remove_callback(PrinterCallback)  # TRL's per-step log dicts would go to stdout; rows carry them
+    return trainer, sched, config
+
+
+def main(args) -> int:
+    """The `hb real --backend trl` command (args from real_runs.cli.add_arguments)."""
+    from hbsim.experiment import resolve_policy
+    from hbsim.records import write_run
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import trl
+    except ImportError:
+        raise UserError("--backend trl needs the optional extra: pip install 'harnessbandit[trl]'") from None
+    if args.steps < 1:
+        raise UserError(f"--steps={args.steps} is not allowed with --backend trl: expected an integer >= 1")
+    trl_knobs, policy_knobs = {}, {}
+    for key, value in validate.parse_sets(args.set).items():
+        (policy_knobs if key.startswith("policy.") else trl_knobs)[key.removeprefix("policy.")] = value
+    cfg = resolve(**trl_knobs)
+    label = args.label or args.policy
+    policy_cfg = resolve_policy({"name": args.policy, "label": label, **policy_knobs}, len(cfg.harnesses))
+    out = Path(args.out)   # checked by real_runs.cli._check_out before torch was imported
+    from real_runs.native.adapter import pick_device
+    device = pick_device(args.device or "auto").type   # hb real's --device defaults to None (the preset's)
+    t0 = time.perf_counter()
+    trainer, sched, config = build(cfg, policy_cfg=policy_cfg, seed=args.seed, steps=args.steps, out=str(out),
+                                   device=device, model_path=args.model,
+                                   preset=args.preset, eval_every=args.eval_every,
+                                   checkpoint_every=args.checkpoint_every)
+    claim_output_dir(out, "run", tool="hb real --backend trl")
+    print(f"TRL trainer ready in {time.perf_counter() - t0:.1f}s ({len(cfg.harnesses)} harnesses)", file=sys.stderr)
+    if args.eval_every and sched.recorder.t == 0 and not args.resume:
+        sched.recorder.evaluate()   # step 0, as `hb real` does
+    trainer.train(resume_from_checkpoint=True if args.resume else None)
+    for row in sched.recorder.rows[-args.steps:]:
+        print(f"step {row['step']} arm={row['arm']} reward={row['reward']:.3f} L={row['learnability']:.3f} "
+              f"T={row['transfer']:.3f} {row['seconds_step']:.2f}s overhead={100 * row['overhead_frac']:.2f}%",
+              file=sys.stderr)
+    if sched.recorder.evaluated_at != sched.recorder.t:
+        sched.recorder.evaluate()
+    result = sched.result(config)
+    import transformers
+    result.meta["versions"].update(trl=trl.__version__, transformers=transformers.__version__)
+    write_run(result, out, overwrite=True)
+    train = result.train
+    print(f"run {out}: {len(train)} steps, policy {label}, seed {args.seed}; mean step "
+          f"{train['seconds_step'].mean():.3f}s, scheduler overhead {100 * train['overhead_frac'].mean():.2f}%")
+    return 0

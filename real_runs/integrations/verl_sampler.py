@@ -1,0 +1,159 @@
+"""The verl side of the integration (design: docs/VERL.md), in the parts that run without
+a cluster and without verl installed.
+
+* `verl_result(batch, harnesses, ...)`: a verl `DataProto`-like batch (`.batch` tensors,
+  `.non_tensor_batch` arrays, `.meta_info`) after a training step -> the allocation it
+  trained (counts from the `harness` column) and its `StepResult`: L from the
+  trajectories' outcome scores grouped by `uid` (SPEC §2.3, LOO advantages recomputed
+  from the scores: verl's own advantages may be std-scaled), the sketch that the actor put
+  into `meta_info["hb_sketch"]`, and the cost ledger.
+* `HarnessCurriculumSampler`: the sampler verl's `RayPPOTrainer` builds from
+  `data.sampler.class_path/class_name` (an `AbstractCurriculumSampler` when verl is
+  importable). It holds an `hbsim.loop.StepRecorder`: its iterator asks the policy for
+  the next step's allocation (`begin`) only when the step's first index is drawn, so with
+  `data.dataloader_num_workers=0` the choice for step k+1 follows `update(batch_k)`, which
+  records the step (`record`: the policy's feedback, the SPEC §7 train row and its cost
+  ledger). Rows come from the task world's per-harness pools (`world.pool.TaskPool`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hbsim.adapter import CostLedger, StepResult
+from hbsim.loop import StepRecorder
+from policies import Allocation
+from policies.errors import UserError
+from real_runs.integrations.signals import group_signals
+from real_runs.world.pool import TaskPool
+
+
+def _column(batch, key, required: bool = True):
+    for table in (getattr(batch, "non_tensor_batch", None), getattr(batch, "batch", None), batch):
+        if isinstance(table, dict) or hasattr(table, "keys"):
+            if key in table.keys():
+                value = table[key]
+                return value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+    if required:
+        raise UserError(f"verl batch has no {key!r} field; expected it in batch.batch or batch.non_tensor_batch")
+    return None
+
+
+def verl_result(batch, harnesses: list[str], *, score_key: str = "token_level_scores",
+                harness_key: str = "harness", advantage: str = "loo") -> tuple[Allocation, StepResult]:
+    """(allocation trained, StepResult) of one verl step. Rows sharing a `uid` are one GRPO
+    group (all groups must have the same size G); a row's reward is the sum of its
+    token-level scores. Ledger: the batch's groups are generated, scored and optimized
+    (`meta_info["hb_groups_generated"]` overrides the generated count, e.g. from DAPO's
+    `num_gen_batches`), the groups with reward variance retained, tokens = the
+    `response_mask` sum when the batch has one."""
+    scores = _column(batch, score_key)
+    rewards = scores.reshape(len(scores), -1).sum(axis=1).astype(np.float64)
+    uid = _column(batch, "uid")
+    names = _column(batch, harness_key)
+    groups: dict = {}
+    for i, u in enumerate(uid.tolist()):
+        groups.setdefault(u, []).append(i)
+    sizes = {len(v) for v in groups.values()}
+    if len(sizes) != 1:
+        raise UserError(f"verl batch group sizes={sorted(sizes)} are not allowed: every uid must have the same "
+                        "number of rollouts (actor_rollout_ref.rollout.n)")
+    index = np.asarray([i for rows in groups.values() for i in rows])
+    learn, retained = group_signals(rewards[index], sizes.pop(), advantage)
+    counts = np.zeros(len(harnesses), dtype=np.int64)
+    for rows in groups.values():
+        name = str(names[rows[0]])
+        if name not in harnesses:
+            raise UserError(f"verl batch harness={name!r} is not allowed: expected one of {harnesses}")
+        counts[harnesses.index(name)] += 1
+    meta = getattr(batch, "meta_info", {}) or {}
+    sketch, update = meta.get("hb_sketch"), meta.get("hb_update_sketch")
+    mask = _column(batch, "response_mask", required=False)
+    generated = int(meta.get("hb_groups_generated", len(groups)))
+    ledger = CostLedger(groups_generated=generated, groups_scored=generated, groups_retained=retained,
+                        groups_optimized=len(groups), tokens=int(mask.sum()) if mask is not None else 0)
+    return Allocation(counts), StepResult(
+        learnability=learn, sketch=None if sketch is None else np.asarray(sketch, dtype=np.float32),
+        update_sketch=None if update is None else np.asarray(update, dtype=np.float32),
+        reward=float(rewards.mean()), cost=ledger)
+
+
+class HarnessCurriculumCore:
+    """The verl-independent body of `HarnessCurriculumSampler`: `__iter__` yields the dataset
+    indices of step after step (`batch_groups` prompts each, drawn from the harnesses of
+    the policy's allocation at the moment the step's first index is requested), and
+    `update(batch)` records the step through the `recorder` (the policy's feedback and the
+    SPEC §7 train row); `result(config)` is the run's RunResult."""
+
+    def __init__(self, harness_column, harnesses: list[str], policy, *, batch_groups: int, steps: int,
+                 seed: int = 0, harness_key: str = "harness", label: str | None = None):
+        self.harnesses, self.harness_key = list(harnesses), harness_key
+        self.steps = int(steps)
+        self.recorder = StepRecorder(policy, self.harnesses, label=label, seed=seed, batch_groups=int(batch_groups))
+        self.rows = TaskPool.of_column(harness_column, self.harnesses, seed)
+
+    @property
+    def policy(self):
+        return self.recorder.policy
+
+    def __len__(self) -> int:
+        return self.recorder.batch_groups * self.steps
+
+    def __iter__(self):
+        for _ in range(self.steps):
+            if self.recorder.pending is not None:   # the next step chosen before this one's feedback
+                raise UserError("the dataloader drew a step's indices before update(batch) of the previous step: "
+                                "it prefetches, so each choice would ignore the previous step's feedback; set "
+                                "data.dataloader_num_workers=0")
+            alloc = self.recorder.begin()
+            for h, n in enumerate(np.asarray(alloc.counts)):
+                yield from self.rows.draw(h, int(n))
+
+    def update(self, batch) -> dict:
+        """Record the trained step `batch`; returns its train row."""
+        pending = self.recorder.pending
+        if pending is None:
+            raise UserError("update(batch) is not allowed before the sampler drew a step")
+        trained, res = verl_result(batch, self.harnesses, harness_key=self.harness_key)
+        if not np.array_equal(trained.counts, pending.allocation.counts):
+            raise UserError(f"verl batch harness counts={trained.counts.tolist()} differ from the allocation "
+                            f"{np.asarray(pending.allocation.counts).tolist()}: set data.dataloader_num_workers=0 "
+                            "and data.shuffle=False so the trainer consumes the sampler's steps in order")
+        return self.recorder.record(res)
+
+    def result(self, config: dict | None = None):
+        return self.recorder.result(config)
+
+    def state_dict(self) -> dict:
+        return {"recorder": self.recorder.state_dict(), "rows": self.rows.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.recorder.load_state_dict(state["recorder"])
+        self.rows.load_state_dict(state["rows"])
+
+
+try:  # verl is not a dependency: the class below is verl's sampler when verl is importable
+    from verl.experimental.dataset.sampler import AbstractCurriculumSampler as _VerlBase
+except ImportError:
+    _VerlBase = object
+
+
+class HarnessCurriculumSampler(HarnessCurriculumCore, _VerlBase):
+    """verl: `data.sampler.class_path=pkg://real_runs.integrations.verl_sampler`,
+    `data.sampler.class_name=HarnessCurriculumSampler`, `data.dataloader_num_workers=0`,
+    and `data.harnessbandit = {harnesses: [...], policy: harnessbandit, policy_knobs: {},
+    seed: 0, steps: N}`; `data.train_batch_size` prompts (groups) per step. The dataset's
+    rows carry a `harness` column (verl keeps extra columns in `non_tensor_batch`)."""
+
+    def __init__(self, data_source, data_config):
+        from policies import make
+        hb = dict(data_config.get("harnessbandit", {}) or {})
+        if not hb.get("harnesses") or not hb.get("steps"):
+            raise UserError("data.harnessbandit.harnesses and data.harnessbandit.steps are required by "
+                            "HarnessCurriculumSampler")
+        harnesses, seed = list(hb["harnesses"]), int(hb.get("seed", 0))
+        key = hb.get("harness_key", "harness")
+        table = getattr(data_source, "dataframe", data_source)
+        policy = make(hb.get("policy", "harnessbandit"), n_arms=len(harnesses), seed=seed,
+                      **dict(hb.get("policy_knobs", {}) or {}))
+        super().__init__(list(table[key]), harnesses, policy, batch_groups=int(data_config["train_batch_size"]),
+                         steps=int(hb["steps"]), seed=seed, harness_key=key)

@@ -1,0 +1,173 @@
+"""The knobs of a real run (`[env] kind = "real"`, `hb real --set`) and the named presets.
+torch-free: grids validate real cells with it before any model exists.
+
+`REAL_KNOBS` is the one definition of every knob (default = the tiny preset, doc, range);
+a preset is `preset_knobs(name) = REAL_KNOBS.with_defaults(**env part of PRESETS[name])`.
+`resolve(preset="tiny", **overrides)` returns a `RealConfig` (the table's frozen record:
+attribute access) and `resolve_env(env)` the resolved env section of a run config,
+`{"kind": "real", "n_harnesses", **every knob}` with no None left: `hb real` and grid cells
+resolve through it, so the same run hashes the same from both.
+
+Presets:
+* ``tiny``: 2 blocks of width 64; a 3-step CPU run takes seconds (tests, smoke runs).
+* ``cpu-small``: the tiny shape with a real warm start (1200 steps on demonstrations of
+  900 tasks by json, xml and func, and of 20 tasks by the others; about 2.5 minutes on 2
+  CPU cores, cached per seed): json, xml and func then solve roughly 15-30% of training
+  tasks (held-out tasks too: the model copies names and contents from its context) and
+  shell, sexp and kv 0-5%, so GRPO groups have reward variance and a 20-step `hb real`
+  run retains groups, takes gradient steps and produces sketches.
+  GRPO's Adam lr is 1e-4: at 1e-3 the warm-started model degrades within 10 steps.
+* ``gpu-small``: 4 blocks of width 256; sized so that 100 steps of 8 groups x 8
+  rollouts take about a minute on one H200 (estimate: the GPU run is pending).
+A preset also sets `batch_groups` (groups per optimizer step), a run-config key
+(`RUN_KEYS`) rather than an env knob: `hb real` uses it unless `--set batch_groups=N`.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from policies.errors import UserError
+from policies.knobs import Knob, Knobs
+
+#: the values each preset changes (env knobs, and the run-config keys of RUN_KEYS)
+PRESETS: dict[str, dict] = {
+    "tiny": dict(batch_groups=2),
+    "cpu-small": dict(batch_groups=4, group_size=4, lr=1e-4, warm_steps=1200, warm_batch=16, warm_lr=3e-3,
+                      warm_tasks=900, warm_other_tasks=20, threads=2, eval_tasks=24, eval_attempts=2, device="cpu"),
+    "gpu-small": dict(batch_groups=8, n_layer=4, d_model=256, n_head=4, d_mlp=768, max_len=512, group_size=8,
+                      max_new_tokens=80, lr=1e-4, sketch_blocks=4, micro_batch=128, warm_steps=2000,
+                      warm_batch=64, warm_lr=2e-3, warm_tasks=3000, warm_other_tasks=20, eval_tasks=100,
+                      eval_attempts=3, device="auto"),
+}
+#: preset keys that are run-config keys (hbsim's run knobs), not env knobs
+RUN_KEYS = ("batch_groups",)
+BIG = 2**40
+
+
+def _device(name: str, value) -> str:
+    if not isinstance(value, str) or not (value in ("auto", "cpu", "cuda") or value.startswith("cuda:")):
+        raise UserError(f"{name}={value!r} is not allowed: expected {_device.allowed}")
+    return value
+
+
+_device.allowed = "auto, cpu, cuda or cuda:N"
+
+
+def _count(default: int, doc: str, low: int = 1, high: int = BIG) -> Knob:
+    return Knob(default, doc, low, high)
+
+
+REAL_KNOBS = Knobs({
+    "preset": Knob("tiny", "base sizes of the run (PRESETS)", choices=tuple(PRESETS)),
+    "device": Knob("auto", "torch device", parse=_device),
+    "threads": _count(1, "torch CPU threads of the process (0 = torch's default)", 0),
+    # task world
+    "n_train_tasks": _count(300, "training tasks"),
+    "n_heldout_tasks": _count(100, "held-out tasks"),
+    # model (built-in transformer) or a local Hugging Face checkpoint
+    "n_layer": _count(2, "transformer blocks"),
+    "d_model": _count(64, "model width (a multiple of n_head)"),
+    "n_head": _count(4, "attention heads"),
+    "d_mlp": _count(256, "MLP width"),
+    "max_len": _count(512, "context length in tokens"),
+    "model_path": Knob("", "a local Hugging Face causal-LM directory ('' = the built-in model)"),
+    "hf_block_path": Knob("model.layers", "module path of the HF model's decoder blocks"),
+    # rollouts and dynamic sampling (SPEC §2.2)
+    "group_size": _count(4, "G: rollouts per task", 2, 2**20),
+    "oversample": Knob(1.5, "fresh groups requested per missing group", 1.0, 100.0),
+    "sample_rounds": _count(2, "sampling rounds per step before accepting a short batch"),
+    "leftover_max": _count(16, "groups kept per harness buffer (oldest dropped)"),
+    "leftover_max_age": _count(4, "steps a leftover group stays usable (0 = no age limit)", 0),
+    "max_new_tokens": _count(72, "tokens per model call (< max_len; the longest demonstrated reply is 69 bytes)"),
+    "temperature": Knob(1.0, "sampling temperature", 0.0, 100.0, low_open=True),
+    # GRPO objective and optimizer
+    "advantage": Knob("loo", "advantage kind (SPEC §2.1)", choices=("loo", "grpo", "mean")),
+    "lr": Knob(1e-3, "GRPO's Adam learning rate", 0.0, 10.0, low_open=True),
+    "kl_coef": Knob(0.05, "k3-KL coefficient against the frozen reference", 0.0, 1e6),
+    "clip_low": Knob(0.2, "PPO clip below 1", 0.0, 10.0),
+    "clip_high": Knob(0.2, "PPO clip above 1", 0.0, 10.0),
+    "max_grad_norm": Knob(1.0, "gradient clipping norm (0 = none)", 0.0, 1e6),
+    "micro_batch": _count(64, "rows per backward"),
+    # gradient sketch (SPEC §2.4)
+    "sketch_dim": _count(65536, "sketch coordinates d"),
+    "sketch_blocks": _count(2, "last blocks the sketch reads"),
+    "sketch_patterns": Knob("*", "comma-separated fnmatch patterns inside a block"),
+    "sketch_seed": _count(0, "plan seed offset (the plan uses seed + sketch_seed)", 0),
+    "update_sketch": Knob(True, "also sketch the parameter update"),
+    # supervised warm start on demonstrations of a subset of the training harnesses
+    "warm_harnesses": _count(3, "the first k training harnesses are demonstrated"),
+    "warm_steps": _count(20, "warm-start Adam steps", 0),
+    "warm_batch": _count(16, "demonstrated episodes per warm-start step"),
+    "warm_lr": Knob(3e-3, "warm-start peak learning rate", 0.0, 10.0, low_open=True),
+    "warm_tasks": _count(0, "demonstrated tasks: 0 = the training tasks; N = first N of the stream", 0, 100_000),
+    "warm_other_tasks": _count(0, "the other training harnesses: demonstrated on the first k tasks only", 0),
+    "cache_dir": Knob("", "warm-start cache ('' = $HB_CACHE_DIR or ~/.cache/harnessbandit)"),
+    # evaluation
+    "eval_tasks": _count(4, "held-out tasks evaluated (first k)"),
+    "eval_attempts": _count(2, "attempts per (task, harness)"),
+    "eval_chunk": _count(512, "episodes per sampling batch"),
+}, scope="env", owner="env kind 'real'")
+
+#: the resolved knobs of a real run: frozen, attribute access (`cfg.lr`), `dataclasses.asdict`
+RealConfig = type(REAL_KNOBS.settings())
+
+
+def preset_knobs(name: str) -> Knobs:
+    """The knob table of preset `name`: REAL_KNOBS with the preset's defaults."""
+    REAL_KNOBS.check("preset", name)
+    env = {k: v for k, v in PRESETS[name].items() if k not in RUN_KEYS}
+    return REAL_KNOBS.with_defaults(owner=f"env kind 'real' (preset {name!r})", preset=name, **env)
+
+
+def check(cfg) -> None:
+    """The cross-knob rules of a resolved config."""
+    if cfg.d_model % cfg.n_head:
+        raise UserError(f"env.d_model={cfg.d_model} is not allowed: expected a multiple of n_head={cfg.n_head}")
+    if cfg.max_new_tokens >= cfg.max_len:
+        raise UserError(f"env.max_new_tokens={cfg.max_new_tokens} is not allowed: expected < max_len={cfg.max_len}")
+
+
+def resolve(preset: str = "tiny", **overrides) -> RealConfig:
+    """The preset's config with `overrides` applied (None = keep the preset's value); unknown
+    knobs and bad values raise UserError naming them."""
+    values = {k: v for k, v in overrides.items() if v is not None}
+    cfg = RealConfig(**preset_knobs(preset).resolve(values))
+    check(cfg)
+    return cfg
+
+
+def knob_defaults() -> dict:
+    """The knob table of `[env] kind = "real"` for grid validation (valid keys, sweep
+    defaults): REAL_KNOBS' defaults, except knobs that some preset sets, which are None
+    ("the preset's value"). A run's config never holds these Nones: `resolve_env` fills them."""
+    preset_set = set().union(*(p.keys() for p in PRESETS.values()))
+    return {k: (None if k in preset_set else v) for k, v in REAL_KNOBS.defaults().items()}
+
+
+def config_of(env: dict) -> RealConfig:
+    """The RealConfig of an env section `{"kind": "real", "n_harnesses"?, **knobs}`: a None
+    value means "the preset's value"; `kind` must be "real" and `n_harnesses` the task
+    world's number of training harnesses."""
+    from real_runs.world.harnesses import TRAIN_HARNESSES
+
+    knobs = {k: v for k, v in env.items() if v is not None}
+    kind = knobs.pop("kind", "real")
+    if kind != "real":
+        raise UserError(f"env kind={kind!r} is not allowed here: expected 'real'")
+    n = knobs.pop("n_harnesses", len(TRAIN_HARNESSES))
+    if n != len(TRAIN_HARNESSES):
+        raise UserError(f"env n_harnesses={n!r} is not allowed for kind 'real': the task world has "
+                        f"{len(TRAIN_HARNESSES)} training harnesses")
+    return resolve(**knobs)
+
+
+def resolve_env(env: dict) -> dict:
+    """The resolved env section of a real run's config: `{"kind": "real", "n_harnesses",
+    **every knob}` (see `config_of`)."""
+    from real_runs.world.harnesses import TRAIN_HARNESSES
+    return {"kind": "real", "n_harnesses": len(TRAIN_HARNESSES), **dataclasses.asdict(config_of(env))}
+
+
+def model_dict(cfg) -> dict:
+    """The built-in model's shape knobs (`real_runs.native.model.ModelConfig`)."""
+    return {k: getattr(cfg, k) for k in ("n_layer", "d_model", "n_head", "d_mlp", "max_len")}

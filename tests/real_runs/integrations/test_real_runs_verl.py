@@ -1,0 +1,119 @@
+"""The verl parts that run without a cluster: batch -> allocation and StepResult (the
+policy's Feedback through hbsim.loop.step_feedback), the curriculum sampler's order of
+select / draw / update, and its SPEC §7 train rows."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from hbsim.loop import step_feedback
+from policies import make
+from policies.errors import UserError
+from real_runs.integrations.verl_sampler import HarnessCurriculumCore, verl_result
+
+H = ["json", "xml", "kv"]
+
+
+def _batch(scores, uid, harness, meta=None):
+    # token-level scores: the outcome reward sits on the last response token (verl's layout)
+    tokens = np.zeros((len(scores), 3))
+    tokens[:, -1] = scores
+    return SimpleNamespace(batch={"token_level_scores": tokens}, meta_info=meta or {},
+                           non_tensor_batch={"uid": np.asarray(uid, dtype=object),
+                                             "harness": np.asarray(harness, dtype=object)})
+
+
+def verl_feedback(batch, harnesses):
+    return step_feedback(*verl_result(batch, harnesses))
+
+
+def test_verl_feedback_hand_computed():
+    # rows interleaved as verl may leave them; group a = (1, 0, 0, 0): LOO mean |A| = 0.5;
+    # group b = (1, 1, 1, 1) has no variance and is left out of L
+    b = _batch([1, 1, 0, 1, 0, 1, 0, 1], ["a", "b", "a", "b", "a", "b", "a", "b"], ["xml"] * 8,
+               {"hb_sketch": [3.0, 4.0]})
+    fb = verl_feedback(b, H)
+    assert fb.arm == 1 and fb.counts.tolist() == [0, 2, 0]
+    assert fb.learnability == pytest.approx(0.5)
+    assert fb.reward == pytest.approx(5 / 8)
+    assert fb.sketch.dtype == np.float32 and fb.sketch.tolist() == [3.0, 4.0] and fb.cost == 1.0
+    alloc, res = verl_result(b, H)
+    c = res.cost
+    assert (c.groups_generated, c.groups_retained, c.groups_optimized, c.tokens) == (2, 1, 2, 0)
+    masked = _batch([1, 0, 0, 0], ["a"] * 4, ["xml"] * 4, {"hb_groups_generated": 3})
+    masked.batch["response_mask"] = np.ones((4, 3))
+    _, res = verl_result(masked, H)
+    assert res.cost.tokens == 12 and step_feedback(*verl_result(masked, H)).cost == 3.0
+    mixed = verl_feedback(_batch([1, 0, 1, 1], ["a", "a", "b", "b"], ["json", "json", "kv", "kv"]), H)
+    assert mixed.arm is None and mixed.counts.tolist() == [1, 0, 1] and mixed.sketch is None
+    assert mixed.learnability == pytest.approx(1.0)   # G = 2: A = (1, -1)
+
+
+def test_verl_feedback_rejects_bad_batches():
+    with pytest.raises(UserError, match="group sizes"):
+        verl_feedback(_batch([1, 0, 1], ["a", "a", "b"], ["xml"] * 3), H)
+    with pytest.raises(UserError, match="harness='react'"):
+        verl_feedback(_batch([1, 0], ["a", "a"], ["react"] * 2), H)
+
+
+def test_curriculum_core_selects_after_each_update():
+    column = ["json"] * 4 + ["xml"] * 4 + ["kv"] * 4
+    core = HarnessCurriculumCore(column, H, make("round_robin", n_arms=3, seed=0), batch_groups=2, steps=3)
+    it = iter(core)
+    seen = []
+    for step in range(3):
+        rows = [next(it), next(it)]
+        name = column[rows[0]]
+        assert {column[r] for r in rows} == {H[step]} == {name}
+        scores = [1, 0, 0, 0, 1, 1, 0, 0]
+        seen.append(core.update(_batch(scores, ["a"] * 4 + ["b"] * 4, [name] * 8)))
+    assert [row["arm"] for row in seen] == [0, 1, 2] and core.policy.t == 3
+    assert len(core) == 6 and core.recorder.pending is None
+    core2 = HarnessCurriculumCore(column, H, make("round_robin", n_arms=3, seed=0), batch_groups=2, steps=3)
+    core2.load_state_dict(core.state_dict())
+    assert core2.policy.state_dict()["t"] == 3
+    with pytest.raises(UserError, match="before the sampler drew"):
+        core.update(_batch([1, 0], ["a", "a"], ["xml", "xml"]))
+    core3 = HarnessCurriculumCore(column, H, make("round_robin", n_arms=3, seed=0), batch_groups=2, steps=3)
+    ahead = iter(core3)
+    rows = [next(ahead) for _ in range(2)]
+    with pytest.raises(UserError, match="dataloader_num_workers=0"):   # a prefetching loader: step 2's first
+        next(ahead)                                                     # index before step 1's feedback
+    with pytest.raises(UserError, match="differ from the allocation"):
+        core3.update(_batch([1, 0, 0, 1], ["a", "a", "b", "b"], [H[(H.index(column[rows[0]]) + 1) % 3]] * 4))
+
+
+def test_sampler_records_spec_train_rows_with_a_finite_cost():
+    column = ["json"] * 4 + ["xml"] * 4 + ["kv"] * 4
+    core = HarnessCurriculumCore(column, H, make("harnessbandit", n_arms=3, seed=0), batch_groups=2, steps=2,
+                                 label="hb")
+    it = iter(core)
+    for _ in range(2):
+        rows = [next(it), next(it)]
+        core.update(_batch([1, 0, 0, 0, 1, 1, 0, 0], ["a"] * 4 + ["b"] * 4, [column[rows[0]]] * 8,
+                           {"hb_sketch": [1.0, 2.0, 2.0]}))
+    train = core.result().train
+    spec = ["run_id", "policy", "seed", "step", "arm", "learnability", "transfer", "l_norm", "t_norm", "score",
+            *(f"p_{h}" for h in H), "groups_generated", "groups_retained", "groups_optimized", "tokens",
+            "seconds_scheduler", "seconds_step"]
+    assert set(spec) <= set(train.columns) and train["step"].tolist() == [1, 2] and (train["policy"] == "hb").all()
+    # L = mean over the groups of mean |LOO A|: (1, 0, 0, 0) -> 1/2, (1, 1, 0, 0) -> 2/3
+    assert train["arm"].tolist() == [0, 1] and train["learnability"].tolist() == pytest.approx([7 / 12, 7 / 12])
+    cost = train["groups_generated"] / train["groups_optimized"]
+    assert cost.tolist() == [1.0, 1.0] and train["groups_retained"].tolist() == [2, 2]
+    assert np.isfinite(train["transfer"].iloc[1]) and (train["seconds_step"] > 0).all()
+    again = HarnessCurriculumCore(column, H, make("harnessbandit", n_arms=3, seed=0), batch_groups=2, steps=2,
+                                  label="hb")
+    again.load_state_dict(core.state_dict())
+    assert again.recorder.t == 2 and len(again.recorder.rows) == 2
+
+
+def test_sampler_builds_from_a_verl_like_config():
+    from real_runs.integrations.verl_sampler import HarnessCurriculumSampler
+    data = SimpleNamespace(dataframe={"harness": ["json", "xml", "kv", "xml"]})
+    cfg = {"train_batch_size": 2, "harnessbandit": {"harnesses": H, "policy": "mixed", "steps": 2}}
+    sampler = HarnessCurriculumSampler(data, cfg)
+    first = [next(iter(sampler)) for _ in range(1)]
+    assert len(sampler) == 4 and sampler.policy.name == "mixed" and first[0] in range(4)
+    with pytest.raises(UserError, match="required"):
+        HarnessCurriculumSampler(data, {"train_batch_size": 2})

@@ -1,0 +1,66 @@
+"""The real-run knob table and its presets (torch-free): one check per knob, preset tables
+as `REAL_KNOBS.with_defaults`, cross-knob rules, and config hashes that do not move."""
+import dataclasses
+
+import pytest
+
+import real_runs
+from hbsim.records import config_hash
+from policies.errors import UserError
+from real_runs.native.presets import PRESETS, REAL_KNOBS, RealConfig, check, preset_knobs, resolve, resolve_env
+
+
+def test_bad_knobs_raise_naming_the_knob():
+    with pytest.raises(UserError, match="no knob 'lrr'; valid knobs: .*lr"):
+        real_runs.make_adapter(0, lrr=1.0)
+    with pytest.raises(UserError, match="n_harnesses=4"):
+        real_runs.make_adapter(0, n_harnesses=4)
+    with pytest.raises(UserError, match=r"env.preset='huge' is not allowed: expected one of tiny, cpu-small"):
+        real_runs.make_adapter(0, preset="huge")
+    with pytest.raises(UserError, match=r"env.kl_coef=-1.0 is out of range: expected a finite number in \[0.0"):
+        real_runs.make_adapter(0, kl_coef=-1.0)
+    with pytest.raises(UserError, match=r"env.group_size=1 is not allowed: expected an integer in \[2, 1048576\]"):
+        resolve(group_size=1)
+    with pytest.raises(UserError, match=r"env.device='tpu' is not allowed: expected auto, cpu, cuda or cuda:N"):
+        resolve(device="tpu")
+    with pytest.raises(UserError, match="env.update_sketch=1 is not allowed: expected true or false"):
+        resolve(update_sketch=1)
+
+
+def test_cross_knob_rules():
+    with pytest.raises(UserError, match="env.d_model=66 is not allowed: expected a multiple of n_head=4"):
+        resolve(d_model=66)
+    with pytest.raises(UserError, match="env.max_new_tokens=80 is not allowed: expected < max_len=80"):
+        resolve("gpu-small", max_len=80)
+    check(resolve(d_model=68, n_head=4))
+
+
+def test_a_preset_is_the_table_with_other_defaults():
+    gpu = preset_knobs("gpu-small")
+    assert list(gpu) == list(REAL_KNOBS) and gpu["d_model"].default == 256 and gpu["preset"].default == "gpu-small"
+    assert gpu["d_model"].low == REAL_KNOBS["d_model"].low and REAL_KNOBS["d_model"].default == 64
+    cfg = resolve("gpu-small", lr=1)            # an int for a float knob is accepted as a float
+    assert isinstance(cfg, RealConfig) and cfg.lr == 1.0 and isinstance(cfg.lr, float)
+    assert dataclasses.asdict(cfg) == {**gpu.defaults(), "lr": 1.0}
+    assert resolve("tiny", lr=None).lr == 1e-3                 # None keeps the preset's value
+    assert {p: PRESETS[p]["batch_groups"] for p in PRESETS} == {"tiny": 2, "cpu-small": 4, "gpu-small": 8}
+    assert "batch_groups" not in REAL_KNOBS      # a run-config key: `hb real` takes the preset's as its default
+    with pytest.raises(UserError, match="env.warm_tasks=100001 is not allowed"):
+        preset_knobs("gpu-small").resolve({"warm_tasks": 100_001})
+
+
+def test_knob_defaults_keep_the_preset():
+    knobs = real_runs.adapter_knobs()
+    assert knobs["n_harnesses"] == 6 and knobs["d_model"] is None and knobs["kl_coef"] == 0.05
+    assert "batch_groups" not in knobs and knobs["preset"] == "tiny"
+    merged = {**{k: v for k, v in knobs.items() if k != "n_harnesses"}, "preset": "gpu-small"}
+    cfg = real_runs.resolve(**merged)
+    assert cfg.d_model == 256 and cfg.sketch_blocks == 4 and cfg.advantage == "loo"
+
+
+def test_resolved_env_hashes_as_before_the_knob_table():
+    """Config hashes of real runs must not move: env sections hashed before REAL_KNOBS existed."""
+    pinned = {"tiny": "1e4086063808a972", "cpu-small": "3d53abd34397c68e", "gpu-small": "42696cd734de6834"}
+    for preset, digest in pinned.items():
+        assert config_hash({"env": resolve_env({"kind": "real", "preset": preset})}) == digest
+    assert config_hash({"env": resolve_env({"kind": "real", "lr": 3e-3})}) == "efe481c51edca3a9"

@@ -1,0 +1,173 @@
+"""GRPO maths of the real trainer on hand-computed tensors, and one optimizer step."""
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from hbsim.grpo import advantages, learnability
+from real_runs.native.model import ByteTokenizer, ModelConfig, Transformer, sample
+from real_runs.native.sketch import ParamSketch
+from real_runs.native.trainer import (Group, Turn, accumulate_gradients, apply_update, build_rows, grpo_token_loss,
+                               pad_rows, token_learnability)
+
+
+def _t(values):
+    return torch.tensor([values], dtype=torch.float32)
+
+
+def test_ppo_clip_both_ways_and_k3_kl_by_hand():
+    # token 0: ratio e^0.5 = 1.6487 > 1.2, A = +1  -> clipped: pg = -1.2
+    # token 1: ratio e^-0.5 = 0.6065 < 0.8, A = -1 -> clipped: pg = +0.8
+    # token 2: ratio e^0.5, A = -1 -> unclipped (pessimistic side): pg = +1.6487
+    # token 3: ratio e^0.1 = 1.1052 inside, A = +2 -> pg = -2.2103
+    # token 4: masked out
+    logp = _t([-1.0, -1.0, -1.0, -1.0, -1.0]).requires_grad_(True)
+    old = _t([-1.5, -0.5, -1.5, -1.1, -3.0])
+    ref = _t([-1.2, -0.7, -1.0, -1.0, -9.0])
+    adv = _t([1.0, -1.0, -1.0, 2.0, 5.0])
+    mask = _t([1, 1, 1, 1, 0])
+    loss, stats = grpo_token_loss(logp, old, ref, adv, mask, clip_low=0.2, clip_high=0.2, kl_coef=0.05)
+    pg = [-1.2, 0.8, math.exp(0.5), -2.0 * math.exp(0.1)]
+    deltas = [-0.2, 0.3, 0.0, 0.0]
+    k3 = [math.exp(d) - d - 1.0 for d in deltas]
+    assert k3[0] == pytest.approx(0.018730753, abs=1e-8) and k3[2] == 0.0
+    expected = sum(pg) + 0.05 * sum(k3)
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-6)
+    assert stats["clipped"] == 2.0
+    assert stats["kl_sum"] == pytest.approx(sum(k3), rel=1e-6)
+    loss.backward()
+    g = logp.grad[0]
+    # clipped tokens carry only the KL gradient: d/dlogp k3 = 1 - e^delta (times 0.05)
+    assert float(g[0]) == pytest.approx(0.05 * (1 - math.exp(-0.2)), rel=1e-5)
+    assert float(g[1]) == pytest.approx(0.05 * (1 - math.exp(0.3)), rel=1e-5)
+    # unclipped: d/dlogp (-ratio A) = -ratio A
+    assert float(g[2]) == pytest.approx(math.exp(0.5), rel=1e-5)
+    assert float(g[3]) == pytest.approx(-2.0 * math.exp(0.1), rel=1e-5)
+    assert float(g[4]) == 0.0
+
+
+def test_asymmetric_clip_and_no_kl():
+    logp = _t([0.0, 0.0])
+    old = _t([-0.25, 0.25])  # ratios e^0.25 = 1.284, e^-0.25 = 0.7788
+    adv = _t([1.0, -1.0])
+    loss, stats = grpo_token_loss(logp, old, None, adv, _t([1, 1]), clip_low=0.1, clip_high=0.28, kl_coef=0.0)
+    # token 0: min(1.284, 1.28) = 1.28 -> -1.28 ; token 1: min(-0.7788, -0.9) = -0.9 -> +0.9
+    assert float(loss) == pytest.approx(-1.28 + 0.9, rel=1e-6)
+    assert stats["kl_sum"] == 0.0 and stats["clipped"] == 2.0
+
+
+def _group(rewards, lens, harness=0):
+    """A group whose rollout i has turns of completion lengths lens[i] (each turn its own
+    row: every prompt starts afresh with 3 tokens)."""
+    turns = [[Turn([1, 2, 3], [7] * n, [-0.5] * n) for n in per] for per in lens]
+    return Group(harness, "t", np.asarray(rewards, dtype=float), turns, born=0)
+
+
+def test_multi_turn_transcript_shares_one_row_unless_the_context_was_cut():
+    t1 = Turn([1, 2], [3, 4], [-0.1, -0.2])
+    t2 = Turn([1, 2, 3, 4, 9], [5], [-0.3])          # context = prompt + reply + observation 9
+    t3 = Turn([4, 9, 5, 8], [6, 6], [-0.4, -0.5])     # cut on the left: a new row
+    rows = build_rows([Group(0, "t", np.array([1.0, 0.0]), [[t1, t2, t3], [t1]], 0)])
+    assert rows.tokens[0] == [1, 2, 3, 4, 9, 5] and rows.spans[0] == [(1, 2), (4, 1)]
+    assert rows.old_logp[0] == [-0.1, -0.2, -0.3]
+    assert rows.tokens[1] == [4, 9, 5, 8, 6, 6] and rows.spans[1] == [(3, 2)]
+    assert rows.traj == [0, 0, 1] and rows.n_tokens == 3 + 2 + 2
+    b = pad_rows(rows, [0], "cpu")
+    assert b["mask"].tolist() == [[0, 1, 1, 0, 1]]
+    assert b["old_logp"][0].tolist() == pytest.approx([0, -0.1, -0.2, 0, -0.3])
+
+
+def test_rows_carry_loo_advantages_and_masks():
+    rows = build_rows([_group([1.0, 0.0, 0.0, 1.0], [[2], [1, 3], [2], [1]])])
+    # LOO: A_i = G/(G-1) (r_i - mean) = 4/3 * (+-0.5) = +-2/3
+    assert rows.adv == pytest.approx([2 / 3, -2 / 3, -2 / 3, -2 / 3, 2 / 3])
+    assert rows.traj == [0, 1, 1, 2, 3] and rows.group == [0] * 5
+    batch = pad_rows(rows, [1], "cpu")
+    # prompt of 3 tokens: the completion's log-probs sit at entries 2.. of the T-1 axis
+    assert batch["mask"].tolist() == [[0.0, 0.0, 1.0]]
+    assert batch["adv"][0, 2].item() == pytest.approx(-2 / 3)
+
+
+def test_token_learnability_equals_hbsim_and_closed_form():
+    rng = np.random.default_rng(0)
+    groups = [_group(rng.integers(0, 2, 8).astype(float), [[int(n)] for n in rng.integers(1, 5, 8)])
+              for _ in range(5)]
+    groups.append(_group([1, 1, 1, 0, 0, 0, 0, 0], [[2, 1]] * 8))  # k = 3: L = 2*3*5/56
+    rows = build_rows(groups)
+    batch = pad_rows(rows, list(range(len(rows))), "cpu")
+    got = token_learnability(batch["adv"], batch["mask"], torch.tensor(rows.traj), torch.tensor(rows.group))
+    ref = learnability(advantages(np.stack([g.rewards for g in groups])))
+    assert got == pytest.approx(ref, rel=1e-6)  # float32 token tensors
+    last = build_rows(groups[-1:])
+    b = pad_rows(last, list(range(len(last))), "cpu")
+    one = token_learnability(b["adv"], b["mask"], torch.tensor(last.traj), torch.tensor(last.group))
+    assert one == pytest.approx(2 * 3 * 5 / 56)
+
+
+def test_token_learnability_with_ragged_masks_matches_padded_hbsim():
+    # per-token advantages that vary along the trajectory (not only outcome rewards)
+    adv = torch.tensor([[0.5, -1.0, 0.0], [2.0, 0.0, 0.0], [1.0, 1.0, -3.0], [0.25, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    traj = torch.tensor([0, 1, 2, 3])
+    group = torch.tensor([0, 0, 1, 1])
+    got = token_learnability(adv, mask, traj, group)
+    # l = [0.75, 2.0 | 5/3, 0.25]; groups: 1.375, 0.9583; L = 1.16667
+    assert got == pytest.approx((1.375 + (5 / 3 + 0.25) / 2) / 2)
+    padded = learnability(adv.numpy().reshape(2, 2, 3), mask.numpy().reshape(2, 2, 3))
+    assert got == pytest.approx(padded)
+
+
+@pytest.fixture(scope="module")
+def tiny_batch():
+    gen = torch.Generator().manual_seed(0)
+    model = Transformer(ModelConfig(n_layer=2, d_model=32, n_head=2, d_mlp=64, max_len=64), gen)
+    tok = ByteTokenizer()
+    prompts = [tok.encode(f"task {i}: say hi\n> ") for i in range(8)]
+    comps, lps = sample(model, prompts, [10] * 8, 6, torch.Generator().manual_seed(1))
+    groups = [Group(h, f"t{h}", np.array(r, dtype=float),
+                    [[Turn(prompts[4 * h + i], comps[4 * h + i], lps[4 * h + i])] for i in range(4)], 0)
+              for h, r in ((0, [1, 0, 0, 1]), (1, [0.5, 0, 1, 0]))]
+    return model, build_rows(groups)
+
+
+def _sketch(model):
+    return ParamSketch.build(model, block_path="blocks", last_blocks=2, dim=500, seed=3)
+
+
+def test_one_step_changes_every_parameter_and_sketch_is_pre_clip_gradient(tiny_batch):
+    from policies.sketch import plan_sketch
+
+    model = copy.deepcopy(tiny_batch[0])
+    rows = tiny_batch[1]
+    ref = copy.deepcopy(model).requires_grad_(False)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    sk = _sketch(model)
+    accumulate_gradients(model, ref, rows, micro_batch=3, n_tokens_global=rows.n_tokens,
+                         clip_low=0.2, clip_high=0.2, kl_coef=0.05)
+    raw = sk.grad()
+    # independently: the planner's coordinates, in sorted-name order, of the raw gradient
+    named = {n: p for n, p in model.named_parameters() if n.startswith("blocks.")}
+    plan = plan_sketch({n: tuple(p.shape) for n, p in named.items()}, 500, 3)
+    expected = np.concatenate([named[n].grad.numpy().reshape(-1)[plan[n]] for n in sorted(plan)])
+    assert raw.shape == (500,) and np.array_equal(raw.numpy(), expected)
+    pre_norm = torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters())).item()
+    norm, update = apply_update(model, opt, sk, max_grad_norm=1e-3)   # clipping is active
+    assert norm == pytest.approx(pre_norm, rel=1e-5) and pre_norm > 1e-3
+    changed = {n: not torch.equal(before[n], p.detach()) for n, p in model.named_parameters()}
+    assert all(changed.values()), [n for n, c in changed.items() if not c]
+    delta = np.concatenate([(named[n].detach() - before[n]).numpy().reshape(-1)[plan[n]] for n in sorted(plan)])
+    assert np.allclose(update.numpy(), delta, atol=1e-7)
+
+
+def test_micro_batching_does_not_change_the_gradient(tiny_batch):
+    model, rows = tiny_batch
+    grads = []
+    for micro in (1, 3, 64):
+        m = copy.deepcopy(model)
+        accumulate_gradients(m, copy.deepcopy(model), rows, micro_batch=micro, n_tokens_global=rows.n_tokens,
+                             clip_low=0.2, clip_high=0.2, kl_coef=0.05)
+        grads.append(torch.cat([p.grad.reshape(-1) for p in m.parameters()]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-6) and torch.allclose(grads[0], grads[2], atol=1e-6)
