@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-fast demo bench clean
+.PHONY: venv test test-fast wheel-smoke demo bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -18,9 +18,14 @@ venv: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest
 
-# the same without the `slow` tests (those that spawn processes: CLI subprocesses, --jobs 2, Ray, DDP)
+# the same without the `slow` tests (those that spawn processes: CLI subprocesses, --jobs 2, Ray, DDP);
+# tiers: -m unit, -m roundtrip, -m cli (tests/conftest.py)
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -m "not slow"
+
+# the wheel as a user gets it: build, install into a fresh venv (no -e), run hb outside the checkout
+wheel-smoke:
+	PY=$(PY) bash scripts/wheel_smoke.sh
 
 demo: $(STAMP)
 	$(VENV)/bin/hb demo

@@ -1,6 +1,6 @@
 """`hb demo`: the main job, end to end in about a minute.
 
-Runs `examples/demo_grid.toml` (the paper's comparison design, scaled down: all 8
+Runs `ablations/examples/demo_grid.toml` (the paper's comparison design, scaled down: all 8
 designs, several seeds, on the synthetic bernoulli env) into `runs/demo/` (resumable:
 a second call reuses every finished cell), collects it, writes the paired report
 against the 2-harness mixed baseline to `runs/demo/report/`, and prints the headline
@@ -14,6 +14,7 @@ import textwrap
 import time
 from pathlib import Path
 
+from ablations import EXAMPLES
 from ablations.collect import collect as collect_grid
 from ablations.runner import ProgressBar, add_run_options, check_run_options, run_grid
 from ablations.spec import load_spec
@@ -21,13 +22,12 @@ from hbsim.contract import REPORT_INDEX
 from hbsim.folders import check_output_dir, claim_output_dir
 from policies.validate import MAX_RESAMPLES, check_choice, check_int
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_GRID = REPO / "examples" / "demo_grid.toml"
+DEFAULT_GRID = EXAMPLES / "demo_grid.toml"
 BASELINE = "mixed-2"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--grid", default=str(DEFAULT_GRID), help="grid file (default: examples/demo_grid.toml)")
+    parser.add_argument("--grid", default=str(DEFAULT_GRID), help="grid file (default: the shipped ablations/examples/demo_grid.toml)")
     parser.add_argument("--out", default="runs/demo", help="grid directory (default: runs/demo)")
     add_run_options(parser)
     parser.add_argument("--baseline", default=BASELINE, help=f"baseline policy label (default: {BASELINE})")

@@ -5,9 +5,9 @@ target, the Spearman correlation across harnesses and the top-1 agreement with t
 best harness (bootstrap intervals over seeds), then regret per target (reports.validity);
 `--out` also writes CSVs and validity.html.
 
-With `--study FILE` (e.g. examples/validity.toml) it first runs the study's missing runs
-into DIR/<env>/<label>/seed<s>/ (resumable; `ablations.runner.run_many`, --jobs/--backend as
-`hb grid run`), then analyses DIR. A study file:
+With `--study FILE` (e.g. ablations/examples/validity.toml) it first runs the study's missing
+runs into DIR/<env>/<label>/seed<s>/ (resumable; `ablations.runner.run_many`, --jobs/--backend
+as `hb grid run`), then analyses DIR. A study file:
 
     steps = 150
     seeds = 8
@@ -36,7 +36,7 @@ STUDY_KEYS = ("name", "description", "steps", "seeds", "counterfactual", "envs",
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", help="run, hb sim --out or grid directory holding counterfactual.parquet files")
     parser.add_argument("--study", default=None, metavar="FILE",
-                        help="first run this study file's missing runs into DIR (e.g. examples/validity.toml)")
+                        help="first run this study file's missing runs into DIR (e.g. ablations/examples/validity.toml)")
     parser.add_argument("--out", default=None,
                         help="write validity.csv, calibration.csv, regret.csv and validity.html here")
     parser.add_argument("--min-step", type=int, default=30,

@@ -8,7 +8,7 @@
 # no pip install: the repository is put on PYTHONPATH. Writes into OUTDIR:
 #   sketch_bench.json       (1) sketch gather of 65,536 coordinates, 2B-shaped last 4 blocks, CUDA
 #   gpu_small/ + .log/.json (2) one gpu-small run of 100 steps with the per-step time breakdown
-#   grid/                   (3) the real-run grid examples/real_grid.toml (8 designs x 2 seeds)
+#   grid/                   (3) the real-run grid ablations/examples/real_grid.toml (8 designs x 2 seeds)
 #   report/                 (4) hb report of that grid against mixed-2
 #   trl/ + trl.log          (5) a TRL GRPOTrainer run (extra [trl]) scheduled by harnessbandit:
 #                           a local checkpoint ($GPU_CHECK_TRL_MODEL, else the first Qwen2.5-0.5B*
@@ -24,10 +24,10 @@
 # degraded it within 10 steps. Step (2) prints held-out reward per harness at steps 0/50/100.
 # A CPU dry run of the script's plumbing (not a measurement):
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_PRESET=tiny GPU_CHECK_STEPS=2 \
-#   GPU_CHECK_GRID=examples/real_grid_cpu.toml GPU_CHECK_JOBS=2 scripts/gpu_check.sh /tmp/gc
+#   GPU_CHECK_GRID=ablations/examples/real_grid_cpu.toml GPU_CHECK_JOBS=2 scripts/gpu_check.sh /tmp/gc
 # and one on CPU that learns (cpu-small: a 2.5-minute warm start per seed, then real groups):
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_PRESET=cpu-small GPU_CHECK_STEPS=20 \
-#   GPU_CHECK_GRID=examples/real_grid_cpu_small.toml GPU_CHECK_JOBS=2 scripts/gpu_check.sh /tmp/gc
+#   GPU_CHECK_GRID=ablations/examples/real_grid_cpu_small.toml GPU_CHECK_JOBS=2 scripts/gpu_check.sh /tmp/gc
 # and a CPU dry run of the TRL phase alone (tiny in-process model, 2 steps, ~15 s):
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=5 GPU_CHECK_TRL_PRESET=tiny GPU_CHECK_TRL_STEPS=2 \
 #   GPU_CHECK_TRL_SET="batch_groups=2 group_size=4 max_completion_length=16" scripts/gpu_check.sh /tmp/gc
@@ -44,7 +44,7 @@ JOBS=${GPU_CHECK_JOBS:-8}
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
 PRESET=${GPU_CHECK_PRESET:-gpu-small}
 STEPS=${GPU_CHECK_STEPS:-100}
-GRID=${GPU_CHECK_GRID:-examples/real_grid.toml}
+GRID=${GPU_CHECK_GRID:-ablations/examples/real_grid.toml}
 PHASES=${GPU_CHECK_PHASES:-1 2 3 4 5}
 TRL_STEPS=${GPU_CHECK_TRL_STEPS:-20}
 TRL_PRESET=${GPU_CHECK_TRL_PRESET:-gpu-small}

@@ -4,10 +4,13 @@ resume gets one line and exit 2 -- one table, every case of the issue.
 Each row of CASES is (id, command builder, needle): the builder gets a `World` (a
 collected tiny grid, a user's folder, a file, a read-only folder, ... made fresh for the
 row), returns the `hb` arguments and the pre-existing folder the command must leave
-unchanged. The row runs `python -m hbsim.cli ...` in a subprocess and asserts exit 2,
+unchanged. The row runs `hb ...` in this process (`hbsim.cli.main`, stderr captured, cwd,
+environment, umask and torch's thread count restored after the row) and asserts exit 2,
 one line on stderr naming the problem (the needle), no traceback, and the same hash of
-that folder (every relative path, mode and content) before and after.
-The kill -9 tests of the grid runner live in tests/ablations/test_ablations_resume.py.
+that folder (every relative path, mode and content) before and after. A few rows
+(`IN_A_PROCESS`) run again through the installed `hb` console script in a real process
+(marked slow). The kill -9 tests of the grid runner live in
+tests/ablations/test_ablations_resume.py.
 """
 from __future__ import annotations
 
@@ -47,6 +50,7 @@ SIM = ["sim", "--policy", "uniform", "--seeds", "1", "--steps", "2", "--jobs", "
        "--set", "env.n_tasks=12", "--set", "env.n_heldout_tasks=4"]
 REAL = ["real", "--preset", "tiny", "--policy", "uniform", "--steps", "1", "--device", "cpu"]
 TRL = ["real", "--backend", "trl", "--policy", "uniform", "--steps", "1", "--device", "cpu"]
+GRID_RUN = ["grid", "run", "--jobs", "1"]        # one job: no worker pool started in the test process
 CAL = ["calibrate", "--blocks", "1", "--seeds", "2", "--steps", "2", "--resamples", "5"]
 STUDY = """steps = {steps}
 seeds = {seeds}
@@ -59,12 +63,44 @@ name = "uniform"
 """
 
 
-def hb(*args, umask: int | None = None) -> subprocess.CompletedProcess:
+REPO = Path(__file__).resolve().parent.parent
+#: the rows that also run through the real console script, in a process of their own
+IN_A_PROCESS = ["sim-into-grid", "grid-run-jobs-huge", "report-out-into-grid", "real-resume-grid",
+                "demo-bad-baseline"]
+
+
+@pytest.fixture
+def hb(monkeypatch, capsys, tmp_path):
+    """`hb(*args) -> (exit code, stdout, stderr)`, run in this process by `hbsim.cli.main`
+    from tmp_path; what a command may change process-wide is restored afterwards."""
+    from hbsim.cli import main
+    monkeypatch.delenv("HB_DEBUG", raising=False)
+    monkeypatch.chdir(tmp_path)                     # a relative default output lands in tmp_path
+    environ, mask = dict(os.environ), os.umask(0o022)
+    os.umask(mask)
+    threads = sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
+
+    def run(*args):
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return code, out, err
+    yield run
+    os.environ.clear()
+    os.environ.update(environ)
+    os.umask(mask)
+    if threads is not None:
+        sys.modules["torch"].set_num_threads(threads)
+
+
+def hb_process(*args) -> subprocess.CompletedProcess:
+    """`hb ARGS` through the console script installed beside this interpreter (this checkout's code)."""
+    script = Path(sys.executable).with_name("hb")
+    if not script.exists():
+        pytest.skip(f"no `hb` console script beside {sys.executable} (pip install the package)")
     env = {k: v for k, v in os.environ.items() if k != "HB_DEBUG"}
-    env.setdefault("OPENBLAS_NUM_THREADS", "1")
-    pre = (lambda: os.umask(umask)) if umask is not None else None
-    return subprocess.run([sys.executable, "-m", "hbsim.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, env=env, preexec_fn=pre)
+    env.update(OPENBLAS_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]))
+    return subprocess.run([str(script), *map(str, args)], capture_output=True, text=True, timeout=300, env=env)
 
 
 def tree_hash(root: Path) -> str | None:
@@ -95,9 +131,13 @@ def base(tmp_path_factory) -> Path:
 class World:
     """The folders one row may use, made fresh in the row's tmp_path."""
 
-    def __init__(self, base: Path, tmp: Path):
+    def __init__(self, base: Path, tmp: Path, hb):
         self.tmp, self.spec = tmp, base / "tiny.toml"
-        self._base = base
+        self._base, self._hb = base, hb
+
+    def _make(self, *args) -> None:
+        code, _, err = self._hb(*args)
+        assert code == 0, err[-3000:]
 
     def grid(self) -> Path:
         """A copy of the collected tiny grid."""
@@ -145,7 +185,8 @@ class World:
     def sim(self) -> Path:
         """An `hb sim` folder of 2-step runs."""
         path = self.tmp / "sim"
-        assert hb(*SIM, "--out", path).returncode == 0
+        if not path.exists():
+            self._make(*SIM, "--out", path)
         return path
 
     def missing(self) -> Path:
@@ -158,7 +199,7 @@ class World:
         """An `hb sim --counterfactual` folder (the input of `hb validity`)."""
         path = self.tmp / "cf"
         if not path.exists():
-            assert hb(*SIM, "--counterfactual", "--out", path).returncode == 0
+            self._make(*SIM, "--counterfactual", "--out", path)
         return path
 
     def user_cf(self) -> Path:
@@ -183,8 +224,7 @@ class World:
         """A finished `hb validity --study` folder of a 2-step study."""
         path = self.tmp / "study"
         if not path.exists():
-            assert hb("validity", path, "--study", self.study_file(), "--min-step", "0",
-                      "--resamples", "5").returncode == 0
+            self._make("validity", path, "--study", self.study_file(), "--min-step", "0", "--resamples", "5")
         return path
 
     def trl_run(self, checkpoint: bool) -> Path:
@@ -209,9 +249,9 @@ CASES = [
     ("sim-into-grid", lambda w: ([*SIM, "--out", w.grid()], w.grid()), "is a grid directory, not an `hb sim` folder"),
     ("sim-into-user-folder", lambda w: ([*SIM, "--out", w.user()], w.user()), "hb did not create"),
     ("sim-other-settings", lambda w: ([*SIM[:-4], "--out", w.sim()], w.sim()), "another configuration"),
-    ("grid-run-into-user-folder", lambda w: (["grid", "run", w.spec, "--out", w.user()], w.user()),
+    ("grid-run-into-user-folder", lambda w: ([*GRID_RUN, w.spec, "--out", w.user()], w.user()),
      "hb did not create"),
-    ("grid-run-into-sim", lambda w: (["grid", "run", w.spec, "--out", w.sim()], w.sim()),
+    ("grid-run-into-sim", lambda w: ([*GRID_RUN, w.spec, "--out", w.sim()], w.sim()),
      "is an `hb sim` folder of run directories, not a grid directory"),
     ("grid-collect-user-folder", lambda w: (["grid", "collect", w.user()], w.user()), "not a grid directory"),
     ("real-into-collected-grid", lambda w: ([*REAL, "--out", w.grid()], w.grid()),
@@ -227,18 +267,18 @@ CASES = [
     # --out that is a file, read-only or too long, refused before any work
     ("sim-out-file", lambda w: ([*SIM, "--out", w.file()], w.file()), "is a file"),
     ("real-out-file", lambda w: ([*REAL, "--out", w.file()], w.file()), "is a file"),
-    ("grid-run-out-file", lambda w: (["grid", "run", w.spec, "--out", w.file()], w.file()), "is a file"),
+    ("grid-run-out-file", lambda w: ([*GRID_RUN, w.spec, "--out", w.file()], w.file()), "is a file"),
     ("report-out-file", lambda w: (["report", w.grid(), "--baseline", "uniform", "--out", w.file()], w.grid()),
      "is a file"),
     ("sim-out-readonly", lambda w: ([*SIM, "--out", w.readonly()], w.readonly()), "not writable"),
     ("real-out-readonly", lambda w: ([*REAL, "--out", w.readonly()], w.readonly()), "not writable"),
-    ("grid-run-out-readonly", lambda w: (["grid", "run", w.spec, "--out", w.readonly() / "g"], w.readonly()),
+    ("grid-run-out-readonly", lambda w: ([*GRID_RUN, w.spec, "--out", w.readonly() / "g"], w.readonly()),
      "not writable"),
     ("report-out-readonly", lambda w: (["report", w.grid(), "--baseline", "uniform", "--out", w.readonly() / "r"],
                                        w.grid()), "not writable"),
     ("sim-out-too-long", lambda w: ([*SIM, "--out", w.too_long()], w.tmp), "at most 255"),
     ("real-out-too-long", lambda w: ([*REAL, "--out", w.too_long()], w.tmp), "at most 255"),
-    ("grid-run-out-too-long", lambda w: (["grid", "run", w.spec, "--out", w.too_long()], w.tmp), "at most 255"),
+    ("grid-run-out-too-long", lambda w: ([*GRID_RUN, w.spec, "--out", w.too_long()], w.tmp), "at most 255"),
     ("report-out-too-long", lambda w: (["report", w.grid(), "--baseline", "uniform", "--out", w.too_long()], w.tmp),
      "at most 255"),
     ("sim-path-over-path-max", lambda w: ([*SIM, "--out", w.tmp.joinpath(*["y" * 200] * 21)], w.tmp),
@@ -255,7 +295,7 @@ CASES = [
     ("sim-jobs-huge", lambda w: ([*SIM, "--jobs", "100000"], w.tmp), "--jobs=100000"),
     ("grid-run-jobs-huge", lambda w: (["grid", "run", w.spec, "--out", w.missing(), "--jobs", "100000"], w.tmp),
      "--jobs=100000"),
-    ("grid-file-steps-huge", lambda w: (["grid", "run", w.huge_grid_file(), "--out", w.missing()], w.tmp),
+    ("grid-file-steps-huge", lambda w: ([*GRID_RUN, w.huge_grid_file(), "--out", w.missing()], w.tmp),
      "expected an integer in [1, 1000000]"),
     ("real-steps-huge", lambda w: ([*REAL[:-4], "--steps", HUGE, "--device", "cpu", "--out", w.missing()], w.tmp),
      "--steps="),
@@ -334,58 +374,74 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("builder, needle", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_refused_with_one_line_and_nothing_changed(base, tmp_path, builder, needle):
-    world = World(base, tmp_path)
+def refused(world: World, builder, needle: str, run) -> None:
+    """Build the row's folders, run its command with `run(*argv) -> (code, stderr)`, check it."""
     argv, keep = builder(world)
-    keep = tmp_path if keep == Path("/proc/1") else keep       # root's read-only folder: nothing to hash
+    keep = world.tmp if keep == Path("/proc/1") else keep      # root's read-only folder: nothing to hash
     before = tree_hash(keep)
-    proc = hb(*argv)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr[-3000:]
-    assert needle in proc.stderr and "Traceback" not in proc.stderr
+    code, err = run(*argv)
+    assert code == 2, err[-3000:]
+    assert err.startswith("error: ") and err.count("\n") == 1, err[-3000:]
+    assert needle in err and "Traceback" not in err
     assert tree_hash(keep) == before
     assert not world.missing().exists()
 
 
+@pytest.mark.parametrize("builder, needle", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_refused_with_one_line_and_nothing_changed(base, tmp_path, hb, builder, needle):
+    def run(*argv):
+        code, _, err = hb(*argv)
+        return code, err
+    refused(World(base, tmp_path, hb), builder, needle, run)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("builder, needle", [pytest.param(*c[1:], id=c[0]) for c in CASES if c[0] in IN_A_PROCESS])
+def test_refused_through_the_console_script(base, tmp_path, hb, builder, needle):
+    def run(*argv):
+        proc = hb_process(*argv)
+        return proc.returncode, proc.stderr
+    refused(World(base, tmp_path, hb), builder, needle, run)
+
+
 # -- the right folder is resumed / adopted; the refused ones can be forced --------------
-def test_report_recollects_a_stale_grid(base, tmp_path):
-    grid = World(base, tmp_path).stale_grid()
+def test_report_recollects_a_stale_grid(base, tmp_path, hb):
+    grid = World(base, tmp_path, hb).stale_grid()
     before = (grid / "eval.parquet").stat().st_mtime_ns
-    proc = hb("report", grid, "--baseline", "uniform", "--resamples", "20", "--k", "1", "--recollect")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "collected" in proc.stderr and (grid / "eval.parquet").stat().st_mtime_ns > before
+    code, _, err = hb("report", grid, "--baseline", "uniform", "--resamples", "20", "--k", "1", "--recollect")
+    assert code == 0, err[-3000:]
+    assert "collected" in err and (grid / "eval.parquet").stat().st_mtime_ns > before
     assert folders.read_marker(grid / "report")["kind"] == "report"
     assert folders.stale_collected_tables(grid) is None
 
 
-def test_legacy_grid_without_marker_is_adopted_and_user_folder_forced(base, tmp_path):
-    world = World(base, tmp_path)
+def test_legacy_grid_without_marker_is_adopted_and_user_folder_forced(base, tmp_path, hb):
+    world = World(base, tmp_path, hb)
     grid = world.grid()
     (grid / folders.KIND_FILE).unlink()
     assert folders.legacy_kind(grid) == "grid"
-    proc = hb("grid", "run", world.spec, "--out", grid, "--jobs", "1")
-    assert proc.returncode == 0 and "2 already done, 0 run" in proc.stdout, proc.stderr[-3000:]
+    code, out, err = hb("grid", "run", world.spec, "--out", grid, "--jobs", "1")
+    assert code == 0 and "2 already done, 0 run" in out, err[-3000:]
     assert folders.read_marker(grid)["kind"] == "grid"
     mine = world.user()
     notes = (mine / "notes.txt").read_text()
-    proc = hb("grid", "run", world.spec, "--out", mine, "--jobs", "1", "--force")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    code, _, err = hb("grid", "run", world.spec, "--out", mine, "--jobs", "1", "--force")
+    assert code == 0, err[-3000:]
     assert (mine / "notes.txt").read_text() == notes and len(list((mine / "cells").iterdir())) == 2
 
 
 @pytest.mark.parametrize("mask", [0o022, 0o077])
-def test_created_files_follow_the_umask(tmp_path, mask):
+def test_created_files_follow_the_umask(tmp_path, hb, mask):
     sim, grid = tmp_path / "sim", tmp_path / "grid"
     (tmp_path / "tiny.toml").write_text(TINY_GRID)
-    assert hb(*SIM, "--counterfactual", "--out", sim, umask=mask).returncode == 0
-    assert hb("grid", "run", tmp_path / "tiny.toml", "--out", grid, "--jobs", "1", umask=mask).returncode == 0
-    assert hb("grid", "collect", grid, umask=mask).returncode == 0
-    study, validity, csv = tmp_path / "study", tmp_path / "validity", tmp_path / "cal" / "p.csv"
     (tmp_path / "study.toml").write_text(STUDY.format(steps=2, seeds=1))
-    assert hb("validity", study, "--study", tmp_path / "study.toml", "--min-step", "0", "--resamples", "5",
-              "--out", validity, umask=mask).returncode == 0
-    assert hb(*CAL, "--csv", csv, umask=mask).returncode == 0
+    study, validity, csv = tmp_path / "study", tmp_path / "validity", tmp_path / "cal" / "p.csv"
+    os.umask(mask)                                   # the `hb` fixture restores the umask
+    for argv in ([*SIM, "--counterfactual", "--out", sim], ["grid", "run", tmp_path / "tiny.toml", "--out", grid,
+                 "--jobs", "1"], ["grid", "collect", grid], ["validity", study, "--study", tmp_path / "study.toml",
+                 "--min-step", "0", "--resamples", "5", "--out", validity], [*CAL, "--csv", csv]):
+        code, _, err = hb(*argv)
+        assert code == 0, (argv, err[-3000:])
     for root in (sim, grid, study, validity, csv.parent):
         modes = {p.relative_to(tmp_path): stat.S_IMODE(p.stat().st_mode) for p in [root, *root.rglob("*")]}
         want = {p: (0o777 if (tmp_path / p).is_dir() else 0o666) & ~mask for p in modes}
@@ -422,6 +478,7 @@ def test_other_exceptions_show_their_traceback(monkeypatch, capsys, exc):
     assert "error:" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_library_bug_prints_a_traceback_in_a_real_process():
     code = ("import sys, types; from hbsim import cli; m = types.ModuleType('boom'); "
             "m.add_arguments = lambda p: None\n"
@@ -433,6 +490,7 @@ def test_library_bug_prints_a_traceback_in_a_real_process():
 
 
 # -- policies.validate, in process ---------------------------------------------------------
+@pytest.mark.unit
 @pytest.mark.parametrize("call, needle", [
     (lambda: validate.check_int("--steps", 0, 1, 10), "--steps=0 is not allowed: expected an integer in [1, 10]"),
     (lambda: validate.check_int("--steps", 1.5, 1), "--steps=1.5 is not allowed: expected an integer >= 1"),
@@ -450,6 +508,7 @@ def test_validate_messages(call, needle):
     assert needle in str(info.value)
 
 
+@pytest.mark.unit
 def test_validate_values_and_parser():
     assert validate.check_int("n", 3, 1, 3) == 3 and validate.check_float("a", "0.5", 0, 1) == 0.5
     assert validate.parse_sets(["env.lr=0.5", "policy.arms=[0, 1]", "x=none", "y=abc", "env.lr=1e-3"]) == {

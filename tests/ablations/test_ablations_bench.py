@@ -1,11 +1,11 @@
 """Runner throughput: the same grid with --jobs 1 and --jobs 2 (pytest-benchmark).
 
-The grid is examples/bench_grid.toml (200 cells of 60 steps); in the default test run it
+The grid is ablations/examples/bench_grid.toml (200 cells of 60 steps); in the default test run it
 is cut to 2 seeds (16 cells) so the suite stays quick. The README's figures come from
 
     HB_BENCH_FULL=1 python -m pytest tests/ablations/test_ablations_bench.py \
         --benchmark-enable --benchmark-only
-or from `hb grid run examples/bench_grid.toml --out DIR --jobs 1|2`.
+or from `hb grid run ablations/examples/bench_grid.toml --out DIR --jobs 1|2`.
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ except ImportError:  # Python 3.10: the tomli backport (a dependency there)
     import tomli as tomllib
 
 import pytest
-from ablations_testkit import REPO
 
 import ablations
 from ablations import store
@@ -27,13 +26,13 @@ FULL = os.environ.get("HB_BENCH_FULL") == "1"
 
 
 def _spec():
-    raw = tomllib.loads((REPO / "examples" / "bench_grid.toml").read_text())
+    raw = tomllib.loads((ablations.EXAMPLES / "bench_grid.toml").read_text())
     if not FULL:
         raw["seeds"] = 2
-    return ablations.parse_spec(raw, "examples/bench_grid.toml")
+    return ablations.parse_spec(raw, "ablations/examples/bench_grid.toml")
 
 
-@pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.parametrize("jobs", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_grid_throughput(benchmark, tmp_path, jobs):
     spec = _spec()
     counter = itertools.count()

@@ -36,6 +36,8 @@ def test_fpr_table_counts_rejections():
     assert t.loc["p_task_sign", "fpr"] == 0.75 and t.loc["p_seed", "fpr_low"] < 0.25 < t.loc["p_seed", "fpr_high"]
 
 
+@pytest.mark.cli
+@pytest.mark.slow
 def test_calibrate_cli_smoke_and_bad_argument():
     cmd = [sys.executable, "-m", "hbsim.cli", "calibrate", "--blocks", "2", "--seeds", "2", "--steps", "3",
            "--resamples", "20"]
@@ -48,6 +50,7 @@ def test_calibrate_cli_smoke_and_bad_argument():
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --seeds=1 is not allowed: expected an integer in [2, 10000]"
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("flag,value", [("--env", "nope"), ("--policy", "nope"), ("--alpha", "1.5")])
 def test_calibrate_rejects_bad_names(flag, value, capsys):
     from hbsim.cli import main

@@ -1,4 +1,4 @@
-"""`hb demo` end to end on a tiny stand-in grid (the real one is examples/demo_grid.toml,
+"""`hb demo` end to end on a tiny stand-in grid (the real one is ablations/examples/demo_grid.toml,
 checked here for its design), through the real reports package."""
 from __future__ import annotations
 

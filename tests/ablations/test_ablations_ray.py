@@ -18,6 +18,7 @@ except ImportError as exc:  # pragma: no cover - ray is in the [ray] extra
     RAY_ERROR = f"ray cannot be imported ({exc}); the local backend is the tested one"
 
 
+@pytest.mark.cli
 @pytest.mark.skipif(RAY_ERROR is not None, reason=str(RAY_ERROR))
 def test_ray_backend_matches_local(tmp_path):
     grid = write_grid(tmp_path / "g.toml", name="ray", steps=6, seeds=2,

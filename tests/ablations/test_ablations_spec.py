@@ -91,6 +91,7 @@ BAD_CASES = {
 }
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("case", sorted(BAD_CASES))
 def test_bad_grid_file_is_one_line_exit_2_and_touches_nothing(case, tmp_path, capsys):
     text, expected = BAD_CASES[case]
@@ -111,6 +112,8 @@ def test_bad_grid_file_is_one_line_exit_2_and_touches_nothing(case, tmp_path, ca
     assert snapshot(out) == before
 
 
+@pytest.mark.cli
+@pytest.mark.slow   # `hb grid run` starts its worker pool's forkserver before it checks --out
 def test_unwritable_output_dir(tmp_path, capsys):
     grid = write_grid(tmp_path / "g.toml", seeds=1, policies=[{"name": "uniform"}])
     blocker = tmp_path / "file.txt"
@@ -124,6 +127,8 @@ def test_unwritable_output_dir(tmp_path, capsys):
     assert err.count("\n") == 1 and "not writable" in err
 
 
+@pytest.mark.cli
+@pytest.mark.slow   # the missing grid file is refused after the forkserver started
 def test_bad_cli_arguments(tmp_path, capsys):
     grid = write_grid(tmp_path / "g.toml", seeds=1, policies=[{"name": "uniform"}])
     out = tmp_path / "out"
@@ -144,6 +149,7 @@ def test_parse_spec_api_rejects_non_table_policies():
                               "policies": ["uniform"]})
 
 
+@pytest.mark.cli
 def test_real_env_grids_plan_without_building_a_model(tmp_path, capsys):
     grid = write_grid(tmp_path / "real.toml", seeds=1, env={"kind": "real", "preset": "tiny"},
                       policies=[{"name": "uniform"}], sweep={"env.lr": [0.001, 0.003]})

@@ -26,4 +26,8 @@ def test_bench_bernoulli_train_step(benchmark):
         return env.train_step(allocs[state["i"] % 6])
 
     res = benchmark(step)
-    assert res.cost.groups_generated >= 0 and np.isfinite(res.extras["regret"])
+    cost, arm = res.cost, state["i"] % 6
+    assert cost.groups_scored == cost.groups_generated > 0
+    # a pure batch of 8: buffered groups first, then retained fresh ones, up to 8
+    assert cost.groups_optimized == min(8, cost.leftover_used + cost.groups_retained)
+    assert (res.extras["regret"] == 0) == (res.extras["oracle_arm"] == arm) and np.isfinite(res.extras["regret"])

@@ -134,6 +134,8 @@ def test_write_and_read_run_with_counterfactual(tmp_path):
     assert not (tmp_path / "run" / "counterfactual.parquet").exists()      # no stale probe left behind
 
 
+@pytest.mark.cli
+@pytest.mark.slow
 def test_cli_sim_counterfactual_then_validity(tmp_path):
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     out = tmp_path / "sim"
@@ -155,6 +157,8 @@ def test_cli_sim_counterfactual_then_validity(tmp_path):
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "nope" in bad.stderr
 
 
+@pytest.mark.cli
+@pytest.mark.slow
 def test_cli_validity_study_runs_then_resumes(tmp_path):
     study = tmp_path / "study.toml"
     study.write_text('steps = 8\nseeds = 2\ncounterfactual = 2\nenvs = ["student", "adam-counterexample"]\n'

@@ -273,6 +273,7 @@ def test_list_knobs_resolve_to_canonical_strings():
     assert env.pairs == []
 
 
+@pytest.mark.cli
 @pytest.mark.slow
 def test_hb_sim_cli_accepts_list_knobs_and_rejects_bad_ones(tmp_path):
     base = [sys.executable, "-m", "hbsim.cli", "sim", "--env", "drifting", "--policy", "uniform",

@@ -98,7 +98,9 @@ def test_determinism_every_policy(name):
     b = hbsim.run_config({"env": ENV, "policy": {"name": name}, "seed": 2, "steps": 40})
     frames_equal(a.train, b.train)
     frames_equal(a.eval, b.eval)
-    assert (a.train.regret >= -0.0).all()
+    pure = a.train[a.train.arm >= 0]                  # a pure step has no regret exactly when it picked the oracle
+    np.testing.assert_array_equal(pure.regret == 0, pure.arm == pure.oracle_arm)
+    assert a.train.regret.sum() > 0                    # 40 steps: every policy misses the oracle sometimes
 
 
 def test_crn_two_policies_same_seed():

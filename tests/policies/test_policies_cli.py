@@ -4,13 +4,15 @@ import sys
 
 import pytest
 
+from policies import POLICIES
+
 
 @pytest.mark.slow
-def test_hb_policies_cli_lists_all_eight_and_errors_exit_2():
+def test_hb_policies_cli_lists_every_policy_and_errors_exit_2():
     out = subprocess.run([sys.executable, "-m", "hbsim.cli", "policies"], capture_output=True, text=True)
     assert out.returncode == 0
-    for name in ["uniform", "round_robin", "learnability", "transfer", "harnessbandit", "product", "min", "mixed"]:
-        assert f"\n{name} " in "\n" + out.stdout
+    for name in POLICIES:
+        assert f"\n{name} " in "\n" + out.stdout, name
     assert "  tau = 0.3: softmax temperature (a finite number in (0.0, " in out.stdout
     assert "  arms = None: the harness subset" in out.stdout
     bad = subprocess.run([sys.executable, "-m", "hbsim.cli", "nonsense"], capture_output=True, text=True)

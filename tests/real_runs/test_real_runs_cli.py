@@ -85,7 +85,6 @@ def test_grid_cell_and_hb_real_resolve_the_same_config(tmp_path):
     import hbsim
     from ablations.spec import load_spec
     from real_runs import cli as real_cli
-    sys.path.insert(0, str(ROOT / "tests" / "ablations"))
     from ablations_testkit import write_grid
 
     grid = write_grid(tmp_path / "real.toml", steps=3, seeds=1, env={"kind": "real", "preset": "tiny", "lr": 0.003},

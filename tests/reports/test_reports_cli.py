@@ -81,6 +81,7 @@ def test_marginals_command():
     assert "largest exact McNemar p = 0.7249  (both 0, only A 67, only B 62, neither 32)" in out
 
 
+@pytest.mark.slow
 def test_marginals_huge_n_is_closed_form_and_bad_values_are_one_line():
     procs = [hb("marginals", "--n", "1e8", "--a", "60000000", "--b", "59990000"),
              hb("marginals", "--n", "2e9", "--a", 1, "--b", 1), hb("marginals", "--n", "1.5", "--a", 1, "--b", 1),

@@ -102,6 +102,7 @@ def test_load_labels_envs_and_joins_the_runs_choice(tmp_path):
         v.load(tmp_path / "out")
 
 
+@pytest.mark.slow
 def test_reports_validity_reads_only_the_data_contract():
     code = "import sys, reports.validity; print(sorted(m for m in sys.modules " \
            "if m.split('.')[0] in ('hbsim', 'ablations', 'real_runs')))"

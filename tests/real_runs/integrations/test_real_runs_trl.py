@@ -255,6 +255,7 @@ def _run(*argv, cwd=None):
     return subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
+@pytest.mark.cli
 @pytest.mark.slow
 def test_hb_real_backend_trl_writes_a_run_that_hb_report_reads(tmp_path):
     import json
@@ -291,6 +292,7 @@ def test_hb_real_backend_trl_writes_a_run_that_hb_report_reads(tmp_path):
     assert bad.returncode == 2 and "nope" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.cli
 @pytest.mark.slow
 def test_example_script_runs(tmp_path):
     root = str(Path(__file__).resolve().parents[3])

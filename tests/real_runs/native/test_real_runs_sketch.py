@@ -59,11 +59,7 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_ddp_all_reduced_sketch_equals_single_process_sketch(tmp_path):
-    sys.path.insert(0, str(HERE))
-    try:
-        import real_runs_ddp_worker as worker
-    finally:
-        sys.path.remove(str(HERE))
+    import real_runs_ddp_worker as worker
     out = tmp_path / "rank0.npz"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",

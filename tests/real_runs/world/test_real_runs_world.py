@@ -14,6 +14,7 @@ from real_runs.world.pool import TaskPool
 ROOT = Path(__file__).resolve().parents[3]
 
 
+@pytest.mark.slow
 def test_the_task_world_imports_no_torch():
     code = ("import sys, pkgutil, importlib, real_runs.world as w\n"
             "names = [m.name for m in pkgutil.iter_modules(w.__path__)]\n"

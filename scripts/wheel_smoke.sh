@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The wheel as a user gets it: build it from this checkout's files, install it (not
+# editable, base package only: no torch) into a fresh venv, and run `hb` from a folder
+# outside the checkout, so nothing of the source tree is importable.
+#   scripts/wheel_smoke.sh            (make wheel-smoke; .ci/run after make test)
+# PY picks the interpreter (default python3); the work folder is removed at the end
+# unless KEEP=1.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PY:-python3}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/hb-wheel-smoke.XXXXXX")
+[ "${KEEP:-0}" = 1 ] || trap 'rm -rf "$WORK"' EXIT
+step() { echo "wheel-smoke: $*" >&2; }
+
+# a copy of the tracked and untracked-but-not-ignored files: no stale build/ of the checkout
+mkdir "$WORK/src"
+(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard | xargs -0 tar -cf - 2>/dev/null) \
+    | tar -xf - -C "$WORK/src"
+step "building the wheel"
+"$PY" -m pip wheel -q --no-deps "$WORK/src" -w "$WORK/dist"
+WHEEL=$(ls "$WORK"/dist/harnessbandit-*.whl)
+"$PY" - "$WHEEL" <<'PYEOF'
+import sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+packages = sorted({n.rsplit("/", 1)[0].replace("/", ".") for n in names if n.endswith("/__init__.py")})
+grids = [n for n in names if n.startswith("ablations/examples/") and n.endswith(".toml")]
+print(f"wheel-smoke: {sys.argv[1].rsplit('/', 1)[-1]}: packages {', '.join(packages)}; {len(grids)} grid files",
+      file=sys.stderr)
+assert "hbsim.envs" in packages and "ablations/examples/demo_grid.toml" in grids, (packages, grids)
+PYEOF
+"$PY" -m venv "$WORK/venv"
+step "installing it into a fresh venv"
+"$WORK/venv/bin/python" -m pip install -q -c "$ROOT/constraints.txt" "$WHEEL"
+
+mkdir "$WORK/outside"
+cd "$WORK/outside"                                      # the checkout is not on sys.path here
+HB="$WORK/venv/bin/hb"
+export OPENBLAS_NUM_THREADS=1
+where=$("$WORK/venv/bin/python" -c "import hbsim; print(hbsim.__file__)")
+case "$where" in "$WORK/venv/"*) ;; *) echo "wheel-smoke: hbsim imported from $where, not the venv" >&2; exit 1;; esac
+grids=$("$WORK/venv/bin/python" -c "import ablations; print(ablations.EXAMPLES)")
+# each command's output goes to a log (printed whole if it fails); `shown` prints its key lines
+LOG="$WORK/log"
+hb() {
+    local t0=$SECONDS
+    if ! "$HB" "$@" >"$LOG" 2>&1; then cat "$LOG" >&2; echo "wheel-smoke: FAILED: hb $*" >&2; exit 1; fi
+    step "hb $* ($((SECONDS - t0)) s)"
+}
+shown() { grep -E "$1" "$LOG" | head -n "${2:-3}" | sed 's/^/    /' >&2; }
+hb policies
+shown "^(uniform|harnessbandit|rank) "
+hb sim --env bernoulli --policy uniform --seeds 1 --steps 5 --out sim
+shown "^(policy|uniform) "
+hb grid run "$grids/bench_grid.toml" --out bench --jobs 2
+shown "cells, .* failed"
+hb grid collect bench
+shown "^wrote "
+hb report bench --baseline uniform --resamples 200 --k 1
+shown "^report: "
+hb demo --out demo
+shown "^demo: (grid '|total)|^report: .*index.html"
+test -f demo/report/index.html && test -f bench/report/index.html && test -f sim/uniform/seed0/run.json
+step "ok: hb policies, sim, grid run/collect, report and demo ran from the installed wheel"
