@@ -51,7 +51,7 @@ SIM = ["sim", "--policy", "uniform", "--seeds", "1", "--steps", "2", "--jobs", "
 REAL = ["real", "--preset", "tiny", "--policy", "uniform", "--steps", "1", "--device", "cpu"]
 TRL = ["real", "--backend", "trl", "--policy", "uniform", "--steps", "1", "--device", "cpu"]
 GRID_RUN = ["grid", "run", "--jobs", "1"]        # one job: no worker pool started in the test process
-CAL = ["calibrate", "--blocks", "1", "--seeds", "2", "--steps", "2", "--resamples", "5"]
+CAL = ["calibrate", "--blocks", "1", "--seeds", "2", "--steps", "2", "--resamples", "5", "--jobs", "1"]
 STUDY = """steps = {steps}
 seeds = {seeds}
 envs = ["bernoulli"]
