@@ -1,7 +1,7 @@
 """`hb calibrate`: how often does each test of `hb report` cry wolf? (A/A calibration)
 
     hb calibrate [--env bernoulli] [--policy uniform] [--blocks 20] [--seeds 8] [--steps 100]
-                 [--alpha 0.05] [--resamples 2000] [--seed 0] [--csv FILE]
+                 [--alpha 0.05] [--resamples 2000] [--seed 0] [--csv FILE] [--jobs N] [--backend local|ray]
 
 Each of K blocks runs the same policy twice on S seeds: arm A with policy seed s, arm B
 with policy seed s + 1,000,000, both on the environment built with seed s (common random
@@ -10,19 +10,20 @@ no true difference, so every p < alpha is a false positive. For every suite, met
 test of `reports.inference.TESTS` (plus the seed-clustered GEE) the command prints the
 empirical false-positive rate over the K blocks with an exact binomial 95% interval.
 A valid test's rate is about alpha; one whose interval lies above alpha is too optimistic.
-Progress goes to stderr. This module runs simulations, so it lives in `ablations`
-(`reports` only provides the pure tests).
+The 2 K S runs go through `ablations.runner.run_many` (results in memory, each block tested
+once complete). Progress goes to stderr. This module runs simulations, so it lives in
+`ablations` (`reports` only provides the pure tests).
 """
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ablations import runner
 from hbsim.folders import atomic_write, check_path_length, check_writable
 from policies.errors import UserError
 from policies.validate import MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS, check_choice, check_float, check_int
@@ -40,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resamples", type=int, default=2000, help="permutation resamples (default 2000)")
     parser.add_argument("--seed", type=int, default=0, help="first environment seed and permutation generator seed")
     parser.add_argument("--csv", help="also write the per-block p-values to this CSV file")
+    runner.add_run_options(parser)
 
 
 def _check(args) -> None:
@@ -56,6 +58,7 @@ def _check(args) -> None:
 
     check_choice("--env", args.env, sorted(ENVS))
     check_choice("--policy", args.policy, sorted(POLICIES))
+    runner.check_run_options(args.jobs, args.backend)
     if args.csv:
         csv = Path(args.csv)
         check_path_length(csv, "--csv")
@@ -66,19 +69,15 @@ def _check(args) -> None:
         check_writable(csv.parent if str(csv.parent) else Path("."), "--csv")
 
 
-def aa_block(env: str, policy: str, seeds: list[int], steps: int) -> pd.DataFrame:
-    """Final eval rows of arms "A" and "B" (same policy, policy seeds s and s + offset) on
-    environment seeds ``seeds``."""
-    import hbsim
-    from policies import make
+def aa_tasks(env: str, policy: str, seeds: list[int], steps: int) -> list[dict]:
+    """Runner tasks (results kept in memory): arms "A" and "B" (same policy, policy seeds s
+    and s + offset) on environment seed s, for every s of ``seeds`` in order."""
+    from hbsim.experiment import resolve_config
 
-    frames = []
-    for s in seeds:
-        for label, policy_seed in (("A", s), ("B", s + POLICY_SEED_OFFSET)):
-            adapter = hbsim.make_env(env, seed=s)
-            pol = make(policy, n_arms=len(adapter.harnesses), seed=policy_seed)
-            frames.append(hbsim.run(pol, adapter, steps, label=label, seed=s).eval)
-    return pd.concat(frames, ignore_index=True)
+    return [{"id": f"{label}/seed{s}", "dir": None,
+             "config": resolve_config({"env": {"kind": env}, "policy": {"name": policy, "label": label}, "seed": s,
+                                       "policy_seed": policy_seed, "steps": steps})}
+            for s in seeds for label, policy_seed in (("A", s), ("B", s + POLICY_SEED_OFFSET))]
 
 
 def block_pvalues(ev: pd.DataFrame, *, resamples: int, rng: np.random.Generator) -> list[dict]:
@@ -101,16 +100,29 @@ def block_pvalues(ev: pd.DataFrame, *, resamples: int, rng: np.random.Generator)
 
 
 def calibrate(env: str, policy: str, blocks: int, seeds: int, steps: int, *, resamples: int, seed: int,
+              jobs: int | None = None, backend: str = "local", ray_address: str | None = None,
               progress=None) -> pd.DataFrame:
-    """Per-block p-values of every test: block, suite, metric, test, p."""
+    """Per-block p-values of every test: block, suite, metric, test, p. Block b is the
+    environment seeds seed + b S .. seed + (b + 1) S - 1; progress(done, total, failed) counts runs."""
     rng = np.random.default_rng(seed)
-    rows = []
-    for b in range(blocks):
-        env_seeds = [seed + b * seeds + j for j in range(seeds)]
-        ev = aa_block(env, policy, env_seeds, steps)
-        rows += [{"block": b, **r} for r in block_pvalues(ev, resamples=resamples, rng=rng)]
-        if progress is not None:
-            progress(b + 1, blocks)
+    tasks, n = aa_tasks(env, policy, list(range(seed, seed + blocks * seeds)), steps), 2 * seeds
+    index = {t["id"]: i for i, t in enumerate(tasks)}
+    evals: dict[int, pd.DataFrame] = {}
+    rows: list[dict] = []
+    tested = 0
+
+    def on_done(answer: dict) -> None:
+        """Test the blocks in order (they share the permutation generator), each once complete."""
+        nonlocal tested
+        if answer["ok"]:
+            evals[index[answer["id"]]] = answer["result"].eval
+        while tested < blocks and all(i in evals for i in range(tested * n, tested * n + n)):
+            ev = pd.concat([evals.pop(i) for i in range(tested * n, tested * n + n)], ignore_index=True)
+            rows.extend({"block": tested, **r} for r in block_pvalues(ev, resamples=resamples, rng=rng))
+            tested += 1
+
+    runner.run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress,
+                    on_done=on_done).check()
     return pd.DataFrame(rows)
 
 
@@ -128,15 +140,11 @@ def fpr_table(pvals: pd.DataFrame, alpha: float) -> pd.DataFrame:
 
 def main(args: argparse.Namespace) -> int:
     _check(args)
-    t0 = time.perf_counter()
     print(f"calibrate: {args.blocks} A/A blocks x {args.seeds} seeds x 2 runs of {args.policy} on {args.env}, "
           f"{args.steps} steps", file=sys.stderr)
-
-    def progress(done: int, total: int) -> None:
-        print(f"calibrate: block {done}/{total} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
-
     pvals = calibrate(args.env, args.policy, args.blocks, args.seeds, args.steps, resamples=args.resamples,
-                      seed=args.seed, progress=progress)
+                      seed=args.seed, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
+                      progress=runner.ProgressBar(noun="runs"))
     if args.csv:
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)    # checked writable before the runs
         atomic_write(args.csv, lambda tmp: pvals.to_csv(tmp, index=False))

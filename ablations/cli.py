@@ -16,16 +16,14 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
 from pathlib import Path
 
 from ablations.collect import collect as collect_grid, load as load_grid
 from ablations import store
-from ablations.runner import BACKENDS, default_jobs, run_grid, warm_up
+from ablations.runner import ProgressBar, add_run_options, check_run_options, run_grid, warm_up
 from ablations.spec import load_spec, parse_spec
 from hbsim.contract import GRID_JSON
 from policies.errors import UserError
-from policies.validate import MAX_JOBS, check_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,9 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("run", help="run every missing cell of a grid file")
     p.add_argument("grid", help="grid TOML file")
     p.add_argument("--out", required=True, help="grid directory (created; resumable)")
-    p.add_argument("--jobs", type=int, default=None, help=f"worker processes (default: cores = {default_jobs()})")
-    p.add_argument("--backend", default="local", help=f"one of {', '.join(BACKENDS)} (default: local)")
-    p.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
+    add_run_options(p)
     p.add_argument("--force", "--force-mixed", dest="force_mixed", action="store_true",
                    help="write into DIR although it holds another grid, another kind of output, or files hb did "
                         "not create")
@@ -52,52 +48,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     return {"plan": cmd_plan, "run": cmd_run, "status": cmd_status, "collect": cmd_collect}[args.grid_command](args)
-
-
-# -- progress ------------------------------------------------------------------------
-class ProgressBar:
-    """`[#####.....] 37/200 cells  4.1 cells/s  ETA 0:00:40` on stderr.
-
-    Redrawn in place on a terminal; elsewhere (logs, CI) one line per ~10% or 5 s.
-    """
-
-    def __init__(self, stream=None, width: int = 30):
-        self.stream, self.width = stream or sys.stderr, width
-        self.tty = bool(getattr(stream, "isatty", lambda: False)())
-        self.start = time.perf_counter()
-        self.first_done: int | None = None
-        self.last_print = 0.0
-        self.last_done = -1
-
-    def __call__(self, done: int, total: int, failed: int) -> None:
-        now = time.perf_counter()
-        if self.first_done is None:
-            self.first_done = done
-            self.start = now
-        ran = done - self.first_done
-        elapsed = now - self.start
-        rate = ran / elapsed if elapsed > 0 and ran else 0.0
-        eta = (total - done) / rate if rate > 0 else float("nan")
-        final = done >= total
-        if not self.tty and not final and done != self.first_done:
-            step = max(1, total // 10)
-            if done // step == self.last_done // step and now - self.last_print < 5:
-                return
-        filled = int(self.width * done / total) if total else self.width
-        bar = "#" * filled + "." * (self.width - filled)
-        text = (f"[{bar}] {done}/{total} cells  {rate:.1f} cells/s  ETA {_hms(eta)}"
-                + (f"  ({failed} failed)" if failed else ""))
-        end = "\n" if final or not self.tty else ""
-        self.stream.write(("\r" if self.tty else "") + text + end)
-        self.stream.flush()
-        self.last_print, self.last_done = now, done
-
-
-def _hms(seconds: float) -> str:
-    if seconds != seconds:  # nan
-        return "--:--:--"
-    s = int(round(seconds))
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
 # -- commands ------------------------------------------------------------------------
@@ -119,16 +69,15 @@ def cmd_plan(args) -> int:
 
 
 def cmd_run(args) -> int:
-    if args.jobs is not None:
-        check_int("--jobs", args.jobs, 1, MAX_JOBS)
+    check_run_options(args.jobs, args.backend)
     warm_up(args.backend, args.jobs)  # the worker pool's start-up overlaps with planning
     spec = load_spec(args.grid)
     report = run_grid(spec, args.out, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
                       force_mixed=args.force_mixed, progress=ProgressBar())
     print(f"grid {spec.name!r}: {report.total} cells, {report.skipped} already done, {report.ran} run, "
           f"{len(report.failed)} failed; results in {args.out}")
-    for cell_id, reason, log in report.failed:
-        print(f"  FAILED {cell_id}: {reason}  (log: {log})")
+    for failed in report.failed:
+        print(f"  FAILED {failed['id']}: {failed['reason']}  (log: {failed['log']})")
     summary = _summary(args.out, {c.id for c in spec.cells()})
     if summary:
         print(summary)

@@ -16,12 +16,11 @@ from pathlib import Path
 
 from ablations import EXAMPLES
 from ablations.collect import collect as collect_grid
-from ablations.cli import ProgressBar
-from ablations.runner import default_jobs, run_grid
+from ablations.runner import ProgressBar, add_run_options, check_run_options, run_grid
 from ablations.spec import load_spec
 from hbsim.contract import REPORT_INDEX
 from hbsim.folders import check_output_dir, claim_output_dir
-from policies.validate import MAX_JOBS, MAX_RESAMPLES, check_choice, check_int
+from policies.validate import MAX_RESAMPLES, check_choice, check_int
 
 DEFAULT_GRID = EXAMPLES / "demo_grid.toml"
 BASELINE = "mixed-2"
@@ -30,7 +29,7 @@ BASELINE = "mixed-2"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grid", default=str(DEFAULT_GRID), help="grid file (default: the shipped ablations/examples/demo_grid.toml)")
     parser.add_argument("--out", default="runs/demo", help="grid directory (default: runs/demo)")
-    parser.add_argument("--jobs", type=int, default=None, help=f"worker processes (default: {default_jobs()})")
+    add_run_options(parser)
     parser.add_argument("--baseline", default=BASELINE, help=f"baseline policy label (default: {BASELINE})")
     parser.add_argument("--resamples", type=int, default=2000,
                         help=f"bootstrap replicates, 1..{MAX_RESAMPLES} (default: 2000)")
@@ -44,10 +43,11 @@ def main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     _check_inputs(args, spec, out)
     print(f"demo: grid {spec.name!r} ({len(spec.cells())} cells) -> {out}", file=sys.stderr)
-    report = run_grid(spec, out, jobs=args.jobs, force_mixed=args.force, progress=ProgressBar())
+    report = run_grid(spec, out, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
+                      force_mixed=args.force, progress=ProgressBar())
     if report.failed:
-        for cell_id, reason, log in report.failed:
-            print(f"FAILED {cell_id}: {reason}  (log: {log})", file=sys.stderr)
+        for failed in report.failed:
+            print(f"FAILED {failed['id']}: {failed['reason']}  (log: {failed['log']})", file=sys.stderr)
         return 1
     collect_grid(out, current=True)
     t_grid = time.perf_counter() - t0
@@ -69,8 +69,7 @@ def _check_inputs(args: argparse.Namespace, spec, out: Path) -> None:
     labels = sorted({c.label for c in spec.cells()})
     check_choice("--baseline", args.baseline, labels)
     check_int("--resamples", args.resamples, 1, MAX_RESAMPLES)
-    if args.jobs is not None:
-        check_int("--jobs", args.jobs, 1, MAX_JOBS)
+    check_run_options(args.jobs, args.backend)
     check_output_dir(out, "grid", force=args.force)
     check_output_dir(out / "report", "report", force=args.force)
 

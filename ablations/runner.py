@@ -1,20 +1,29 @@
-"""Running the missing cells of a grid on a backend.
+"""The one path that runs many runs: `hb grid run`, `hb demo`, `hb sim`, `hb validity
+--study` and `hb calibrate` hand their runs to `run_many` as tasks, plain dicts:
 
-Backends are a registry (name -> function(tasks, jobs, on_done, **options)):
-* `local`: `--jobs 1` runs cells in this process; more jobs use a
-  `ProcessPoolExecutor` whose workers are forked from a forkserver that imported hbsim
-  once, and are reused for every cell (no Python start per cell).
-* `ray`: one Ray task per cell. Without an address a local Ray instance with `jobs`
-  CPUs is started; with `ray_address` the runner joins that cluster and the workers
-  write into the (shared) output directory themselves.
+    {"id": unique name, "config": resolved run config, "dir": run directory to write, or
+     None (the RunResult comes back in the answer); optional "replace" (rerun a complete
+     run), "meta" (extra run.json keys), "log" (write log.txt), "failures" (a folder, the
+     grid's, keeping failed/<id>/log.txt), "plugins" (modules to import first)}
 
-Every cell is independent and seeded by its config, so results do not depend on the
-backend, the number of workers or the order cells finish in.
+`run_many` removes the hidden temporaries killed writers left next to the run
+directories, skips runs already complete with the same config (resume) and runs the rest
+on a backend; each run directory is written into a temporary directory and renamed into
+place (`store.write_cell`), so a killed run never leaves a half-written one. Backends
+(name -> function(tasks, jobs, on_done, **options)): `local` runs `--jobs 1` in this
+process, more in a `ProcessPoolExecutor` of reused workers (one BLAS thread each) forked
+from a forkserver that imported hbsim once; `ray` runs one Ray task per run, on a local
+instance with `jobs` CPUs or on the cluster at `ray_address` (its workers write into the
+shared output folder). Runs are seeded by their configs: results do not depend on the
+backend, the number of workers or the order runs finish in.
 """
 from __future__ import annotations
 
+import argparse
 import multiprocessing as mp
 import os
+import sys
+import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,17 +31,25 @@ from typing import Callable
 
 from ablations import store, worker
 from ablations.spec import GridSpec
+from hbsim.records import config_hash, is_complete, read_meta
 from policies.errors import UserError
+from policies.validate import MAX_JOBS, check_int
 
 
 @dataclass
 class RunReport:
-    """What `run_grid` did. failed: (cell id, one-line reason, log path)."""
+    """What `run_many` did. failed: the answers of the failed runs (id, reason, log, traceback)."""
 
     total: int
     skipped: int
     ran: int = 0
-    failed: list[tuple[str, str, str]] = field(default_factory=list)
+    failed: list[dict] = field(default_factory=list)
+
+    def check(self) -> None:
+        """Raise RuntimeError naming every failed run, with the first one's traceback."""
+        if self.failed:
+            raise RuntimeError(f"{len(self.failed)} of {self.total} runs failed ({', '.join(a['id'] for a in self.failed)})"
+                               f"; the finished ones are kept (a rerun resumes); {self.failed[0]['traceback']}")
 
 
 def default_jobs() -> int:
@@ -42,47 +59,135 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def make_tasks(spec: GridSpec, out: str | os.PathLike, only: set[str] | None = None) -> list[dict]:
-    """One task dict per cell (see ablations.worker), in plan order."""
-    out = str(Path(out).resolve())
-    return [{"id": c.id, "config": c.config, "label": c.label, "seed": c.seed, "sweep": c.sweep,
-             "grid": spec.name, "out": out, "plugins": spec.plugins}
-            for c in spec.cells() if only is None or c.id in only]
+# -- the command-line options of every multi-run command ----------------------------------
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """--jobs, --backend and --ray-address (checked by `check_run_options`)."""
+    parser.add_argument("--jobs", type=int, default=None, help=f"worker processes (default: cores = {default_jobs()})")
+    parser.add_argument("--backend", default="local", help=f"one of {', '.join(BACKENDS)} (default: local)")
+    parser.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
+
+
+def check_run_options(jobs: int | None, backend: str) -> None:
+    if jobs is not None:
+        check_int("--jobs", jobs, 1, MAX_JOBS)
+    if backend not in BACKENDS:
+        raise UserError(f"--backend {backend!r} is unknown; valid backends: {', '.join(BACKENDS)}")
+
+
+def workers(jobs: int | None, n: int) -> int:
+    """How many workers `n` runs get."""
+    return max(1, min(jobs or default_jobs(), n))
+
+
+# -- resume and run ------------------------------------------------------------------
+def pending(tasks: list[dict], remedy: str = "choose a new output folder") -> list[dict]:
+    """The tasks still to run: no directory, `replace`, or no complete run in it yet. A
+    complete run of another config, or a file in a run's place, raises UserError naming
+    `remedy` (call this before writing anything)."""
+    todo = []
+    for task in tasks:
+        path = Path(task["dir"]) if task.get("dir") else None
+        if path is not None and path.exists() and not path.is_dir():
+            raise UserError(f"{str(path)!r} is a file, not a run directory; {remedy}")
+        if path is None or task.get("replace") or not is_complete(path):
+            todo.append(task)
+            continue
+        saved = read_meta(path).get("config_hash")
+        if saved != config_hash(task["config"]):
+            raise UserError(f"{str(path)!r} already holds a different run (config hash {saved}, this one "
+                            f"{config_hash(task['config'])}); nothing was written: {remedy}")
+    return todo
+
+
+def run_many(tasks: list[dict], *, jobs: int | None = None, backend: str = "local", ray_address: str | None = None,
+             progress: Callable[[int, int, int], None] | None = None,
+             on_done: Callable[[dict], None] | None = None) -> RunReport:
+    """Run the `pending` tasks (module doc). on_done(answer) sees each answer (ablations.worker);
+    progress(done, total, failed) is called at the start and after each run (done counts
+    the runs already complete too)."""
+    check_run_options(jobs, backend)
+    for folder in {Path(t["dir"]).parent for t in tasks if t.get("dir")}:
+        store.clean_tmp(folder)
+    todo = pending(tasks)
+    report = RunReport(total=len(tasks), skipped=len(tasks) - len(todo))
+    if progress:
+        progress(report.skipped, report.total, 0)
+    if not todo:
+        return report
+
+    def done(answer: dict) -> None:
+        report.ran += 1
+        if not answer["ok"]:
+            report.failed.append(answer)
+        if on_done:
+            on_done(answer)
+        if progress:
+            progress(report.skipped + report.ran, report.total, len(report.failed))
+
+    BACKENDS[backend](todo, jobs or default_jobs(), done, ray_address=ray_address)
+    return report
 
 
 def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None, backend: str = "local",
              ray_address: str | None = None, force_mixed: bool = False,
              progress: Callable[[int, int, int], None] | None = None) -> RunReport:
-    """Run every cell of `spec` missing from `out`.
-
-    progress(done, total, failed) is called after every finished cell (done counts the
-    cells already present too).
-    """
-    if backend not in BACKENDS:
-        raise UserError(f"--backend {backend!r} is unknown; valid backends: {', '.join(BACKENDS)}")
-    if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
-        raise UserError(f"--jobs {jobs!r} is not allowed: expected an integer >= 1")
+    """Run every cell of `spec` missing from the grid directory `out`: DIR/cells/<id>/ with
+    log.txt, failures in DIR/failed/ (`run_many`)."""
+    check_run_options(jobs, backend)
     store.check_writable(out)
     store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=force_mixed)
-    store.clean_tmp(out)
-    cells = spec.cells()
-    done = store.done_ids(out)
-    tasks = make_tasks(spec, out, only={c.id for c in cells} - done)
-    report = RunReport(total=len(cells), skipped=len(cells) - len(tasks))
-    if progress:
-        progress(report.skipped, report.total, 0)
-    if not tasks:
-        return report
+    out = Path(out).resolve()
+    tasks = [{"id": c.id, "config": c.config, "dir": str(store.cells_dir(out) / c.id), "log": True,
+              "failures": str(out), "plugins": spec.plugins,
+              "meta": {"grid": {"name": spec.name, "cell_id": c.id, "sweep": c.sweep, "label": c.label, "seed": c.seed}}}
+             for c in spec.cells()]
+    return run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress)
 
-    def on_done(answer: dict) -> None:
-        report.ran += 1
-        if not answer["ok"]:
-            report.failed.append((answer["id"], answer["reason"], answer.get("log", "")))
-        if progress:
-            progress(report.skipped + report.ran, report.total, len(report.failed))
 
-    BACKENDS[backend](tasks, jobs or default_jobs(), on_done, ray_address=ray_address)
-    return report
+# -- progress ------------------------------------------------------------------------
+class ProgressBar:
+    """`[#####.....] 37/200 cells  4.1 cells/s  ETA 0:00:40` on stderr (`noun`: cells, runs).
+
+    Redrawn in place on a terminal; elsewhere (logs, CI) one line per ~10% or 5 s.
+    """
+
+    def __init__(self, stream=None, width: int = 30, noun: str = "cells"):
+        self.stream, self.width, self.noun = stream or sys.stderr, width, noun
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.start = time.perf_counter()
+        self.first_done: int | None = None
+        self.last_print = 0.0
+        self.last_done = -1
+
+    def __call__(self, done: int, total: int, failed: int) -> None:
+        now = time.perf_counter()
+        if self.first_done is None:
+            self.first_done = done
+            self.start = now
+        ran = done - self.first_done
+        elapsed = now - self.start
+        rate = ran / elapsed if elapsed > 0 and ran else 0.0
+        eta = (total - done) / rate if rate > 0 else float("nan")
+        final = done >= total
+        if not self.tty and not final and done != self.first_done:
+            step = max(1, total // 10)
+            if done // step == self.last_done // step and now - self.last_print < 5:
+                return
+        filled = int(self.width * done / total) if total else self.width
+        bar = "#" * filled + "." * (self.width - filled)
+        text = (f"[{bar}] {done}/{total} {self.noun}  {rate:.1f} {self.noun}/s  ETA {_hms(eta)}"
+                + (f"  ({failed} failed)" if failed else ""))
+        end = "\n" if final or not self.tty else ""
+        self.stream.write(("\r" if self.tty else "") + text + end)
+        self.stream.flush()
+        self.last_print, self.last_done = now, done
+
+
+def _hms(seconds: float) -> str:
+    if seconds != seconds:  # nan
+        return "--:--:--"
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
 # -- local ---------------------------------------------------------------------------
@@ -104,7 +209,7 @@ def _single_thread_workers() -> None:
 
 def warm_up(backend: str = "local", jobs: int | None = None) -> None:
     """Start the forkserver now (it imports PRELOAD in the background) so that its start-up
-    overlaps with planning the grid; a no-op where no worker pool will be used."""
+    overlaps with planning the runs; a no-op where no worker pool will be used."""
     if backend != "local" or (jobs or default_jobs()) == 1 or "forkserver" not in mp.get_all_start_methods():
         return
     _single_thread_workers()
@@ -130,12 +235,12 @@ def run_local(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], **_
     jobs = min(jobs, len(tasks))
     _single_thread_workers()
     with ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context()) as pool:
-        pending = {pool.submit(worker.execute, t): t for t in tasks}
+        pending_runs = {pool.submit(worker.execute, t): t for t in tasks}
         try:
-            while pending:
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            while pending_runs:
+                finished, _ = wait(pending_runs, return_when=FIRST_COMPLETED)
                 for fut in finished:
-                    task = pending.pop(fut)
+                    task = pending_runs.pop(fut)
                     on_done(_answer(fut, task))
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -143,13 +248,12 @@ def run_local(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], **_
 
 
 def _answer(fut, task: dict) -> dict:
-    """A future's answer; a worker that died (segfault, OOM kill) fails its cell."""
+    """A future's answer; a worker that died (segfault, OOM kill) fails its run."""
     try:
         return fut.result()
     except Exception as exc:  # noqa: BLE001 - BrokenProcessPool and friends
         reason = f"{type(exc).__name__}: worker process failed ({exc})"
-        log = store.write_failure(task["out"], task["id"], reason + "\n")
-        return {"id": task["id"], "ok": False, "seconds": 0.0, "reason": reason, "log": str(log)}
+        return worker.failure(task, reason, reason + "\n")
 
 
 # -- ray -----------------------------------------------------------------------------
@@ -172,20 +276,19 @@ def run_ray(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], *,
         remote = ray.remote(num_cpus=1, max_retries=0)(worker.execute)
         limit = jobs if not ray_address else max(jobs, int(ray.cluster_resources().get("CPU", jobs)))
         queue = list(reversed(tasks))
-        pending: dict = {}
-        while queue or pending:
-            while queue and len(pending) < limit:
+        running: dict = {}
+        while queue or running:
+            while queue and len(running) < limit:
                 task = queue.pop()
-                pending[remote.remote(task)] = task
-            ready, _ = ray.wait(list(pending), num_returns=1)
+                running[remote.remote(task)] = task
+            ready, _ = ray.wait(list(running), num_returns=1)
             for ref in ready:
-                task = pending.pop(ref)
+                task = running.pop(ref)
                 try:
                     answer = ray.get(ref)
                 except Exception as exc:  # noqa: BLE001 - the worker died
                     reason = f"{type(exc).__name__}: ray task failed ({str(exc).splitlines()[0]})"
-                    log = store.write_failure(task["out"], task["id"], f"{exc}\n")
-                    answer = {"id": task["id"], "ok": False, "seconds": 0.0, "reason": reason, "log": str(log)}
+                    answer = worker.failure(task, reason, f"{exc}\n")
                 on_done(answer)
     finally:
         if started_here:

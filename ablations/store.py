@@ -13,8 +13,8 @@ import shutil
 from pathlib import Path
 
 from hbsim import folders
-from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG
-from hbsim.records import done_ids
+from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG, TMP_PREFIX
+from hbsim.records import done_ids, is_complete
 from policies.errors import UserError
 
 
@@ -89,30 +89,34 @@ def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bo
         folders.write_json_atomic(root / GRID_JSON, new)
 
 
-def clean_tmp(root: str | os.PathLike) -> int:
-    """Remove temporary cell directories left by killed runs; returns how many."""
-    d = cells_dir(root)
+def clean_tmp(folder: str | os.PathLike) -> int:
+    """Remove the temporary directories killed writers left in `folder` (a grid's cells/, an
+    `hb sim` label folder): hidden names holding TMP_PREFIX (ours, older write_run's
+    `.<name>.tmp-*`); returns how many."""
+    d = Path(folder)
     if not d.is_dir():
         return 0
-    stale = [p for p in d.iterdir() if p.name.startswith(".")]  # hidden = temporary (ours or write_run's)
+    stale = [p for p in d.iterdir() if p.name.startswith(".") and TMP_PREFIX in p.name]
     for p in stale:
         shutil.rmtree(p, ignore_errors=True)
     return len(stale)
 
 
-def write_cell(root: str | os.PathLike, cell_id: str, write_into, log: str | None = None) -> bool:
-    """Write a cell atomically: `write_into(tmp_dir)` fills a new empty temporary directory
-    (`hbsim.folders.make_temp_dir`), which is then renamed to `cells/<cell_id>`. Returns
-    False if the cell already existed (another worker finished it first); the temporary
-    directory is removed either way.
+def write_cell(final: str | os.PathLike, write_into, *, replace: bool = False) -> bool:
+    """Write a run directory atomically: `write_into(tmp_dir)` fills a new empty temporary
+    directory next to `final` (`hbsim.folders.make_temp_dir`), which is then renamed to
+    `final`. A complete `final` is kept and False returned (another worker finished it
+    first) unless `replace`; an incomplete one is replaced. Temporaries are removed either way.
     """
-    final = cells_dir(root) / cell_id
+    final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = folders.make_temp_dir(final)
+    old = None
     try:
         write_into(tmp)
-        if log is not None:
-            (tmp / LOG).write_text(log)
+        if final.is_dir() and (replace or not is_complete(final)):
+            old = folders.make_temp_dir(final)
+            os.rename(final, old)                       # onto the empty temporary: atomic
         try:
             os.rename(tmp, final)
         except OSError:
@@ -120,9 +124,9 @@ def write_cell(root: str | os.PathLike, cell_id: str, write_into, log: str | Non
                 return False
             raise
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    clear_failure(root, cell_id)
+        for p in (tmp, old):
+            if p is not None and p.exists():
+                shutil.rmtree(p, ignore_errors=True)
     return True
 
 

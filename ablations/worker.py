@@ -1,11 +1,9 @@
-"""Running one cell, in whatever process a backend puts it: the same function serves the
-in-process loop (--jobs 1), the local process pool and Ray tasks.
+"""Running one task of `ablations.runner` (the task dict is described there) in whatever
+process a backend puts it: in this process (--jobs 1), a pool worker or a Ray task.
 
-A task is a plain dict (cheap to pickle):
-    {"id", "config" (resolved), "label", "seed", "sweep", "grid" (name), "out" (grid dir),
-     "plugins" (module names)}
-and the answer is {"id", "ok", "seconds", "reason"} — never an exception: a failing
-cell writes its traceback to DIR/failed/<id>/log.txt and the grid goes on.
+The answer is {"id", "ok", "seconds", "reason"} (+ "result", the RunResult, for a task
+without a run directory), never an exception: a failed run answers with "traceback" and
+"log" (FAILURES/failed/<id>/log.txt for a task with "failures") and the batch goes on.
 """
 from __future__ import annotations
 
@@ -17,6 +15,7 @@ from pathlib import Path
 
 from ablations import store
 from ablations.spec import REAL_KIND, import_plugins
+from hbsim.contract import LOG
 
 
 def adapter_factory(config: dict):
@@ -28,35 +27,43 @@ def adapter_factory(config: dict):
 
 
 def execute(task: dict) -> dict:
-    """Run one cell and store it atomically; failures are recorded, not raised."""
+    """Run one task; its run directory is written atomically (`store.write_cell`)."""
     import hbsim
 
     started = time.perf_counter()
-    cell_id, root = task["id"], task["out"]
     try:
         import_plugins(task.get("plugins", []))
         result = hbsim.run_config(task["config"], adapter_factory=adapter_factory(task["config"]))
-        result.meta["grid"] = {"name": task["grid"], "cell_id": cell_id, "sweep": task["sweep"],
-                               "label": task["label"], "seed": task["seed"]}
+        result.meta.update(task.get("meta") or {})
+        if task.get("dir"):
+            ran = time.perf_counter() - started
 
-        ran = time.perf_counter() - started
+            def write_into(tmp: Path) -> None:
+                hbsim.write_run(result, tmp)
+                if task.get("log"):
+                    (tmp / LOG).write_text(
+                        f"run {task['id']} ({result.meta['label']}, seed {result.meta['seed']}) ran in {ran:.3f}s, "
+                        f"tables written in {time.perf_counter() - started - ran:.3f}s, in process {os.getpid()}\n")
 
-        def write_into(tmp: Path) -> None:
-            hbsim.write_run(result, tmp)
-            (tmp / "log.txt").write_text(
-                f"cell {cell_id} ({task['label']}, seed {task['seed']}) ran in {ran:.3f}s, tables written in "
-                f"{time.perf_counter() - started - ran:.3f}s, in process {os.getpid()}\n")
-
-        store.write_cell(root, cell_id, write_into)
-        return {"id": cell_id, "ok": True, "seconds": time.perf_counter() - started, "reason": ""}
-    except Exception as exc:  # noqa: BLE001 - a cell's failure must not stop the grid
-        text = (f"cell {cell_id} ({task.get('label')}, seed {task.get('seed')}) failed\n"
+            store.write_cell(task["dir"], write_into, replace=task.get("replace", False))
+            if task.get("failures"):
+                store.clear_failure(task["failures"], task["id"])
+        answer = {"id": task["id"], "ok": True, "seconds": time.perf_counter() - started, "reason": ""}
+        return answer if task.get("dir") else {**answer, "result": result}
+    except Exception as exc:  # noqa: BLE001 - a run's failure must not stop the batch
+        text = (f"run {task.get('id')} failed\n"
                 f"config: {json.dumps(task.get('config'), sort_keys=True, default=str)}\n\n"
                 + traceback.format_exc())
-        try:
-            log = store.write_failure(root, cell_id, text)
-        except OSError as write_exc:  # pragma: no cover - the grid dir vanished
-            log = f"(failure log not written: {write_exc})"
         reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        return {"id": cell_id, "ok": False, "seconds": time.perf_counter() - started,
-                "reason": reason, "log": str(log)}
+        return failure(task, reason, text, time.perf_counter() - started)
+
+
+def failure(task: dict, reason: str, text: str, seconds: float = 0.0) -> dict:
+    """The answer of a failed task; its log is written where the task keeps failures."""
+    log = ""
+    if task.get("failures"):
+        try:
+            log = str(store.write_failure(task["failures"], task["id"], text))
+        except OSError as write_exc:  # pragma: no cover - the output folder vanished
+            log = f"(failure log not written: {write_exc})"
+    return {"id": task["id"], "ok": False, "seconds": seconds, "reason": reason, "log": log, "traceback": text}

@@ -25,12 +25,12 @@ from policies.errors import UserError
 #: subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "policies": ("policies.cli", "list every scheduling policy with its default knobs"),
-    "sim": ("hbsim.sim_cli", "compare policies on a synthetic environment"),
+    "sim": ("ablations.sim_cli", "compare policies on a synthetic environment"),
     "grid": ("ablations.cli", "plan, run, inspect and collect ablation grids"),
     "report": ("reports.cli", "paired per-task significance report of a grid or run directory"),
     "real": ("real_runs.cli", "real GRPO training of a transformer, scheduled by a policy"),
     "demo": ("ablations.demo", "the main job: paper-design grid on the bernoulli env + report"),
-    "validity": ("hbsim.validity_cli", "does L, T or the fused score predict the true gain? (--counterfactual runs)"),
+    "validity": ("ablations.validity_cli", "does L, T or the fused score predict the true gain? (--counterfactual runs)"),
     "calibrate": ("ablations.calibrate", "A/A calibration: false-positive rate of every test of hb report"),
 }
 

@@ -5,6 +5,7 @@ cells and `hb real`:
      "policy": {"name": "harnessbandit", "label": "harnessbandit", **policy_knobs},
      "seed": 3, "steps": 150, "eval_every": None, "batch_groups": 8}
     (+ "counterfactual": k, only when set: a what-if probe every k-th step, hbsim.counterfactual)
+    (+ "policy_seed": s, only when set: the policy's seed where it differs from the env's, hb calibrate)
 
 The top-level keys are the knobs of `RUN_KNOBS`, the one table of the run settings (with
 `seeds`, the seed count of commands that run many). `resolve_config` fills every env,
@@ -35,9 +36,11 @@ RUN_KNOBS = Knobs({
     "batch_groups": BATCH_GROUPS,
     "counterfactual": Knob(None, "a what-if pure step on every harness every k-th step (none: off)", 1, MAX_STEPS,
                            type=int, optional=True),
+    "policy_seed": Knob(None, "the policy's seed where it differs from the env's (none: seed)", 0, MAX_SEED,
+                        type=int, optional=True),
     "seeds": Knob(10, "seeds 0..N-1 of a command that runs many (hb sim)", 1, MAX_SEEDS),
 }, owner="the run config")
-#: the top-level keys of one run's config (`counterfactual` only when set)
+#: the top-level keys of one run's config (`counterfactual`, `policy_seed` only when set)
 CONFIG_KNOBS = RUN_KNOBS.without("seeds")
 DEFAULT_ENV = "bernoulli"
 DEFAULT_POLICY = "harnessbandit"
@@ -70,12 +73,10 @@ def resolve_policy(policy: dict, n_arms: int) -> dict:
 
 def resolve_run(partial: dict) -> dict:
     """The top-level knobs of a partial config (env and policy aside), each checked by
-    CONFIG_KNOBS, defaults filled; `counterfactual` only when set (other configs hash as
-    before it existed)."""
+    CONFIG_KNOBS, defaults filled; `counterfactual` and `policy_seed` only when set (other
+    configs hash as before they existed)."""
     top = CONFIG_KNOBS.resolve({k: v for k, v in partial.items() if k not in ("env", "policy")})
-    if top["counterfactual"] is None:
-        del top["counterfactual"]
-    return top
+    return {k: v for k, v in top.items() if v is not None or k not in ("counterfactual", "policy_seed")}
 
 
 def _resolve(partial: dict | None, resolve_env: bool | Callable[[dict], dict]) -> tuple[dict, Policy]:
@@ -89,7 +90,7 @@ def _resolve(partial: dict | None, resolve_env: bool | Callable[[dict], dict]) -
     n_arms = env.get("n_harnesses")
     if not isinstance(n_arms, int):
         raise UserError(f"env.n_harnesses={n_arms!r} is not allowed: expected an integer >= 1")
-    policy, section = build_policy(partial.get("policy") or {}, n_arms, top["seed"])
+    policy, section = build_policy(partial.get("policy") or {}, n_arms, top.get("policy_seed", top["seed"]))
     return {"env": env, "policy": section, **top}, policy
 
 

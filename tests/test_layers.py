@@ -28,11 +28,7 @@ FORBIDDEN = {
 }
 #: (module file, imported package) arrows tolerated until the named move lands; delete an
 #: entry when its arrow is gone (the test below fails on an entry that no longer matches).
-ALLOWED_FOR_NOW = {
-    # `hb validity` analyses with reports.validity; branch `multirun` moves hbsim/validity_cli.py
-    # into ablations/, where this arrow is allowed.
-    ("hbsim/validity_cli.py", "reports"),
-}
+ALLOWED_FOR_NOW: set[tuple[str, str]] = set()
 
 
 def imported_modules(source: str, package: str) -> list[tuple[int, str]]:

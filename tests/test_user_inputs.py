@@ -46,12 +46,12 @@ name = "round_robin"
 """
 HUGE = "99999999999999999999"
 TOO_LONG = "x" * 300                   # one folder name over NAME_MAX (255)
-SIM = ["sim", "--policy", "uniform", "--seeds", "1", "--steps", "2", "--workers", "1",
+SIM = ["sim", "--policy", "uniform", "--seeds", "1", "--steps", "2", "--jobs", "1",
        "--set", "env.n_tasks=12", "--set", "env.n_heldout_tasks=4"]
 REAL = ["real", "--preset", "tiny", "--policy", "uniform", "--steps", "1", "--device", "cpu"]
 TRL = ["real", "--backend", "trl", "--policy", "uniform", "--steps", "1", "--device", "cpu"]
 GRID_RUN = ["grid", "run", "--jobs", "1"]        # one job: no worker pool started in the test process
-CAL = ["calibrate", "--blocks", "1", "--seeds", "2", "--steps", "2", "--resamples", "5"]
+CAL = ["calibrate", "--blocks", "1", "--seeds", "2", "--steps", "2", "--resamples", "5", "--jobs", "1"]
 STUDY = """steps = {steps}
 seeds = {seeds}
 envs = ["bernoulli"]
@@ -292,7 +292,7 @@ CASES = [
     ("sim-steps-0", lambda w: ([*SIM, "--steps", "0", "--out", w.missing()], w.tmp), "--steps=0"),
     ("sim-steps-huge", lambda w: ([*SIM, "--steps", HUGE], w.tmp), "in [1, 1000000]"),
     ("sim-seeds-huge", lambda w: ([*SIM, "--seeds", "1000000000000"], w.tmp), "--seeds=1000000000000"),
-    ("sim-workers-huge", lambda w: ([*SIM, "--workers", "100000"], w.tmp), "--workers=100000"),
+    ("sim-jobs-huge", lambda w: ([*SIM, "--jobs", "100000"], w.tmp), "--jobs=100000"),
     ("grid-run-jobs-huge", lambda w: (["grid", "run", w.spec, "--out", w.missing(), "--jobs", "100000"], w.tmp),
      "--jobs=100000"),
     ("grid-file-steps-huge", lambda w: ([*GRID_RUN, w.huge_grid_file(), "--out", w.missing()], w.tmp),

@@ -6,11 +6,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ablations import calibrate
+from ablations import calibrate, runner
 
 
 def test_aa_block_pairs_env_seeds_and_differs_only_in_policy_seed():
-    ev = calibrate.aa_block("bernoulli", "uniform", [3, 4], steps=5)
+    tasks = calibrate.aa_tasks("bernoulli", "uniform", [3, 4], steps=5)
+    assert [(t["config"]["policy"]["label"], t["config"]["seed"], t["config"]["policy_seed"]) for t in tasks] == [
+        ("A", 3, 3), ("B", 3, 1_000_003), ("A", 4, 4), ("B", 4, 1_000_004)]
+    evals = []
+    runner.run_many(tasks, jobs=1, on_done=lambda answer: evals.append(answer["result"].eval)).check()
+    ev = pd.concat(evals, ignore_index=True)
     assert set(ev["policy"]) == {"A", "B"} and set(ev["seed"]) == {3, 4}
     a = ev[ev["policy"] == "A"].sort_values(["seed", "suite", "task", "attempt"]).reset_index(drop=True)
     b = ev[ev["policy"] == "B"].sort_values(["seed", "suite", "task", "attempt"]).reset_index(drop=True)
@@ -40,7 +45,7 @@ def test_calibrate_cli_smoke_and_bad_argument():
     assert res.returncode == 0, res.stderr
     assert "A/A calibration: uniform vs uniform" in res.stdout
     assert "heldout_tasks    pass@1   p_seed                    0/2" in res.stdout
-    assert "calibrate: block 2/2" in res.stderr and "\r" not in res.stderr
+    assert "8/8 runs" in res.stderr and "\r" not in res.stderr
     bad = subprocess.run(cmd[:4] + ["--seeds", "1"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --seeds=1 is not allowed: expected an integer in [2, 10000]"
 

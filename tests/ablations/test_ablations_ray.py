@@ -1,4 +1,4 @@
-"""The Ray backend on a local Ray instance (2 CPUs): same cells, same tables as local."""
+"""The Ray backend on a local Ray instance (2 CPUs): same cells, same tables as local (hb grid, hb sim)."""
 from __future__ import annotations
 
 import pytest
@@ -32,3 +32,13 @@ def test_ray_backend_matches_local(tmp_path):
     assert store.done_ids(out) == {c.id for c in spec.cells()}
     for ray_df, local_df in zip(ablations.load(out), ablations.load(local)):
         assert_frame_equal(without_wall_clock(ray_df), without_wall_clock(local_df), check_exact=True)
+
+
+@pytest.mark.skipif(RAY_ERROR is not None, reason=str(RAY_ERROR))
+def test_ray_backend_runs_hb_sim_like_local(tmp_path):
+    sim = ["sim", "--policy", "uniform", "--policy", "harnessbandit", "--seeds", "2", "--steps", "6",
+           "--set", "env.n_tasks=12", "--set", "env.n_heldout_tasks=4"]
+    local = hb(*sim, "--jobs", 1, check=0)
+    ray_run = hb(*sim, "--backend", "ray", "--jobs", 2, "--out", tmp_path / "ray", check=0)
+    assert ray_run.stdout == local.stdout and "4/4 runs" in ray_run.stderr
+    assert sorted(p.name for p in (tmp_path / "ray" / "uniform").iterdir()) == ["seed0", "seed1"]

@@ -6,7 +6,7 @@ import io
 import pytest
 
 from ablations import store
-from ablations.cli import ProgressBar
+from ablations.runner import ProgressBar
 
 
 def test_write_cell_is_all_or_nothing(tmp_path):
@@ -14,28 +14,37 @@ def test_write_cell_is_all_or_nothing(tmp_path):
 
     def good(tmp):
         (tmp / "train.parquet").write_text("t")
+        (tmp / "run.json").write_text("{}")
+        (tmp / "log.txt").write_text("ok")
 
     def bad(tmp):
         (tmp / "train.parquet").write_text("partial")
         raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError, match="disk full"):
-        store.write_cell(tmp_path, "aaaa", bad, log="x")
+        store.write_cell(tmp_path / "cells" / "aaaa", bad)
     assert list((tmp_path / "cells").iterdir()) == []          # no cell, no temporary left
     store.write_failure(tmp_path, "bbbb", "Traceback\nValueError: boom\n")
     assert store.failed_ids(tmp_path) == {"bbbb"}
     assert store.failure_reason(tmp_path, "bbbb") == "ValueError: boom"
-    assert store.write_cell(tmp_path, "bbbb", good, log="ok") is True
+    assert store.write_cell(tmp_path / "cells" / "bbbb", good) is True
     assert store.done_ids(tmp_path) == {"bbbb"} and store.failed_ids(tmp_path) == set()
     assert (tmp_path / "cells" / "bbbb" / "log.txt").read_text() == "ok"
     # a second writer of the same cell loses the rename race without damage
-    assert store.write_cell(tmp_path, "bbbb", lambda tmp: (tmp / "x").write_text("2"), log="") is False
-    assert sorted(p.name for p in (tmp_path / "cells" / "bbbb").iterdir()) == ["log.txt", "train.parquet"]
+    second = lambda tmp: (tmp / "x").write_text("2")  # noqa: E731
+    assert store.write_cell(tmp_path / "cells" / "bbbb", second) is False
+    assert sorted(p.name for p in (tmp_path / "cells" / "bbbb").iterdir()) == ["log.txt", "run.json", "train.parquet"]
+    # replace=True swaps a complete run for the new one; an incomplete directory is always replaced
+    assert store.write_cell(tmp_path / "cells" / "bbbb", second, replace=True) is True
+    assert sorted(p.name for p in (tmp_path / "cells" / "bbbb").iterdir()) == ["x"]
+    assert store.write_cell(tmp_path / "cells" / "bbbb", good) is True
+    assert sorted(p.name for p in (tmp_path / "cells" / "bbbb").iterdir()) == ["log.txt", "run.json", "train.parquet"]
     # leftovers of killed writers are hidden from done_ids and removed by clean_tmp
     (tmp_path / "cells" / ".tmp-cccc-123").mkdir()
     (tmp_path / "cells" / "..tmp-cccc-123.tmp-xyz").mkdir()
     assert store.done_ids(tmp_path) == {"bbbb"}
-    assert store.clean_tmp(tmp_path) == 2 and store.done_ids(tmp_path) == {"bbbb"}
+    assert store.clean_tmp(tmp_path / "cells") == 2 and store.done_ids(tmp_path) == {"bbbb"}
+    assert sorted(p.name for p in (tmp_path / "cells").iterdir()) == ["bbbb"]
 
 
 def test_progress_bar_on_a_terminal_and_in_a_log():

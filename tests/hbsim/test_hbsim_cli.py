@@ -21,12 +21,12 @@ def hb(*args, cwd=None):
 def test_sim_smoke_with_out(tmp_path):
     out = tmp_path / "runs"
     proc = hb("--env", "bernoulli", "--policy", "harnessbandit", "--policy", "uniform", "--seeds", "2",
-              "--steps", "10", "--workers", "1", "--out", str(out), *SMALL)
+              "--steps", "10", "--jobs", "1", "--out", str(out), *SMALL)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert lines[0].startswith("policy") and "heldout_tasks (± 95% t-interval over seeds)" in lines[0] and "cum. regret" in lines[0]
     assert [line.split()[0] for line in lines[2:]] == ["harnessbandit", "uniform"]
-    assert "[4/4]" in proc.stderr and "done in" in proc.stderr
+    assert "4/4 runs" in proc.stderr and "done in" in proc.stderr
     for label in ("harnessbandit", "uniform"):
         for seed in (0, 1):
             res = read_run(out / label / f"seed{seed}")
@@ -50,7 +50,7 @@ def test_sim_smoke_with_out(tmp_path):
 
 @pytest.mark.slow
 def test_sim_all_policies_parallel():
-    proc = hb("--policy", "all", "--seeds", "2", "--steps", "8", "--workers", "2", *SMALL)
+    proc = hb("--policy", "all", "--seeds", "2", "--steps", "8", "--jobs", "2", *SMALL)
     assert proc.returncode == 0, proc.stderr
     names = [line.split()[0] for line in proc.stdout.strip().splitlines()[2:]]
     from policies import POLICIES

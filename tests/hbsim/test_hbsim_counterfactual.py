@@ -141,7 +141,7 @@ def test_cli_sim_counterfactual_then_validity(tmp_path):
     out = tmp_path / "sim"
     sets = [a for k, v in SMALL.items() for a in ("--set", f"env.{k}={v}")]
     cmd = [sys.executable, "-m", "hbsim.cli", "sim", "--env", "drifting", "--policy", "harnessbandit", "--seeds", "3",
-           "--steps", "12", "--workers", "1", "--counterfactual", "--out", str(out),
+           "--steps", "12", "--jobs", "1", "--counterfactual", "--out", str(out),
            "--set", "policy.warmup_rounds=1", *sets]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
@@ -166,7 +166,7 @@ def test_cli_validity_study_runs_then_resumes(tmp_path):
                      'warmup_rounds = 1\n')
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "hbsim.cli", "validity", str(tmp_path / "runs"), "--study", str(study),
-           "--min-step", "0", "--resamples", "100", "--workers", "1"]
+           "--min-step", "0", "--resamples", "100", "--jobs", "1"]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "4 of 4 runs to do" in done.stderr and "adam-counterexample" not in done.stdout

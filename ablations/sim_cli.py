@@ -2,37 +2,35 @@
 same seeds (common random numbers), and print a compact per-policy table.
 
     hb sim --env bernoulli --policy harnessbandit --policy uniform --seeds 10 --steps 150 \
-           [--out DIR] [--set env.lr=0.5] [--set policy.tau=0.1]
+           [--out DIR] [--set env.lr=0.5] [--set policy.tau=0.1] [--jobs N] [--backend local|ray]
 
 `--policy all` runs every registered policy. `--set policy.KNOB=V` goes to every selected
 policy that has the knob (an error if none has it). `--out DIR` writes one run directory
 per (policy, seed): DIR/<label>/seed<seed>/, in a folder of kind "sim" (hbsim.folders):
 runs already there with the identical config are reused, not rerun; a different run at the
 same place needs --overwrite; other env/steps settings, another kind of folder or one hb
-did not create need --force. Progress goes to stderr, the table to stdout.
+did not create need --force. The runs go through `ablations.runner.run_many` (worker
+processes with one BLAS thread each, or Ray; each run directory written atomically).
+Progress goes to stderr, the table to stdout.
 """
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pandas as pd
 
-from policies import POLICIES
-
+from ablations import runner
 from hbsim.envs import ENV_PRESETS, ENVS, expand_preset
-from hbsim.experiment import RUN_KNOBS, resolve_config, run_config
+from hbsim.experiment import RUN_KNOBS, resolve_config
 from hbsim.folders import check_output_dir, claim_output_dir
-from hbsim.records import config_hash, is_complete, read_run, write_run
+from hbsim.records import config_hash, read_run
 from hbsim.summary import summary_table
-from policies import validate
+from policies import POLICIES, validate
 from policies.errors import UserError
-from policies.validate import MAX_JOBS, MAX_SEED, check_int
+from policies.validate import MAX_SEED, check_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,8 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--counterfactual", type=int, nargs="?", const=1, default=None, metavar="EVERY",
                         help="every EVERY-th step (default 1) a what-if pure step on every harness, restored "
                              "exactly; writes counterfactual.parquet per run (hbsim.counterfactual)")
-    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
-                        help="parallel worker processes (default: min(2, CPUs))")
+    runner.add_run_options(parser)
 
 
 def parse_sets(items: list[str]) -> tuple[dict, dict]:
@@ -91,7 +88,7 @@ def build_configs(args: argparse.Namespace) -> list[dict]:
     for flag in ("seeds", "steps", "batch_groups", "eval_every"):
         RUN_KNOBS[flag].check("--" + flag.replace("_", "-"), getattr(args, flag))
     check_int("--seed-offset", args.seed_offset, 0, MAX_SEED - args.seeds + 1)
-    check_int("--workers", args.workers, 1, MAX_JOBS)
+    runner.check_run_options(args.jobs, args.backend)
     env_knobs, policy_knobs = parse_sets(args.set)
     names = policy_names(args.policy)
     for knob in policy_knobs:
@@ -108,7 +105,7 @@ def build_configs(args: argparse.Namespace) -> list[dict]:
     return configs
 
 
-def run_dir(out: str, cfg: dict) -> Path:
+def run_dir(out: str | Path, cfg: dict) -> Path:
     return Path(out) / cfg["policy"]["label"] / f"seed{cfg['seed']}"
 
 
@@ -116,32 +113,6 @@ def _settings_hash(cfg: dict) -> str:
     """Hash of what every run of an `hb sim` folder shares (env, steps, eval_every,
     batch_groups): more policies or seeds may be added to a folder, other settings not."""
     return config_hash({k: v for k, v in cfg.items() if k not in ("policy", "seed")})
-
-
-def _check_out(args: argparse.Namespace, configs: list[dict]) -> dict:
-    """Validate --out before any run; returns config hash -> RunResult of the runs already
-    finished there with exactly this config (reused, not rerun)."""
-    if args.out is None:
-        return {}
-    check_output_dir(args.out, "sim", _settings_hash(configs[0]), force=args.force)
-    reused = {}
-    for cfg in configs:
-        path = run_dir(args.out, cfg)
-        if path.exists() and not path.is_dir():
-            raise UserError(f"--out {args.out!r}: {str(path)!r} is a file, not a run directory; choose a new --out")
-        if not is_complete(path) or args.overwrite:
-            continue
-        result = read_run(path)
-        if result.meta.get("config_hash") != config_hash(cfg):
-            raise UserError(f"--out {args.out!r} already holds a different run in {str(path)!r} (config hash "
-                            f"{result.meta.get('config_hash')}, this one {config_hash(cfg)}); nothing was written: "
-                            "choose a new --out or pass --overwrite")
-        reused[config_hash(cfg)] = result
-    return reused
-
-
-def _run(cfg: dict):
-    return run_config(cfg)
 
 
 def knob_table(kind: str) -> str:
@@ -154,33 +125,26 @@ def main(args: argparse.Namespace) -> int:
         print(knob_table(args.env))
         return 0
     configs = build_configs(args)
-    reused = _check_out(args, configs)
-    todo = [c for c in configs if config_hash(c) not in reused]
+    out = Path(args.out).resolve() if args.out is not None else None
+    tasks = [{"id": f"{c['policy']['label']}/seed{c['seed']}", "config": c,
+              "dir": str(run_dir(out, c)) if out else None, "replace": args.overwrite} for c in configs]
+    todo = tasks
+    if out is not None:     # every check before the first write
+        check_output_dir(args.out, "sim", _settings_hash(configs[0]), force=args.force)
+        todo = runner.pending(tasks, remedy="choose a new --out or pass --overwrite")
     start = time.perf_counter()
-    workers = max(1, min(args.workers, len(todo)))
-    print(f"hb sim: {len(todo)} runs ({args.env}, {args.steps} steps) on {workers} worker(s)"
-          + (f"; {len(reused)} finished runs reused from {args.out}" if reused else ""), file=sys.stderr)
-    if args.out is not None:
+    print(f"hb sim: {len(todo)} runs ({args.env}, {args.steps} steps) on {runner.workers(args.jobs, len(todo))} "
+          f"worker(s)" + (f"; {len(tasks) - len(todo)} finished runs reused from {args.out}" if len(todo) < len(tasks)
+                          else ""), file=sys.stderr)
+    if out is not None:
         claim_output_dir(args.out, "sim", _settings_hash(configs[0]), tool="hb sim")
-    done = dict(reused)
-    if workers > 1:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            for i, result in enumerate(pool.map(_run, todo, chunksize=max(1, len(todo) // (4 * workers)))):
-                done[result.meta["config_hash"]] = _done(result, args, i, len(todo), start)
-    else:
-        for i, cfg in enumerate(todo):
-            done[config_hash(cfg)] = _done(_run(cfg), args, i, len(todo), start)
-    results = [done[config_hash(c)] for c in configs]
+    kept = {}   # the results of runs without --out
+    runner.run_many(tasks, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
+                    progress=runner.ProgressBar(noun="runs"),
+                    on_done=lambda answer: kept.update({answer["id"]: answer.get("result")})).check()
+    results = [kept[t["id"]] if out is None else read_run(t["dir"]) for t in tasks]
     train = pd.concat([r.train for r in results], ignore_index=True)
     evals = pd.concat([r.eval for r in results], ignore_index=True)
     print(summary_table(train, evals))
     print(f"hb sim: done in {time.perf_counter() - start:.1f}s", file=sys.stderr)
     return 0
-
-
-def _done(result, args, i: int, n: int, start: float):
-    if args.out is not None:
-        write_run(result, run_dir(args.out, result.meta["config"]), overwrite=args.overwrite)
-    print(f"[{i + 1}/{n}] {result.meta['label']} seed {result.meta['seed']} "
-          f"({time.perf_counter() - start:.1f}s)", file=sys.stderr)
-    return result

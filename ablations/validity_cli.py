@@ -5,8 +5,9 @@ target, the Spearman correlation across harnesses and the top-1 agreement with t
 best harness (bootstrap intervals over seeds), then regret per target (reports.validity);
 `--out` also writes CSVs and validity.html.
 
-With `--study FILE` (e.g. ablations/examples/validity.toml) it first runs the study's missing runs
-into DIR/<env>/<label>/seed<s>/ (resumable), then analyses DIR. A study file:
+With `--study FILE` (e.g. ablations/examples/validity.toml) it first runs the study's missing
+runs into DIR/<env>/<label>/seed<s>/ (resumable; `ablations.runner.run_many`, --jobs/--backend
+as `hb grid run`), then analyses DIR. A study file:
 
     steps = 150
     seeds = 8
@@ -19,19 +20,15 @@ into DIR/<env>/<label>/seed<s>/ (resumable), then analyses DIR. A study file:
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-import os
 import sys
-import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from ablations import runner
+from ablations.sim_cli import run_dir
 from hbsim.folders import check_output_dir, claim_output_dir
-from hbsim.sim_cli import run_dir
 from policies.base import BATCH_GROUPS
 from policies.errors import UserError
-from policies.validate import (MAX_BATCH_GROUPS, MAX_JOBS, MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS,
-                               check_int)
+from policies.validate import MAX_BATCH_GROUPS, MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS, check_int
 
 STUDY_KEYS = ("name", "description", "steps", "seeds", "counterfactual", "envs", "policies", "env", "batch_groups")
 
@@ -47,14 +44,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resamples", type=int, default=2000, help="bootstrap replicates over seeds (default 2000)")
     parser.add_argument("--bins", type=int, default=5, help="quantile bins of the calibration tables (default 5)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
-                        help="parallel runs with --study (default: min(2, CPUs))")
+    runner.add_run_options(parser)
 
 
 def main(args: argparse.Namespace) -> int:
     for name, low, high in (("min_step", 0, MAX_STEPS), ("resamples", 1, MAX_RESAMPLES), ("bins", 1, 1000),
-                            ("seed", 0, MAX_SEED), ("workers", 1, MAX_JOBS)):
+                            ("seed", 0, MAX_SEED)):
         check_int(f"--{name.replace('_', '-')}", getattr(args, name), low, high)
+    runner.check_run_options(args.jobs, args.backend)
     configs = study_configs(args.study) if args.study is not None else None
     if configs is not None and args.out is not None and Path(args.out).resolve() == Path(args.dir).resolve():
         raise UserError(f"--out {args.out!r} is DIR, where --study writes its runs; choose another --out folder")
@@ -63,9 +60,7 @@ def main(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_output_dir(args.out, "report", flag="--out", force_flag=None)
     if configs is not None:
-        _check_done(configs, Path(args.dir))
-        claim_output_dir(args.dir, "study", tool="hb validity --study")
-        run_study(configs, Path(args.dir), args.workers)
+        run_study(configs, args)
     from reports import validity
 
     tables = validity.analyse(args.dir, min_step=args.min_step, resamples=args.resamples, seed=args.seed,
@@ -125,55 +120,15 @@ def study_configs(path: str) -> list[tuple[str, dict]]:
     return configs
 
 
-def _check_done(configs: list[tuple[str, dict]], out: Path) -> None:
-    """Refuse (before any run) a finished run in `out` that another config made: the study
-    file changed since, and its runs would be mixed with the old ones."""
-    import json
-
-    from hbsim.records import config_hash, is_complete
-
-    for env, cfg in configs:
-        path = run_dir(out / env, cfg)
-        if path.exists() and not path.is_dir():
-            raise UserError(f"DIR {str(out)!r}: {str(path)!r} is a file, not a run directory; choose a new DIR")
-        if is_complete(path):
-            try:
-                saved = json.loads((path / "run.json").read_text()).get("config_hash")
-            except (OSError, ValueError, AttributeError) as exc:
-                raise UserError(f"{path / 'run.json'}: unreadable run record ({exc}); expected the JSON hb "
-                                "writes") from None
-            if saved != config_hash(cfg):
-                raise UserError(f"DIR {str(out)!r} already holds a different run in {str(path)!r} (config hash "
-                                f"{saved}, this study {config_hash(cfg)}): the study file changed; nothing was "
-                                "written: choose a new DIR")
-
-
-def _run(cfg: dict):
-    from hbsim.experiment import run_config
-    return run_config(cfg)
-
-
-def run_study(configs: list[tuple[str, dict]], out: Path, workers: int) -> None:
-    """Run the missing ones into out/<env>/<label>/seed<s>/; progress on stderr."""
-    from hbsim.records import is_complete, write_run
-
-    todo = [(env, cfg) for env, cfg in configs
-            if not is_complete(run_dir(out / env, cfg))]
-    start = time.perf_counter()
-    print(f"hb validity: {len(todo)} of {len(configs)} runs to do on {min(workers, max(len(todo), 1))} worker(s)",
+def run_study(configs: list[tuple[str, dict]], args: argparse.Namespace) -> None:
+    """Run the missing ones into DIR/<env>/<label>/seed<s>/ (ablations.runner); progress on stderr.
+    A finished run there that another config made (the study file changed) is refused first."""
+    root = Path(args.dir).resolve()
+    tasks = [{"id": f"{env}/{cfg['policy']['label']}/seed{cfg['seed']}", "config": cfg,
+              "dir": str(run_dir(root / env, cfg))} for env, cfg in configs]
+    todo = runner.pending(tasks, remedy="the study file changed; choose a new DIR")
+    claim_output_dir(args.dir, "study", tool="hb validity --study")
+    print(f"hb validity: {len(todo)} of {len(tasks)} runs to do on {runner.workers(args.jobs, len(todo))} worker(s)",
           file=sys.stderr)
-    if not todo:
-        return
-    if workers > 1 and len(todo) > 1:
-        pool = ProcessPoolExecutor(min(workers, len(todo)), mp_context=multiprocessing.get_context("fork"))
-        results = pool.map(_run, [cfg for _, cfg in todo])
-    else:
-        pool, results = None, map(_run, [cfg for _, cfg in todo])
-    try:
-        for i, ((env, cfg), result) in enumerate(zip(todo, results)):
-            write_run(result, run_dir(out / env, cfg))
-            print(f"[{i + 1}/{len(todo)}] {env} {cfg['policy']['label']} seed {cfg['seed']} "
-                  f"({time.perf_counter() - start:.1f}s)", file=sys.stderr)
-    finally:
-        if pool is not None:
-            pool.shutdown()
+    runner.run_many(tasks, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
+                    progress=runner.ProgressBar(noun="runs")).check()
