@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("policies", "hbsim", "ablations", "real_runs", "reports")
@@ -26,9 +25,6 @@ FORBIDDEN = {
     "real_runs": {"ablations", "reports"},
     "ablations": set(),
 }
-#: (module file, imported package) arrows tolerated until the named move lands; delete an
-#: entry when its arrow is gone (the test below fails on an entry that no longer matches).
-ALLOWED_FOR_NOW: set[tuple[str, str]] = set()
 
 
 def imported_modules(source: str, package: str) -> list[tuple[int, str]]:
@@ -92,12 +88,5 @@ def test_the_packages_are_all_read():
 
 def test_no_package_imports_one_above_it():
     arrows = forbidden_arrows()
-    bad = [f"{rel}:{line} imports {name}" for rel, line, name in arrows
-           if (rel, name.split(".")[0]) not in ALLOWED_FOR_NOW]
+    bad = [f"{rel}:{line} imports {name}" for rel, line, name in arrows]
     assert not bad, "imports against the layer rule (docs/ARCHITECTURE.md):\n" + "\n".join(bad)
-
-
-@pytest.mark.parametrize("allowance", sorted(ALLOWED_FOR_NOW))
-def test_every_allowance_is_still_needed(allowance):
-    arrows = {(rel, name.split(".")[0]) for rel, _, name in forbidden_arrows()}
-    assert allowance in arrows, f"{allowance} no longer imports up a layer: delete it from ALLOWED_FOR_NOW"
