@@ -49,13 +49,8 @@ harness task order and reward noise (stateful), and per step t the learn, world 
 streams (stateless: spawn key (STREAM, t)). Same seed -> same tasks, task order, initial
 success matrix, world noise and eval uniforms for every policy.
 
-Dynamic sampling (SPEC §2.2) is `hbsim.sampling.DynamicSampler` (shared with real runs):
-for each harness with c groups in the allocation, groups of its leftover buffer are used
-first (oldest first); then up to `max_rounds` rounds each generate ceil(missing *
-oversample) groups, drop zero-variance groups and keep what is needed; retained groups
-beyond the batch go to the harness's buffer with their birth step; `leftover_max_age` = k
-> 0 drops buffered groups older than k steps when a step starts (0 = no age limit). A
-batch can come out short (fewer optimized groups) when rounds run out.
+Dynamic sampling (SPEC §2.2) is `hbsim.sampling.DynamicSampler` (shared with real runs;
+knobs `oversample`, `max_rounds`, `leftover_max_age`); a batch can come out short.
 
 Ground truth per step (extras): `oracle_arm` (pure harness with the largest expected
 one-step gain from the pre-step state), `regret` (max over the pure candidates and the
@@ -223,7 +218,7 @@ class SyntheticEnv:
         sample = self._sampler.collect({h: int(counts[h]) for h in arms}, self.step_count,
                                        lambda requests: self._generate(requests, before))
         ledger.groups_generated, ledger.groups_retained = sample.generated, sample.retained
-        batch = self._assemble([self._join(sample.parts[h]) for h in arms], arms)
+        batch = self._assemble(sample.parts, arms)
         t1 = time.perf_counter()
         pure = np.eye(self.H, dtype=np.int64) * counts.sum()
         if len(arms) == 1:                        # a pure choice is one of the candidates
@@ -308,10 +303,6 @@ class SyntheticEnv:
                              f"non-negative integers with a positive sum")
         return counts.astype(np.int64)
 
-    def _empty_groups(self) -> np.ndarray:
-        """Packed group records (m, 3 + G): task row, birth step, p at generation, G rewards."""
-        return np.zeros((0, 3 + self.G))
-
     def _draw_tasks(self, h: int, m: int) -> np.ndarray:
         """Next m tasks of harness h's shuffled pool (reshuffled when exhausted)."""
         out = []
@@ -340,17 +331,15 @@ class SyntheticEnv:
             out[h] = (rec, rewards)
         return out
 
-    def _join(self, parts: list[np.ndarray]) -> np.ndarray:
-        if not parts:
-            return self._empty_groups()
-        return np.concatenate(parts) if len(parts) > 1 else parts[0]
-
-    def _assemble(self, parts: list[np.ndarray], arms: list[int]) -> Batch:
-        rec = np.concatenate(parts) if len(parts) > 1 else parts[0]
-        rewards = rec[:, 3:]
-        return Batch(tasks=rec[:, 0].astype(np.int64), harnesses=np.repeat(arms, [len(p) for p in parts]),
-                     rewards=rewards, advantages=grpo.advantages(rewards, self.knobs["advantage"]),
-                     p=rec[:, 2], born=rec[:, 1].astype(np.int64))
+    def _assemble(self, parts: dict[int, list[np.ndarray]], arms: list[int]) -> Batch:
+        """The sampler's blocks of packed records (m, 3 + G: task row, birth step, p at
+        generation, G rewards) of `arms`, in order, as one Batch."""
+        blocks = [block for h in arms for block in parts[h]]
+        rec = np.concatenate(blocks) if blocks else np.zeros((0, 3 + self.G))
+        rewards, per_arm = rec[:, 3:], [sum(map(len, parts[h])) for h in arms]
+        return Batch(tasks=rec[:, 0].astype(np.int64), harnesses=np.repeat(arms, per_arm), rewards=rewards,
+                     advantages=grpo.advantages(rewards, self.knobs["advantage"]), p=rec[:, 2],
+                     born=rec[:, 1].astype(np.int64))
 
     def _ground_truth(self, gains: np.ndarray, counts: np.ndarray) -> dict:
         pure, chosen = gains[: self.H], float(gains[-1])
@@ -367,10 +356,44 @@ class SyntheticEnv:
         return extras
 
 
-# --------------------------------------------------------------------------------------
-# Helpers shared by the gradient-based environments (drifting, student): optimizer knobs,
-# list knobs, sketch coordinates. (The oracle maths lives in hbsim.grpo.)
-# --------------------------------------------------------------------------------------
+# -- the gradient-based environments (drifting, student): their base, optimizer knobs, list
+# -- knobs, sketch coordinates (the oracle maths lives in hbsim.grpo) ----------------------
+class GradientEnv(SyntheticEnv):
+    """A parameter vector `theta` moved by the optimizer `self.opt`: the subclass writes
+    `true_gradients()` (H+1, D), the expected policy gradient per retained group of each
+    harness, and `_logits(thetas (D, K))` -> (n_all, H+1, K); the expected steps are shared."""
+
+    @classmethod
+    def _check_knobs(cls, knobs: dict) -> None:
+        if knobs["bias_low"] > knobs["bias_high"]:
+            raise UserError(f"env.bias_low={knobs['bias_low']} is not allowed: expected <= "
+                            f"bias_high={knobs['bias_high']}")
+
+    def _expected_step(self, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(thetas (D, K), moved (K,)): theta after the expected (noise-free) step of each
+        candidate allocation (K, H) -- the mixed true gradient through the optimizer from
+        the current state -- and whether that step moves theta at all."""
+        cand = np.asarray(candidates, dtype=np.float64)
+        frac = cand / cand.sum(axis=1, keepdims=True)
+        grad = -(frac @ self.true_gradients()[: self.H])                             # (K, D)
+        thetas = np.ascontiguousarray((self.theta + self.opt.peek(grad)).T)          # (D, K); C order keeps BLAS fast
+        return thetas, np.any(grad != 0.0, axis=1)
+
+    def expected_success(self, candidates: np.ndarray) -> np.ndarray:
+        """(K, n_all, H+1) true success matrix after the expected step of each candidate
+        allocation (K, H) from the current state (drift left out); the state is not changed."""
+        from scipy.special import expit     # imported here: the bernoulli env needs no scipy
+
+        thetas, moved = self._expected_step(candidates)
+        p_new = expit(self._logits(thetas)).transpose(2, 0, 1)                       # (K, n_all, H+1)
+        return np.where(moved[:, None, None], p_new, self.success_matrix()[None])
+
+    def true_directions(self) -> np.ndarray:
+        """(H+1, D) true expected loss-gradient direction of a pure step per harness (the
+        held-out harness last): what the gradient sketch estimates without noise."""
+        return -self.true_gradients()
+
+
 def optimizer_knobs(lr: float) -> dict[str, Knob]:
     """The optimizer knobs of an environment whose default learning rate is `lr`."""
     return {
