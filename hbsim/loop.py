@@ -63,7 +63,7 @@ def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _nan(value) -> float:
+def float_or_nan(value) -> float:
     return float("nan") if value is None else float(value)
 
 
@@ -108,12 +108,11 @@ class StepRecorder:
                  evaluate: Callable[[], pd.DataFrame] | None = None, env: dict | None = None):
         if eval_every is not None and (not isinstance(eval_every, (int, np.integer)) or eval_every < 1):
             raise UserError(f"eval_every={eval_every!r} is not allowed: expected None or an integer >= 1")
-        if batch_groups is None:
-            batch_groups = BATCH_GROUPS.default
-        batch_groups = BATCH_GROUPS.check("batch_groups", batch_groups)
+        batch_groups = BATCH_GROUPS.default if batch_groups is None else batch_groups
+        self.batch_groups = BATCH_GROUPS.check("batch_groups", batch_groups)
         self.policy = policy
         self.label = label if label is not None else getattr(policy, "name", type(policy).__name__)
-        self.seed, self.eval_every, self.batch_groups = int(seed), eval_every, int(batch_groups)
+        self.seed, self.eval_every = int(seed), eval_every
         self.harnesses = list(harnesses)
         self._evaluate, self._env = evaluate, dict(env or {})
         self._columns = {prefix: [f"{prefix}_{h}" for h in self.harnesses]
@@ -171,10 +170,10 @@ class StepRecorder:
     def _row(self, p: np.ndarray, alloc, res, diag: dict) -> dict:
         arm = alloc.arm
         row = {"policy": self.label, "seed": self.seed, "step": self.t, "arm": -1 if arm is None else int(arm),
-               "learnability": _nan(res.learnability)}
+               "learnability": float_or_nan(res.learnability)}
         for key in _SCALARS:
-            row[key] = _nan(diag.get(key))
-        row["reward"] = _nan(res.reward)
+            row[key] = float_or_nan(diag.get(key))
+        row["reward"] = float_or_nan(res.reward)
         row.update(zip(self._columns["p"], p.tolist()))
         row["entropy"] = normalised_entropy(p)
         nan_arms = [float("nan")] * len(self.harnesses)
@@ -282,7 +281,7 @@ class Loop(StepRecorder):
                 self.evaluate()
             if checkpoint is not None and checkpoint(self):
                 return
-        if self.t == steps and (not self._evals or int(self._evals[-1]["step"].iloc[0]) != self.t):
+        if self.t == steps and self.evaluated_at != self.t:
             self.evaluate()
 
     def state_dict(self) -> dict:
