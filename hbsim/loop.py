@@ -153,11 +153,6 @@ class StepRecorder:
         return row
 
     @property
-    def last_row(self) -> dict | None:
-        """The train row of the latest step (None before the first)."""
-        return self._rows[-1] if self._rows else None
-
-    @property
     def rows(self) -> list[dict]:
         """The train rows so far (one per step, oldest first); read-only by convention."""
         return self._rows

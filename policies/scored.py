@@ -80,9 +80,7 @@ class ScoredPolicy(Policy):
         self.l_window = [0.0] * self.cfg.window         # ring buffers (see policies.signals.window_push)
         self.t_window = [0.0] * self.cfg.window
         self.c_window = [0.0] * self.cfg.window
-        self.l_count = 0
-        self.t_count = 0
-        self.c_count = 0
+        self.l_count = self.t_count = self.c_count = 0
         self.q = [0.0] * h                              # per-arm scalars as lists: read and written
         self.q_defined = [False] * h                    # one at a time, where numpy scalars cost more
         self.bank: MemoryBank | None = None             # transfer memories, allocated on the first sketch

@@ -65,7 +65,7 @@ from hbsim.envs.base import (COMMON_KNOBS, CATEGORIES, Batch, GradientEnv, Knob,
 from hbsim.grpo import Optimizer, expected_group_signal
 from policies.errors import UserError
 
-#: spawn-key stream id of the drift and gradient-noise stream (the base uses 0-4)
+#: spawn-key stream id of the drift and gradient-noise stream (the base uses 0-5)
 STREAM_DRIFT = 10
 
 
