@@ -17,10 +17,7 @@ ran after s optimizer steps (`step = 0`: before training). `seconds_scheduler` i
 time of select + update, `seconds_step` the wall time of the whole step (evaluation
 excluded); the `seconds_*` columns are the only ones that are not reproducible bit for bit.
 `step_overhead(row)` / `overhead_fraction(train)` derive the scheduler's share of the step time from them.
-
-Checkpoints: `run(..., checkpoint=hook)` calls `hook(loop)` after every step and its
-evaluation, where `loop.state_dict()` is consistent; a true return stops the run there
-(no final evaluation), e.g. on SIGTERM. `Loop.load_state_dict` continues such a run.
+Checkpoints: `Loop.run`'s `checkpoint` hook; `Loop.load_state_dict` continues such a run.
 """
 from __future__ import annotations
 
@@ -257,18 +254,17 @@ class Loop(StepRecorder):
         return self.adapter.config()
 
     def run(self, steps: int, progress: Callable[[int, int], None] | None = None, *,
-            pause_at: int | None = None, checkpoint: Callable[["Loop"], bool | None] | None = None) -> None:
+            checkpoint: Callable[["Loop"], bool | None] | None = None) -> None:
         """Run until `steps` optimizer steps are done; evaluates every `eval_every` steps
-        (step 0 included) and always at the final step. `pause_at` stops early after that
-        step (no final evaluation), e.g. to checkpoint with `state_dict()` and resume with
-        another `run(steps)`. `checkpoint(loop)` is called after every step and its
-        evaluation; a true return stops the run there (no final evaluation)."""
+        (step 0 included) and always at the final step. `checkpoint(loop)` is called after
+        every step and its evaluation, where `loop.state_dict()` is consistent; a true return
+        stops the run there (no final evaluation), e.g. on SIGTERM; another `run(steps)`, on
+        this loop or one given its `state_dict()`, continues it."""
         if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool) or steps < 0:
             raise UserError(f"steps={steps!r} is not allowed: expected an integer >= 0")
-        stop = steps if pause_at is None else min(steps, pause_at)
         if self.eval_every and self.t == 0 and not self._evals:
             self.evaluate()
-        while self.t < stop:
+        while self.t < steps:
             self.step()
             if progress is not None:
                 progress(self.t, steps)

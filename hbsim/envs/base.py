@@ -33,7 +33,6 @@ What a subclass implements
     _check_knobs(knobs)                         cross-knob validation (raise UserError)
     rewards_from_uniform(p, u) -> (m, G)        rewards in [0, 1] from success probabilities
                                                 p (m,) and uniforms u (m, G); default binary
-    step_extras() -> dict                       extra per-step columns (floats)
     _advance(rng)                               what happens every step whatever was trained
                                                 (drift, forgetting), after `_learn`; `rng` is
                                                 the step's "world" stream (same for every policy)
@@ -199,9 +198,6 @@ class SyntheticEnv:
         """Binary rewards: success where u < p. p (m,), u (m, G) -> (m, G) float."""
         return (u < p[:, None]).astype(np.float64)
 
-    def step_extras(self) -> dict:
-        return {}
-
     def _advance(self, rng: np.random.Generator) -> None:
         """Per-step change that does not depend on the batch (default: none)."""
 
@@ -352,7 +348,6 @@ class SyntheticEnv:
         # noise-free held-out success (the eval suites' expected mean reward) after the step
         extras["true_heldout_tasks"] = float(success[self.n_tasks:, : self.H].mean())
         extras["true_heldout_harness"] = float(success[self.n_tasks:, self.H].mean())
-        extras.update(self.step_extras())
         return extras
 
 

@@ -79,9 +79,6 @@ def orthonormal_rows(F: np.ndarray) -> np.ndarray:
 
 # -- the environment -------------------------------------------------------------------
 class DriftingEnv(GradientEnv):
-    """Drifting-gradient bandit; see the module docstring for the model. Its knobs (the table
-    `DriftingEnv.KNOBS`: hbsim.envs.base's COMMON_KNOBS first) are listed below."""
-
     kind = "drifting"
     summary = "shared + harness-specific drifting gradient directions, SGD/Adam, conflicting pairs"
     KNOBS = COMMON_KNOBS | {

@@ -58,9 +58,6 @@ def student_features(x: np.ndarray, v: np.ndarray, interaction: float) -> np.nda
 
 
 class StudentEnv(GradientEnv):
-    """Logistic student; see the module docstring for the model. Its knobs (the table
-    `StudentEnv.KNOBS`: hbsim.envs.base's COMMON_KNOBS first) are listed below."""
-
     kind = "student"
     summary = "logistic student: theta, sigmoid(<theta, phi(task, harness)>), REINFORCE + Adam"
     KNOBS = COMMON_KNOBS | {
