@@ -2,40 +2,10 @@
 sampling, dynamic sampling, leftover buffers, cost ledger, common random numbers, ground
 truth logging and held-out evaluation are shared; a subclass only writes its model.
 
-What a subclass implements
---------------------------
-    kind: ClassVar[str]                         registry name ("bernoulli", ...)
-    KNOBS: ClassVar[Knobs]                      COMMON_KNOBS | its own knobs (a policies.knobs
-                                                table: defaults, validation, docstring)
-    _build(rng)                                 build the ground truth and the initial learned
-                                                state from `rng` (the "structure" stream)
-    success_matrix() -> (n_tasks + n_heldout_tasks, n_harnesses + 1) float in [0, 1]
-                                                current TRUE success probability of every task
-                                                (training rows first, then held-out rows) on
-                                                every harness (training columns first, the
-                                                held-out harness last)
-    _learn(batch, rng) -> (sketch, update_sketch)
-                                                apply one optimizer step built from the
-                                                optimized `Batch` (its advantages!), mutate the
-                                                model, return the (d,) float32 gradient sketch
-                                                (or None) and the update sketch (or None);
-                                                `rng` is the step's "learn" stream (fresh per
-                                                step, the same for every policy at step t);
-                                                not called when no group was optimized
-    expected_gains(candidates) -> (C,) float    candidates (C, H) int group counts; the true
-                                                expected one-step change of the mean training
-                                                success (all training tasks x all training
-                                                harnesses) if that allocation were optimized
-                                                from the CURRENT state; must not mutate state
-    _model_state() -> dict / _load_model_state(d)
-                                                the learned state (numpy arrays), exact
-  optional:
-    _check_knobs(knobs)                         cross-knob validation (raise UserError)
-    rewards_from_uniform(p, u) -> (m, G)        rewards in [0, 1] from success probabilities
-                                                p (m,) and uniforms u (m, G); default binary
-    _advance(rng)                               what happens every step whatever was trained
-                                                (drift, forgetting), after `_learn`; `rng` is
-                                                the step's "world" stream (same for every policy)
+A subclass sets `kind` (its registry name) and `KNOBS` (COMMON_KNOBS | its own knobs) and
+writes the hooks of "subclass hooks" below: `_build`, `success_matrix`, `_learn`,
+`expected_gains`, `_model_state` / `_load_model_state`; optionally `_check_knobs`,
+`rewards_from_uniform` and `_advance`.
 
 The base provides `self.knobs` (resolved), `self.harnesses`, `self.heldout_harness`,
 `self.task_ids` (all tasks, training first), `self.task_category` (n_all,) int index into
@@ -151,7 +121,7 @@ class SyntheticEnv:
 
     @classmethod
     def _check_knobs(cls, knobs: dict) -> None:
-        """Cross-knob validation; subclasses raise UserError."""
+        """Cross-knob validation (optional); raises UserError."""
 
     # -- construction --------------------------------------------------------------
     def __init__(self, seed: int = 0, **knobs):
@@ -177,29 +147,42 @@ class SyntheticEnv:
 
     # -- subclass hooks ------------------------------------------------------------
     def _build(self, rng: np.random.Generator) -> None:
+        """Build the ground truth and the initial learned state from `rng` (the structure stream)."""
         raise NotImplementedError
 
     def success_matrix(self) -> np.ndarray:
+        """(n_tasks + n_heldout_tasks, H + 1) current TRUE success probability of every task
+        (training rows first) on every harness (training columns first, the held-out last)."""
         raise NotImplementedError
 
     def _learn(self, batch: Batch, rng: np.random.Generator) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """One optimizer step built from the optimized batch (its advantages!): mutate the
+        model, return the (d,) float32 gradient sketch and the update sketch (each or None).
+        `rng` is the step's learn stream (the same for every policy at step t); not called
+        when no group was optimized."""
         raise NotImplementedError
 
     def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
+        """candidates (C, H) int group counts -> (C,) true expected one-step change of the mean
+        training success (training tasks x training harnesses) if that allocation were
+        optimized from the CURRENT state; must not change the state."""
         raise NotImplementedError
 
     def _model_state(self) -> dict:
+        """The learned state (numpy arrays), exactly; `_load_model_state` restores it."""
         raise NotImplementedError
 
     def _load_model_state(self, state: dict) -> None:
         raise NotImplementedError
 
     def rewards_from_uniform(self, p: np.ndarray, u: np.ndarray) -> np.ndarray:
-        """Binary rewards: success where u < p. p (m,), u (m, G) -> (m, G) float."""
+        """Rewards in [0, 1] from success probabilities p (m,) and uniforms u (m, G) -> (m, G);
+        here binary: success where u < p."""
         return (u < p[:, None]).astype(np.float64)
 
     def _advance(self, rng: np.random.Generator) -> None:
-        """Per-step change that does not depend on the batch (default: none)."""
+        """What happens every step whatever was trained (drift, forgetting), after `_learn`;
+        `rng` is the step's world stream (the same for every policy). Default: nothing."""
 
     # -- the adapter ---------------------------------------------------------------
     def config(self) -> dict:
@@ -209,11 +192,9 @@ class SyntheticEnv:
         counts = self._check_counts(allocation)
         t0 = time.perf_counter()
         before = self.success_matrix()
-        ledger = CostLedger()
         arms = np.flatnonzero(counts).tolist()
         sample = self._sampler.collect({h: int(counts[h]) for h in arms}, self.step_count,
                                        lambda requests: self._generate(requests, before))
-        ledger.groups_generated, ledger.groups_retained = sample.generated, sample.retained
         batch = self._assemble(sample.parts, arms)
         t1 = time.perf_counter()
         pure = np.eye(self.H, dtype=np.int64) * counts.sum()
@@ -228,12 +209,11 @@ class SyntheticEnv:
         self._advance(_stream(self.seed, STREAM_WORLD, self.step_count))
         t3 = time.perf_counter()
         self.step_count += 1
-        ledger.groups_scored = ledger.groups_generated
-        ledger.groups_optimized = len(batch)
-        ledger.leftover_used = sample.leftover_used
-        ledger.leftover_age = sample.leftover_age
-        ledger.leftover_size = sample.leftover_size
-        ledger.seconds = {"rollout": t1 - t0, "oracle": t2 - t1, "backward": t3 - t2}
+        ledger = CostLedger(groups_generated=sample.generated, groups_scored=sample.generated,
+                            groups_retained=sample.retained, groups_optimized=len(batch),
+                            leftover_used=sample.leftover_used, leftover_age=sample.leftover_age,
+                            leftover_size=sample.leftover_size,
+                            seconds={"rollout": t1 - t0, "oracle": t2 - t1, "backward": t3 - t2})
         L = grpo.learnability(batch.advantages) if len(batch) else None
         reward = float(batch.rewards.sum() / batch.rewards.size) if len(batch) else float("nan")
         return StepResult(learnability=L, sketch=sketch, update_sketch=update_sketch, reward=reward,
