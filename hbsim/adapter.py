@@ -7,7 +7,7 @@ returned `StepResult` back to the policy as `Feedback`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -45,9 +45,7 @@ class CostLedger:
     seconds: dict[str, float] = field(default_factory=dict)
 
     def as_row(self) -> dict:
-        row = {k: getattr(self, k) for k in ("groups_generated", "groups_scored", "groups_retained",
-                                            "groups_optimized", "leftover_used", "leftover_age",
-                                            "leftover_size", "tokens")}
+        row = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "seconds"}
         for phase in SECOND_PHASES:
             row[f"seconds_{phase}"] = float(self.seconds.get(phase, 0.0))
         for phase, value in self.seconds.items():

@@ -51,7 +51,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from hbsim.loop import step_feedback
+from hbsim.loop import float_or_nan, step_feedback
 from policies import Allocation
 from policies.signals import MemoryBank, as_float_sketch, sketch_norm, transfer_and_update
 from policies.errors import UserError
@@ -127,11 +127,11 @@ class Probe:
                 sketches["update"].append(res.update_sketch)
                 row = {"policy": loop.label, "seed": loop.seed, "step": step, "harness": loop.harnesses[h],
                        "arm": h, "prob": float(prob[h]), "q_before": float(q_before[h]),
-                       "learnability": _f(res.learnability),
+                       "learnability": float_or_nan(res.learnability),
                        "t_grad": transfer_against(self.banks["grad"], h, res.sketch, eta, step),
                        "t_update": transfer_against(self.banks["update"], h, res.update_sketch, eta, step),
-                       "t_policy": _f(diag.get("transfer")), "l_norm": _f(diag.get("l_norm")),
-                       "t_norm": _f(diag.get("t_norm")), "score": _f(diag.get("score")),
+                       "t_policy": float_or_nan(diag.get("transfer")), "l_norm": float_or_nan(diag.get("l_norm")),
+                       "t_norm": float_or_nan(diag.get("t_norm")), "score": float_or_nan(diag.get("score")),
                        "q": float(np.asarray(diag.get("Q", np.full(H, np.nan)))[h])}
                 row.update({f"gain_{t}": float(truth["gains"][h, i]) for i, t in enumerate(TARGETS)})
                 row.update({f"real_{t}": float(real[i]) for i, t in enumerate(TARGETS)})
@@ -174,7 +174,3 @@ class Probe:
             columns=["policy", "seed", "step", "harness", "arm"])
         frame.insert(0, "run_id", run_id)
         return frame
-
-
-def _f(value) -> float:
-    return float("nan") if value is None else float(value)

@@ -146,8 +146,8 @@ def check_path_length(path: str | os.PathLike, flag: str = "--out", reserve: int
     bytes (room for the files created inside), from os.pathconf or 255 / 4096."""
     absolute = Path(os.path.abspath(path))
     base = _existing_ancestor(absolute)
-    name_max = _pathconf(base if base.is_dir() else base.parent, "PC_NAME_MAX", 255)
-    path_max = _pathconf(base if base.is_dir() else base.parent, "PC_PATH_MAX", 4096)
+    base = base if base.is_dir() else base.parent
+    name_max, path_max = _pathconf(base, "PC_NAME_MAX", 255), _pathconf(base, "PC_PATH_MAX", 4096)
     for part in absolute.parts:
         if len(os.fsencode(part)) > name_max:
             raise UserError(f"{flag} {str(path)[:60]!r}...: the name {part[:40]!r}... has {len(os.fsencode(part))} "
@@ -239,10 +239,6 @@ def _kind_of(path: Path) -> str | None:
     return record["kind"] if record else legacy_kind(path)
 
 
-def _remedy(force_flag: str | None) -> str:
-    return f"choose a new path or pass {force_flag}" if force_flag else "choose a new path"
-
-
 def check_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = None, *,
                      force: bool = False, flag: str = "--out", force_flag: str | None = "--force") -> str:
     """Validate the output folder of a `kind` tool BEFORE any work; writes nothing.
@@ -273,7 +269,8 @@ def check_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None
         return "resume"
     if force:
         return "forced"
-    raise UserError(f"{flag} {str(root)!r} {problem}; nothing was written: {_remedy(force_flag)}")
+    remedy = f"choose a new path or pass {force_flag}" if force_flag else "choose a new path"
+    raise UserError(f"{flag} {str(root)!r} {problem}; nothing was written: {remedy}")
 
 
 def claim_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = None,
@@ -293,19 +290,10 @@ def claim_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None
 
 
 def check_resume_dir(path: str | os.PathLike, checkpoint: str = CHECKPOINT, flag: str = "--out") -> Path:
-    """Refuse `--resume` of a run directory that cannot be resumed; returns the checkpoint path.
-
-    Call it before any work when the user asked to resume a run (e.g. `hb real --resume
-    --out DIR`). Raises UserError, naming the folder and what to do, when DIR
-    * does not exist, or is not a folder ("nothing to resume; drop --resume to start"),
-    * is empty,
-    * is not a run directory of ours (another kind per `.hb-kind.json`, or a folder hb did
-      not create),
-    * is ours but holds no `checkpoint` (relative to DIR, a glob pattern such as
-      "trl/checkpoint-*/harnessbandit.pt"): the run never reached its first checkpoint, so
-      resuming it would silently start from nothing.
-    Nothing is written.
-    """
+    """The latest `checkpoint` (a glob relative to DIR, e.g. "trl/checkpoint-*/harnessbandit.pt")
+    of the run directory DIR that `--resume` continues; writes nothing. UserError, naming
+    what to do, for a missing, empty or foreign folder, or one without a checkpoint (resuming
+    it would silently start from nothing)."""
     root = Path(path)
     if not root.exists():
         raise UserError(f"--resume {flag} {str(root)!r}: the folder does not exist, so there is nothing to "

@@ -111,11 +111,8 @@ def binary_group_learnability(k: np.ndarray | int, group_size: int) -> np.ndarra
     return 2.0 * k * (group_size - k) / (group_size * (group_size - 1))
 
 
-# --------------------------------------------------------------------------------------
-# Oracle and optimizer maths shared by the synthetic environments (hbsim.envs): the ONE
-# home of the exact expected group signal and of the SGD/Adam step.
-# --------------------------------------------------------------------------------------
-
+# -- oracle and optimizer maths of the synthetic environments (hbsim.envs): the ONE home
+# -- of the exact expected group signal and of the SGD/Adam step --------------------------
 #: up to this G, E[sig](p) is evaluated as a monomial polynomial by Horner's rule (well
 #: conditioned for small G); above it, the exact binomial sum
 POLY_MAX_G = 10

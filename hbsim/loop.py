@@ -17,10 +17,7 @@ ran after s optimizer steps (`step = 0`: before training). `seconds_scheduler` i
 time of select + update, `seconds_step` the wall time of the whole step (evaluation
 excluded); the `seconds_*` columns are the only ones that are not reproducible bit for bit.
 `step_overhead(row)` / `overhead_fraction(train)` derive the scheduler's share of the step time from them.
-
-Checkpoints: `run(..., checkpoint=hook)` calls `hook(loop)` after every step and its
-evaluation, where `loop.state_dict()` is consistent; a true return stops the run there
-(no final evaluation), e.g. on SIGTERM. `Loop.load_state_dict` continues such a run.
+Checkpoints: `Loop.run`'s `checkpoint` hook; `Loop.load_state_dict` continues such a run.
 """
 from __future__ import annotations
 
@@ -63,7 +60,7 @@ def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _nan(value) -> float:
+def float_or_nan(value) -> float:
     return float("nan") if value is None else float(value)
 
 
@@ -108,12 +105,11 @@ class StepRecorder:
                  evaluate: Callable[[], pd.DataFrame] | None = None, env: dict | None = None):
         if eval_every is not None and (not isinstance(eval_every, (int, np.integer)) or eval_every < 1):
             raise UserError(f"eval_every={eval_every!r} is not allowed: expected None or an integer >= 1")
-        if batch_groups is None:
-            batch_groups = BATCH_GROUPS.default
-        batch_groups = BATCH_GROUPS.check("batch_groups", batch_groups)
+        batch_groups = BATCH_GROUPS.default if batch_groups is None else batch_groups
+        self.batch_groups = BATCH_GROUPS.check("batch_groups", batch_groups)
         self.policy = policy
         self.label = label if label is not None else getattr(policy, "name", type(policy).__name__)
-        self.seed, self.eval_every, self.batch_groups = int(seed), eval_every, int(batch_groups)
+        self.seed, self.eval_every = int(seed), eval_every
         self.harnesses = list(harnesses)
         self._evaluate, self._env = evaluate, dict(env or {})
         self._columns = {prefix: [f"{prefix}_{h}" for h in self.harnesses]
@@ -154,11 +150,6 @@ class StepRecorder:
         return row
 
     @property
-    def last_row(self) -> dict | None:
-        """The train row of the latest step (None before the first)."""
-        return self._rows[-1] if self._rows else None
-
-    @property
     def rows(self) -> list[dict]:
         """The train rows so far (one per step, oldest first); read-only by convention."""
         return self._rows
@@ -171,10 +162,10 @@ class StepRecorder:
     def _row(self, p: np.ndarray, alloc, res, diag: dict) -> dict:
         arm = alloc.arm
         row = {"policy": self.label, "seed": self.seed, "step": self.t, "arm": -1 if arm is None else int(arm),
-               "learnability": _nan(res.learnability)}
+               "learnability": float_or_nan(res.learnability)}
         for key in _SCALARS:
-            row[key] = _nan(diag.get(key))
-        row["reward"] = _nan(res.reward)
+            row[key] = float_or_nan(diag.get(key))
+        row["reward"] = float_or_nan(res.reward)
         row.update(zip(self._columns["p"], p.tolist()))
         row["entropy"] = normalised_entropy(p)
         nan_arms = [float("nan")] * len(self.harnesses)
@@ -263,18 +254,17 @@ class Loop(StepRecorder):
         return self.adapter.config()
 
     def run(self, steps: int, progress: Callable[[int, int], None] | None = None, *,
-            pause_at: int | None = None, checkpoint: Callable[["Loop"], bool | None] | None = None) -> None:
+            checkpoint: Callable[["Loop"], bool | None] | None = None) -> None:
         """Run until `steps` optimizer steps are done; evaluates every `eval_every` steps
-        (step 0 included) and always at the final step. `pause_at` stops early after that
-        step (no final evaluation), e.g. to checkpoint with `state_dict()` and resume with
-        another `run(steps)`. `checkpoint(loop)` is called after every step and its
-        evaluation; a true return stops the run there (no final evaluation)."""
+        (step 0 included) and always at the final step. `checkpoint(loop)` is called after
+        every step and its evaluation, where `loop.state_dict()` is consistent; a true return
+        stops the run there (no final evaluation), e.g. on SIGTERM; another `run(steps)`, on
+        this loop or one given its `state_dict()`, continues it."""
         if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool) or steps < 0:
             raise UserError(f"steps={steps!r} is not allowed: expected an integer >= 0")
-        stop = steps if pause_at is None else min(steps, pause_at)
         if self.eval_every and self.t == 0 and not self._evals:
             self.evaluate()
-        while self.t < stop:
+        while self.t < steps:
             self.step()
             if progress is not None:
                 progress(self.t, steps)
@@ -282,7 +272,7 @@ class Loop(StepRecorder):
                 self.evaluate()
             if checkpoint is not None and checkpoint(self):
                 return
-        if self.t == steps and (not self._evals or int(self._evals[-1]["step"].iloc[0]) != self.t):
+        if self.t == steps and self.evaluated_at != self.t:
             self.evaluate()
 
     def state_dict(self) -> dict:

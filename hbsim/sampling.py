@@ -86,7 +86,8 @@ class DynamicSampler:
                 self.buffers[h] = [entry for entry in buf if step - entry[0] <= self.max_age]
 
     def _take(self, h: int, n: int, step: int, parts: list, ages: list) -> int:
-        """Move up to n buffered groups of harness h (oldest first) into `parts`."""
+        """Move up to n buffered groups of harness h (oldest first) into `parts`, their ages
+        at `step` into `ages`; returns how many."""
         buf, taken = self.buffers[h], 0
         while taken < n and buf:
             born, block = buf[0]
@@ -101,18 +102,12 @@ class DynamicSampler:
         return taken
 
     def _cap(self) -> None:
-        if self.max_size <= 0:
-            return
-        for buf in self.buffers:
-            extra = sum(len(block) for _, block in buf) - self.max_size
-            while extra > 0:
-                born, block = buf[0]
-                if len(block) <= extra:
-                    buf.pop(0)
-                    extra -= len(block)
-                else:
-                    buf[0] = [born, block[extra:]]
-                    extra = 0
+        """Drop the oldest groups of every buffer beyond `max_size` (0: no cap)."""
+        if self.max_size > 0:
+            for h, buf in enumerate(self.buffers):
+                extra = sum(len(block) for _, block in buf) - self.max_size
+                if extra > 0:
+                    self._take(h, extra, 0, [], [])
 
     def collect(self, need: dict[int, int], step: int, generate: Generate) -> Sample:
         """The groups of one step: need = harness -> groups wanted (harness order)."""

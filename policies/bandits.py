@@ -37,6 +37,7 @@ class Exp3S(ScoredPolicy):
     summary = "Exp3.S on the fused score (Graves et al. 2017 curricula); knobs gamma, share"
     KNOBS = INDEX_KNOBS | {"gamma": Knob(0.1, "uniform mixing of the law", 0.0, 1.0, low_open=True),
                            "share": Knob(1e-3, "weight sharing towards uniform", 0.0, 1.0)}
+    _ARRAYS = ("log_w",)
 
     def _reset_state(self) -> None:
         super()._reset_state()
@@ -62,18 +63,12 @@ class Exp3S(ScoredPolicy):
         w = w * np.exp(self.cfg.gamma * reward / k) + math.e * self.cfg.share / k * w.sum()
         self.log_w = np.log(w) + shift
 
-    def _extra_state(self) -> dict:
-        return {**super()._extra_state(), "log_w": self.log_w.copy()}
-
-    def _load_extra_state(self, state: dict) -> None:
-        super()._load_extra_state(state)
-        self.log_w = state["log_w"].copy()
-
 
 class UCB1(ScoredPolicy):
     name = "ucb1"
     summary = "UCB1 on the mean fused score; knob ucb_c"
     KNOBS = INDEX_KNOBS.without("q_decay") | {"ucb_c": Knob(1.0, "exploration bonus scale", 0.0, 1e9)}
+    _ARRAYS = ("score_sum", "scored")
 
     def _reset_state(self) -> None:
         super()._reset_state()
@@ -94,13 +89,6 @@ class UCB1(ScoredPolicy):
         if not math.isnan(score):
             self.score_sum[arm] += score
             self.scored[arm] += 1
-
-    def _extra_state(self) -> dict:
-        return {**super()._extra_state(), "score_sum": self.score_sum.copy(), "scored": self.scored.copy()}
-
-    def _load_extra_state(self, state: dict) -> None:
-        super()._load_extra_state(state)
-        self.score_sum, self.scored = state["score_sum"].copy(), state["scored"].copy()
 
 
 def thompson_argmax_law(a: np.ndarray, b: np.ndarray, grid: int = 2001) -> np.ndarray:
@@ -127,6 +115,7 @@ class DiscountedTS(ScoredPolicy):
     summary = "discounted Thompson sampling on the fused score; knob ts_gamma"
     KNOBS = INDEX_KNOBS | {"ts_gamma": Knob(0.95, "posterior discount per step", 0.0, 1.0, low_open=True,
                                             high_open=True)}
+    _ARRAYS = ("a", "b")
 
     def _reset_state(self) -> None:
         super()._reset_state()
@@ -144,19 +133,13 @@ class DiscountedTS(ScoredPolicy):
             self.a[arm] += score
             self.b[arm] += 1.0 - score
 
-    def _extra_state(self) -> dict:
-        return {**super()._extra_state(), "a": self.a.copy(), "b": self.b.copy()}
-
-    def _load_extra_state(self, state: dict) -> None:
-        super()._load_extra_state(state)
-        self.a, self.b = state["a"].copy(), state["b"].copy()
-
 
 class RankPrioritised(ScoredPolicy):
     name = "rank"
     summary = "PLR-style rank prioritisation of Q with staleness mixing; knobs plr_beta, plr_rho"
     KNOBS = INDEX_KNOBS | {"plr_beta": Knob(0.1, "rank temperature", 0.0, 1e9, low_open=True),
                            "plr_rho": Knob(0.1, "staleness mixing", 0.0, 1.0)}
+    _ARRAYS = ("last_chosen",)
 
     def _reset_state(self) -> None:
         super()._reset_state()
@@ -178,9 +161,3 @@ class RankPrioritised(ScoredPolicy):
         super()._learn(arm, score)
         self.last_chosen[arm] = self.t + 1
 
-    def _extra_state(self) -> dict:
-        return {**super()._extra_state(), "last_chosen": self.last_chosen.copy()}
-
-    def _load_extra_state(self, state: dict) -> None:
-        super()._load_extra_state(state)
-        self.last_chosen = state["last_chosen"].copy()

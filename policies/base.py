@@ -42,10 +42,6 @@ class Allocation:
         nonzero = np.flatnonzero(self.counts)
         return int(nonzero[0]) if nonzero.size == 1 else None
 
-    @property
-    def is_pure(self) -> bool:
-        return self.arm is not None
-
     @classmethod
     def pure(cls, arm: int, n_arms: int, batch_groups: int) -> "Allocation":
         counts = np.zeros(n_arms, dtype=np.int64)
@@ -76,11 +72,8 @@ class Feedback:
 
 
 class Policy:
-    """Base class: `KNOBS` (a `policies.knobs.Knobs` table, scope "policy") names the knobs,
-    their defaults and what is allowed; the constructor resolves them once into `self.cfg`,
-    a frozen slots record; learned state lives in plain arrays (per-arm visits and step
-    count here, the rest in subclasses, saved through `_extra_state`), randomness in the
-    policy's own `self._rng`."""
+    """Base class (module docstring): per-arm visits and the step count live here, a
+    subclass's learned state is saved through `_extra_state`."""
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
@@ -151,10 +144,17 @@ class Policy:
         self.t += 1
 
     def update(self, feedback: Feedback) -> None:
-        raise NotImplementedError
+        """A policy without learned scores only counts the visit (a learning policy overrides it)."""
+        self._record(feedback)
 
     def diagnostics(self) -> dict:
-        raise NotImplementedError
+        """The diagnostics keys of docs/ARCHITECTURE.md; NaN scores for a policy without learned ones."""
+        nan, h = float("nan"), self.n_arms
+        return {"t": self.t, "arm": self._last_arm, "learnability": nan, "transfer": nan, "l_norm": nan, "t_norm": nan,
+                "score": nan, "Q": np.full(h, nan), "U": np.full(h, nan), "n": self._visits.copy(),
+                "memory_norm": np.full(h, nan), "memory_age": np.full(h, nan),
+                "probabilities": self.probabilities(), "missing_learnability": 0, "missing_transfer": 0,
+                "nonfinite_signals": 0}
 
     def config(self) -> dict:
         """The resolved constructor arguments of this policy: n_arms, seed and its knobs."""

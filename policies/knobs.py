@@ -84,11 +84,10 @@ class Knob:
         elif self.kind is bool:
             text = "true or false"
         elif self.kind in (int, float):
-            lo = "-inf" if self.low is None else self.low
-            hi = "inf" if self.high is None else self.high
-            brackets = ("(" if self.low_open or self.low is None else "[", ")" if self.high_open or self.high is None else "]")
+            lo = "(-inf" if self.low is None else f"{'(' if self.low_open else '['}{self.low}"
+            hi = "inf)" if self.high is None else f"{self.high}{')' if self.high_open else ']'}"
             word = "an integer" if self.kind is int else "a finite number"
-            text = f"{word} in {brackets[0]}{lo}, {hi}{brackets[1]}"
+            text = f"{word} in {lo}, {hi}"
         else:
             text = f"a {self.kind.__name__}"
         return text + (" or none" if self.optional else "")
@@ -211,6 +210,7 @@ def int_list(low: int = 0, high: int | None = None, *, min_len: int = 0, distinc
                 or (distinct and len(set(items)) != len(items))):
             raise UserError(f"{name}={value!r} is not allowed: expected {allowed}")
         return items
-    parse.allowed = (f"a list of {'distinct ' if distinct else ''}integers in [{low}, {'inf' if high is None else high}]"
+    upper = "inf" if high is None else high
+    parse.allowed = (f"a list of {'distinct ' if distinct else ''}integers in [{low}, {upper}]"
                      + (f" with at least {min_len} item{'s' * (min_len != 1)}" if min_len else ""))
     return parse

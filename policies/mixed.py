@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.base import BATCH_GROUPS, Allocation, Feedback, Policy
+from policies.base import BATCH_GROUPS, Allocation, Policy
 from policies.knobs import Knob, Knobs, int_list
 
 
@@ -49,20 +49,3 @@ class Mixed(Policy):
         for i in range(rem):
             counts[self.arms[(start + i) % k]] += 1
         return Allocation(counts)
-
-    def update(self, feedback: Feedback) -> None:
-        self._record(feedback)
-
-    def diagnostics(self) -> dict:
-        return nan_diagnostics(self)
-
-
-def nan_diagnostics(policy: Policy) -> dict:
-    """The diagnostics keys of docs/ARCHITECTURE.md for policies without learned scores."""
-    nan = float("nan")
-    h = policy.n_arms
-    return {"t": policy.t, "arm": policy._last_arm, "learnability": nan, "transfer": nan, "l_norm": nan, "t_norm": nan,
-            "score": nan, "Q": np.full(h, nan), "U": np.full(h, nan), "n": np.asarray(policy._visits).copy(),
-            "memory_norm": np.full(h, nan), "memory_age": np.full(h, nan),
-            "probabilities": policy.probabilities(), "missing_learnability": 0, "missing_transfer": 0,
-            "nonfinite_signals": 0}

@@ -1,26 +1,19 @@
-"""The HarnessBandit fused scheduler (SPEC §3) — the ONE implementation.
+"""The HarnessBandit fused scheduler (SPEC §3) -- the ONE implementation.
 
 `learnability`, `transfer`, `harnessbandit`, `product` and `min` are this class with a
-different `fusion`; they differ by configuration only. Beyond the paper, two knobs the
-reading note asks to ablate are configuration too:
+different `fusion`. Three knobs beyond the paper, which the reading note asks to ablate
+(each off by default, which is the paper):
 
-* `transfer_source="update"` computes T on the optimizer-update sketch (Adam-aware)
-  instead of the raw gradient sketch (note §4.2);
-* `max_memory_age=k` ignores other harnesses' memories older than k global steps when
-  computing T (stale directions; note §9.2). `None` (default) = no limit, the paper;
-* `cost_weight=w > 0` makes the utility cost-aware (note §9.2, "expected utility over
-  expected cost"): S <- S / (1 + w * c~), with c~ the feedback's cost (the loop passes
-  groups generated per optimized group) min-max normalised in its own pooled window.
-  0 (default) = off, the paper.
+* `transfer_source="update"`: T on the optimizer-update sketch (Adam-aware) instead of the
+  raw gradient sketch (note §4.2);
+* `max_memory_age=k`: T ignores other harnesses' memories older than k global steps (§9.2);
+* `cost_weight=w > 0`: S <- S / (1 + w * c~), c~ the feedback's cost (groups generated per
+  optimized group) min-max normalised in its own pooled window (§9.2).
 
 Index policies (`policies.bandits`) reuse this signal pipeline and override only
-`_index_law` (and `_learn` for their own statistics).
-
-State (plain arrays): pooled windows of raw L and T, Q (+ defined mask), visit counts,
-unit-sketch EMA memories with their norms and last-update steps, counters, and the
-policy's own `numpy.random.Generator`. The windows and Q are Python lists of floats
-(they are read and written one scalar at a time every step, where a numpy scalar access
-costs more than the arithmetic); `state_dict()` exports every piece as a numpy array.
+`_index_law` (and `_learn` for their own statistics). The windows and Q are Python lists
+(read and written one scalar at a time, where a numpy scalar costs more than the
+arithmetic); `state_dict()` exports every piece as a numpy array.
 """
 from __future__ import annotations
 
@@ -87,9 +80,7 @@ class ScoredPolicy(Policy):
         self.l_window = [0.0] * self.cfg.window         # ring buffers (see policies.signals.window_push)
         self.t_window = [0.0] * self.cfg.window
         self.c_window = [0.0] * self.cfg.window
-        self.l_count = 0
-        self.t_count = 0
-        self.c_count = 0
+        self.l_count = self.t_count = self.c_count = 0
         self.q = [0.0] * h                              # per-arm scalars as lists: read and written
         self.q_defined = [False] * h                    # one at a time, where numpy scalars cost more
         self.bank: MemoryBank | None = None             # transfer memories, allocated on the first sketch
@@ -224,11 +215,14 @@ class ScoredPolicy(Policy):
                 **self.counters}
 
     _LISTS = ("l_window", "t_window", "c_window", "q", "q_defined")   # saved as arrays
+    #: an index policy's own state arrays (`_reset_state` makes them), saved and loaded as copies
+    _ARRAYS: tuple[str, ...] = ()
 
     def _extra_state(self) -> dict:
         state = {k: np.array(getattr(self, k)) for k in self._LISTS}
         state.update(l_count=self.l_count, t_count=self.t_count, c_count=self.c_count, counters=dict(self.counters),
                      last=dict(self.last), memory=None if self.bank is None else self.bank.state())
+        state.update({k: getattr(self, k).copy() for k in self._ARRAYS})
         return state
 
     def _load_extra_state(self, state: dict) -> None:
@@ -239,6 +233,8 @@ class ScoredPolicy(Policy):
         self.l_count, self.t_count, self.c_count = int(state["l_count"]), int(state["t_count"]), int(state["c_count"])
         self.counters, self.last = dict(state["counters"]), dict(state["last"])
         self.bank = None if state["memory"] is None else MemoryBank.from_state(state["memory"])
+        for k in self._ARRAYS:
+            setattr(self, k, state[k].copy())
         self._law_cache = None
 
 

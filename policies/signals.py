@@ -15,18 +15,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-# --------------------------------------------------------------------------------------
-# Pooled sliding window (one ring buffer per signal, shared by all harnesses)
-# --------------------------------------------------------------------------------------
 
-
+# -- Pooled sliding window (one ring buffer per signal, shared by all harnesses) -----------
 def window_push(buffer: list[float], count: int, value: float) -> int:
     """Append `value` to the ring `buffer` (a list of capacity W) holding `count` values so far.
 
     Mutates `buffer` in place; returns the new count. Once more than W values were
     pushed, the oldest is overwritten, so the window holds the W most recent values.
-    (A Python list, not an array: the window is read and written one scalar at a time,
-    where numpy's per-call cost dominates.)
     """
     buffer[count % len(buffer)] = value
     return count + 1
@@ -50,11 +45,7 @@ def minmax_normalise(x: float, values: Sequence[float], degenerate: float = 0.5)
     return min(1.0, max(0.0, (x - lo) / (hi - lo)))
 
 
-# --------------------------------------------------------------------------------------
-# Transfer memory
-# --------------------------------------------------------------------------------------
-
-
+# -- Transfer memory -----------------------------------------------------------------------
 #: Below these sums of squares a float dot product may have lost digits to subnormal
 #: (or flushed) squares: the norm is then recomputed on a rescaled float64 copy.
 _RELIABLE_SQ = {np.dtype(t): float(np.finfo(t).tiny / np.finfo(t).eps) for t in (np.float32, np.float64)}
@@ -238,11 +229,7 @@ def transfer_and_update(bank: MemoryBank, arm: int, sketch: np.ndarray | None, e
     return transfer, count
 
 
-# --------------------------------------------------------------------------------------
-# Fusions: (l_norm, t_norm, alpha) -> S, NaN meaning "missing"
-# --------------------------------------------------------------------------------------
-
-
+# -- Fusions: (l_norm, t_norm, alpha) -> S, NaN meaning "missing" --------------------------
 def _one_or_both(both: Callable[[float, float, float], float]) -> Callable[[float, float, float], float]:
     """Lift a two-signal fusion: one present -> that one; none -> NaN."""
 
@@ -301,11 +288,7 @@ FUSION_USES: dict[str, tuple[bool, bool]] = {
 }
 
 
-# --------------------------------------------------------------------------------------
-# Selection law
-# --------------------------------------------------------------------------------------
-
-
+# -- Selection law -------------------------------------------------------------------------
 def undefined_q_fill(q: Sequence[float], q_defined: Sequence[bool]) -> float:
     """The Q that arms with an undefined Q take (SPEC §3): the largest defined Q, 0.0 if none."""
     fill = None

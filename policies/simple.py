@@ -1,10 +1,10 @@
-"""Policies without learned scores: uniform and round-robin (mixed lives in mixed.py)."""
+"""Policies without learned scores: uniform and round-robin (mixed lives in mixed.py). They
+keep the base class's `update` (count the visit) and NaN-score `diagnostics`."""
 from __future__ import annotations
 
 import numpy as np
 
-from policies.base import Feedback, Policy
-from policies.mixed import nan_diagnostics
+from policies.base import Policy
 
 
 class Uniform(Policy):
@@ -13,12 +13,6 @@ class Uniform(Policy):
 
     def probabilities(self) -> np.ndarray:
         return np.full(self.n_arms, 1.0 / self.n_arms)
-
-    def update(self, feedback: Feedback) -> None:
-        self._record(feedback)
-
-    def diagnostics(self) -> dict:
-        return nan_diagnostics(self)
 
 
 class RoundRobin(Policy):
@@ -29,9 +23,3 @@ class RoundRobin(Policy):
         p = np.zeros(self.n_arms)
         p[self.t % self.n_arms] = 1.0
         return p
-
-    def update(self, feedback: Feedback) -> None:
-        self._record(feedback)
-
-    def diagnostics(self) -> dict:
-        return nan_diagnostics(self)

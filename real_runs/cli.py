@@ -255,7 +255,7 @@ class Checkpointer:
         from hbsim.loop import step_overhead
         from real_runs.native import checkpoint
 
-        row, t = loop.last_row, loop.t
+        row, t = loop.rows[-1], loop.t
         name = loop.harnesses[row["arm"]] if row["arm"] >= 0 else "mixed"
         print(f"step {t}/{self.steps} arm={name} reward={row['reward']:.3f} L={row['learnability']:.3f} "
               f"groups gen/opt={row['groups_generated']}/{row['groups_optimized']} tokens={row['tokens']} "

@@ -1,8 +1,8 @@
 """Synthetic environments (SPEC §6): a registry of kinds and `make_env`.
 
 Each kind lives in its own module (hbsim/envs/<kind>.py) that defines a subclass of
-`hbsim.envs.base.SyntheticEnv` whose class attribute `kind` equals the registry name. Modules
-are imported on first use, so a kind's import cost is only paid when it is used.
+`hbsim.envs.base.SyntheticEnv`; modules are imported on first use, so a kind's import cost
+is only paid when it is used.
 
     from hbsim.envs import ENVS, make_env
     ENVS["bernoulli"].knobs()              # default knobs
@@ -17,46 +17,35 @@ from typing import Iterator
 from hbsim.envs.base import CATEGORIES, COMMON_KNOBS, SUITES, Batch, SyntheticEnv
 from policies.errors import UserError
 
-#: kind -> module that defines it
-ENV_MODULES: dict[str, str] = {
-    "bernoulli": "hbsim.envs.bernoulli",
-    "drifting": "hbsim.envs.drifting",
-    "student": "hbsim.envs.student",
+#: kind -> (module, class) that defines it
+ENV_CLASSES: dict[str, tuple[str, str]] = {
+    "bernoulli": ("hbsim.envs.bernoulli", "BernoulliEnv"),
+    "drifting": ("hbsim.envs.drifting", "DriftingEnv"),
+    "student": ("hbsim.envs.student", "StudentEnv"),
 }
 
 
 class _Registry(Mapping):
-    """kind -> SyntheticEnv subclass, importing each module lazily."""
-
-    def __init__(self, modules: dict[str, str]):
-        self._modules = modules
-        self._classes: dict[str, type[SyntheticEnv]] = {}
+    """kind -> SyntheticEnv subclass, importing each module on first use."""
 
     def __getitem__(self, kind: str) -> type[SyntheticEnv]:
-        if kind not in self._modules:
-            raise UserError(f"env kind={kind!r} is unknown; valid kinds: {', '.join(self._modules)} "
+        if kind not in ENV_CLASSES:
+            raise UserError(f"env kind={kind!r} is unknown; valid kinds: {', '.join(ENV_CLASSES)} "
                             f"(presets: {', '.join(ENV_PRESETS)})")
-        if kind not in self._classes:
-            module = importlib.import_module(self._modules[kind])
-            found = [obj for obj in vars(module).values()
-                     if isinstance(obj, type) and issubclass(obj, SyntheticEnv) and obj.kind == kind]
-            if not found:
-                raise UserError(f"env kind={kind!r}: module {self._modules[kind]} defines no "
-                                 f"SyntheticEnv subclass with kind={kind!r}")
-            self._classes[kind] = found[0]
-        return self._classes[kind]
+        module, name = ENV_CLASSES[kind]
+        return getattr(importlib.import_module(module), name)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._modules)
+        return iter(ENV_CLASSES)
 
     def __len__(self) -> int:
-        return len(self._modules)
+        return len(ENV_CLASSES)
 
-    def __contains__(self, kind: object) -> bool:
-        return kind in self._modules
+    def __contains__(self, kind: object) -> bool:       # Mapping's would raise the UserError above
+        return kind in ENV_CLASSES
 
 
-ENVS = _Registry(ENV_MODULES)
+ENVS = _Registry()
 
 
 _COUNTEREXAMPLE = {"dim": 13, "sketch_dim": 13, "axis_aligned": True, "rotation": 0.0, "walk": 0.0, "noise": 0.01,
@@ -100,5 +89,5 @@ def make_env(kind: str, seed: int = 0, **knobs) -> SyntheticEnv:
     return ENVS[kind](seed=seed, **knobs)
 
 
-__all__ = ["CATEGORIES", "COMMON_KNOBS", "ENVS", "ENV_MODULES", "ENV_PRESETS", "expand_preset", "SUITES", "Batch",
+__all__ = ["CATEGORIES", "COMMON_KNOBS", "ENVS", "ENV_CLASSES", "ENV_PRESETS", "expand_preset", "SUITES", "Batch",
            "SyntheticEnv", "make_env"]

@@ -2,41 +2,10 @@
 sampling, dynamic sampling, leftover buffers, cost ledger, common random numbers, ground
 truth logging and held-out evaluation are shared; a subclass only writes its model.
 
-What a subclass implements
---------------------------
-    kind: ClassVar[str]                         registry name ("bernoulli", ...)
-    KNOBS: ClassVar[Knobs]                      COMMON_KNOBS | its own knobs (a policies.knobs
-                                                table: defaults, validation, docstring)
-    _build(rng)                                 build the ground truth and the initial learned
-                                                state from `rng` (the "structure" stream)
-    success_matrix() -> (n_tasks + n_heldout_tasks, n_harnesses + 1) float in [0, 1]
-                                                current TRUE success probability of every task
-                                                (training rows first, then held-out rows) on
-                                                every harness (training columns first, the
-                                                held-out harness last)
-    _learn(batch, rng) -> (sketch, update_sketch)
-                                                apply one optimizer step built from the
-                                                optimized `Batch` (its advantages!), mutate the
-                                                model, return the (d,) float32 gradient sketch
-                                                (or None) and the update sketch (or None);
-                                                `rng` is the step's "learn" stream (fresh per
-                                                step, the same for every policy at step t);
-                                                not called when no group was optimized
-    expected_gains(candidates) -> (C,) float    candidates (C, H) int group counts; the true
-                                                expected one-step change of the mean training
-                                                success (all training tasks x all training
-                                                harnesses) if that allocation were optimized
-                                                from the CURRENT state; must not mutate state
-    _model_state() -> dict / _load_model_state(d)
-                                                the learned state (numpy arrays), exact
-  optional:
-    _check_knobs(knobs)                         cross-knob validation (raise UserError)
-    rewards_from_uniform(p, u) -> (m, G)        rewards in [0, 1] from success probabilities
-                                                p (m,) and uniforms u (m, G); default binary
-    step_extras() -> dict                       extra per-step columns (floats)
-    _advance(rng)                               what happens every step whatever was trained
-                                                (drift, forgetting), after `_learn`; `rng` is
-                                                the step's "world" stream (same for every policy)
+A subclass sets `kind` (its registry name) and `KNOBS` (COMMON_KNOBS | its own knobs) and
+writes the hooks of "subclass hooks" below: `_build`, `success_matrix`, `_learn`,
+`expected_gains`, `_model_state` / `_load_model_state`; optionally `_check_knobs`,
+`rewards_from_uniform` and `_advance`.
 
 The base provides `self.knobs` (resolved), `self.harnesses`, `self.heldout_harness`,
 `self.task_ids` (all tasks, training first), `self.task_category` (n_all,) int index into
@@ -49,13 +18,8 @@ harness task order and reward noise (stateful), and per step t the learn, world 
 streams (stateless: spawn key (STREAM, t)). Same seed -> same tasks, task order, initial
 success matrix, world noise and eval uniforms for every policy.
 
-Dynamic sampling (SPEC §2.2) is `hbsim.sampling.DynamicSampler` (shared with real runs):
-for each harness with c groups in the allocation, groups of its leftover buffer are used
-first (oldest first); then up to `max_rounds` rounds each generate ceil(missing *
-oversample) groups, drop zero-variance groups and keep what is needed; retained groups
-beyond the batch go to the harness's buffer with their birth step; `leftover_max_age` = k
-> 0 drops buffered groups older than k steps when a step starts (0 = no age limit). A
-batch can come out short (fewer optimized groups) when rounds run out.
+Dynamic sampling (SPEC §2.2) is `hbsim.sampling.DynamicSampler` (shared with real runs;
+knobs `oversample`, `max_rounds`, `leftover_max_age`); a batch can come out short.
 
 Ground truth per step (extras): `oracle_arm` (pure harness with the largest expected
 one-step gain from the pre-step state), `regret` (max over the pure candidates and the
@@ -157,7 +121,7 @@ class SyntheticEnv:
 
     @classmethod
     def _check_knobs(cls, knobs: dict) -> None:
-        """Cross-knob validation; subclasses raise UserError."""
+        """Cross-knob validation (optional); raises UserError."""
 
     # -- construction --------------------------------------------------------------
     def __init__(self, seed: int = 0, **knobs):
@@ -183,32 +147,42 @@ class SyntheticEnv:
 
     # -- subclass hooks ------------------------------------------------------------
     def _build(self, rng: np.random.Generator) -> None:
+        """Build the ground truth and the initial learned state from `rng` (the structure stream)."""
         raise NotImplementedError
 
     def success_matrix(self) -> np.ndarray:
+        """(n_tasks + n_heldout_tasks, H + 1) current TRUE success probability of every task
+        (training rows first) on every harness (training columns first, the held-out last)."""
         raise NotImplementedError
 
     def _learn(self, batch: Batch, rng: np.random.Generator) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """One optimizer step built from the optimized batch (its advantages!): mutate the
+        model, return the (d,) float32 gradient sketch and the update sketch (each or None).
+        `rng` is the step's learn stream (the same for every policy at step t); not called
+        when no group was optimized."""
         raise NotImplementedError
 
     def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
+        """candidates (C, H) int group counts -> (C,) true expected one-step change of the mean
+        training success (training tasks x training harnesses) if that allocation were
+        optimized from the CURRENT state; must not change the state."""
         raise NotImplementedError
 
     def _model_state(self) -> dict:
+        """The learned state (numpy arrays), exactly; `_load_model_state` restores it."""
         raise NotImplementedError
 
     def _load_model_state(self, state: dict) -> None:
         raise NotImplementedError
 
     def rewards_from_uniform(self, p: np.ndarray, u: np.ndarray) -> np.ndarray:
-        """Binary rewards: success where u < p. p (m,), u (m, G) -> (m, G) float."""
+        """Rewards in [0, 1] from success probabilities p (m,) and uniforms u (m, G) -> (m, G);
+        here binary: success where u < p."""
         return (u < p[:, None]).astype(np.float64)
 
-    def step_extras(self) -> dict:
-        return {}
-
     def _advance(self, rng: np.random.Generator) -> None:
-        """Per-step change that does not depend on the batch (default: none)."""
+        """What happens every step whatever was trained (drift, forgetting), after `_learn`;
+        `rng` is the step's world stream (the same for every policy). Default: nothing."""
 
     # -- the adapter ---------------------------------------------------------------
     def config(self) -> dict:
@@ -218,12 +192,10 @@ class SyntheticEnv:
         counts = self._check_counts(allocation)
         t0 = time.perf_counter()
         before = self.success_matrix()
-        ledger = CostLedger()
         arms = np.flatnonzero(counts).tolist()
         sample = self._sampler.collect({h: int(counts[h]) for h in arms}, self.step_count,
                                        lambda requests: self._generate(requests, before))
-        ledger.groups_generated, ledger.groups_retained = sample.generated, sample.retained
-        batch = self._assemble([self._join(sample.parts[h]) for h in arms], arms)
+        batch = self._assemble(sample.parts, arms)
         t1 = time.perf_counter()
         pure = np.eye(self.H, dtype=np.int64) * counts.sum()
         if len(arms) == 1:                        # a pure choice is one of the candidates
@@ -237,12 +209,11 @@ class SyntheticEnv:
         self._advance(_stream(self.seed, STREAM_WORLD, self.step_count))
         t3 = time.perf_counter()
         self.step_count += 1
-        ledger.groups_scored = ledger.groups_generated
-        ledger.groups_optimized = len(batch)
-        ledger.leftover_used = sample.leftover_used
-        ledger.leftover_age = sample.leftover_age
-        ledger.leftover_size = sample.leftover_size
-        ledger.seconds = {"rollout": t1 - t0, "oracle": t2 - t1, "backward": t3 - t2}
+        ledger = CostLedger(groups_generated=sample.generated, groups_scored=sample.generated,
+                            groups_retained=sample.retained, groups_optimized=len(batch),
+                            leftover_used=sample.leftover_used, leftover_age=sample.leftover_age,
+                            leftover_size=sample.leftover_size,
+                            seconds={"rollout": t1 - t0, "oracle": t2 - t1, "backward": t3 - t2})
         L = grpo.learnability(batch.advantages) if len(batch) else None
         reward = float(batch.rewards.sum() / batch.rewards.size) if len(batch) else float("nan")
         return StepResult(learnability=L, sketch=sketch, update_sketch=update_sketch, reward=reward,
@@ -308,10 +279,6 @@ class SyntheticEnv:
                              f"non-negative integers with a positive sum")
         return counts.astype(np.int64)
 
-    def _empty_groups(self) -> np.ndarray:
-        """Packed group records (m, 3 + G): task row, birth step, p at generation, G rewards."""
-        return np.zeros((0, 3 + self.G))
-
     def _draw_tasks(self, h: int, m: int) -> np.ndarray:
         """Next m tasks of harness h's shuffled pool (reshuffled when exhausted)."""
         out = []
@@ -340,17 +307,15 @@ class SyntheticEnv:
             out[h] = (rec, rewards)
         return out
 
-    def _join(self, parts: list[np.ndarray]) -> np.ndarray:
-        if not parts:
-            return self._empty_groups()
-        return np.concatenate(parts) if len(parts) > 1 else parts[0]
-
-    def _assemble(self, parts: list[np.ndarray], arms: list[int]) -> Batch:
-        rec = np.concatenate(parts) if len(parts) > 1 else parts[0]
-        rewards = rec[:, 3:]
-        return Batch(tasks=rec[:, 0].astype(np.int64), harnesses=np.repeat(arms, [len(p) for p in parts]),
-                     rewards=rewards, advantages=grpo.advantages(rewards, self.knobs["advantage"]),
-                     p=rec[:, 2], born=rec[:, 1].astype(np.int64))
+    def _assemble(self, parts: dict[int, list[np.ndarray]], arms: list[int]) -> Batch:
+        """The sampler's blocks of packed records (m, 3 + G: task row, birth step, p at
+        generation, G rewards) of `arms`, in order, as one Batch."""
+        blocks = [block for h in arms for block in parts[h]]
+        rec = np.concatenate(blocks) if blocks else np.zeros((0, 3 + self.G))
+        rewards, per_arm = rec[:, 3:], [sum(map(len, parts[h])) for h in arms]
+        return Batch(tasks=rec[:, 0].astype(np.int64), harnesses=np.repeat(arms, per_arm), rewards=rewards,
+                     advantages=grpo.advantages(rewards, self.knobs["advantage"]), p=rec[:, 2],
+                     born=rec[:, 1].astype(np.int64))
 
     def _ground_truth(self, gains: np.ndarray, counts: np.ndarray) -> dict:
         pure, chosen = gains[: self.H], float(gains[-1])
@@ -363,14 +328,47 @@ class SyntheticEnv:
         # noise-free held-out success (the eval suites' expected mean reward) after the step
         extras["true_heldout_tasks"] = float(success[self.n_tasks:, : self.H].mean())
         extras["true_heldout_harness"] = float(success[self.n_tasks:, self.H].mean())
-        extras.update(self.step_extras())
         return extras
 
 
-# --------------------------------------------------------------------------------------
-# Helpers shared by the gradient-based environments (drifting, student): optimizer knobs,
-# list knobs, sketch coordinates. (The oracle maths lives in hbsim.grpo.)
-# --------------------------------------------------------------------------------------
+# -- the gradient-based environments (drifting, student): their base, optimizer knobs, list
+# -- knobs, sketch coordinates (the oracle maths lives in hbsim.grpo) ----------------------
+class GradientEnv(SyntheticEnv):
+    """A parameter vector `theta` moved by the optimizer `self.opt`: the subclass writes
+    `true_gradients()` (H+1, D), the expected policy gradient per retained group of each
+    harness, and `_logits(thetas (D, K))` -> (n_all, H+1, K); the expected steps are shared."""
+
+    @classmethod
+    def _check_knobs(cls, knobs: dict) -> None:
+        if knobs["bias_low"] > knobs["bias_high"]:
+            raise UserError(f"env.bias_low={knobs['bias_low']} is not allowed: expected <= "
+                            f"bias_high={knobs['bias_high']}")
+
+    def _expected_step(self, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(thetas (D, K), moved (K,)): theta after the expected (noise-free) step of each
+        candidate allocation (K, H) -- the mixed true gradient through the optimizer from
+        the current state -- and whether that step moves theta at all."""
+        cand = np.asarray(candidates, dtype=np.float64)
+        frac = cand / cand.sum(axis=1, keepdims=True)
+        grad = -(frac @ self.true_gradients()[: self.H])                             # (K, D)
+        thetas = np.ascontiguousarray((self.theta + self.opt.peek(grad)).T)          # (D, K); C order keeps BLAS fast
+        return thetas, np.any(grad != 0.0, axis=1)
+
+    def expected_success(self, candidates: np.ndarray) -> np.ndarray:
+        """(K, n_all, H+1) true success matrix after the expected step of each candidate
+        allocation (K, H) from the current state (drift left out); the state is not changed."""
+        from scipy.special import expit     # imported here: the bernoulli env needs no scipy
+
+        thetas, moved = self._expected_step(candidates)
+        p_new = expit(self._logits(thetas)).transpose(2, 0, 1)                       # (K, n_all, H+1)
+        return np.where(moved[:, None, None], p_new, self.success_matrix()[None])
+
+    def true_directions(self) -> np.ndarray:
+        """(H+1, D) true expected loss-gradient direction of a pure step per harness (the
+        held-out harness last): what the gradient sketch estimates without noise."""
+        return -self.true_gradients()
+
+
 def optimizer_knobs(lr: float) -> dict[str, Knob]:
     """The optimizer knobs of an environment whose default learning rate is `lr`."""
     return {

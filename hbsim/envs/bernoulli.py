@@ -114,13 +114,10 @@ class BernoulliEnv(SyntheticEnv):
     # -- truth ---------------------------------------------------------------------
     def _logits(self) -> np.ndarray:
         if self._logit_cache is None:
-            self._logit_cache = self._compute_logits()
+            u_all = np.concatenate([self.u, np.zeros(self.n_heldout)])
+            self._logit_cache = (self.a[:, None] + self.b[None, :] + self.w[self.task_category]
+                                 + self.z[self.task_category] + u_all[:, None])
         return self._logit_cache
-
-    def _compute_logits(self) -> np.ndarray:
-        u_all = np.concatenate([self.u, np.zeros(self.n_heldout)])
-        return (self.a[:, None] + self.b[None, :] + self.w[self.task_category]
-                + self.z[self.task_category] + u_all[:, None])
 
     def success_matrix(self) -> np.ndarray:
         """Read-only (cached until the next update)."""
@@ -181,7 +178,7 @@ class BernoulliEnv(SyntheticEnv):
     def expected_success(self, candidates: np.ndarray) -> np.ndarray:
         """(K, n_all, H+1) true success matrix after the expected (drift-free) step of each
         candidate allocation (K, H), forgetting included; the state is not changed."""
-        forget, n_all = self.knobs["forget"], self.n_tasks + self.n_heldout
+        forget = self.knobs["forget"]
         dz, du = self.expected_update(candidates)                                      # (K, C, H+1), (K, n)
         cats = self.task_category
         x = dz[:, cats, :]                                                             # (K, n_all, H+1)
@@ -192,7 +189,6 @@ class BernoulliEnv(SyntheticEnv):
             x *= 1.0 - forget
             logit = logit - forget * (self.z[cats] + u_all[:, None])
         x += logit
-        assert x.shape[1] == n_all
         return self.ceil[None, None, :] * _sigmoid(x, out=x)
 
     def true_directions(self) -> np.ndarray:

@@ -60,12 +60,12 @@ import math
 import numpy as np
 from scipy.special import expit
 
-from hbsim.envs.base import (COMMON_KNOBS, CATEGORIES, Batch, Knob, SyntheticEnv, _stream, aligned_heldout,
+from hbsim.envs.base import (COMMON_KNOBS, CATEGORIES, Batch, GradientEnv, Knob, _stream, aligned_heldout,
                              heldout_align_knobs, int_items, int_string, optimizer_knobs, sketch_coordinates)
-from hbsim.grpo import OPTIMIZERS, Optimizer, expected_group_signal, preconditioned_direction  # noqa: F401
+from hbsim.grpo import Optimizer, expected_group_signal
 from policies.errors import UserError
 
-#: spawn-key stream id of the drift and gradient-noise stream (the base uses 0-4)
+#: spawn-key stream id of the drift and gradient-noise stream (the base uses 0-5)
 STREAM_DRIFT = 10
 
 
@@ -78,10 +78,7 @@ def orthonormal_rows(F: np.ndarray) -> np.ndarray:
 
 
 # -- the environment -------------------------------------------------------------------
-class DriftingEnv(SyntheticEnv):
-    """Drifting-gradient bandit; see the module docstring for the model. Its knobs (the table
-    `DriftingEnv.KNOBS`: hbsim.envs.base's COMMON_KNOBS first) are listed below."""
-
+class DriftingEnv(GradientEnv):
     kind = "drifting"
     summary = "shared + harness-specific drifting gradient directions, SGD/Adam, conflicting pairs"
     KNOBS = COMMON_KNOBS | {
@@ -114,6 +111,7 @@ class DriftingEnv(SyntheticEnv):
 
     @classmethod
     def _check_knobs(cls, knobs: dict) -> None:
+        super()._check_knobs(knobs)
         H, C = knobs["n_harnesses"], len(CATEGORIES)
         if knobs["dim"] < H + C + 2:
             raise UserError(f"env.dim={knobs['dim']} is not allowed: expected >= n_harnesses + "
@@ -126,20 +124,15 @@ class DriftingEnv(SyntheticEnv):
         if knobs["shared_v0"] > 0 and not knobs["axis_aligned"]:
             raise UserError(f"env.shared_v0={knobs['shared_v0']} is not allowed with axis_aligned=False: "
                              f"expected 0 (the shared direction is only an axis when axis_aligned = true)")
-        if knobs["bias_low"] > knobs["bias_high"]:
-            raise UserError(f"env.bias_low={knobs['bias_low']} is not allowed: expected <= "
-                             f"bias_high={knobs['bias_high']}")
         pairs = int_items("env.conflict_pairs", knobs["conflict_pairs"], pairs=True)
         flat = [x for pair in pairs for x in pair]
         if any(x >= H for x in flat) or len(set(flat)) != len(flat):
             raise UserError(f"env.conflict_pairs={knobs['conflict_pairs']!r} is not allowed: expected "
                              f"disjoint pairs of distinct harness indices in [0, {H - 1}]")
         if pairs:
-            rho = _shared_shares(knobs)
-            worst = max(_pair_cos_range(rho[i], rho[j], knobs["category_share"])[0]
-                        for i in range(H) for j in range(H) if i != j)
-            best = min(_pair_cos_range(rho[i], rho[j], knobs["category_share"])[1]
-                       for i in range(H) for j in range(H) if i != j)
+            rho, kappa = _shared_shares(knobs), knobs["category_share"]
+            ranges = [_pair_cos_range(rho[i], rho[j], kappa) for i in range(H) for j in range(H) if i != j]
+            worst, best = max(lo for lo, _ in ranges), min(hi for _, hi in ranges)
             if not worst - 1e-12 <= knobs["conflict_cos"] <= best + 1e-12:
                 raise UserError(f"env.conflict_cos={knobs['conflict_cos']} is not allowed with these "
                                  f"shared shares: expected in [{worst:.4g}, {best:.4g}]")
@@ -267,34 +260,10 @@ class DriftingEnv(SyntheticEnv):
         return grad[self.coords].astype(np.float32), delta[self.coords].astype(np.float32)
 
     def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
-        H, n = self.H, self.n_tasks
-        cand = np.asarray(candidates, dtype=np.float64)                            # (K, H)
-        frac = cand / cand.sum(axis=1, keepdims=True)
-        g = self.true_gradients()[:H]                                               # (H, D)
-        p = self.success_matrix()[:n, :H]
-        grad = -(frac @ g)                                                          # (K, D)
-        delta = self.opt.peek(grad)
-        thetas = np.ascontiguousarray((self.theta + delta).T)                      # (D, K); C order keeps BLAS fast
+        n, H = self.n_tasks, self.H
+        thetas, moved = self._expected_step(candidates)
         p_new = expit(self._logits(thetas)[:n, :H])                                 # (n, H, K)
-        moved = np.any(grad != 0.0, axis=1)
-        return np.where(moved, p_new.mean(axis=(0, 1)) - p.mean(), 0.0)
-
-    def expected_success(self, candidates: np.ndarray) -> np.ndarray:
-        """(K, n_all, H+1) true success matrix after the expected (noise-free) step of each
-        candidate allocation (K, H) from the current state (drift left out); the state is
-        not changed. Its training block's mean change is `expected_gains`."""
-        cand = np.asarray(candidates, dtype=np.float64)
-        frac = cand / cand.sum(axis=1, keepdims=True)
-        grad = -(frac @ self.true_gradients()[: self.H])                             # (K, D)
-        thetas = np.ascontiguousarray((self.theta + self.opt.peek(grad)).T)          # (D, K)
-        p_new = expit(self._logits(thetas)).transpose(2, 0, 1)                       # (K, n_all, H+1)
-        moved = np.any(grad != 0.0, axis=1)
-        return np.where(moved[:, None, None], p_new, self.success_matrix()[None])
-
-    def true_directions(self) -> np.ndarray:
-        """(H+1, D) true expected loss-gradient direction of a pure step per harness (the
-        held-out harness last): what the gradient sketch estimates without noise."""
-        return -self.true_gradients()
+        return np.where(moved, p_new.mean(axis=(0, 1)) - self.success_matrix()[:n, :H].mean(), 0.0)
 
     # -- state ---------------------------------------------------------------------
     def _model_state(self) -> dict:

@@ -39,10 +39,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
-from hbsim.envs.base import (COMMON_KNOBS, CATEGORIES, Batch, Knob, SyntheticEnv, aligned_heldout, heldout_align_knobs,
+from hbsim.envs.base import (COMMON_KNOBS, CATEGORIES, Batch, GradientEnv, Knob, aligned_heldout, heldout_align_knobs,
                              optimizer_knobs, sketch_coordinates)
 from hbsim.grpo import Optimizer, expected_group_signal
-from policies.errors import UserError
 
 
 def student_features(x: np.ndarray, v: np.ndarray, interaction: float) -> np.ndarray:
@@ -58,10 +57,7 @@ def student_features(x: np.ndarray, v: np.ndarray, interaction: float) -> np.nda
     return np.concatenate([xb, oh, vb, outer], axis=2)
 
 
-class StudentEnv(SyntheticEnv):
-    """Logistic student; see the module docstring for the model. Its knobs (the table
-    `StudentEnv.KNOBS`: hbsim.envs.base's COMMON_KNOBS first) are listed below."""
-
+class StudentEnv(GradientEnv):
     kind = "student"
     summary = "logistic student: theta, sigmoid(<theta, phi(task, harness)>), REINFORCE + Adam"
     KNOBS = COMMON_KNOBS | {
@@ -77,12 +73,6 @@ class StudentEnv(SyntheticEnv):
         **optimizer_knobs(0.005),
         **heldout_align_knobs(),
     }
-
-    @classmethod
-    def _check_knobs(cls, knobs: dict) -> None:
-        if knobs["bias_low"] > knobs["bias_high"]:
-            raise UserError(f"env.bias_low={knobs['bias_low']} is not allowed: expected <= "
-                             f"bias_high={knobs['bias_high']}")
 
     # -- structure -----------------------------------------------------------------
     def _build(self, rng: np.random.Generator) -> None:
@@ -137,32 +127,13 @@ class StudentEnv(SyntheticEnv):
         return grad[self.coords].astype(np.float32), delta[self.coords].astype(np.float32)
 
     def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
-        H = self.H
-        cand = np.asarray(candidates, dtype=np.float64)                              # (K, H)
-        frac = cand / cand.sum(axis=1, keepdims=True)
-        grad = -(frac @ self.true_gradients()[:H])                                   # (K, D)
-        delta = self.opt.peek(grad)
-        p = self.success_matrix()[: self.n_tasks, :H]
-        thetas = np.ascontiguousarray((self.theta + delta).T)                        # (D, K); C order keeps BLAS fast
+        thetas, moved = self._expected_step(candidates)
         p_new = expit(self._phi_train @ thetas)                                      # (n H, K)
-        moved = np.any(grad != 0.0, axis=1)
-        return np.where(moved, p_new.mean(axis=0) - p.mean(), 0.0)
+        return np.where(moved, p_new.mean(axis=0) - self.success_matrix()[: self.n_tasks, : self.H].mean(), 0.0)
 
-    def expected_success(self, candidates: np.ndarray) -> np.ndarray:
-        """(K, n_all, H+1) true success matrix after the expected step of each candidate
-        allocation (K, H) from the current state; the state is not changed."""
-        cand = np.asarray(candidates, dtype=np.float64)
-        frac = cand / cand.sum(axis=1, keepdims=True)
-        grad = -(frac @ self.true_gradients()[: self.H])                              # (K, D)
-        thetas = np.ascontiguousarray((self.theta + self.opt.peek(grad)).T)           # (D, K)
-        p_new = expit(self._phi2 @ thetas).T.reshape(len(cand), *self.phi.shape[:2])  # (K, n_all, H+1)
-        moved = np.any(grad != 0.0, axis=1)
-        return np.where(moved[:, None, None], p_new, self.success_matrix()[None])
-
-    def true_directions(self) -> np.ndarray:
-        """(H+1, D) true expected loss-gradient direction of a pure step per harness (the
-        held-out harness last)."""
-        return -self.true_gradients()
+    def _logits(self, thetas: np.ndarray) -> np.ndarray:
+        """thetas (D, K) -> logits (n_all, H+1, K) of K parameter vectors."""
+        return (self._phi2 @ thetas).reshape(*self.phi.shape[:2], -1)
 
     # -- state ---------------------------------------------------------------------
     def _model_state(self) -> dict:

@@ -12,8 +12,8 @@ import pytest
 import hbsim
 from hbsim import grpo
 from hbsim.envs import CATEGORIES, make_env
-from hbsim.envs.drifting import (DriftingEnv, Optimizer, expected_group_signal, orthonormal_rows,
-                                 preconditioned_direction)
+from hbsim.envs.drifting import DriftingEnv, orthonormal_rows
+from hbsim.grpo import Optimizer, expected_group_signal, preconditioned_direction
 from policies import Allocation, make
 
 SMALL = dict(n_tasks=40, n_heldout_tasks=10)

@@ -121,7 +121,7 @@ def test_loop_state_round_trip_mid_run(name):
     full = fresh()
     full.run(20)
     a = fresh()
-    a.run(20, pause_at=8)
+    a.run(20, checkpoint=lambda loop: loop.t == 8)      # stops after step 8, as a SIGTERM would
     assert a.t == 8 and sorted(a.result().eval.step.unique()) == [0, 5]
     state = a.state_dict()
     b = fresh()

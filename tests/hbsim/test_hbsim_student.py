@@ -8,7 +8,7 @@ from scipy.special import expit
 import hbsim
 from hbsim import grpo
 from hbsim.envs import CATEGORIES, Batch, make_env
-from hbsim.envs.drifting import Optimizer
+from hbsim.grpo import Optimizer
 from hbsim.envs.student import StudentEnv, student_features
 from policies import Allocation, make
 

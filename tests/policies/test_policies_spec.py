@@ -540,4 +540,4 @@ def test_same_seed_same_draws_and_diagnostics_keys():
 
 def test_allocation_pure_helper():
     alloc = Allocation.pure(2, 4, 8)
-    assert alloc.arm == 2 and alloc.is_pure and alloc.counts.tolist() == [0, 0, 8, 0]
+    assert alloc.arm == 2 and alloc.counts.tolist() == [0, 0, 8, 0]
