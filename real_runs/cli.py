@@ -110,9 +110,7 @@ TRL_CHECKPOINT = "trl/checkpoint-*/harnessbandit.pt"
 
 
 def _check_out(args) -> None:
-    """Before torch is imported: --steps bounded, and --out a run directory we may write
-    (hbsim.folders): never a file, a grid, an `hb sim` folder, a report or a folder
-    hb did not create; with --resume, an existing run directory holding a checkpoint."""
+    """Before torch is imported: the numeric flags bounded, --out checked by `check_run_dir`."""
     trl = args.backend == "trl"
     validate.check_int("--steps", args.steps, 1 if trl else 0, validate.MAX_STEPS)
     validate.check_int("--seed", args.seed, 0, validate.MAX_SEED)

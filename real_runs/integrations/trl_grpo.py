@@ -69,14 +69,8 @@ def harness_dataset(tasks, harnesses: list[str]):
     from datasets import Dataset
 
     from real_runs.world.harnesses import get_harness
-    rows = {"prompt": [], "harness": [], "task": []}
-    for name in harnesses:
-        h = get_harness(name)
-        for task in tasks:
-            rows["prompt"].append(h.render(task))
-            rows["harness"].append(name)
-            rows["task"].append(task.id)
-    return Dataset.from_dict(rows)
+    return Dataset.from_list([{"prompt": get_harness(name).render(task), "harness": name, "task": task.id}
+                              for name in harnesses for task in tasks])
 
 
 def harness_reward(tasks) -> Callable:

@@ -35,13 +35,14 @@ SIZES = {"tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
 
 def _harness_list(name: str, value) -> tuple:
     if not isinstance(value, (list, tuple)) or len(value) < 2:
-        raise UserError(f"{name}={value!r} is not allowed: expected a list of at least 2 harness names")
+        raise UserError(f"{name}={value!r} is not allowed: expected {_harness_list.allowed}")
     from real_runs.world.harnesses import get_harness
     for harness in value:
         get_harness(harness)       # an unknown name raises UserError listing the valid ones
     return tuple(value)
 
 
+_harness_list.allowed = "a list of at least 2 harness names"   # Knob.allowed() lists it
 _MAX = validate.MAX_BATCH_GROUPS
 
 TRL_KNOBS = Knobs({

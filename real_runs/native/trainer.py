@@ -150,14 +150,11 @@ def grpo_token_loss(logp, old_logp, ref_logp, adv, mask, *, clip_low: float = 0.
     ratio = torch.exp(logp - old_logp)
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     pg = -torch.minimum(ratio * adv, clipped * adv)
-    per_token = pg
+    k3 = torch.zeros_like(pg)
     if ref_logp is not None and kl_coef:
         delta = ref_logp - logp
         k3 = torch.exp(delta) - delta - 1.0
-        per_token = pg + kl_coef * k3
-    else:
-        k3 = torch.zeros_like(pg)
-    loss_sum = (per_token * mask).sum()
+    loss_sum = ((pg + kl_coef * k3) * mask).sum()
     with torch.no_grad():
         was_clipped = ((ratio * adv) > (clipped * adv)).float() * mask
         stats = {"kl_sum": float((k3.detach() * mask).sum()), "clipped": float(was_clipped.sum()),

@@ -81,7 +81,7 @@ class Harness:
 
     def render(self, task: Task) -> str:
         """The prompt (before any model turn), ending with ``prefix``."""
-        body = self.template.format(system=self.system, schema=self.syntax.schema(),
+        body = self.template.format(system=self.system, schema=self.syntax.schema,
                                     view=self.view(dict(task.files)), task=task.instruction)
         return body + self.prefix
 

@@ -4,8 +4,8 @@ Each notation turns a canonical :class:`~real_runs.world.workspace.Call` into th
 model should emit (``format``) and back (``parse``). ``parse`` never raises: anything it
 cannot read exactly (junk, truncation, an unknown tool, a wrong argument set) is None.
 ``parse_many`` reads a single-turn harness's whole reply (several calls) into a list
-whose failed tail is a single None. ``schema`` renders the tool list in the notation's
-own style. A notation is built with ``names`` (canonical tool -> the name the harness
+whose failed tail is a single None. ``schema`` is the tool list in the notation's own
+style. A notation is built with ``names`` (canonical tool -> the name the harness
 shows), so harnesses can rename tools the way real agent frameworks do.
 """
 from __future__ import annotations
@@ -31,11 +31,7 @@ class Syntax:
             raise ValueError(f"names={sorted(unknown)} are not tools: allowed are {list(TOOLS)}")
         self.names = {t: names.get(t, t) for t in TOOLS}
         self.tools = {v: k for k, v in self.names.items()}
-        self._schema = self.render_schema()
-
-    def schema(self) -> str:
-        """The tool list in this notation (computed once)."""
-        return self._schema
+        self.schema = self.render_schema()    # the tool list in this notation
 
     def render_schema(self) -> str:
         return " ".join(self.item.format(tool=self.names[t], args=self.arg_sep.join(a))
@@ -160,7 +156,6 @@ def _unquote(tok: str) -> str:
 class FuncSyntax(Syntax):
     """Function call with quoted strings: ``write("a", "x")``, ``finish()``."""
 
-    item = "{tool}({args})"
     arg_sep = ", "
 
     def format(self, call):
@@ -255,10 +250,7 @@ class ShellSyntax(Syntax):
     sep = " && "
     _cmd = {"move": "mv", "copy": "cp", "delete": "rm", "read": "cat", "answer": "answer",
             "finish": "exit"}
-
-    def __init__(self):
-        self._rev = {v: k for k, v in self._cmd.items()}
-        super().__init__()
+    _rev = {v: k for k, v in _cmd.items()}
 
     def render_schema(self):
         return "echo T > F, echo T >> F, mv F G, cp F G, rm F, cat F, answer X, exit"
