@@ -27,11 +27,8 @@ def adapter_knobs() -> dict:
 
 def make_adapter(seed: int = 0, *, progress=None, **knobs):
     """A `GRPOAdapter` for `seed` with the given knobs (`preset` selects the base sizes;
-    None = the preset's value), resolved by `native.presets.config_of`.
-
-    Unknown knobs raise UserError naming the valid ones. The key `kind` (from a grid's
-    env table) is accepted and must be "real". progress(done, total): warm-start steps.
-    """
+    None = the preset's value; `kind`, from a grid's env table, must be "real"), resolved by
+    `native.presets.config_of`. progress(done, total): warm-start steps."""
     from real_runs.native.adapter import GRPOAdapter
     return GRPOAdapter(config_of(knobs), seed=seed, progress=progress)
 
