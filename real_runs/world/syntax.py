@@ -116,6 +116,7 @@ class XmlSyntax(_ConcatenatedCalls, Syntax):
     A trailing ``text`` argument is the element body; the others are attributes.
     """
 
+    pattern = _XML_CALL
     sep = " "
 
     def format(self, call):
@@ -140,8 +141,6 @@ class XmlSyntax(_ConcatenatedCalls, Syntax):
                 return None
             kwargs["text"] = m.group(3)
         return self._named(m.group(1), kwargs)
-
-    pattern = _XML_CALL
 
 
 _ARG = r'(?:"[^"\\]*"|-?\d+)'
@@ -177,6 +176,7 @@ _SEXP_ATOM_RE = re.compile(_SEXP_ATOM)
 class SexpSyntax(_ConcatenatedCalls, Syntax):
     """S-expressions: ``(write "a" "x")``; several calls side by side in one reply."""
 
+    pattern = _SEXP_CALL
     item = "({tool} {args})"
     arg_sep = " "
     sep = " "
@@ -187,8 +187,6 @@ class SexpSyntax(_ConcatenatedCalls, Syntax):
     def _from_match(self, m):
         args = [_unquote(t) for t in _SEXP_ATOM_RE.findall(m.group(2))]
         return self._positional(m.group(1), args)
-
-    pattern = _SEXP_CALL
 
 
 _KV = re.compile(r'(\w+)=("[^"]*"|[^\s"]*)')
@@ -202,8 +200,7 @@ class KvSyntax(Syntax):
 
     def format(self, call):
         pairs = [f"{k}={v}" for k, v in zip(TOOLS[call.tool], call.args)]
-        pairs.insert(0, f"tool={self.names[call.tool]}")
-        return " ".join(pairs)
+        return " ".join([f"tool={self.names[call.tool]}", *pairs])
 
     def parse(self, text):
         kwargs, pos, text = {}, 0, text.strip()
