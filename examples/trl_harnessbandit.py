@@ -81,15 +81,13 @@ def main() -> None:
 
     # 3. the policy and the scheduler (evaluation: held-out tasks, SPEC §7 eval rows)
     policy = make(a.policy, n_arms=len(HARNESSES), seed=a.seed)
-    holder = {}
     evaluate = held_out_evaluator(model, tok, HARNESSES, heldout[:2], seed=a.seed,
-                                  step=lambda: holder["s"].recorder.t, max_new=24)
+                                  step=lambda: sched.recorder.t, max_new=24)
     config = {"env": {"kind": "trl", "model": a.model or "tiny", "harnesses": HARNESSES},
               "policy": {"name": a.policy, "label": a.policy, **policy.config()}, "seed": a.seed,
               "steps": a.steps, "eval_every": None, "batch_groups": a.groups}
     sched = HarnessScheduler(policy, HARNESSES, data, seed=a.seed, label=a.policy, evaluate=evaluate,
                              config=config["env"], block_path="model.layers")
-    holder["s"] = sched
 
     # 4. TRL as usual; one generation batch = one optimizer step = the policy's allocation
     args = GRPOConfig(output_dir=os.path.join(a.out, "trl"), max_steps=a.steps, seed=a.seed,

@@ -12,11 +12,8 @@ imported only when a trainer is used, so `real_runs.world` and grid validation s
 """
 from __future__ import annotations
 
-import importlib
-
-_LAZY = {"GRPOAdapter": "real_runs.native.adapter", "RealConfig": "real_runs.native.presets",
-         "REAL_KNOBS": "real_runs.native.presets", "PRESETS": "real_runs.native.presets",
-         "resolve": "real_runs.native.presets", "resolve_env": "real_runs.native.presets"}
+from real_runs.native.presets import PRESETS, REAL_KNOBS, RealConfig, config_of, knob_defaults, resolve, resolve_env
+from real_runs.world.harnesses import TRAIN_HARNESSES
 
 __all__ = ["GRPOAdapter", "RealConfig", "REAL_KNOBS", "PRESETS", "adapter_factory", "adapter_knobs", "make_adapter",
            "resolve", "resolve_env"]
@@ -25,20 +22,14 @@ __all__ = ["GRPOAdapter", "RealConfig", "REAL_KNOBS", "PRESETS", "adapter_factor
 def adapter_knobs() -> dict:
     """Default knobs of `[env] kind = "real"` (None = the preset's value), with
     `n_harnesses` (the number of training harnesses, which policies need)."""
-    from real_runs.native.presets import knob_defaults
-    from real_runs.world.harnesses import TRAIN_HARNESSES
     return {"n_harnesses": len(TRAIN_HARNESSES), **knob_defaults()}
 
 
 def make_adapter(seed: int = 0, *, progress=None, **knobs):
     """A `GRPOAdapter` for `seed` with the given knobs (`preset` selects the base sizes;
-    None = the preset's value), resolved by `native.presets.config_of`.
-
-    Unknown knobs raise UserError naming the valid ones. The key `kind` (from a grid's
-    env table) is accepted and must be "real". progress(done, total): warm-start steps.
-    """
+    None = the preset's value; `kind`, from a grid's env table, must be "real"), resolved by
+    `native.presets.config_of`. progress(done, total): warm-start steps."""
     from real_runs.native.adapter import GRPOAdapter
-    from real_runs.native.presets import config_of
     return GRPOAdapter(config_of(knobs), seed=seed, progress=progress)
 
 
@@ -49,6 +40,7 @@ def adapter_factory(cfg: dict, progress=None):
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name == "GRPOAdapter":   # torch: imported on first use
+        from real_runs.native.adapter import GRPOAdapter
+        return GRPOAdapter
     raise AttributeError(f"module 'real_runs' has no attribute {name!r}")

@@ -110,10 +110,8 @@ TRL_CHECKPOINT = "trl/checkpoint-*/harnessbandit.pt"
 
 
 def _check_out(args) -> None:
-    """Before torch is imported: --steps bounded, and --out a run directory we may write
-    (hbsim.folders): never a file, a grid, an `hb sim` folder, a report or a folder
-    hb did not create; with --resume, an existing run directory holding a checkpoint."""
-    trl = getattr(args, "backend", "native") == "trl"
+    """Before torch is imported: the numeric flags bounded, --out checked by `check_run_dir`."""
+    trl = args.backend == "trl"
     validate.check_int("--steps", args.steps, 1 if trl else 0, validate.MAX_STEPS)
     validate.check_int("--seed", args.seed, 0, validate.MAX_SEED)
     validate.check_int("--checkpoint-every", args.checkpoint_every, 1, validate.MAX_STEPS)
@@ -142,14 +140,13 @@ def check_run_dir(out, resume: bool, trl: bool = False) -> None:
 
 def main(args) -> int:
     _check_out(args)
+    if args.backend == "trl":
+        from real_runs.integrations.trl_run import main as trl_main
+        return trl_main(args)
     import hbsim
     from hbsim.loop import overhead_fraction
     from real_runs import adapter_factory
-    from real_runs.native import checkpoint
 
-    if getattr(args, "backend", "native") == "trl":
-        from real_runs.integrations.trl_run import main as trl_main
-        return trl_main(args)
     rank = _init_distributed(args)
     if rank:  # followers train in lockstep but never write or print
         sys.stdout = sys.stderr = open(os.devnull, "w")
@@ -175,7 +172,7 @@ def main(args) -> int:
         saver.restore()
     if saver.stopped_at is not None:
         print(f"stopped by {signal.Signals(saver.signum).name} after step {saver.stopped_at}/{args.steps}: "
-              f"checkpoint in {checkpoint.checkpoint_dir(out)}; continue with --resume", file=sys.stderr)
+              f"checkpoint in {(out / CHECKPOINT).parent}; continue with --resume", file=sys.stderr)
         return 128 + saver.signum
     result.train["overhead_frac"] = overhead_fraction(result.train)
     if rank == 0:
@@ -242,14 +239,11 @@ class Checkpointer:
               file=sys.stderr)
 
     def _stop_requested(self, device) -> bool:
-        flag = self.signum is not None
-        import torch.distributed as dist
-        if dist.is_available() and dist.is_initialized():   # every rank stops after the same step
-            from real_runs.native.trainer import global_sum
-            flag = global_sum(1.0 if flag else 0.0, device) > 0
-            if flag and self.signum is None:
-                self.signum = int(signal.SIGTERM)
-        return flag
+        from real_runs.native.trainer import global_sum   # every rank stops after the same step
+        stop = global_sum(float(self.signum is not None), device) > 0
+        if stop and self.signum is None:
+            self.signum = int(signal.SIGTERM)
+        return stop
 
     def __call__(self, loop) -> bool:
         from hbsim.loop import step_overhead

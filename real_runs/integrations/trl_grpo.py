@@ -69,14 +69,8 @@ def harness_dataset(tasks, harnesses: list[str]):
     from datasets import Dataset
 
     from real_runs.world.harnesses import get_harness
-    rows = {"prompt": [], "harness": [], "task": []}
-    for name in harnesses:
-        h = get_harness(name)
-        for task in tasks:
-            rows["prompt"].append(h.render(task))
-            rows["harness"].append(name)
-            rows["task"].append(task.id)
-    return Dataset.from_dict(rows)
+    return Dataset.from_list([{"prompt": get_harness(name).render(task), "harness": name, "task": task.id}
+                              for name in harnesses for task in tasks])
 
 
 def harness_reward(tasks) -> Callable:
@@ -330,11 +324,11 @@ class HarnessGRPOTrainer(GRPOTrainer):
         return norm
 
     def _get_grad_norm(self, model, grad_norm=None):
-        if grad_norm is None:  # max_grad_norm = 0: no clipping, the sketch is taken here
-            self._hb_sketch()
-        norm = super()._get_grad_norm(model, grad_norm=grad_norm)
-        if grad_norm is None:
-            self.scheduler.set_grad_norm(norm)
+        if grad_norm is not None:     # clipping computed it: `_clip_grad_norm` took the sketch
+            return super()._get_grad_norm(model, grad_norm=grad_norm)
+        self._hb_sketch()             # max_grad_norm = 0: no clipping, the sketch is taken here
+        norm = super()._get_grad_norm(model)
+        self.scheduler.set_grad_norm(norm)
         return norm
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):

@@ -42,7 +42,7 @@ def _harness_list(name: str, value) -> tuple:
     return tuple(value)
 
 
-_harness_list.allowed = "a list of at least 2 harness names"
+_harness_list.allowed = "a list of at least 2 harness names"   # Knob.allowed() lists it
 _MAX = validate.MAX_BATCH_GROUPS
 
 TRL_KNOBS = Knobs({
@@ -62,12 +62,6 @@ TRL_KNOBS = Knobs({
     "block_path": Knob("model.layers", "module path of the model's decoder blocks"),
     "threads": Knob(1, "torch CPU threads of the process (0 = torch's default)", 0, validate.MAX_JOBS),
 }, scope="trl", owner="--backend trl")
-
-
-def resolve(**overrides):
-    """The TRL knobs (a frozen record, `cfg.lr`) with `overrides`; unknown keys and bad values
-    raise UserError."""
-    return TRL_KNOBS.settings(overrides)
 
 
 def env_section(cfg) -> dict:
@@ -161,14 +155,12 @@ def build(cfg, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str
     policy = make(policy_cfg["name"], n_arms=len(harnesses), seed=seed, **knobs)
     config = {"env": {"kind": "trl", "model": model_path or preset, **env_section(cfg)}, "policy": policy_cfg,
               "seed": seed, "steps": steps, "eval_every": eval_every, "batch_groups": cfg.batch_groups}
-    holder = {}
     evaluate = held_out_evaluator(model, tok, harnesses, heldout[:cfg.eval_tasks], seed=seed,
-                                  step=lambda: holder["s"].recorder.t, attempts=cfg.eval_attempts,
+                                  step=lambda: sched.recorder.t, attempts=cfg.eval_attempts,
                                   max_new=cfg.max_completion_length, block_path=cfg.block_path)
     sched = HarnessScheduler(policy, harnesses, data, seed=seed, label=policy_cfg.get("label"), evaluate=evaluate,
                              eval_every=eval_every, config=config["env"], block_path=cfg.block_path,
                              sketch_dim=cfg.sketch_dim)
-    holder["s"] = sched
     trl_args = dict(output_dir=os.path.join(out, "trl"), max_steps=steps, seed=seed, learning_rate=cfg.lr,
                     per_device_train_batch_size=cfg.batch_groups * cfg.group_size, num_generations=cfg.group_size,
                     max_completion_length=cfg.max_completion_length, beta=cfg.beta, max_grad_norm=cfg.max_grad_norm,
@@ -191,12 +183,10 @@ def main(args) -> int:
         import trl
     except ImportError:
         raise UserError("--backend trl needs the optional extra: pip install 'harnessbandit[trl]'") from None
-    if args.steps < 1:
-        raise UserError(f"--steps={args.steps} is not allowed with --backend trl: expected an integer >= 1")
     trl_knobs, policy_knobs = {}, {}
     for key, value in validate.parse_sets(args.set).items():
         (policy_knobs if key.startswith("policy.") else trl_knobs)[key.removeprefix("policy.")] = value
-    cfg = resolve(**trl_knobs)
+    cfg = TRL_KNOBS.settings(trl_knobs)
     label = args.label or args.policy
     policy_cfg = resolve_policy({"name": args.policy, "label": label, **policy_knobs}, len(cfg.harnesses))
     out = Path(args.out)   # checked by real_runs.cli._check_out before torch was imported

@@ -29,10 +29,9 @@ from real_runs.world.pool import TaskPool
 
 def _column(batch, key, required: bool = True):
     for table in (getattr(batch, "non_tensor_batch", None), getattr(batch, "batch", None), batch):
-        if isinstance(table, dict) or hasattr(table, "keys"):
-            if key in table.keys():
-                value = table[key]
-                return value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+        if hasattr(table, "keys") and key in table.keys():
+            value = table[key]
+            return value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
     if required:
         raise UserError(f"verl batch has no {key!r} field; expected it in batch.batch or batch.non_tensor_batch")
     return None

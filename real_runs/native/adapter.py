@@ -147,11 +147,9 @@ class GRPOAdapter:
         """The optimizer batch of this rank for allocation counts (H,) (SPEC §2.2)."""
         need = {h: self._share(int(c)) for h, c in enumerate(counts) if c > 0}
         sample = self._sampler.collect(need, self._step, lambda requests: self._generate(requests, ledger))
-        ledger.groups_generated += sample.generated
-        ledger.groups_scored += sample.generated
-        ledger.groups_retained += sample.retained
-        ledger.leftover_used = sample.leftover_used
-        ledger.leftover_age = sample.leftover_age
+        ledger.groups_generated = ledger.groups_scored = sample.generated
+        ledger.groups_retained = sample.retained
+        ledger.leftover_used, ledger.leftover_age = sample.leftover_used, sample.leftover_age
         ledger.leftover_size = sample.leftover_size
         return [g for h in sorted(sample.parts) for block in sample.parts[h] for g in block]
 
@@ -160,37 +158,34 @@ class GRPOAdapter:
         cfg, ledger = self.cfg, CostLedger()
         counts = np.asarray(allocation.counts, dtype=np.int64)
         if counts.shape != (len(self.harnesses),):
-            raise ValueError(f"allocation.counts shape={counts.shape} is not allowed: expected ({len(self.harnesses)},)")
+            raise ValueError(f"allocation.counts shape={counts.shape} is not allowed: "
+                             f"expected ({len(self.harnesses)},)")
         groups = self.collect(counts, ledger)
         t0 = time.perf_counter()
         rows = build_rows(groups, cfg.advantage)
         n_tokens = global_sum(rows.n_tokens, self.device)
         self.model.eval()  # no dropout: training log-probs must match the rollout's and the reference's
-        stats = {}
+        stats = dict.fromkeys(("loss", "kl_sum", "clipped"), float("nan"))
         if n_tokens > 0:
             stats = accumulate_gradients(self.model, self.ref, rows, micro_batch=cfg.micro_batch,
                                          n_tokens_global=n_tokens, clip_low=cfg.clip_low,
                                          clip_high=cfg.clip_high, kl_coef=cfg.kl_coef)
         learn = self._learnability(rows)
         ledger.seconds["backward"] = time.perf_counter() - t0
-        sketch = update = None
-        grad_norm = float("nan")
+        sketch, update, grad_norm = None, None, float("nan")
         if n_tokens > 0:
             sketch, update, grad_norm, seconds = sketch_and_update(
                 self.model, self.optimizer, self.sketch, update_sketch=cfg.update_sketch,
                 max_grad_norm=cfg.max_grad_norm)
             ledger.seconds.update(seconds)
-        ledger.groups_generated = int(global_sum(ledger.groups_generated, self.device))
-        ledger.groups_scored = int(global_sum(ledger.groups_scored, self.device))
-        ledger.groups_retained = int(global_sum(ledger.groups_retained, self.device))
-        ledger.groups_optimized = int(global_sum(len(groups), self.device))
-        ledger.tokens = int(global_sum(ledger.tokens, self.device))
+        ledger.groups_optimized = len(groups)
+        for name in ("groups_generated", "groups_scored", "groups_retained", "groups_optimized", "tokens"):
+            setattr(ledger, name, int(global_sum(getattr(ledger, name), self.device)))   # over all ranks
         reward_sum = global_sum(sum(float(g.rewards.sum()) for g in groups), self.device)
         n_roll = global_sum(sum(len(g.rewards) for g in groups), self.device)
         self._step += 1
-        extras = {"loss": stats.get("loss", float("nan")), "grad_norm": grad_norm,
-                  "kl": stats.get("kl_sum", float("nan")) / n_tokens if n_tokens else float("nan"),
-                  "clip_frac": stats.get("clipped", float("nan")) / n_tokens if n_tokens else float("nan")}
+        extras = {"loss": stats["loss"], "grad_norm": grad_norm, "kl": stats["kl_sum"] / max(n_tokens, 1.0),
+                  "clip_frac": stats["clipped"] / max(n_tokens, 1.0)}
         return StepResult(learnability=learn, sketch=sketch, update_sketch=update,
                           reward=reward_sum / n_roll if n_roll else float("nan"), cost=ledger, extras=extras)
 

@@ -86,8 +86,10 @@ def run_timing(run_dir: str) -> dict:
     ev = run.eval
     if len(ev):  # held-out reward per harness at each evaluation (step 0 = after the warm start)
         table = ev.groupby(["step", "harness"])["reward"].mean().unstack("harness")
-        out["eval_reward"] = {int(step): {h: round(float(v), 4) for h, v in row.items()} for step, row in table.iterrows()}
-    out["groups_generated_per_optimized"] = float(train["groups_generated"].sum() / max(train["groups_optimized"].sum(), 1))
+        out["eval_reward"] = {int(step): {h: round(float(v), 4) for h, v in row.items()}
+                              for step, row in table.iterrows()}
+    optimized = max(train["groups_optimized"].sum(), 1)
+    out["groups_generated_per_optimized"] = float(train["groups_generated"].sum() / optimized)
     return out
 
 

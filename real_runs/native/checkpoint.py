@@ -19,10 +19,6 @@ from policies.errors import UserError
 FORMAT = 1
 
 
-def checkpoint_dir(run_dir) -> Path:
-    return (Path(run_dir) / CHECKPOINT).parent
-
-
 def save(run_dir, config: dict, loop_state: dict) -> Path:
     """Atomically write `run_dir/checkpoints/last.pt`; returns its path."""
     path = Path(run_dir) / CHECKPOINT

@@ -19,11 +19,6 @@ from real_runs.native.rollout import play
 from real_runs.world.harnesses import HELDOUT_HARNESSES, get_harness
 
 
-def eval_generator(seed: int, step: int, device) -> torch.Generator:
-    """The evaluation stream of (seed, step) on `device`."""
-    return torch.Generator(device=device).manual_seed(streams.torch_seed(seed, streams.EVAL, step))
-
-
 def heldout_eval(model, harnesses: list[str], tasks: list, *, seed: int, step: int, attempts: int,
                  max_new: int, temperature: float = 1.0, chunk: int = 512) -> pd.DataFrame:
     """The eval frame (suite, task, category, harness, attempt, reward, success) of `tasks`
@@ -39,7 +34,7 @@ def heldout_eval(model, harnesses: list[str], tasks: list, *, seed: int, step: i
                     jobs.append((h, task))
                     meta.append((suite, tid, task.category, name, attempt))
     model.eval()
-    gen = eval_generator(seed, step, next(model.parameters()).device)
+    gen = torch.Generator(next(model.parameters()).device).manual_seed(streams.torch_seed(seed, streams.EVAL, step))
     played = play(model, jobs, generator=gen, max_new=max_new, temperature=temperature, chunk=chunk)
     frame = pd.DataFrame(meta, columns=["suite", "task", "category", "harness", "attempt"])
     frame["reward"] = np.asarray(played.rewards, dtype=np.float64)

@@ -19,11 +19,12 @@ Parameter names are stable and readable (``blocks.3.attn.q.weight``,
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
 from policies.errors import UserError
 
 VOCAB = 256  # one token per byte
@@ -52,22 +53,13 @@ class ByteTokenizer:
 
 @dataclass(frozen=True)
 class ModelConfig:
+    """The model's shape (validated where it is configured: `native.presets.REAL_KNOBS`)."""
+
     n_layer: int = 2
     d_model: int = 64
     n_head: int = 4
     d_mlp: int = 256
     max_len: int = 512
-
-    def __post_init__(self):
-        for name in ("n_layer", "d_model", "n_head", "d_mlp", "max_len"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise UserError(f"model {name}={value!r} is not allowed: expected a positive integer")
-        if self.d_model % self.n_head:
-            raise UserError(f"model d_model={self.d_model} is not allowed: expected a multiple of n_head={self.n_head}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class Attention(nn.Module):

@@ -32,23 +32,19 @@ class Played:
     seconds: dict[str, float] = field(default_factory=lambda: {"rollout": 0.0, "tools": 0.0})
 
 
-def _clip_prompt(ids: list[int], limit: int) -> list[int]:
-    """Keep the last `limit` tokens (the system prompt is lost first on overflow)."""
-    return ids[-limit:] if len(ids) > limit else ids
-
-
 def play(model, jobs: list[tuple[object, object]], *, generator: torch.Generator, max_new: int,
-         temperature: float = 1.0, chunk: int = 512, tokenizer: ByteTokenizer | None = None) -> Played:
+         temperature: float = 1.0, chunk: int = 512) -> Played:
     """Run one episode per (harness, task) job to the end and score it.
 
-    model: a `Transformer` (or a wrapper with the same `sample` contract); at most `chunk`
-    episodes share one sampling batch. Deterministic given the generator's state.
+    model: a `Transformer` (or a wrapper with the same `sample` contract and its own
+    `tokenizer`); at most `chunk` episodes share one sampling batch. Deterministic given
+    the generator's state.
     """
-    tok = tokenizer or getattr(model, "tokenizer", None) or ByteTokenizer()
+    tok = getattr(model, "tokenizer", None) or ByteTokenizer()
     limit = model.cfg.max_len - max_new
     t0 = time.perf_counter()
     episodes = [Episode(h, task) for h, task in jobs]
-    stops = [tok.stop_id(getattr(h, "stop", "\n") or "\n") for h, _ in jobs]
+    stops = [tok.stop_id(h.stop) for h, _ in jobs]
     turns: list[list[Turn]] = [[] for _ in jobs]
     out = Played(rewards=[0.0] * len(jobs), turns=turns)
     out.seconds["tools"] += time.perf_counter() - t0
@@ -56,7 +52,8 @@ def play(model, jobs: list[tuple[object, object]], *, generator: torch.Generator
     for turn in range(max_turns):
         t0 = time.perf_counter()
         active = [i for i, (h, _) in enumerate(jobs) if not episodes[i].done and turn < h.max_turns]
-        prompts = [_clip_prompt(tok.encode(episodes[i].context()), limit) for i in active]
+        # the last `limit` tokens of each context (the system prompt is lost first on overflow)
+        prompts = [tok.encode(episodes[i].context())[-limit:] for i in active]
         out.seconds["tools"] += time.perf_counter() - t0
         for lo in range(0, len(active), chunk):
             idx = active[lo:lo + chunk]

@@ -114,4 +114,3 @@ def all_reduce_grads(params: list[torch.Tensor]) -> None:
         n = g.numel()
         p.grad = flat[offset:offset + n].view_as(p).clone()
         offset += n
-

@@ -150,14 +150,11 @@ def grpo_token_loss(logp, old_logp, ref_logp, adv, mask, *, clip_low: float = 0.
     ratio = torch.exp(logp - old_logp)
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     pg = -torch.minimum(ratio * adv, clipped * adv)
-    per_token = pg
+    k3 = torch.zeros_like(pg)
     if ref_logp is not None and kl_coef:
         delta = ref_logp - logp
         k3 = torch.exp(delta) - delta - 1.0
-        per_token = pg + kl_coef * k3
-    else:
-        k3 = torch.zeros_like(pg)
-    loss_sum = (per_token * mask).sum()
+    loss_sum = ((pg + kl_coef * k3) * mask).sum()
     with torch.no_grad():
         was_clipped = ((ratio * adv) > (clipped * adv)).float() * mask
         stats = {"kl_sum": float((k3.detach() * mask).sum()), "clipped": float(was_clipped.sum()),
@@ -224,13 +221,10 @@ def accumulate_gradients(model, ref, rows: Rows, *, micro_batch: int, n_tokens_g
 
 
 def sketch_and_update(model, optimizer, sketch: ParamSketch, *, update_sketch: bool, max_grad_norm: float):
-    """The end of every optimizer step (`real_runs.native.adapter`; the DDP test runs this same code):
-    the raw gradient sketch of the local gradients, taken BEFORE clipping and the step and
-    SUMmed across ranks, then `apply_update` (SUM all-reduce of the gradients, clip, step)
-    with the update sketch on the same coordinates when `update_sketch`.
-
-    Returns (sketch (dim,) float32 numpy, update sketch or None, grad_norm, seconds by
-    phase: sketch, allreduce, optimizer)."""
+    """The end of every optimizer step (the adapter's and the DDP test's): the local gradients'
+    sketch SUMmed over ranks BEFORE clipping, then `apply_update` (with the update sketch when
+    `update_sketch`). Returns (sketch (dim,) float32 numpy, update sketch or None, grad_norm,
+    seconds by phase: sketch, allreduce, optimizer)."""
     t0 = time.perf_counter()
     local = sketch.grad()
     t1 = time.perf_counter()

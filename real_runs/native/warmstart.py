@@ -34,19 +34,13 @@ import torch
 
 from hbsim.folders import atomic_write
 from real_runs import streams
-from real_runs.native.model import ByteTokenizer, ModelConfig, Transformer, right_pad, token_logprobs
+from real_runs.native.model import ByteTokenizer, ModelConfig, Transformer, right_pad
 from real_runs.native.presets import model_dict
 from real_runs.native.trainer import Turn, merge_turns
 from real_runs.world.episode import Episode
 from real_runs.world.tasks import make_tasks
 
 CACHE_VERSION = 3
-
-
-def cache_root(cache_dir: str) -> Path:
-    """`cache_dir`, else $HB_CACHE_DIR, else ~/.cache/harnessbandit."""
-    root = cache_dir or os.environ.get("HB_CACHE_DIR") or os.path.join(Path.home(), ".cache", "harnessbandit")
-    return Path(root)
 
 
 def demonstration_rows(harnesses: list, tasks: list, max_len: int, max_new: int) -> list[tuple[list[int], list]]:
@@ -92,9 +86,6 @@ def sft_loss(model: Transformer, rows: list[tuple[list[int], list]], device) -> 
     The output layer runs on completion positions only (the prompts are most tokens)."""
     tokens, valid = right_pad([t for t, _ in rows], device)
     mask = completion_mask(rows, tokens.shape[1] - 1).to(tokens.device)  # (B, T-1)
-    if not hasattr(model, "hidden"):
-        logp = token_logprobs(model, tokens, valid)
-        return -(logp * mask).sum() / mask.sum()
     positions = (valid.long().cumsum(1) - 1).clamp(min=0)
     h = model.hidden(tokens, positions, None)[:, :-1][mask]  # (N, C)
     logp = torch.log_softmax(model.lm_head(h).float(), dim=-1)
@@ -139,9 +130,9 @@ def warm_key(cfg, seed: int, rows, device_type: str = "cpu") -> str:
     digest = hashlib.sha256()
     for tokens, spans in rows:
         digest.update(bytes(tokens) + repr(spans).encode() + b"\x01")
-    spec = {"v": CACHE_VERSION, "seed": seed, "model": model_dict(cfg), "data": digest.hexdigest(), "device": device_type,
-            "warm": [cfg.warm_harnesses, cfg.warm_steps, cfg.warm_batch, cfg.warm_lr, cfg.max_new_tokens,
-                     cfg.warm_tasks, cfg.warm_other_tasks]}
+    spec = {"v": CACHE_VERSION, "seed": seed, "model": model_dict(cfg), "data": digest.hexdigest(),
+            "device": device_type, "warm": [cfg.warm_harnesses, cfg.warm_steps, cfg.warm_batch, cfg.warm_lr,
+                                            cfg.max_new_tokens, cfg.warm_tasks, cfg.warm_other_tasks]}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -157,7 +148,7 @@ def warm_start(cfg, seed: int, harnesses: list, tasks: list, device, others: lis
     if others and cfg.warm_other_tasks:
         rows += demonstration_rows(list(others), tasks[:cfg.warm_other_tasks], cfg.max_len, cfg.max_new_tokens)
     key = warm_key(cfg, seed, rows, torch.device(device).type)
-    root = cache_root(cfg.cache_dir)
+    root = Path(cfg.cache_dir or os.environ.get("HB_CACHE_DIR") or Path.home() / ".cache" / "harnessbandit")
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"warm-{key}.pt"
     with open(root / f"warm-{key}.lock", "w") as lock:

@@ -81,4 +81,3 @@ class Episode:
     def reward(self) -> float:
         """The task's checker on the current workspace and answer, in [0, 1]."""
         return self.task.score(self.files, self.answer)
-

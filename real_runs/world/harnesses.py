@@ -57,8 +57,8 @@ class Harness:
     system: str
     template: str
     view: Callable[[dict], str]
-    observe: Callable[[Result], str]
-    error: str
+    observe: Callable[[Result], str] = lambda result: ""   # single-turn harnesses show none
+    error: str = ""
     loop: str = "multi"
     max_turns: int = 5
     max_calls: int = 4
@@ -68,23 +68,20 @@ class Harness:
     max_reply: int = MAX_REPLY
 
     def __post_init__(self):
-        if self.loop not in LOOPS:
-            raise ValueError(f"loop={self.loop!r} is invalid for harness {self.name}: "
-                             f"allowed are {LOOPS}")
-        if self.loop == "single" and self.max_turns != 1:
-            raise ValueError(f"max_turns={self.max_turns} is invalid for single-turn harness "
-                             f"{self.name}: allowed is 1")
-        for key in ("max_turns", "max_calls", "max_reply"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"{key}={getattr(self, key)} is invalid for harness {self.name}: "
-                                 "allowed is an integer >= 1")
-        if not self.stop:
-            raise ValueError(f"stop={self.stop!r} is invalid for harness {self.name}: allowed is a "
-                             "non-empty string")
+        rules = {"loop": (self.loop in LOOPS, f"one of {LOOPS}"),
+                 "max_turns": (self.max_turns == 1 or (self.loop == "multi" and self.max_turns > 1),
+                               "1, or an integer > 1 for a multi-turn harness"),
+                 "max_calls": (self.max_calls >= 1, "an integer >= 1"),
+                 "max_reply": (self.max_reply >= 1, "an integer >= 1"),
+                 "stop": (bool(self.stop), "a non-empty string")}
+        for key, (ok, allowed) in rules.items():
+            if not ok:
+                raise ValueError(f"{key}={getattr(self, key)!r} is invalid for harness {self.name}: "
+                                 f"allowed is {allowed}")
 
     def render(self, task: Task) -> str:
         """The prompt (before any model turn), ending with ``prefix``."""
-        body = self.template.format(system=self.system, schema=self.syntax.schema(),
+        body = self.template.format(system=self.system, schema=self.syntax.schema,
                                     view=self.view(dict(task.files)), task=task.instruction)
         return body + self.prefix
 
@@ -115,71 +112,21 @@ class Harness:
         return [t + self.stop for t in text]
 
 
-# ------------------------------------------------------------------ views
-def _names_plain(files):
-    return "Files: " + (", ".join(sorted(files)) or "(none)")
-
-
-def _names_ls(files):
-    return "$ ls\n" + " ".join(sorted(files))
-
-
-def _names_py(files):
-    return "files = " + repr(sorted(files))
-
-
-def _names_react(files):
-    return "Workspace: " + (" ".join(sorted(files)) or "empty")
-
-
-def _contents_xml(files):
-    return "".join(f'<file name="{k}">{v}</file>\n' for k, v in sorted(files.items())).rstrip("\n")
-
-
-def _contents_sexp(files):
-    return " ".join(f"({k} {json.dumps(v)})" for k, v in sorted(files.items()))
-
-
-def _contents_diff(files):
-    return "\n".join(f"--- {k}\n{v}" for k, v in sorted(files.items()))
-
-
-# ------------------------------------------------------------------ observations
-def _obs_json(r):
-    return json.dumps({"ok": r.ok, "out": r.out}, separators=(",", ":")) + "\n"
-
-
-def _obs_py(r):
-    return (f"=> {r.out!r}" if r.ok else f"=> Error({r.out!r})") + "\n"
-
-
-def _obs_shell(r):
-    if not r.ok:
-        return f"sh: {r.out}\n"
-    return "" if r.out == "ok" else r.out + "\n"
-
-
-def _obs_react(r):
-    return "Observation: " + (r.out if r.ok else "error, " + r.out) + "\n"
-
-
-def _none(r):
-    return ""
-
-
 HARNESSES: dict[str, Harness] = {h.name: h for h in (
     Harness(
         name="json", syntax=JsonSyntax(),
         system="You are a file agent. Call one tool per turn as JSON.",
         template="{system}\nTools: {schema}\n{view}\nTask: {task}\n",
-        view=_names_plain, observe=_obs_json, error='{"ok":false,"out":"invalid call"}\n',
+        view=lambda files: "Files: " + (", ".join(sorted(files)) or "(none)"),
+        error='{"ok":false,"out":"invalid call"}\n',
+        observe=lambda r: json.dumps({"ok": r.ok, "out": r.out}, separators=(",", ":")) + "\n",
         loop="multi", max_turns=5, prefix="> "),
     Harness(
         name="xml", syntax=XmlSyntax(),
         system="Reply with XML tool tags that do the task.",
         template="{system}\n<tools>{schema}</tools>\n{view}\n<task>{task}</task>\n",
-        view=_contents_xml, observe=_none, error="", loop="single", max_turns=1,
-        prefix="<reply>", show_contents=True),
+        view=lambda files: "\n".join(f'<file name="{k}">{v}</file>' for k, v in sorted(files.items())),
+        loop="single", max_turns=1, prefix="<reply>", show_contents=True),
     Harness(
         name="func", syntax=FuncSyntax({"write": "write_file", "append": "append_line",
                                         "move": "rename", "copy": "copy_file",
@@ -187,40 +134,43 @@ HARNESSES: dict[str, Harness] = {h.name: h for h in (
                                         "finish": "done"}),
         system="# Python agent. Call one function per step.",
         template="{system}\n# api: {schema}\n{view}\n# goal: {task}\n",
-        view=_names_py, observe=_obs_py, error="=> SyntaxError\n",
+        view=lambda files: "files = " + repr(sorted(files)), error="=> SyntaxError\n",
+        observe=lambda r: (f"=> {r.out!r}" if r.ok else f"=> Error({r.out!r})") + "\n",
         loop="multi", max_turns=4, prefix=">>> "),
     Harness(
         name="shell", syntax=ShellSyntax(),
         system="You are in a shell. Run one command at a time.",
         template="{system}\n# cmds: {schema}\n# {task}\n{view}\n",
-        view=_names_ls, observe=_obs_shell, error="sh: syntax error\n",
+        view=lambda files: "$ ls\n" + " ".join(sorted(files)), error="sh: syntax error\n",
+        observe=lambda r: ("" if r.out == "ok" else r.out + "\n") if r.ok else f"sh: {r.out}\n",
         loop="multi", max_turns=6, prefix="$ "),
     Harness(
         name="sexp", syntax=SexpSyntax({"write": "put", "delete": "rm", "read": "cat",
                                         "copy": "cp", "move": "mv", "finish": "end"}),
         system=";; Solve with s-expression calls.",
         template="{system}\n;; ops: {schema}\n;; fs: {view}\n;; do: {task}\n",
-        view=_contents_sexp, observe=_none, error="", loop="single", max_turns=1,
-        prefix="> ", show_contents=True),
+        view=lambda files: " ".join(f"({k} {json.dumps(v)})" for k, v in sorted(files.items())),
+        loop="single", max_turns=1, prefix="> ", show_contents=True),
     Harness(
         name="kv", syntax=KvSyntax({"read": "show", "answer": "reply", "finish": "stop"}),
         system="Emit commands as key=value pairs, ' ; ' between them.",
         template="{system}\n{schema}\n{view}\nTASK {task}\n",
-        view=_contents_diff, observe=_none, error="", loop="single", max_turns=1,
-        prefix="CMD ", show_contents=True),
+        view=lambda files: "\n".join(f"--- {k}\n{v}" for k, v in sorted(files.items())),
+        loop="single", max_turns=1, prefix="CMD ", show_contents=True),
     Harness(
         name="react", syntax=BracketSyntax({"write": "Write", "append": "Append", "move": "Rename",
                                             "copy": "Copy", "delete": "Delete", "read": "Read",
                                             "answer": "Answer", "finish": "Finish"}),
         system="Solve the question with actions, one per step.",
         template="{system}\nActions: {schema}\n{view}\nQuestion: {task}\n",
-        view=_names_react, observe=_obs_react, error="Observation: invalid action\n",
+        view=lambda files: "Workspace: " + (" ".join(sorted(files)) or "empty"),
+        error="Observation: invalid action\n",
+        observe=lambda r: "Observation: " + (r.out if r.ok else "error, " + r.out) + "\n",
         loop="multi", max_turns=5, prefix="Action: "),
 )}
 
 TRAIN_HARNESSES: list[str] = ["json", "xml", "func", "shell", "sexp", "kv"]
 HELDOUT_HARNESSES: list[str] = ["react"]
-
 
 
 def get_harness(name: str) -> Harness:

@@ -4,8 +4,8 @@ Each notation turns a canonical :class:`~real_runs.world.workspace.Call` into th
 model should emit (``format``) and back (``parse``). ``parse`` never raises: anything it
 cannot read exactly (junk, truncation, an unknown tool, a wrong argument set) is None.
 ``parse_many`` reads a single-turn harness's whole reply (several calls) into a list
-whose failed tail is a single None. ``schema`` renders the tool list in the notation's
-own style. A notation is built with ``names`` (canonical tool -> the name the harness
+whose failed tail is a single None. ``schema`` is the tool list in the notation's own
+style. A notation is built with ``names`` (canonical tool -> the name the harness
 shows), so harnesses can rename tools the way real agent frameworks do.
 """
 from __future__ import annotations
@@ -31,11 +31,7 @@ class Syntax:
             raise ValueError(f"names={sorted(unknown)} are not tools: allowed are {list(TOOLS)}")
         self.names = {t: names.get(t, t) for t in TOOLS}
         self.tools = {v: k for k, v in self.names.items()}
-        self._schema = self.render_schema()
-
-    def schema(self) -> str:
-        """The tool list in this notation (computed once)."""
-        return self._schema
+        self.schema = self.render_schema()    # the tool list in this notation
 
     def render_schema(self) -> str:
         return " ".join(self.item.format(tool=self.names[t], args=self.arg_sep.join(a))
@@ -120,6 +116,7 @@ class XmlSyntax(_ConcatenatedCalls, Syntax):
     A trailing ``text`` argument is the element body; the others are attributes.
     """
 
+    pattern = _XML_CALL
     sep = " "
 
     def format(self, call):
@@ -145,8 +142,6 @@ class XmlSyntax(_ConcatenatedCalls, Syntax):
             kwargs["text"] = m.group(3)
         return self._named(m.group(1), kwargs)
 
-    pattern = _XML_CALL
-
 
 _ARG = r'(?:"[^"\\]*"|-?\d+)'
 _FUNC_CALL = re.compile(rf"(\w+)\(\s*({_ARG}(?:\s*,\s*{_ARG})*)?\s*\)")
@@ -160,7 +155,6 @@ def _unquote(tok: str) -> str:
 class FuncSyntax(Syntax):
     """Function call with quoted strings: ``write("a", "x")``, ``finish()``."""
 
-    item = "{tool}({args})"
     arg_sep = ", "
 
     def format(self, call):
@@ -182,6 +176,7 @@ _SEXP_ATOM_RE = re.compile(_SEXP_ATOM)
 class SexpSyntax(_ConcatenatedCalls, Syntax):
     """S-expressions: ``(write "a" "x")``; several calls side by side in one reply."""
 
+    pattern = _SEXP_CALL
     item = "({tool} {args})"
     arg_sep = " "
     sep = " "
@@ -192,8 +187,6 @@ class SexpSyntax(_ConcatenatedCalls, Syntax):
     def _from_match(self, m):
         args = [_unquote(t) for t in _SEXP_ATOM_RE.findall(m.group(2))]
         return self._positional(m.group(1), args)
-
-    pattern = _SEXP_CALL
 
 
 _KV = re.compile(r'(\w+)=("[^"]*"|[^\s"]*)')
@@ -207,8 +200,7 @@ class KvSyntax(Syntax):
 
     def format(self, call):
         pairs = [f"{k}={v}" for k, v in zip(TOOLS[call.tool], call.args)]
-        pairs.insert(0, f"tool={self.names[call.tool]}")
-        return " ".join(pairs)
+        return " ".join([f"tool={self.names[call.tool]}", *pairs])
 
     def parse(self, text):
         kwargs, pos, text = {}, 0, text.strip()
@@ -255,10 +247,7 @@ class ShellSyntax(Syntax):
     sep = " && "
     _cmd = {"move": "mv", "copy": "cp", "delete": "rm", "read": "cat", "answer": "answer",
             "finish": "exit"}
-
-    def __init__(self):
-        self._rev = {v: k for k, v in self._cmd.items()}
-        super().__init__()
+    _rev = {v: k for k, v in _cmd.items()}
 
     def render_schema(self):
         return "echo T > F, echo T >> F, mv F G, cp F G, rm F, cat F, answer X, exit"

@@ -89,12 +89,8 @@ class Task:
             parts = []
             for path, want in targets.items():
                 have = files.get(path)
-                if have == want:
-                    parts.append(1.0)
-                elif want is not None and have is not None and have != initial.get(path):
-                    parts.append(0.5)
-                else:
-                    parts.append(0.0)
+                changed = have is not None and have != initial.get(path)
+                parts.append(1.0 if have == want else 0.5 if want is not None and changed else 0.0)
             base = sum(parts) / len(parts)
         return base * 0.5 if collateral else base
 
@@ -167,9 +163,9 @@ def _say(rng: np.random.Generator, kind: str, **fields: str) -> str:
 
 
 # ---------------------------------------------------------------- category generators
-# each returns (instruction, files, goal, answer, solution)
-def _gen_create(rng):
-    taken: set[str] = set()
+# each takes (rng, taken: the file names this task has drawn, initially empty) and returns
+# (instruction, files, goal, answer, solution)
+def _gen_create(rng, taken):
     files: dict[str, str] = {}
     _distractors(rng, files, taken)
     if rng.random() < 0.5:
@@ -182,8 +178,7 @@ def _gen_create(rng):
     return instr, files, ((path, word),), None, (Call("write", (path, word)),)
 
 
-def _gen_edit(rng):
-    taken: set[str] = set()
+def _gen_edit(rng, taken):
     path = _name(rng, taken)
     files = {path: _lines(rng, 1, 2)}
     _distractors(rng, files, taken, 0, 1)
@@ -193,8 +188,7 @@ def _gen_edit(rng):
     return instr, files, goal, None, (Call("append", (path, word)),)
 
 
-def _gen_files(rng):
-    taken: set[str] = set()
+def _gen_files(rng, taken):
     src = _name(rng, taken)
     files = {src: _word(rng)}
     _distractors(rng, files, taken, 0, 1)
@@ -210,8 +204,7 @@ def _gen_files(rng):
     return instr, files, ((dst, files[src]),), None, (Call("copy", (src, dst)),)
 
 
-def _gen_count(rng):
-    taken: set[str] = set()
+def _gen_count(rng, taken):
     files: dict[str, str] = {}
     if rng.random() < 0.3:
         _distractors(rng, files, taken, 1, 4)
@@ -225,8 +218,7 @@ def _gen_count(rng):
     return _say(rng, "count_lines", p=path), files, (), n, sol
 
 
-def _gen_lookup(rng):
-    taken: set[str] = set()
+def _gen_lookup(rng, taken):
     path = _name(rng, taken)
     text, pairs = _kv_text(rng, int(rng.integers(2, 4)))
     files = {path: text}
@@ -237,8 +229,7 @@ def _gen_lookup(rng):
     return _say(rng, "lookup", k=key, p=path), files, (), value, sol
 
 
-def _gen_multi(rng):
-    taken: set[str] = set()
+def _gen_multi(rng, taken):
     src = _name(rng, taken)
     kind = int(rng.integers(4))
     if kind == 3:
@@ -297,7 +288,7 @@ def make_tasks(seed: int, n_train: int = 300, n_heldout: int = 100) -> tuple[lis
                 raise UserError(f"n_{'train' if prefix == 't' else 'heldout'}={n} is too large: "
                                  "the vocabularies cannot supply that many distinct tasks")
             cat = CATEGORIES[len(tasks) % len(CATEGORIES)]
-            instr, files, goal, answer, sol = GENERATORS[cat](rng)
+            instr, files, goal, answer, sol = GENERATORS[cat](rng, set())
             task = Task(f"{prefix}{len(tasks):04d}-{cat}", cat, instr, tuple(sorted(files.items())),
                         tuple(goal), answer, tuple(sol))
             if task.signature() in seen:

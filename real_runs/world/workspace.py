@@ -45,18 +45,12 @@ def make_call(tool: str, args) -> Call | None:
 
     Non-string arguments (e.g. an int answer) are converted with ``str``.
     """
-    names = TOOLS.get(tool)
-    if names is None:
-        return None
     args = tuple(args)
-    if len(args) != len(names):
+    if tool not in TOOLS or len(args) != len(TOOLS[tool]):
         return None
-    out = []
-    for a in args:
-        if isinstance(a, bool) or not isinstance(a, (str, int)):
-            return None
-        out.append(str(a))
-    return Call(tool, tuple(out))
+    if any(isinstance(a, bool) or not isinstance(a, (str, int)) for a in args):
+        return None
+    return Call(tool, tuple(str(a) for a in args))
 
 
 def _bad_path(path: str) -> bool:

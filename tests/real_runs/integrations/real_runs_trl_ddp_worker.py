@@ -14,8 +14,9 @@ from real_runs.integrations import trl_run  # noqa: E402
 
 
 def main(out: str) -> None:
-    cfg = trl_run.resolve(harnesses=["json", "xml", "kv"], n_train_tasks=12, n_heldout_tasks=2, eval_tasks=1,
-                          max_completion_length=8, batch_groups=2, group_size=4, sketch_dim=512)
+    cfg = trl_run.TRL_KNOBS.settings(dict(harnesses=["json", "xml", "kv"], n_train_tasks=12, n_heldout_tasks=2,
+                                          eval_tasks=1, max_completion_length=8, batch_groups=2, group_size=4,
+                                          sketch_dim=512))
     calls = []
 
     def even(prompts, completions, completion_ids, harness, task, **_):

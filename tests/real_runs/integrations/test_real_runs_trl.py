@@ -43,8 +43,9 @@ class Recorder:
 
 def _build(tmp_path, name="run", policy="harnessbandit", steps=4, knobs=None, **kw):
     torch.set_num_threads(1)
-    cfg = trl_run.resolve(harnesses=HARNESSES, n_train_tasks=12, n_heldout_tasks=2, eval_tasks=1,
-                          max_completion_length=MAXLEN, batch_groups=2, group_size=4, lr=1e-3, sketch_dim=512)
+    cfg = trl_run.TRL_KNOBS.settings(dict(harnesses=HARNESSES, n_train_tasks=12, n_heldout_tasks=2, eval_tasks=1,
+                                          max_completion_length=MAXLEN, batch_groups=2, group_size=4, lr=1e-3,
+                                          sketch_dim=512))
     pc = resolve_policy({"name": policy, "label": policy, **(knobs or {})}, len(HARNESSES))
     rec = Recorder()
     trainer, sched, config = trl_run.build(cfg, policy_cfg=pc, seed=0, steps=steps, out=str(tmp_path / name),
@@ -217,16 +218,17 @@ def test_reward_plays_the_harness():
 
 
 def test_user_errors(tmp_path):
+    settings = trl_run.TRL_KNOBS.settings
     with pytest.raises(UserError, match="--backend trl has no knob 'nope'"):
-        trl_run.resolve(nope=1)
+        settings({"nope": 1})
     with pytest.raises(UserError, match=r"trl.harnesses=\['json'\] is not allowed: expected a list of at least 2"):
-        trl_run.resolve(harnesses=["json"])
+        settings({"harnesses": ["json"]})
     with pytest.raises(UserError, match="harness='nope' is unknown"):
-        trl_run.resolve(harnesses=["json", "nope"])
+        settings({"harnesses": ["json", "nope"]})
     with pytest.raises(UserError, match="trl.lr=-1 is out of range"):
-        trl_run.resolve(lr=-1)
-    assert trl_run.resolve(lr=1).lr == 1.0 and isinstance(trl_run.resolve(lr=1).lr, float)
-    assert trl_run.env_section(trl_run.resolve(harnesses=("xml", "kv")))["harnesses"] == ["xml", "kv"]
+        settings({"lr": -1})
+    assert settings({"lr": 1}).lr == 1.0 and isinstance(settings({"lr": 1}).lr, float)
+    assert trl_run.env_section(settings({"harnesses": ("xml", "kv")}))["harnesses"] == ["xml", "kv"]
     with pytest.raises(UserError, match="steps_per_generation"):
         _build(tmp_path, extra_args={"steps_per_generation": 2})
 

@@ -121,7 +121,7 @@ def test_registry():
         # a different notation for every harness: demonstrations of one task all differ
     demos = {tuple(HARNESSES[n].demonstration(TRAIN[6])) for n in HARNESSES}
     assert len(demos) == len(HARNESSES)
-    schemas = {HARNESSES[n].syntax.schema() for n in HARNESSES}
+    schemas = {HARNESSES[n].syntax.schema for n in HARNESSES}
     assert len(schemas) == len(HARNESSES)
 
 
