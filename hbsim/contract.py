@@ -32,6 +32,9 @@ RUN_JSON = "run.json"
 RUN_FILES = (TRAIN_FILE, EVAL_FILE, RUN_JSON)      # in the order they are moved in: run.json last
 COUNTERFACTUAL_FILE = "counterfactual.parquet"
 CHECKPOINT = "checkpoints/last.pt"
+#: `hb real --backend trl`: the policy/recorder state in each of TRL's checkpoint folders
+TRL_STATE = "harnessbandit.pt"
+TRL_CHECKPOINT = f"trl/checkpoint-*/{TRL_STATE}"
 
 # -- columns -----------------------------------------------------------------------------
 #: the first columns of every train and eval row (the loop adds them)

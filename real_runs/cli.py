@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from hbsim import folders
-from hbsim.contract import CHECKPOINT, RUN_JSON
+from hbsim.contract import CHECKPOINT, RUN_JSON, TRL_CHECKPOINT
 from policies import validate
 from policies.errors import UserError
 from real_runs.native.presets import PRESETS
@@ -64,9 +64,8 @@ def build_config(args) -> dict:
     for key, value in validate.parse_sets(args.set).items():
         if key.startswith("policy."):
             policy[key[len("policy."):]] = value
-        elif key in ("batch_groups", "eval_every"):   # bounded here: refused before the model loads
-            top[key] = value if value is None else validate.check_int(
-                f"--set {key}", value, 1, validate.MAX_BATCH_GROUPS if key == "batch_groups" else validate.MAX_STEPS)
+        elif key in ("batch_groups", "eval_every"):   # run keys: RUN_KNOBS checks them in resolve_config
+            top[key] = value
         else:
             env[key.removeprefix("env.")] = value
     return resolve_config({"env": env, "policy": {"name": args.policy, "label": args.label or args.policy, **policy},
@@ -106,7 +105,6 @@ def _init_distributed(args) -> int:
 
 
 #: the scheduler state inside each of TRL's checkpoints (real_runs.integrations.trl_grpo)
-TRL_CHECKPOINT = "trl/checkpoint-*/harnessbandit.pt"
 
 
 def _check_out(args) -> None:

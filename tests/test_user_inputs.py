@@ -366,7 +366,7 @@ CASES = [
     ("trl-device-unknown", lambda w: ([*TRL[:-2], "--device", "nosuch", "--out", w.missing()], w.tmp),
      "--device='nosuch' is unknown"),
     ("real-set-batch-groups-huge", lambda w: ([*REAL, "--set", "batch_groups=1000000000000", "--out", w.missing()],
-                                              w.tmp), "--set batch_groups=1000000000000 is not allowed"),
+                                              w.tmp), "batch_groups=1000000000000 is not allowed"),
     ("real-model-not-hf", lambda w: ([*REAL, "--model", w.user(), "--out", w.missing()], w.user()),
      "not a loadable Hugging Face model directory"),
     ("demo-resamples-huge", lambda w: (["demo", "--grid", w.spec, "--out", w.missing(), "--baseline", "uniform",

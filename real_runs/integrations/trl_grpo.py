@@ -52,6 +52,7 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from hbsim.adapter import CostLedger, StepResult
+from hbsim.contract import TRL_STATE
 from hbsim.folders import atomic_write, file_mode
 from hbsim.loop import StepRecorder, step_overhead
 from policies.errors import UserError
@@ -59,7 +60,6 @@ from real_runs.integrations.signals import group_signals
 from real_runs.native.sketch import ParamSketch, global_sketch
 from real_runs.world.pool import TaskPool
 
-STATE_FILE = "harnessbandit.pt"
 FORMAT = 2
 
 
@@ -226,7 +226,7 @@ class HarnessScheduler(TrainerCallback):
         folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
         if state.is_world_process_zero and os.path.isdir(folder):
             record = {"format": FORMAT, **self.state_dict()}
-            atomic_write(os.path.join(folder, STATE_FILE), lambda tmp: torch.save(record, tmp))
+            atomic_write(os.path.join(folder, TRL_STATE), lambda tmp: torch.save(record, tmp))
             mode = file_mode()      # safetensors writes model.safetensors 0600 whatever the umask
             for name in os.listdir(folder):
                 if os.path.isfile(os.path.join(folder, name)):
@@ -242,9 +242,9 @@ class HarnessScheduler(TrainerCallback):
         self.sampler.load_state_dict(state["sampler"])
 
     def load_checkpoint(self, folder: str) -> None:
-        path = os.path.join(folder, STATE_FILE)
+        path = os.path.join(folder, TRL_STATE)
         if not os.path.exists(path):
-            raise UserError(f"resume_from_checkpoint={folder!r} is not allowed: it holds no {STATE_FILE} "
+            raise UserError(f"resume_from_checkpoint={folder!r} is not allowed: it holds no {TRL_STATE} "
                             "(not written by a HarnessScheduler run)")
         state = torch.load(path, map_location="cpu", weights_only=False)
         if state.get("format") != FORMAT:
