@@ -11,9 +11,9 @@ print(ablations.EXAMPLES)')/bench_grid.toml" --out runs/bench`.
 """
 from pathlib import Path
 
-from ablations.collect import collect, load
 from ablations.runner import BACKENDS, RunReport, run_grid, run_many
 from ablations.spec import Cell, GridSpec, SpecError, load_spec, parse_spec
+from ablations.store import collect, load
 
 #: the shipped grid and study files (ablations/examples/*.toml, package data)
 EXAMPLES = Path(__file__).resolve().parent / "examples"

@@ -31,6 +31,7 @@ from typing import Callable
 
 from ablations import store, worker
 from ablations.spec import GridSpec
+from hbsim.contract import CELLS
 from hbsim.records import config_hash, is_complete, read_meta
 from policies.errors import UserError
 from policies.validate import MAX_JOBS, check_int
@@ -134,10 +135,9 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
     """Run every cell of `spec` missing from the grid directory `out`: DIR/cells/<id>/ with
     log.txt, failures in DIR/failed/ (`run_many`)."""
     check_run_options(jobs, backend)
-    store.check_writable(out)
     store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=force_mixed)
     out = Path(out).resolve()
-    tasks = [{"id": c.id, "config": c.config, "dir": str(store.cells_dir(out) / c.id), "log": True,
+    tasks = [{"id": c.id, "config": c.config, "dir": str(out / CELLS / c.id), "log": True,
               "failures": str(out), "plugins": spec.plugins,
               "meta": {"grid": {"name": spec.name, "cell_id": c.id, "sweep": c.sweep, "label": c.label, "seed": c.seed}}}
              for c in spec.cells()]
@@ -201,30 +201,12 @@ SINGLE_THREAD_ENV = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THR
                                             "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")}
 
 
-def _single_thread_workers() -> None:
-    """Workers (forked from a forkserver started after this) inherit these; user settings win."""
-    for name, value in SINGLE_THREAD_ENV.items():
-        os.environ.setdefault(name, value)
-
-
-def warm_up(backend: str = "local", jobs: int | None = None) -> None:
-    """Start the forkserver now (it imports PRELOAD in the background) so that its start-up
-    overlaps with planning the runs; a no-op where no worker pool will be used."""
-    if backend != "local" or (jobs or default_jobs()) == 1 or "forkserver" not in mp.get_all_start_methods():
-        return
-    _single_thread_workers()
-    _pool_context()
-    from multiprocessing import forkserver
-    forkserver.ensure_running()
-
-
 def _pool_context():
-    methods = mp.get_all_start_methods()
-    if "forkserver" in methods:
-        ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(PRELOAD)
-        return ctx
-    return mp.get_context("spawn")  # pragma: no cover - not Linux
+    if "forkserver" not in mp.get_all_start_methods():  # pragma: no cover - not Linux
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
 
 
 def run_local(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], **_) -> None:
@@ -232,9 +214,9 @@ def run_local(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], **_
         for task in tasks:
             on_done(worker.execute(task))
         return
-    jobs = min(jobs, len(tasks))
-    _single_thread_workers()
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context()) as pool:
+    for name, value in SINGLE_THREAD_ENV.items():   # inherited by the workers; user settings win
+        os.environ.setdefault(name, value)
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=_pool_context()) as pool:
         pending_runs = {pool.submit(worker.execute, t): t for t in tasks}
         try:
             while pending_runs:

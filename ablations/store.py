@@ -1,9 +1,9 @@
-"""The grid directory on disk (its layout: `hbsim.contract`), with atomic cells.
+"""The grid directory on disk (its layout: `hbsim.contract`): its grid record, atomic
+cells, failure logs, and its tables with the grid file in mind (`current`).
 
 A cell is written into a temporary directory and renamed into place only when
 complete, so `cells/<id>/` either holds a complete result or does not exist, whatever
-moment the runner or a worker is killed at. Reading the cells back is
-`hbsim.records.load_cells`.
+moment the runner or a worker is killed at.
 """
 from __future__ import annotations
 
@@ -12,14 +12,13 @@ import os
 import shutil
 from pathlib import Path
 
+import pandas as pd
+
+from ablations.spec import GridSpec, parse_spec
 from hbsim import folders
 from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG, TMP_PREFIX
-from hbsim.records import done_ids, is_complete
+from hbsim.records import collect_cells, done_ids, is_complete, load_cells
 from policies.errors import UserError
-
-
-def cells_dir(root: str | os.PathLike) -> Path:
-    return Path(root) / CELLS
 
 
 def failed_ids(root: str | os.PathLike) -> set[str]:
@@ -43,13 +42,6 @@ def failure_reason(root: str | os.PathLike, cell_id: str) -> str:
     return lines[-1].strip() if lines else "(empty log)"
 
 
-def check_writable(root: str | os.PathLike) -> None:
-    """Raise UserError unless `root` is (or can be created as) a writable folder whose
-    path is not too long (hbsim.folders; nothing is written)."""
-    folders.check_path_length(root)
-    folders.check_writable(root)
-
-
 def read_grid_json(root: str | os.PathLike) -> dict | None:
     path = Path(root) / GRID_JSON
     if not path.exists():
@@ -58,6 +50,30 @@ def read_grid_json(root: str | os.PathLike) -> dict | None:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise UserError(f"{path}: unreadable grid record ({exc})") from None
+
+
+def recorded_spec(root: str | os.PathLike) -> GridSpec:
+    """The grid file recorded last in DIR/grid.json."""
+    record = read_grid_json(root)
+    if record is None:
+        raise UserError(f"grid directory {root}: no {GRID_JSON} (not a grid directory)")
+    spec = record.get("spec", {})
+    return parse_spec(spec.get("raw", {}), spec.get("path", str(Path(root) / GRID_JSON)))
+
+
+def _current(root: str | os.PathLike, current: bool) -> set[str] | None:
+    return {c.id for c in recorded_spec(root).cells()} if current else None
+
+
+def load(root: str | os.PathLike, current: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(train_df, eval_df) of the complete cells (`hbsim.records.load_cells`); `current`:
+    only those of the grid file recorded last (`hb grid collect --current`)."""
+    return load_cells(root, only=_current(root, current))
+
+
+def collect(root: str | os.PathLike, current: bool = False) -> tuple[Path, Path]:
+    """Write DIR/train.parquet and DIR/eval.parquet (atomically) of `load`'s cells; returns their paths."""
+    return collect_cells(root, only=_current(root, current))
 
 
 def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bool = False) -> None:
