@@ -57,7 +57,8 @@ def cmd_plan(args) -> int:
     done = done_ids(args.out) if args.out else set()
     sweep_keys = sorted(spec.sweep)
     points = math.prod(len(v) for v in spec.sweep.values())
-    note = " (policy.* keys apply only to policies with that knob)" if any(k.startswith("policy.") for k in spec.sweep) else ""
+    policy_keys = any(k.startswith("policy.") for k in spec.sweep)
+    note = " (policy.* keys apply only to policies with that knob)" if policy_keys else ""
     print(f"grid {spec.name!r}: {len(cells)} cells from {len(spec.policies)} policy variants x "
           f"{points} sweep point{'s' if points != 1 else ''} x {len(spec.seeds)} seeds{note}, "
           f"{spec.steps} steps, env {spec.env.get('kind')!r}")
@@ -103,7 +104,8 @@ def cmd_status(args) -> int:
     cells = spec.cells()
     planned = {c.id for c in cells}
     missing = planned - done - failed
-    print(f"grid {store.read_grid_json(root).get('name')!r} in {root} (grid file {spec.path}): {len(planned)} cells planned")
+    name = store.read_grid_json(root).get("name")
+    print(f"grid {name!r} in {root} (grid file {spec.path}): {len(planned)} cells planned")
     print(f"  done:    {len(done & planned)}" + (f" (+{len(done - planned)} from other grid files)"
                                                   if done - planned else ""))
     print(f"  missing: {len(missing)}")

@@ -26,7 +26,8 @@ BASELINE = "mixed-2"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--grid", default=str(DEFAULT_GRID), help="grid file (default: the shipped ablations/examples/demo_grid.toml)")
+    parser.add_argument("--grid", default=str(DEFAULT_GRID),
+                        help="grid file (default: the shipped ablations/examples/demo_grid.toml)")
     parser.add_argument("--out", default="runs/demo", help="grid directory (default: runs/demo)")
     add_run_options(parser)
     parser.add_argument("--baseline", default=BASELINE, help=f"baseline policy label (default: {BASELINE})")

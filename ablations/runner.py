@@ -49,8 +49,9 @@ class RunReport:
     def check(self) -> None:
         """Raise RuntimeError naming every failed run, with the first one's traceback."""
         if self.failed:
-            raise RuntimeError(f"{len(self.failed)} of {self.total} runs failed ({', '.join(a['id'] for a in self.failed)})"
-                               f"; the finished ones are kept (a rerun resumes); {self.failed[0]['traceback']}")
+            ids = ", ".join(a["id"] for a in self.failed)
+            raise RuntimeError(f"{len(self.failed)} of {self.total} runs failed ({ids}); the finished ones are kept "
+                               f"(a rerun resumes); {self.failed[0]['traceback']}")
 
 
 def default_jobs() -> int:
@@ -137,9 +138,9 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
     check_run_options(jobs, backend)
     store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=force_mixed)
     out = Path(out).resolve()
-    tasks = [{"id": c.id, "config": c.config, "dir": str(out / CELLS / c.id), "log": True,
-              "failures": str(out), "plugins": spec.plugins,
-              "meta": {"grid": {"name": spec.name, "cell_id": c.id, "sweep": c.sweep, "label": c.label, "seed": c.seed}}}
+    tasks = [{"id": c.id, "config": c.config, "dir": str(out / CELLS / c.id), "log": True, "failures": str(out),
+              "plugins": spec.plugins, "meta": {"grid": {"name": spec.name, "cell_id": c.id, "sweep": c.sweep,
+                                                         "label": c.label, "seed": c.seed}}}
              for c in spec.cells()]
     return run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress)
 
@@ -223,19 +224,15 @@ def run_local(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], **_
                 finished, _ = wait(pending_runs, return_when=FIRST_COMPLETED)
                 for fut in finished:
                     task = pending_runs.pop(fut)
-                    on_done(_answer(fut, task))
+                    try:
+                        answer = fut.result()
+                    except Exception as exc:  # noqa: BLE001 - the worker died (segfault, OOM kill): its run fails
+                        reason = f"{type(exc).__name__}: worker process failed ({exc})"
+                        answer = worker.failure(task, reason, reason + "\n")
+                    on_done(answer)
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
-
-
-def _answer(fut, task: dict) -> dict:
-    """A future's answer; a worker that died (segfault, OOM kill) fails its run."""
-    try:
-        return fut.result()
-    except Exception as exc:  # noqa: BLE001 - BrokenProcessPool and friends
-        reason = f"{type(exc).__name__}: worker process failed ({exc})"
-        return worker.failure(task, reason, reason + "\n")
 
 
 # -- ray -----------------------------------------------------------------------------
@@ -246,11 +243,8 @@ def run_ray(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], *,
     except ImportError as exc:
         raise UserError(f"--backend ray needs the ray package (pip install 'harnessbandit[ray]'): {exc}") from None
     kwargs = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False,
-              "runtime_env": {"env_vars": {k: os.environ.get(k, v) for k, v in SINGLE_THREAD_ENV.items()}}}
-    if ray_address:
-        kwargs["address"] = ray_address
-    else:
-        kwargs["num_cpus"] = jobs
+              "runtime_env": {"env_vars": {k: os.environ.get(k, v) for k, v in SINGLE_THREAD_ENV.items()}},
+              **({"address": ray_address} if ray_address else {"num_cpus": jobs})}
     started_here = not ray.is_initialized()
     if started_here:
         ray.init(**kwargs)

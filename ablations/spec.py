@@ -35,7 +35,6 @@ from __future__ import annotations
 import copy
 import importlib
 import itertools
-import json
 import os
 try:
     import tomllib
@@ -253,9 +252,7 @@ def plan_cells(spec: GridSpec) -> list[Cell]:
                           **resolve_run({**top, "seed": seed})}
                 cells.append(Cell(id=config_hash(config), config=config, label=label, seed=seed,
                                   sweep=sweep_values))
-    ids = [c.id for c in cells]
-    if len(set(ids)) != len(ids):  # pragma: no cover - labels are unique, so configs are
-        err("policies", "two cells resolve to the same config")
+    assert len({c.id for c in cells}) == len(cells), "labels are unique, so the cells' configs are"
     return cells
 
 
@@ -329,16 +326,7 @@ def _apply_point(keys: list[str], point: tuple, pol_defaults: dict):
 
 def format_value(value: Any) -> str:
     """How a sweep value reads in a label (numpy values as plain JSON)."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, separators=(",", ":"), default=_json_default)
-
-
-def _json_default(obj: Any):
-    import numpy as np
-    if isinstance(obj, (np.generic, np.ndarray)):
-        return obj.tolist()
-    raise TypeError(f"value {obj!r} of type {type(obj).__name__} is not JSON serialisable")
+    return value if isinstance(value, str) else canonical_json(value)
 
 
 def _label(base: str | None, name: str, knobs: dict, suffix: str) -> str:

@@ -1,5 +1,5 @@
 """The grid directory on disk (its layout: `hbsim.contract`): its grid record, atomic
-cells, failure logs, and its tables with the grid file in mind (`current`).
+cells, failure logs, and its collected tables with the grid file in mind (`current`).
 
 A cell is written into a temporary directory and renamed into place only when
 complete, so `cells/<id>/` either holds a complete result or does not exist, whatever
@@ -12,12 +12,10 @@ import os
 import shutil
 from pathlib import Path
 
-import pandas as pd
-
 from ablations.spec import GridSpec, parse_spec
 from hbsim import folders
 from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG, TMP_PREFIX
-from hbsim.records import collect_cells, done_ids, is_complete, load_cells
+from hbsim.records import collect_cells, done_ids, is_complete
 from policies.errors import UserError
 
 
@@ -61,19 +59,10 @@ def recorded_spec(root: str | os.PathLike) -> GridSpec:
     return parse_spec(spec.get("raw", {}), spec.get("path", str(Path(root) / GRID_JSON)))
 
 
-def _current(root: str | os.PathLike, current: bool) -> set[str] | None:
-    return {c.id for c in recorded_spec(root).cells()} if current else None
-
-
-def load(root: str | os.PathLike, current: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(train_df, eval_df) of the complete cells (`hbsim.records.load_cells`); `current`:
-    only those of the grid file recorded last (`hb grid collect --current`)."""
-    return load_cells(root, only=_current(root, current))
-
-
 def collect(root: str | os.PathLike, current: bool = False) -> tuple[Path, Path]:
-    """Write DIR/train.parquet and DIR/eval.parquet (atomically) of `load`'s cells; returns their paths."""
-    return collect_cells(root, only=_current(root, current))
+    """Write DIR/train.parquet and DIR/eval.parquet of the complete cells (atomically; `current`:
+    only those of the grid file recorded last, `hb grid collect --current`); returns their paths."""
+    return collect_cells(root, only={c.id for c in recorded_spec(root).cells()} if current else None)
 
 
 def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bool = False) -> None:
@@ -86,18 +75,15 @@ def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bo
     root = Path(root)
     folders.check_output_dir(root, "grid", force=force_mixed)
     record = read_grid_json(root)
-    if record is not None:
-        names = record.get("names", [record.get("name")])
-        if name not in names and not force_mixed:
-            raise UserError(f"--out {root}: holds cells of grid {record.get('name')!r}, not {name!r}; "
-                             "use another --out or pass --force")
-    elif root.exists() and any(p for p in (root / CELLS).glob("[!.]*")):
-        if not force_mixed:
-            raise UserError(f"--out {root}: holds cells but no {GRID_JSON}; pass --force to add to it")
+    names = list(record.get("names", [record.get("name")])) if record else []
+    if record is not None and name not in names and not force_mixed:
+        raise UserError(f"--out {root}: holds cells of grid {record.get('name')!r}, not {name!r}; "
+                        "use another --out or pass --force")
+    if record is None and any((root / CELLS).glob("[!.]*")) and not force_mixed:
+        raise UserError(f"--out {root}: holds cells but no {GRID_JSON}; pass --force to add to it")
     root.mkdir(parents=True, exist_ok=True)
     folders.claim_output_dir(root, "grid", tool="hb grid run")
     (root / CELLS).mkdir(exist_ok=True)
-    names = list(record.get("names", [record.get("name")])) if record else []
     if name not in names:
         names.append(name)
     new = {"name": names[0], "names": names, "spec": spec}

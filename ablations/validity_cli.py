@@ -40,7 +40,8 @@ STUDY_KEYS = ("name", "description", "steps", "seeds", "counterfactual", "envs",
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", help="run, hb sim --out or grid directory holding counterfactual.parquet files")
     parser.add_argument("--study", default=None, metavar="FILE",
-                        help="first run this study file's missing runs into DIR (e.g. ablations/examples/validity.toml)")
+                        help="first run this study file's missing runs into DIR "
+                             "(e.g. ablations/examples/validity.toml)")
     parser.add_argument("--out", default=None,
                         help="write validity.csv, calibration.csv, regret.csv and validity.html here")
     parser.add_argument("--min-step", type=int, default=30,
