@@ -130,7 +130,5 @@ def cmd_collect(args) -> int:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
-    return "\n".join(lines)
+    widths = [max(map(len, column)) for column in zip(header, *rows)]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in [header, *rows])

@@ -147,17 +147,14 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
 
 # -- progress ------------------------------------------------------------------------
 class ProgressBar:
-    """`[#####.....] 37/200 cells  4.1 cells/s  ETA 0:00:40` on stderr (`noun`: cells, runs).
-
-    Redrawn in place on a terminal; elsewhere (logs, CI) one line per ~10% or 5 s.
-    """
+    """`[#####.....] 37/200 cells  4.1 cells/s  ETA 0:00:40` on stderr (`noun`: cells, runs),
+    redrawn in place on a terminal; elsewhere (logs, CI) one line per ~10% or 5 s."""
 
     def __init__(self, stream=None, width: int = 30, noun: str = "cells"):
         self.stream, self.width, self.noun = stream or sys.stderr, width, noun
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.start = time.perf_counter()
-        self.first_done: int | None = None
-        self.last_print = 0.0
+        self.first_done: int | None = None      # the first call sets it and the start time
+        self.start = self.last_print = 0.0
         self.last_done = -1
 
     def __call__(self, done: int, total: int, failed: int) -> None:

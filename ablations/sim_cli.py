@@ -73,14 +73,12 @@ def parse_sets(items: list[str]) -> tuple[dict, dict]:
 
 
 def policy_names(requested: list[str] | None) -> list[str]:
-    names: list[str] = []
-    for name in requested or ["all"]:
-        for n in (list(POLICIES) if name == "all" else [name]):
-            if n not in POLICIES:
-                raise UserError(f"--policy {n!r} is unknown; valid policies: all, {', '.join(POLICIES)}")
-            if n not in names:
-                names.append(n)
-    return names
+    """The --policy names in order, each once ('all': every registered policy; the default)."""
+    names = [n for name in requested or ["all"] for n in (POLICIES if name == "all" else [name])]
+    for n in names:
+        if n not in POLICIES:
+            raise UserError(f"--policy {n!r} is unknown; valid policies: all, {', '.join(POLICIES)}")
+    return list(dict.fromkeys(names))
 
 
 def build_configs(args: argparse.Namespace) -> list[dict]:

@@ -119,7 +119,7 @@ def load_spec(path: str | os.PathLike) -> GridSpec:
 
 def parse_spec(raw: dict, path: str = "<grid>") -> GridSpec:
     """Validate a parsed grid dict; see the module docstring for the format."""
-    err = _Errors(path)
+    err = _errors(path)
     unknown = sorted(set(raw) - set(TOP_KEYS))
     if unknown:
         err(unknown[0], f"unknown key; valid top-level keys: {', '.join(TOP_KEYS)}")
@@ -154,12 +154,11 @@ def parse_spec(raw: dict, path: str = "<grid>") -> GridSpec:
     return spec
 
 
-class _Errors:
-    def __init__(self, path: str):
-        self.path = path
-
-    def __call__(self, key: str, problem: str):
-        raise SpecError(f"{self.path}: key {key!r}: {problem}")
+def _errors(path: str):
+    """err(key, problem): raise the SpecError naming the grid file and the key."""
+    def err(key: str, problem: str):
+        raise SpecError(f"{path}: key {key!r}: {problem}")
+    return err
 
 
 def _checked(err, key: str, table: Knobs, knob: str, value: Any, name: str | None = None, where: str = ""):
@@ -215,7 +214,7 @@ def env_table(kind: str) -> Knobs:
 # -- cells ---------------------------------------------------------------------------
 def plan_cells(spec: GridSpec) -> list[Cell]:
     """Policy variants x sweep points x seeds, validated, with stable ids (file order)."""
-    err = _Errors(spec.path)
+    err = _errors(spec.path)
     kind, env_base, table = _check_env(err, spec.env)
     sweep_keys = _check_sweep(err, spec, table)
     cells, labels, envs = [], {}, {}

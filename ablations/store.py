@@ -21,10 +21,7 @@ from policies.errors import UserError
 
 def failed_ids(root: str | os.PathLike) -> set[str]:
     """Ids with a failure log and no complete result."""
-    d = Path(root) / FAILED
-    if not d.is_dir():
-        return set()
-    return {p.name for p in d.iterdir() if not p.name.startswith(".") and p.is_dir()} - done_ids(root)
+    return {p.name for p in (Path(root) / FAILED).glob("[!.]*") if p.is_dir()} - done_ids(root)
 
 
 def failure_log(root: str | os.PathLike, cell_id: str) -> Path:
@@ -95,10 +92,7 @@ def clean_tmp(folder: str | os.PathLike) -> int:
     """Remove the temporary directories killed writers left in `folder` (a grid's cells/, an
     `hb sim` label folder): hidden names holding TMP_PREFIX (ours, older write_run's
     `.<name>.tmp-*`); returns how many."""
-    d = Path(folder)
-    if not d.is_dir():
-        return 0
-    stale = [p for p in d.iterdir() if p.name.startswith(".") and TMP_PREFIX in p.name]
+    stale = [p for p in Path(folder).glob(".*") if TMP_PREFIX in p.name]
     for p in stale:
         shutil.rmtree(p, ignore_errors=True)
     return len(stale)
