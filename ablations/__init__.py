@@ -3,7 +3,7 @@ on local worker processes or a Ray cluster, collected into the SPEC §7 tables.
 
     spec = ablations.load_spec("ablations/examples/paper_grid.toml")
     ablations.run_grid(spec, "runs/paper", jobs=2)      # or run_many(tasks): any batch of runs
-    train_df, eval_df = ablations.load("runs/paper")
+    train_df, eval_df = hbsim.records.load_cells("runs/paper")
 
 `EXAMPLES` is the folder of the shipped grid and study files (package data, so an
 installed wheel has them too): `hb grid run "$(python -c 'import ablations;
@@ -11,12 +11,12 @@ print(ablations.EXAMPLES)')/bench_grid.toml" --out runs/bench`.
 """
 from pathlib import Path
 
-from ablations.collect import collect, load
 from ablations.runner import BACKENDS, RunReport, run_grid, run_many
 from ablations.spec import Cell, GridSpec, SpecError, load_spec, parse_spec
+from ablations.store import collect
 
 #: the shipped grid and study files (ablations/examples/*.toml, package data)
 EXAMPLES = Path(__file__).resolve().parent / "examples"
 
-__all__ = ["BACKENDS", "EXAMPLES", "Cell", "GridSpec", "RunReport", "SpecError", "collect", "load", "load_spec",
-           "parse_spec", "run_grid", "run_many"]
+__all__ = ["BACKENDS", "EXAMPLES", "Cell", "GridSpec", "RunReport", "SpecError", "collect", "load_spec", "parse_spec",
+           "run_grid", "run_many"]

@@ -24,7 +24,10 @@ import numpy as np
 import pandas as pd
 
 from ablations import runner
+from hbsim.envs import ENVS
+from hbsim.experiment import resolve_config
 from hbsim.folders import atomic_write, check_path_length, check_writable
+from policies import POLICIES
 from policies.errors import UserError
 from policies.validate import MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS, check_choice, check_float, check_int
 
@@ -53,9 +56,6 @@ def _check(args) -> None:
     check_float("--alpha", args.alpha, 0.0, 1.0, low_open=True, high_open=True)
     # environment seeds seed .. seed + blocks * seeds - 1, policy seeds up to that + POLICY_SEED_OFFSET
     check_int("--seed", args.seed, 0, MAX_SEED - POLICY_SEED_OFFSET - args.blocks * args.seeds)
-    from hbsim.envs import ENVS
-    from policies import POLICIES
-
     check_choice("--env", args.env, sorted(ENVS))
     check_choice("--policy", args.policy, sorted(POLICIES))
     runner.check_run_options(args.jobs, args.backend)
@@ -66,14 +66,12 @@ def _check(args) -> None:
             raise UserError(f"--csv {args.csv!r} is a folder: expected a CSV file path")
         if csv.exists():
             raise UserError(f"--csv {args.csv!r} already exists: nothing is overwritten; choose a new path")
-        check_writable(csv.parent if str(csv.parent) else Path("."), "--csv")
+        check_writable(csv.parent, "--csv")
 
 
 def aa_tasks(env: str, policy: str, seeds: list[int], steps: int) -> list[dict]:
     """Runner tasks (results kept in memory): arms "A" and "B" (same policy, policy seeds s
     and s + offset) on environment seed s, for every s of ``seeds`` in order."""
-    from hbsim.experiment import resolve_config
-
     return [{"id": f"{label}/seed{s}", "dir": None,
              "config": resolve_config({"env": {"kind": env}, "policy": {"name": policy, "label": label}, "seed": s,
                                        "policy_seed": policy_seed, "steps": steps})}

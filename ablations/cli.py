@@ -18,11 +18,11 @@ import math
 import sys
 from pathlib import Path
 
-from ablations.collect import collect as collect_grid, load as load_grid
 from ablations import store
-from ablations.runner import ProgressBar, add_run_options, check_run_options, run_grid, warm_up
-from ablations.spec import load_spec, parse_spec
+from ablations.runner import ProgressBar, add_run_options, run_grid
+from ablations.spec import load_spec
 from hbsim.contract import GRID_JSON
+from hbsim.records import done_ids, load_cells
 from policies.errors import UserError
 
 
@@ -54,10 +54,11 @@ def main(args: argparse.Namespace) -> int:
 def cmd_plan(args) -> int:
     spec = load_spec(args.grid)
     cells = spec.cells()
-    done = store.done_ids(args.out) if args.out else set()
+    done = done_ids(args.out) if args.out else set()
     sweep_keys = sorted(spec.sweep)
     points = math.prod(len(v) for v in spec.sweep.values())
-    note = " (policy.* keys apply only to policies with that knob)" if any(k.startswith("policy.") for k in spec.sweep) else ""
+    policy_keys = any(k.startswith("policy.") for k in spec.sweep)
+    note = " (policy.* keys apply only to policies with that knob)" if policy_keys else ""
     print(f"grid {spec.name!r}: {len(cells)} cells from {len(spec.policies)} policy variants x "
           f"{points} sweep point{'s' if points != 1 else ''} x {len(spec.seeds)} seeds{note}, "
           f"{spec.steps} steps, env {spec.env.get('kind')!r}")
@@ -69,8 +70,6 @@ def cmd_plan(args) -> int:
 
 
 def cmd_run(args) -> int:
-    check_run_options(args.jobs, args.backend)
-    warm_up(args.backend, args.jobs)  # the worker pool's start-up overlaps with planning
     spec = load_spec(args.grid)
     report = run_grid(spec, args.out, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
                       force_mixed=args.force_mixed, progress=ProgressBar())
@@ -88,11 +87,11 @@ def _summary(out, ids: set[str]) -> str | None:
     """The `hb sim` summary table of the grid's cells (None, with a note, if none is done)."""
     from hbsim.summary import EVAL_COLUMNS_READ, summary_table
     try:
-        train, evals = load_grid(out, only=ids, eval_columns=EVAL_COLUMNS_READ)
+        train, evals = load_cells(out, only=ids, eval_columns=EVAL_COLUMNS_READ)
         try:
             return summary_table(train, evals)
         except KeyError:  # the summary grew a column: read the whole eval table
-            return summary_table(*load_grid(out, only=ids))
+            return summary_table(*load_cells(out, only=ids))
     except ValueError as exc:
         print(f"no summary: {exc}", file=sys.stderr)
         return None
@@ -100,16 +99,13 @@ def _summary(out, ids: set[str]) -> str | None:
 
 def cmd_status(args) -> int:
     root = Path(args.dir)
-    record = store.read_grid_json(root)
-    if record is None:
-        raise UserError(f"grid directory {root}: no {GRID_JSON} (not a grid directory)")
-    done, failed = store.done_ids(root), store.failed_ids(root)
-    raw = record.get("spec", {})
-    spec = parse_spec(raw.get("raw", {}), raw.get("path", str(root / GRID_JSON)))
+    spec = store.recorded_spec(root)
+    done, failed = done_ids(root), store.failed_ids(root)
     cells = spec.cells()
     planned = {c.id for c in cells}
     missing = planned - done - failed
-    print(f"grid {record.get('name')!r} in {root} (grid file {raw.get('path')}): {len(planned)} cells planned")
+    name = store.read_grid_json(root).get("name")
+    print(f"grid {name!r} in {root} (grid file {spec.path}): {len(planned)} cells planned")
     print(f"  done:    {len(done & planned)}" + (f" (+{len(done - planned)} from other grid files)"
                                                   if done - planned else ""))
     print(f"  missing: {len(missing)}")
@@ -117,7 +113,7 @@ def cmd_status(args) -> int:
     for c in shown[:10]:
         print(f"    {c.id}: {c.label}, seed {c.seed}")
     if len(shown) > 10:
-        print(f"    ... and {len(shown) - 10} more (hb grid plan {raw.get('path')} --out {root})")
+        print(f"    ... and {len(shown) - 10} more (hb grid plan {spec.path} --out {root})")
     print(f"  failed:  {len(failed)}")
     for cell_id in sorted(failed):
         print(f"    {cell_id}: {store.failure_reason(root, cell_id)}  (log: {store.failure_log(root, cell_id)})")
@@ -128,13 +124,11 @@ def cmd_collect(args) -> int:
     if store.read_grid_json(args.dir) is None:
         raise UserError(f"grid directory {args.dir}: no {GRID_JSON} (not a grid directory); "
                         "hb grid collect writes only into folders made by hb grid run")
-    train_path, eval_path = collect_grid(args.dir, current=args.current)
+    train_path, eval_path = store.collect(args.dir, current=args.current)
     print(f"wrote {train_path} and {eval_path}")
     return 0
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
-    return "\n".join(lines)
+    widths = [max(map(len, column)) for column in zip(header, *rows)]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in [header, *rows])

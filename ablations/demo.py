@@ -14,8 +14,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from ablations import EXAMPLES
-from ablations.collect import collect as collect_grid
+from ablations import EXAMPLES, store
 from ablations.runner import ProgressBar, add_run_options, check_run_options, run_grid
 from ablations.spec import load_spec
 from hbsim.contract import REPORT_INDEX
@@ -27,7 +26,8 @@ BASELINE = "mixed-2"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--grid", default=str(DEFAULT_GRID), help="grid file (default: the shipped ablations/examples/demo_grid.toml)")
+    parser.add_argument("--grid", default=str(DEFAULT_GRID),
+                        help="grid file (default: the shipped ablations/examples/demo_grid.toml)")
     parser.add_argument("--out", default="runs/demo", help="grid directory (default: runs/demo)")
     add_run_options(parser)
     parser.add_argument("--baseline", default=BASELINE, help=f"baseline policy label (default: {BASELINE})")
@@ -49,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
         for failed in report.failed:
             print(f"FAILED {failed['id']}: {failed['reason']}  (log: {failed['log']})", file=sys.stderr)
         return 1
-    collect_grid(out, current=True)
+    store.collect(out, current=True)
     t_grid = time.perf_counter() - t0
     print(f"demo: grid done in {t_grid:.1f}s; building the report", file=sys.stderr)
     import reports

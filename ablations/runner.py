@@ -31,6 +31,7 @@ from typing import Callable
 
 from ablations import store, worker
 from ablations.spec import GridSpec
+from hbsim.contract import CELLS
 from hbsim.records import config_hash, is_complete, read_meta
 from policies.errors import UserError
 from policies.validate import MAX_JOBS, check_int
@@ -48,8 +49,9 @@ class RunReport:
     def check(self) -> None:
         """Raise RuntimeError naming every failed run, with the first one's traceback."""
         if self.failed:
-            raise RuntimeError(f"{len(self.failed)} of {self.total} runs failed ({', '.join(a['id'] for a in self.failed)})"
-                               f"; the finished ones are kept (a rerun resumes); {self.failed[0]['traceback']}")
+            ids = ", ".join(a["id"] for a in self.failed)
+            raise RuntimeError(f"{len(self.failed)} of {self.total} runs failed ({ids}); the finished ones are kept "
+                               f"(a rerun resumes); {self.failed[0]['traceback']}")
 
 
 def default_jobs() -> int:
@@ -134,29 +136,25 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
     """Run every cell of `spec` missing from the grid directory `out`: DIR/cells/<id>/ with
     log.txt, failures in DIR/failed/ (`run_many`)."""
     check_run_options(jobs, backend)
-    store.check_writable(out)
     store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=force_mixed)
     out = Path(out).resolve()
-    tasks = [{"id": c.id, "config": c.config, "dir": str(store.cells_dir(out) / c.id), "log": True,
-              "failures": str(out), "plugins": spec.plugins,
-              "meta": {"grid": {"name": spec.name, "cell_id": c.id, "sweep": c.sweep, "label": c.label, "seed": c.seed}}}
+    tasks = [{"id": c.id, "config": c.config, "dir": str(out / CELLS / c.id), "log": True, "failures": str(out),
+              "plugins": spec.plugins, "meta": {"grid": {"name": spec.name, "cell_id": c.id, "sweep": c.sweep,
+                                                         "label": c.label, "seed": c.seed}}}
              for c in spec.cells()]
     return run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress)
 
 
 # -- progress ------------------------------------------------------------------------
 class ProgressBar:
-    """`[#####.....] 37/200 cells  4.1 cells/s  ETA 0:00:40` on stderr (`noun`: cells, runs).
-
-    Redrawn in place on a terminal; elsewhere (logs, CI) one line per ~10% or 5 s.
-    """
+    """`[#####.....] 37/200 cells  4.1 cells/s  ETA 0:00:40` on stderr (`noun`: cells, runs),
+    redrawn in place on a terminal; elsewhere (logs, CI) one line per ~10% or 5 s."""
 
     def __init__(self, stream=None, width: int = 30, noun: str = "cells"):
         self.stream, self.width, self.noun = stream or sys.stderr, width, noun
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.start = time.perf_counter()
-        self.first_done: int | None = None
-        self.last_print = 0.0
+        self.first_done: int | None = None      # the first call sets it and the start time
+        self.start = self.last_print = 0.0
         self.last_done = -1
 
     def __call__(self, done: int, total: int, failed: int) -> None:
@@ -201,30 +199,12 @@ SINGLE_THREAD_ENV = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THR
                                             "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")}
 
 
-def _single_thread_workers() -> None:
-    """Workers (forked from a forkserver started after this) inherit these; user settings win."""
-    for name, value in SINGLE_THREAD_ENV.items():
-        os.environ.setdefault(name, value)
-
-
-def warm_up(backend: str = "local", jobs: int | None = None) -> None:
-    """Start the forkserver now (it imports PRELOAD in the background) so that its start-up
-    overlaps with planning the runs; a no-op where no worker pool will be used."""
-    if backend != "local" or (jobs or default_jobs()) == 1 or "forkserver" not in mp.get_all_start_methods():
-        return
-    _single_thread_workers()
-    _pool_context()
-    from multiprocessing import forkserver
-    forkserver.ensure_running()
-
-
 def _pool_context():
-    methods = mp.get_all_start_methods()
-    if "forkserver" in methods:
-        ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(PRELOAD)
-        return ctx
-    return mp.get_context("spawn")  # pragma: no cover - not Linux
+    if "forkserver" not in mp.get_all_start_methods():  # pragma: no cover - not Linux
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
 
 
 def run_local(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], **_) -> None:
@@ -232,28 +212,24 @@ def run_local(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], **_
         for task in tasks:
             on_done(worker.execute(task))
         return
-    jobs = min(jobs, len(tasks))
-    _single_thread_workers()
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context()) as pool:
+    for name, value in SINGLE_THREAD_ENV.items():   # inherited by the workers; user settings win
+        os.environ.setdefault(name, value)
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=_pool_context()) as pool:
         pending_runs = {pool.submit(worker.execute, t): t for t in tasks}
         try:
             while pending_runs:
                 finished, _ = wait(pending_runs, return_when=FIRST_COMPLETED)
                 for fut in finished:
                     task = pending_runs.pop(fut)
-                    on_done(_answer(fut, task))
+                    try:
+                        answer = fut.result()
+                    except Exception as exc:  # noqa: BLE001 - the worker died (segfault, OOM kill): its run fails
+                        reason = f"{type(exc).__name__}: worker process failed ({exc})"
+                        answer = worker.failure(task, reason, reason + "\n")
+                    on_done(answer)
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
-
-
-def _answer(fut, task: dict) -> dict:
-    """A future's answer; a worker that died (segfault, OOM kill) fails its run."""
-    try:
-        return fut.result()
-    except Exception as exc:  # noqa: BLE001 - BrokenProcessPool and friends
-        reason = f"{type(exc).__name__}: worker process failed ({exc})"
-        return worker.failure(task, reason, reason + "\n")
 
 
 # -- ray -----------------------------------------------------------------------------
@@ -264,11 +240,8 @@ def run_ray(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], *,
     except ImportError as exc:
         raise UserError(f"--backend ray needs the ray package (pip install 'harnessbandit[ray]'): {exc}") from None
     kwargs = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False,
-              "runtime_env": {"env_vars": {k: os.environ.get(k, v) for k, v in SINGLE_THREAD_ENV.items()}}}
-    if ray_address:
-        kwargs["address"] = ray_address
-    else:
-        kwargs["num_cpus"] = jobs
+              "runtime_env": {"env_vars": {k: os.environ.get(k, v) for k, v in SINGLE_THREAD_ENV.items()}},
+              **({"address": ray_address} if ray_address else {"num_cpus": jobs})}
     started_here = not ray.is_initialized()
     if started_here:
         ray.init(**kwargs)

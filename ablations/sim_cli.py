@@ -73,14 +73,12 @@ def parse_sets(items: list[str]) -> tuple[dict, dict]:
 
 
 def policy_names(requested: list[str] | None) -> list[str]:
-    names: list[str] = []
-    for name in requested or ["all"]:
-        for n in (list(POLICIES) if name == "all" else [name]):
-            if n not in POLICIES:
-                raise UserError(f"--policy {n!r} is unknown; valid policies: all, {', '.join(POLICIES)}")
-            if n not in names:
-                names.append(n)
-    return names
+    """The --policy names in order, each once ('all': every registered policy; the default)."""
+    names = [n for name in requested or ["all"] for n in (POLICIES if name == "all" else [name])]
+    for n in names:
+        if n not in POLICIES:
+            raise UserError(f"--policy {n!r} is unknown; valid policies: all, {', '.join(POLICIES)}")
+    return list(dict.fromkeys(names))
 
 
 def build_configs(args: argparse.Namespace) -> list[dict]:
@@ -109,20 +107,9 @@ def run_dir(out: str | Path, cfg: dict) -> Path:
     return Path(out) / cfg["policy"]["label"] / f"seed{cfg['seed']}"
 
 
-def _settings_hash(cfg: dict) -> str:
-    """Hash of what every run of an `hb sim` folder shares (env, steps, eval_every,
-    batch_groups): more policies or seeds may be added to a folder, other settings not."""
-    return config_hash({k: v for k, v in cfg.items() if k not in ("policy", "seed")})
-
-
-def knob_table(kind: str) -> str:
-    """`name = default: doc (allowed)` for every knob of the env kind (or preset's kind)."""
-    return "\n".join(ENVS[expand_preset({"kind": kind})["kind"]].KNOBS.listing())
-
-
 def main(args: argparse.Namespace) -> int:
-    if args.knobs:
-        print(knob_table(args.env))
+    if args.knobs:      # `name = default: doc (allowed)` for every knob of the env kind (or preset's kind)
+        print("\n".join(ENVS[expand_preset({"kind": args.env})["kind"]].KNOBS.listing()))
         return 0
     configs = build_configs(args)
     out = Path(args.out).resolve() if args.out is not None else None
@@ -130,14 +117,16 @@ def main(args: argparse.Namespace) -> int:
               "dir": str(run_dir(out, c)) if out else None, "replace": args.overwrite} for c in configs]
     todo = tasks
     if out is not None:     # every check before the first write
-        check_output_dir(args.out, "sim", _settings_hash(configs[0]), force=args.force)
+        # what every run of the folder shares (env, steps, eval_every, batch_groups): more
+        # policies or seeds may be added to it, other settings not
+        settings = config_hash({k: v for k, v in configs[0].items() if k not in ("policy", "seed")})
+        check_output_dir(args.out, "sim", settings, force=args.force)
         todo = runner.pending(tasks, remedy="choose a new --out or pass --overwrite")
+        claim_output_dir(args.out, "sim", settings, tool="hb sim")
     start = time.perf_counter()
+    reused = f"; {len(tasks) - len(todo)} finished runs reused from {args.out}" if len(todo) < len(tasks) else ""
     print(f"hb sim: {len(todo)} runs ({args.env}, {args.steps} steps) on {runner.workers(args.jobs, len(todo))} "
-          f"worker(s)" + (f"; {len(tasks) - len(todo)} finished runs reused from {args.out}" if len(todo) < len(tasks)
-                          else ""), file=sys.stderr)
-    if out is not None:
-        claim_output_dir(args.out, "sim", _settings_hash(configs[0]), tool="hb sim")
+          f"worker(s){reused}", file=sys.stderr)
     kept = {}   # the results of runs without --out
     runner.run_many(tasks, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
                     progress=runner.ProgressBar(noun="runs"),

@@ -35,7 +35,6 @@ from __future__ import annotations
 import copy
 import importlib
 import itertools
-import json
 import os
 try:
     import tomllib
@@ -44,8 +43,10 @@ except ImportError:  # Python 3.10: the tomli backport (a dependency there)
 from dataclasses import dataclass, field
 from typing import Any
 
+from hbsim.envs import ENVS, make_env
 from hbsim.experiment import RUN_KNOBS, resolve_policy, resolve_run
 from hbsim.records import canonical_json, config_hash
+from policies import POLICIES
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
 
@@ -118,7 +119,7 @@ def load_spec(path: str | os.PathLike) -> GridSpec:
 
 def parse_spec(raw: dict, path: str = "<grid>") -> GridSpec:
     """Validate a parsed grid dict; see the module docstring for the format."""
-    err = _Errors(path)
+    err = _errors(path)
     unknown = sorted(set(raw) - set(TOP_KEYS))
     if unknown:
         err(unknown[0], f"unknown key; valid top-level keys: {', '.join(TOP_KEYS)}")
@@ -147,18 +148,17 @@ def parse_spec(raw: dict, path: str = "<grid>") -> GridSpec:
         err("sweep", "is not a table: expected [sweep] with \"env.<knob>\" / \"policy.<knob>\" = [values]")
     spec = GridSpec(path=path, name=name, steps=steps, seeds=seeds, eval_every=eval_every,
                     batch_groups=batch_groups, env=dict(env), policies=[dict(p) for p in policies],
-                    sweep={k: v for k, v in sweep.items()}, plugins=list(plugins), raw=raw,
+                    sweep=dict(sweep), plugins=list(plugins), raw=raw,
                     counterfactual=counterfactual)
     spec._cells = plan_cells(spec)
     return spec
 
 
-class _Errors:
-    def __init__(self, path: str):
-        self.path = path
-
-    def __call__(self, key: str, problem: str):
-        raise SpecError(f"{self.path}: key {key!r}: {problem}")
+def _errors(path: str):
+    """err(key, problem): raise the SpecError naming the grid file and the key."""
+    def err(key: str, problem: str):
+        raise SpecError(f"{path}: key {key!r}: {problem}")
+    return err
 
 
 def _checked(err, key: str, table: Knobs, knob: str, value: Any, name: str | None = None, where: str = ""):
@@ -170,8 +170,8 @@ def _checked(err, key: str, table: Knobs, knob: str, value: Any, name: str | Non
         err(key, f"{where}{exc}")
 
 
-def _run_knob(err, key: str, value: Any, knob: str | None = None):
-    return _checked(err, key, RUN_KNOBS, knob or key, value)
+def _run_knob(err, key: str, value: Any):
+    return _checked(err, key, RUN_KNOBS, key, value)
 
 
 def _seeds(err, value: Any) -> list[int]:
@@ -195,14 +195,8 @@ def import_plugins(modules: list[str], err=None) -> None:
 
 
 # -- registries ----------------------------------------------------------------------
-def policy_table(name: str) -> Knobs:
-    from policies import POLICIES
-    return POLICIES[name].KNOBS
-
-
-def policy_names() -> list[str]:
-    from policies import POLICIES
-    return list(POLICIES)
+def env_kinds() -> list[str]:
+    return [*ENVS, REAL_KIND]
 
 
 def env_table(kind: str) -> Knobs:
@@ -212,28 +206,15 @@ def env_table(kind: str) -> Knobs:
         import real_runs
         unchecked = Knob(None, "checked by real_runs.resolve_env", parse=lambda name, value: value)
         return Knobs(dict.fromkeys(real_runs.adapter_knobs(), unchecked), scope="env", owner="env kind 'real'")
-    import hbsim
-    kinds = env_kinds()
-    if kind not in kinds:
-        raise UserError(f"unknown env kind {kind!r}; valid kinds: {', '.join(kinds)}")
-    return hbsim.ENVS[kind].KNOBS
-
-
-def env_kinds() -> list[str]:
-    import hbsim
-    kinds = list(hbsim.ENVS)
-    try:
-        importlib.util.find_spec("real_runs")
-        kinds.append(REAL_KIND)
-    except (ImportError, ValueError):  # pragma: no cover - real_runs is part of the repo
-        pass
-    return kinds
+    if kind not in ENVS:
+        raise UserError(f"unknown env kind {kind!r}; valid kinds: {', '.join(env_kinds())}")
+    return ENVS[kind].KNOBS
 
 
 # -- cells ---------------------------------------------------------------------------
 def plan_cells(spec: GridSpec) -> list[Cell]:
     """Policy variants x sweep points x seeds, validated, with stable ids (file order)."""
-    err = _Errors(spec.path)
+    err = _errors(spec.path)
     kind, env_base, table = _check_env(err, spec.env)
     sweep_keys = _check_sweep(err, spec, table)
     cells, labels, envs = [], {}, {}
@@ -270,9 +251,7 @@ def plan_cells(spec: GridSpec) -> list[Cell]:
                           **resolve_run({**top, "seed": seed})}
                 cells.append(Cell(id=config_hash(config), config=config, label=label, seed=seed,
                                   sweep=sweep_values))
-    ids = [c.id for c in cells]
-    if len(set(ids)) != len(ids):  # pragma: no cover - labels are unique, so configs are
-        err("policies", "two cells resolve to the same config")
+    assert len({c.id for c in cells}) == len(cells), "labels are unique, so the cells' configs are"
     return cells
 
 
@@ -292,13 +271,12 @@ def _check_env(err, env: dict) -> tuple[str, dict, Knobs]:
 
 def _check_policy(err, i: int, pol: dict, sweep_keys: list[str]):
     name = pol.get("name")
-    valid = policy_names()
-    if name not in valid:
-        err(f"policies[{i}].name", f"unknown policy {name!r}; valid names: {', '.join(valid)}")
+    if name not in POLICIES:
+        err(f"policies[{i}].name", f"unknown policy {name!r}; valid names: {', '.join(POLICIES)}")
     label = pol.get("label")
     if label is not None and (not isinstance(label, str) or not label.strip()):
         err(f"policies[{i}].label", f"{label!r} is not allowed: expected a non-empty string")
-    table = policy_table(name)
+    table = POLICIES[name].KNOBS
     knobs = {k: v for k, v in pol.items() if k not in ("name", "label")}
     for k, v in knobs.items():
         _checked(err, f"policies[{i}].{k}", table, k, v)
@@ -323,7 +301,7 @@ def _check_sweep(err, spec: GridSpec, etable: Knobs) -> list[str]:
                 err(f"sweep.{key}", f"env.{knob} is also set in [env]; set it in one place")
         elif scope == "policy":
             names = [p.get("name") for p in spec.policies]
-            if not any(n in policy_names() and knob in policy_table(n) for n in names):
+            if not any(n in POLICIES and knob in POLICIES[n].KNOBS for n in names):
                 err(f"sweep.{key}", f"no policy of the grid ({', '.join(map(str, names))}) has knob {knob!r}")
         else:
             err(f"sweep.{key}", "unknown sweep key: expected \"env.<knob>\" or \"policy.<knob>\"")
@@ -347,16 +325,7 @@ def _apply_point(keys: list[str], point: tuple, pol_defaults: dict):
 
 def format_value(value: Any) -> str:
     """How a sweep value reads in a label (numpy values as plain JSON)."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, separators=(",", ":"), default=_json_default)
-
-
-def _json_default(obj: Any):
-    import numpy as np
-    if isinstance(obj, (np.generic, np.ndarray)):
-        return obj.tolist()
-    raise TypeError(f"value {obj!r} of type {type(obj).__name__} is not JSON serialisable")
+    return value if isinstance(value, str) else canonical_json(value)
 
 
 def _label(base: str | None, name: str, knobs: dict, suffix: str) -> str:
@@ -371,12 +340,11 @@ def _resolve_env(err, suffix: str, env: dict) -> dict:
     """The resolved env section, validated by building the env once (a real env only
     resolves its config: building it would load a model). A failure here is a cross-knob
     one (each value passed its table), so it names the [env] table."""
-    import hbsim
     try:
         if env["kind"] == REAL_KIND:
             import real_runs
             return real_runs.resolve_env(env)
-        return hbsim.make_env(env["kind"], seed=0, **{k: v for k, v in env.items() if k != "kind"}).config()
+        return make_env(env["kind"], seed=0, **{k: v for k, v in env.items() if k != "kind"}).config()
     except ValueError as exc:
         err("env", f"{'at sweep point ' + suffix + ': ' if suffix else ''}{_one_line(exc)}")
 

@@ -1,9 +1,9 @@
-"""The grid directory on disk (its layout: `hbsim.contract`), with atomic cells.
+"""The grid directory on disk (its layout: `hbsim.contract`): its grid record, atomic
+cells, failure logs, and its collected tables with the grid file in mind (`current`).
 
 A cell is written into a temporary directory and renamed into place only when
 complete, so `cells/<id>/` either holds a complete result or does not exist, whatever
-moment the runner or a worker is killed at. Reading the cells back is
-`hbsim.records.load_cells`.
+moment the runner or a worker is killed at.
 """
 from __future__ import annotations
 
@@ -12,22 +12,16 @@ import os
 import shutil
 from pathlib import Path
 
+from ablations.spec import GridSpec, parse_spec
 from hbsim import folders
 from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG, TMP_PREFIX
-from hbsim.records import done_ids, is_complete
+from hbsim.records import collect_cells, done_ids, is_complete
 from policies.errors import UserError
-
-
-def cells_dir(root: str | os.PathLike) -> Path:
-    return Path(root) / CELLS
 
 
 def failed_ids(root: str | os.PathLike) -> set[str]:
     """Ids with a failure log and no complete result."""
-    d = Path(root) / FAILED
-    if not d.is_dir():
-        return set()
-    return {p.name for p in d.iterdir() if not p.name.startswith(".") and p.is_dir()} - done_ids(root)
+    return {p.name for p in (Path(root) / FAILED).glob("[!.]*") if p.is_dir()} - done_ids(root)
 
 
 def failure_log(root: str | os.PathLike, cell_id: str) -> Path:
@@ -43,13 +37,6 @@ def failure_reason(root: str | os.PathLike, cell_id: str) -> str:
     return lines[-1].strip() if lines else "(empty log)"
 
 
-def check_writable(root: str | os.PathLike) -> None:
-    """Raise UserError unless `root` is (or can be created as) a writable folder whose
-    path is not too long (hbsim.folders; nothing is written)."""
-    folders.check_path_length(root)
-    folders.check_writable(root)
-
-
 def read_grid_json(root: str | os.PathLike) -> dict | None:
     path = Path(root) / GRID_JSON
     if not path.exists():
@@ -58,6 +45,21 @@ def read_grid_json(root: str | os.PathLike) -> dict | None:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise UserError(f"{path}: unreadable grid record ({exc})") from None
+
+
+def recorded_spec(root: str | os.PathLike) -> GridSpec:
+    """The grid file recorded last in DIR/grid.json."""
+    record = read_grid_json(root)
+    if record is None:
+        raise UserError(f"grid directory {root}: no {GRID_JSON} (not a grid directory)")
+    spec = record.get("spec", {})
+    return parse_spec(spec.get("raw", {}), spec.get("path", str(Path(root) / GRID_JSON)))
+
+
+def collect(root: str | os.PathLike, current: bool = False) -> tuple[Path, Path]:
+    """Write DIR/train.parquet and DIR/eval.parquet of the complete cells (atomically; `current`:
+    only those of the grid file recorded last, `hb grid collect --current`); returns their paths."""
+    return collect_cells(root, only={c.id for c in recorded_spec(root).cells()} if current else None)
 
 
 def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bool = False) -> None:
@@ -70,18 +72,15 @@ def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bo
     root = Path(root)
     folders.check_output_dir(root, "grid", force=force_mixed)
     record = read_grid_json(root)
-    if record is not None:
-        names = record.get("names", [record.get("name")])
-        if name not in names and not force_mixed:
-            raise UserError(f"--out {root}: holds cells of grid {record.get('name')!r}, not {name!r}; "
-                             "use another --out or pass --force")
-    elif root.exists() and any(p for p in (root / CELLS).glob("[!.]*")):
-        if not force_mixed:
-            raise UserError(f"--out {root}: holds cells but no {GRID_JSON}; pass --force to add to it")
+    names = list(record.get("names", [record.get("name")])) if record else []
+    if record is not None and name not in names and not force_mixed:
+        raise UserError(f"--out {root}: holds cells of grid {record.get('name')!r}, not {name!r}; "
+                        "use another --out or pass --force")
+    if record is None and any((root / CELLS).glob("[!.]*")) and not force_mixed:
+        raise UserError(f"--out {root}: holds cells but no {GRID_JSON}; pass --force to add to it")
     root.mkdir(parents=True, exist_ok=True)
     folders.claim_output_dir(root, "grid", tool="hb grid run")
     (root / CELLS).mkdir(exist_ok=True)
-    names = list(record.get("names", [record.get("name")])) if record else []
     if name not in names:
         names.append(name)
     new = {"name": names[0], "names": names, "spec": spec}
@@ -93,10 +92,7 @@ def clean_tmp(folder: str | os.PathLike) -> int:
     """Remove the temporary directories killed writers left in `folder` (a grid's cells/, an
     `hb sim` label folder): hidden names holding TMP_PREFIX (ours, older write_run's
     `.<name>.tmp-*`); returns how many."""
-    d = Path(folder)
-    if not d.is_dir():
-        return 0
-    stale = [p for p in d.iterdir() if p.name.startswith(".") and TMP_PREFIX in p.name]
+    stale = [p for p in Path(folder).glob(".*") if TMP_PREFIX in p.name]
     for p in stale:
         shutil.rmtree(p, ignore_errors=True)
     return len(stale)

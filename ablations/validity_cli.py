@@ -22,13 +22,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+try:
+    import tomllib
+except ImportError:  # Python 3.10: the tomli backport
+    import tomli as tomllib
 
 from ablations import runner
 from ablations.sim_cli import run_dir
+from hbsim.experiment import RUN_KNOBS, resolve_config, resolve_run
 from hbsim.folders import check_output_dir, claim_output_dir
-from policies.base import BATCH_GROUPS
 from policies.errors import UserError
-from policies.validate import MAX_BATCH_GROUPS, MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS, check_int
+from policies.validate import MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS, check_int
 
 STUDY_KEYS = ("name", "description", "steps", "seeds", "counterfactual", "envs", "policies", "env", "batch_groups")
 
@@ -36,7 +40,8 @@ STUDY_KEYS = ("name", "description", "steps", "seeds", "counterfactual", "envs",
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", help="run, hb sim --out or grid directory holding counterfactual.parquet files")
     parser.add_argument("--study", default=None, metavar="FILE",
-                        help="first run this study file's missing runs into DIR (e.g. ablations/examples/validity.toml)")
+                        help="first run this study file's missing runs into DIR "
+                             "(e.g. ablations/examples/validity.toml)")
     parser.add_argument("--out", default=None,
                         help="write validity.csv, calibration.csv, regret.csv and validity.html here")
     parser.add_argument("--min-step", type=int, default=30,
@@ -52,11 +57,12 @@ def main(args: argparse.Namespace) -> int:
                             ("seed", 0, MAX_SEED)):
         check_int(f"--{name.replace('_', '-')}", getattr(args, name), low, high)
     runner.check_run_options(args.jobs, args.backend)
-    configs = study_configs(args.study) if args.study is not None else None
-    if configs is not None and args.out is not None and Path(args.out).resolve() == Path(args.dir).resolve():
-        raise UserError(f"--out {args.out!r} is DIR, where --study writes its runs; choose another --out folder")
-    if configs is not None:     # DIR: a study folder (new, or ours to resume), never another kind
-        check_output_dir(args.dir, "study", flag="DIR", force_flag=None)
+    configs = None
+    if args.study is not None:
+        configs = study_configs(args.study)
+        if args.out is not None and Path(args.out).resolve() == Path(args.dir).resolve():
+            raise UserError(f"--out {args.out!r} is DIR, where --study writes its runs; choose another --out folder")
+        check_output_dir(args.dir, "study", flag="DIR", force_flag=None)    # new, or ours to resume
     if args.out is not None:
         check_output_dir(args.out, "report", flag="--out", force_flag=None)
     if configs is not None:
@@ -76,12 +82,6 @@ def main(args: argparse.Namespace) -> int:
 def study_configs(path: str) -> list[tuple[str, dict]]:
     """(env name, resolved run config) of every run of a study file; all validation first."""
     try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib
-    from hbsim.experiment import resolve_config
-
-    try:
         with open(path, "rb") as fh:
             raw = tomllib.load(fh)
     except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -95,26 +95,22 @@ def study_configs(path: str) -> list[tuple[str, dict]]:
     if not isinstance(policies, list) or not policies or not all(isinstance(p, dict) for p in policies):
         raise UserError(f"{path}: policies={policies!r} is not allowed: expected [[policies]] tables with a name")
     seeds = raw.get("seeds", 8)
-    if isinstance(seeds, int) and not isinstance(seeds, bool):
-        seeds = list(range(check_int(f"{path}: seeds", seeds, 1, MAX_SEEDS)))
-    if isinstance(seeds, list):
-        check_int(f"{path}: number of seeds", len(seeds), 1, MAX_SEEDS)
-        for s in seeds:
-            check_int(f"{path}: seeds item", s, 0, MAX_SEED)
-    check_int(f"{path}: steps", raw.get("steps", 150), 1, MAX_STEPS)
-    check_int(f"{path}: batch_groups", raw.get("batch_groups", BATCH_GROUPS.default), 1, MAX_BATCH_GROUPS)
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
-        raise UserError(f"{path}: seeds={raw.get('seeds')!r} is not allowed: expected a count >= 1 or a list of "
-                        f"integers >= 0")
+    if not isinstance(seeds, list):
+        seeds = list(range(RUN_KNOBS["seeds"].check(f"{path}: seeds", seeds)))
+    check_int(f"{path}: number of seeds", len(seeds), 1, MAX_SEEDS)
+    seeds = [RUN_KNOBS["seed"].check(f"{path}: seeds item", s) for s in seeds]
+    try:    # steps, batch_groups: the run defaults; counterfactual: every step unless the file says
+        run = resolve_run({"counterfactual": 1, **{k: raw[k] for k in ("steps", "batch_groups", "counterfactual")
+                                                   if k in raw}})
+    except UserError as exc:
+        raise UserError(f"{path}: {exc}") from None
     configs = []
     for env in envs:
         for pol in policies:
             for seed in seeds:
-                partial = {"env": {**raw.get("env", {}), "kind": env}, "policy": dict(pol), "seed": seed,
-                           "steps": raw.get("steps", 150), "counterfactual": raw.get("counterfactual", 1),
-                           "batch_groups": raw.get("batch_groups", BATCH_GROUPS.default)}
                 try:
-                    configs.append((env, resolve_config(partial)))
+                    configs.append((env, resolve_config({"env": {**raw.get("env", {}), "kind": env},
+                                                         "policy": dict(pol), **run, "seed": seed})))
                 except ValueError as exc:
                     raise UserError(f"{path}: env {env!r}, policy {pol.get('name')!r}: {exc}") from None
     return configs

@@ -16,6 +16,8 @@ from pathlib import Path
 from ablations import store
 from ablations.spec import REAL_KIND, import_plugins
 from hbsim.contract import LOG
+from hbsim.experiment import run_config
+from hbsim.records import write_run
 
 
 def adapter_factory(config: dict):
@@ -28,18 +30,16 @@ def adapter_factory(config: dict):
 
 def execute(task: dict) -> dict:
     """Run one task; its run directory is written atomically (`store.write_cell`)."""
-    import hbsim
-
     started = time.perf_counter()
     try:
         import_plugins(task.get("plugins", []))
-        result = hbsim.run_config(task["config"], adapter_factory=adapter_factory(task["config"]))
+        result = run_config(task["config"], adapter_factory=adapter_factory(task["config"]))
         result.meta.update(task.get("meta") or {})
         if task.get("dir"):
             ran = time.perf_counter() - started
 
             def write_into(tmp: Path) -> None:
-                hbsim.write_run(result, tmp)
+                write_run(result, tmp)
                 if task.get("log"):
                     (tmp / LOG).write_text(
                         f"run {task['id']} ({result.meta['label']}, seed {result.meta['seed']}) ran in {ran:.3f}s, "

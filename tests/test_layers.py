@@ -82,7 +82,7 @@ def test_the_checker_sees_lazy_relative_and_computed_imports():
 def test_the_packages_are_all_read():
     files = {rel for rel, _, _ in _modules()}
     assert {"policies/validate.py", "hbsim/contract.py", "hbsim/folders.py", "reports/cli.py",
-            "ablations/collect.py", "real_runs/cli.py", "hbsim/envs/base.py"} <= files
+            "ablations/store.py", "real_runs/cli.py", "hbsim/envs/base.py"} <= files
     assert len(files) > 60
 
 

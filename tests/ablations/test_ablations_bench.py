@@ -20,7 +20,7 @@ except ImportError:  # Python 3.10: the tomli backport (a dependency there)
 import pytest
 
 import ablations
-from ablations import store
+from hbsim.records import done_ids
 
 FULL = os.environ.get("HB_BENCH_FULL") == "1"
 
@@ -50,4 +50,4 @@ def test_grid_throughput(benchmark, tmp_path, jobs):
     assert report.ran == n == (200 if FULL else 16) and not report.failed
     benchmark.extra_info.update({"cells": n, "steps": spec.steps, "jobs": jobs})
     last = tmp_path / f"run{next(counter) - 1}"
-    assert len(store.done_ids(last)) == n
+    assert len(done_ids(last)) == n

@@ -6,8 +6,8 @@ from ablations_testkit import hb, without_wall_clock, write_grid
 from pandas.testing import assert_frame_equal
 
 import ablations
-from ablations import store
 from ablations.spec import load_spec
+from hbsim.records import done_ids, load_cells
 
 pytestmark = pytest.mark.slow  # every test here spawns processes (make test-fast skips them)
 
@@ -29,8 +29,8 @@ def test_ray_backend_matches_local(tmp_path):
     out = tmp_path / "ray"
     proc = hb("grid", "run", grid, "--out", out, "--backend", "ray", "--jobs", 2, check=0)
     assert "4 cells, 0 already done, 4 run, 0 failed" in proc.stdout
-    assert store.done_ids(out) == {c.id for c in spec.cells()}
-    for ray_df, local_df in zip(ablations.load(out), ablations.load(local)):
+    assert done_ids(out) == {c.id for c in spec.cells()}
+    for ray_df, local_df in zip(load_cells(out), load_cells(local)):
         assert_frame_equal(without_wall_clock(ray_df), without_wall_clock(local_df), check_exact=True)
 
 

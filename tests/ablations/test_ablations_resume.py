@@ -15,8 +15,8 @@ from ablations_testkit import REPO, env_with_plugin_path, hb, without_wall_clock
 from pandas.testing import assert_frame_equal
 
 import ablations
-from ablations import store
 from ablations.spec import load_spec
+from hbsim.records import done_ids, load_cells
 
 pytestmark = pytest.mark.slow  # every test here spawns processes (make test-fast skips them)
 
@@ -31,7 +31,7 @@ def _kill_when(grid, out, min_done: int) -> int:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
-        while len(store.done_ids(out)) < min_done and proc.poll() is None and time.monotonic() < deadline:
+        while len(done_ids(out)) < min_done and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.002)
     finally:
         try:
@@ -39,11 +39,11 @@ def _kill_when(grid, out, min_done: int) -> int:
         except ProcessLookupError:
             pass
         proc.wait()
-    return len(store.done_ids(out))
+    return len(done_ids(out))
 
 
 def _assert_cells_complete(out) -> None:
-    for cell_id in store.done_ids(out):
+    for cell_id in done_ids(out):
         assert sorted(p.name for p in (out / "cells" / cell_id).iterdir()) == RUN_FILES
 
 
@@ -57,7 +57,7 @@ def test_sigkill_mid_grid_then_resume_equals_uninterrupted(tmp_path):
     first = _kill_when(grid, out, min_done=1)
     assert 1 <= first < total, f"kill came too late: {first}/{total} cells were done"
     _assert_cells_complete(out)
-    kept = {i: (out / "cells" / i / "train.parquet").stat().st_mtime_ns for i in store.done_ids(out)}
+    kept = {i: (out / "cells" / i / "train.parquet").stat().st_mtime_ns for i in done_ids(out)}
 
     second = _kill_when(grid, out, min_done=first + 3)
     assert first < second < total, (first, second, total)
@@ -65,7 +65,7 @@ def test_sigkill_mid_grid_then_resume_equals_uninterrupted(tmp_path):
 
     proc = hb("grid", "run", grid, "--out", out, "--jobs", "2", check=0)
     assert f"{total} cells, {second} already done, {total - second} run, 0 failed" in proc.stdout
-    assert len(store.done_ids(out)) == total
+    assert len(done_ids(out)) == total
     _assert_cells_complete(out)
     assert not [p for p in (out / "cells").iterdir() if p.name.startswith(".")]
     # no finished cell was recomputed
@@ -75,10 +75,10 @@ def test_sigkill_mid_grid_then_resume_equals_uninterrupted(tmp_path):
     report = ablations.run_grid(load_spec(grid), ref, jobs=2)
     assert report.ran == total and not report.failed
     hb("grid", "collect", out, check=0)
-    clean = ablations.load(ref)
-    for name, killed in zip(("train", "eval"), ablations.load(out)):
+    clean = load_cells(ref)
+    for name, killed in zip(("train", "eval"), load_cells(out)):
         assert_frame_equal(pd.read_parquet(out / f"{name}.parquet"), killed, check_exact=True)
-    for killed, clean_df in zip(ablations.load(out), clean):
+    for killed, clean_df in zip(load_cells(out), clean):
         # seconds_* are measured wall-clock times: the only columns allowed to differ
         assert_frame_equal(without_wall_clock(killed), without_wall_clock(clean_df), check_exact=True)
     train = clean[0]

@@ -9,10 +9,10 @@ import pytest
 from ablations_testkit import hb, without_wall_clock, write_grid
 from pandas.testing import assert_frame_equal
 
-import ablations
 from ablations import store
 from ablations.spec import load_spec
 from hbsim.cli import main as hb_main
+from hbsim.records import done_ids, load_cells
 
 pytestmark = pytest.mark.slow  # every test here spawns processes (make test-fast skips them)
 
@@ -44,7 +44,7 @@ def test_jobs_1_and_2_give_identical_tables(two_runs):
     cells = load_spec(grid).cells()
     assert len(cells) == (2 + 2 + 4) * 2
     for jobs in (1, 2):
-        assert store.done_ids(tmp / f"j{jobs}") == {c.id for c in cells}
+        assert done_ids(tmp / f"j{jobs}") == {c.id for c in cells}
         assert f"{len(cells)}/{len(cells)} cells" in procs[jobs].stderr        # the progress bar
         assert "cells/s" in procs[jobs].stderr and "ETA" in procs[jobs].stderr
         assert f"{len(cells)} cells, 0 already done, {len(cells)} run, 0 failed" in procs[jobs].stdout
@@ -52,8 +52,8 @@ def test_jobs_1_and_2_give_identical_tables(two_runs):
         summary = procs[jobs].stdout.split("results in")[1].splitlines()[1:]
         assert summary[0].split()[:2] == ["policy", "seeds"]
         assert {line.split()[0] for line in summary[2:]} == {c.label for c in cells}
-    t1, e1 = ablations.load(tmp / "j1")
-    t2, e2 = ablations.load(tmp / "j2")
+    t1, e1 = load_cells(tmp / "j1")
+    t2, e2 = load_cells(tmp / "j2")
     assert_frame_equal(without_wall_clock(t1), without_wall_clock(t2), check_exact=True)
     assert_frame_equal(e1, e2, check_exact=True)
     # rows: cells in id order, steps in order within a cell; sweep values as columns
@@ -85,7 +85,7 @@ def test_collect_writes_the_same_frames_as_load_and_status_and_plan(two_runs, ca
     tmp, grid, _ = two_runs
     root = tmp / "j1"
     assert "wrote" in hb("grid", "collect", root, check=0).stdout     # one real subprocess
-    train, evals = ablations.load(root)
+    train, evals = load_cells(root)
     assert_frame_equal(pd.read_parquet(root / "train.parquet"), train, check_exact=True)
     assert_frame_equal(pd.read_parquet(root / "eval.parquet"), evals, check_exact=True)
     status, _ = hb_in(capsys, "grid", "status", root)
@@ -105,7 +105,7 @@ def test_failure_is_isolated_logged_and_retried(tmp_path):
     assert proc.returncode == 1, proc.stderr
     # (the plugin is imported only in the subprocesses, so POLICIES here stays untouched)
     failed = store.failed_ids(out)
-    assert len(failed) == 1 and len(store.done_ids(out)) == 5
+    assert len(failed) == 1 and len(done_ids(out)) == 5
     (bad,) = failed
     log = store.failure_log(out, bad).read_text()
     assert "Traceback" in log and "RuntimeError: planted failure at step 2 for seed 1" in log
@@ -123,12 +123,12 @@ def test_changed_file_adds_only_new_cells_and_names_are_guarded(tmp_path, capsys
     out = tmp_path / "out"
     grid = write_grid(tmp_path / "g.toml", name="grow", steps=4, seeds=1, policies=[{"name": "uniform"}])
     hb_in(capsys, "grid", "run", grid, "--out", out, "--jobs", 1)
-    first = store.done_ids(out)
+    first = done_ids(out)
     mtimes = {i: (out / "cells" / i / "train.parquet").stat().st_mtime_ns for i in first}
     write_grid(grid, name="grow", steps=4, seeds=2, policies=[{"name": "uniform"}, {"name": "round_robin"}])
     stdout, _ = hb_in(capsys, "grid", "run", grid, "--out", out, "--jobs", 2)
     assert "4 cells, 1 already done, 3 run" in stdout
-    assert first < store.done_ids(out)
+    assert first < done_ids(out)
     assert mtimes == {i: (out / "cells" / i / "train.parquet").stat().st_mtime_ns for i in first}
     # the same label with another config (steps changed) is never silently mixed at collect
     write_grid(grid, name="grow", steps=5, seeds=1, policies=[{"name": "uniform"}])

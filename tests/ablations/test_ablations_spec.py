@@ -113,7 +113,6 @@ def test_bad_grid_file_is_one_line_exit_2_and_touches_nothing(case, tmp_path, ca
 
 
 @pytest.mark.cli
-@pytest.mark.slow   # `hb grid run` starts its worker pool's forkserver before it checks --out
 def test_unwritable_output_dir(tmp_path, capsys):
     grid = write_grid(tmp_path / "g.toml", seeds=1, policies=[{"name": "uniform"}])
     blocker = tmp_path / "file.txt"
@@ -128,7 +127,6 @@ def test_unwritable_output_dir(tmp_path, capsys):
 
 
 @pytest.mark.cli
-@pytest.mark.slow   # the missing grid file is refused after the forkserver started
 def test_bad_cli_arguments(tmp_path, capsys):
     grid = write_grid(tmp_path / "g.toml", seeds=1, policies=[{"name": "uniform"}])
     out = tmp_path / "out"

@@ -7,6 +7,7 @@ import pytest
 
 from ablations import store
 from ablations.runner import ProgressBar
+from hbsim.records import done_ids
 
 
 def test_write_cell_is_all_or_nothing(tmp_path):
@@ -28,7 +29,7 @@ def test_write_cell_is_all_or_nothing(tmp_path):
     assert store.failed_ids(tmp_path) == {"bbbb"}
     assert store.failure_reason(tmp_path, "bbbb") == "ValueError: boom"
     assert store.write_cell(tmp_path / "cells" / "bbbb", good) is True
-    assert store.done_ids(tmp_path) == {"bbbb"} and store.failed_ids(tmp_path) == set()
+    assert done_ids(tmp_path) == {"bbbb"} and store.failed_ids(tmp_path) == set()
     assert (tmp_path / "cells" / "bbbb" / "log.txt").read_text() == "ok"
     # a second writer of the same cell loses the rename race without damage
     second = lambda tmp: (tmp / "x").write_text("2")  # noqa: E731
@@ -42,8 +43,8 @@ def test_write_cell_is_all_or_nothing(tmp_path):
     # leftovers of killed writers are hidden from done_ids and removed by clean_tmp
     (tmp_path / "cells" / ".tmp-cccc-123").mkdir()
     (tmp_path / "cells" / "..tmp-cccc-123.tmp-xyz").mkdir()
-    assert store.done_ids(tmp_path) == {"bbbb"}
-    assert store.clean_tmp(tmp_path / "cells") == 2 and store.done_ids(tmp_path) == {"bbbb"}
+    assert done_ids(tmp_path) == {"bbbb"}
+    assert store.clean_tmp(tmp_path / "cells") == 2 and done_ids(tmp_path) == {"bbbb"}
     assert sorted(p.name for p in (tmp_path / "cells").iterdir()) == ["bbbb"]
 
 
