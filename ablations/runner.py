@@ -9,7 +9,7 @@
 `run_many` removes the hidden temporaries killed writers left next to the run
 directories, skips runs already complete with the same config (resume) and runs the rest
 on a backend; each run directory is written into a temporary directory and renamed into
-place (`store.write_cell`), so a killed run never leaves a half-written one. Backends
+place (`hbsim.folders.write_dir_atomic`), so a killed run never leaves a half-written one. Backends
 (name -> function(tasks, jobs, on_done, **options)): `local` runs `--jobs 1` in this
 process, more in a `ProcessPoolExecutor` of reused workers (one BLAS thread each) forked
 from a forkserver that imported hbsim once; `ray` runs one Ray task per run, on a local

@@ -15,7 +15,7 @@ from pathlib import Path
 from ablations.spec import GridSpec, parse_spec
 from hbsim import folders
 from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG, TMP_PREFIX
-from hbsim.records import collect_cells, done_ids, is_complete
+from hbsim.records import collect_cells, done_ids
 from policies.errors import UserError
 
 
@@ -97,33 +97,6 @@ def clean_tmp(folder: str | os.PathLike) -> int:
         shutil.rmtree(p, ignore_errors=True)
     return len(stale)
 
-
-def write_cell(final: str | os.PathLike, write_into, *, replace: bool = False) -> bool:
-    """Write a run directory atomically: `write_into(tmp_dir)` fills a new empty temporary
-    directory next to `final` (`hbsim.folders.make_temp_dir`), which is then renamed to
-    `final`. A complete `final` is kept and False returned (another worker finished it
-    first) unless `replace`; an incomplete one is replaced. Temporaries are removed either way.
-    """
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folders.make_temp_dir(final)
-    old = None
-    try:
-        write_into(tmp)
-        if final.is_dir() and (replace or not is_complete(final)):
-            old = folders.make_temp_dir(final)
-            os.rename(final, old)                       # onto the empty temporary: atomic
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if final.is_dir():
-                return False
-            raise
-    finally:
-        for p in (tmp, old):
-            if p is not None and p.exists():
-                shutil.rmtree(p, ignore_errors=True)
-    return True
 
 
 def write_failure(root: str | os.PathLike, cell_id: str, text: str) -> Path:

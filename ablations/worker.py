@@ -17,7 +17,8 @@ from ablations import store
 from ablations.spec import REAL_KIND, import_plugins
 from hbsim.contract import LOG
 from hbsim.experiment import run_config
-from hbsim.records import write_run
+from hbsim.folders import write_dir_atomic
+from hbsim.records import fill_run_dir, is_complete
 
 
 def adapter_factory(config: dict):
@@ -29,7 +30,7 @@ def adapter_factory(config: dict):
 
 
 def execute(task: dict) -> dict:
-    """Run one task; its run directory is written atomically (`store.write_cell`)."""
+    """Run one task; its run directory is written atomically (`hbsim.folders.write_dir_atomic`)."""
     started = time.perf_counter()
     try:
         import_plugins(task.get("plugins", []))
@@ -39,13 +40,13 @@ def execute(task: dict) -> dict:
             ran = time.perf_counter() - started
 
             def write_into(tmp: Path) -> None:
-                write_run(result, tmp)
+                fill_run_dir(result, tmp)
                 if task.get("log"):
                     (tmp / LOG).write_text(
                         f"run {task['id']} ({result.meta['label']}, seed {result.meta['seed']}) ran in {ran:.3f}s, "
                         f"tables written in {time.perf_counter() - started - ran:.3f}s, in process {os.getpid()}\n")
 
-            store.write_cell(task["dir"], write_into, replace=task.get("replace", False))
+            write_dir_atomic(task["dir"], write_into, keep=(lambda d: False) if task.get("replace") else is_complete)
             if task.get("failures"):
                 store.clear_failure(task["failures"], task["id"])
         answer = {"id": task["id"], "ok": True, "seconds": time.perf_counter() - started, "reason": ""}

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -115,6 +116,34 @@ def make_temp_dir(beside: str | os.PathLike) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{beside.name}-", dir=beside.parent))
     os.chmod(tmp, dir_mode())
     return tmp
+
+
+def write_dir_atomic(final: str | os.PathLike, fill: Callable[[Path], None], *,
+                     keep: Callable[[Path], bool] = lambda d: False) -> bool:
+    """Write a directory atomically: `fill(tmp)` fills a new empty temporary directory next
+    to `final` (`make_temp_dir`), which is then renamed to `final`. An existing `final` for
+    which `keep(final)` holds is kept and False returned (e.g. another worker finished the
+    same run first); any other existing `final` is moved aside in one rename and removed.
+    Temporaries are removed either way, also when `fill` raises."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp, old = make_temp_dir(final), None
+    try:
+        fill(tmp)
+        if final.is_dir() and not keep(final):
+            old = make_temp_dir(final)
+            os.rename(final, old)                       # onto the empty temporary: atomic
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if final.is_dir():
+                return False
+            raise
+    finally:
+        for p in (tmp, old):
+            if p is not None and p.exists():
+                shutil.rmtree(p, ignore_errors=True)
+    return True
 
 
 # -- paths -----------------------------------------------------------------------------------

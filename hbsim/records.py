@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hbsim.contract import CELLS, COUNTERFACTUAL_FILE, EVAL_FILE, RUN_FILES, RUN_JSON, TRAIN_FILE
-from hbsim.folders import atomic_write, make_temp_dir
+from hbsim.folders import atomic_write, make_temp_dir, write_dir_atomic
 from policies.errors import UserError
 
 
@@ -89,30 +89,34 @@ def is_complete(run_dir) -> bool:
     return (Path(run_dir) / RUN_JSON).is_file()
 
 
-def write_run(result, out, *, overwrite: bool = False) -> Path:
-    """Write `result` (a RunResult) to the run directory `out`.
+def fill_run_dir(result, folder: Path) -> None:
+    """The files of `result` (a RunResult) written into the existing `folder`, run.json last."""
+    result.train.to_parquet(folder / TRAIN_FILE, index=False)
+    result.eval.to_parquet(folder / EVAL_FILE, index=False)
+    if getattr(result, "counterfactual", None) is not None:
+        result.counterfactual.to_parquet(folder / COUNTERFACTUAL_FILE, index=False)
+    (folder / RUN_JSON).write_text(json.dumps(_jsonable(result.meta), indent=1, sort_keys=True) + "\n")
 
-    The files are written into a temporary directory next to `out` and then moved in:
-    a fresh `out` is renamed into place in one step; an existing incomplete `out` (e.g. a
-    grid cell holding only its log) receives the files one atomic replace at a time,
-    run.json last. An existing complete run directory raises UserError unless
-    `overwrite`. The run directory gets the mode a plain mkdir would (the user's umask).
+
+def write_run(result, out, *, overwrite: bool = False) -> Path:
+    """Write `result` (a RunResult) to the run directory `out`, atomically.
+
+    A fresh `out` is written by `hbsim.folders.write_dir_atomic` (a temporary directory
+    renamed into place); an existing incomplete `out` (e.g. `hb real`'s folder holding its
+    checkpoints) receives the files one atomic replace at a time, run.json last. An existing
+    complete run directory raises UserError unless `overwrite`. The run directory gets the
+    mode a plain mkdir would (the user's umask).
     """
     out = Path(out)
     if is_complete(out) and not overwrite:
         raise UserError(f"run directory {str(out)!r} already holds a complete run; "
-                              f"choose another --out or allow overwriting")
-    out.parent.mkdir(parents=True, exist_ok=True)
+                        f"choose another --out or allow overwriting")
+    if not out.exists():
+        write_dir_atomic(out, lambda folder: fill_run_dir(result, folder), keep=is_complete)
+        return out
     tmp = make_temp_dir(out)
     try:
-        result.train.to_parquet(tmp / TRAIN_FILE, index=False)
-        result.eval.to_parquet(tmp / EVAL_FILE, index=False)
-        if getattr(result, "counterfactual", None) is not None:
-            result.counterfactual.to_parquet(tmp / COUNTERFACTUAL_FILE, index=False)
-        (tmp / RUN_JSON).write_text(json.dumps(_jsonable(result.meta), indent=1, sort_keys=True) + "\n")
-        if not out.exists():
-            os.rename(tmp, out)
-            return out
+        fill_run_dir(result, tmp)
         if is_complete(out):
             os.remove(out / RUN_JSON)            # the directory is incomplete until the end
         if (out / COUNTERFACTUAL_FILE).exists() and not (tmp / COUNTERFACTUAL_FILE).exists():
@@ -121,8 +125,7 @@ def write_run(result, out, *, overwrite: bool = False) -> Path:
             if (tmp / name).exists():
                 os.replace(tmp / name, out / name)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

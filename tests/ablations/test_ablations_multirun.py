@@ -88,7 +88,7 @@ def test_stale_temporary_of_a_killed_run_is_removed_and_never_read(tmp_path, cap
     line = [ln for ln in first.splitlines() if ln.startswith("student  harnessbandit  L ")][0]
     assert line.split()[-1] == "2"                                           # seeds
     # a run killed after writing its files, before the rename: a complete-looking hidden copy
-    # (of seed 0, as seed 5) next to the real runs, as write_cell and write_run name them
+    # (of seed 0, as seed 5) next to the real runs, as write_dir_atomic and write_run name them
     label = root / "student" / "harnessbandit"
     for stale in (label / ".tmp-seed5-4242", label / ".seed5.tmp-abc123"):
         shutil.copytree(label / "seed0", stale)

@@ -7,10 +7,11 @@ import pytest
 
 from ablations import store
 from ablations.runner import ProgressBar
-from hbsim.records import done_ids
+from hbsim.folders import write_dir_atomic
+from hbsim.records import done_ids, is_complete
 
 
-def test_write_cell_is_all_or_nothing(tmp_path):
+def test_cell_write_is_all_or_nothing(tmp_path):
     (tmp_path / "cells").mkdir()
 
     def good(tmp):
@@ -23,22 +24,22 @@ def test_write_cell_is_all_or_nothing(tmp_path):
         raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError, match="disk full"):
-        store.write_cell(tmp_path / "cells" / "aaaa", bad)
+        write_dir_atomic(tmp_path / "cells" / "aaaa", bad, keep=is_complete)
     assert list((tmp_path / "cells").iterdir()) == []          # no cell, no temporary left
     store.write_failure(tmp_path, "bbbb", "Traceback\nValueError: boom\n")
     assert store.failed_ids(tmp_path) == {"bbbb"}
     assert store.failure_reason(tmp_path, "bbbb") == "ValueError: boom"
-    assert store.write_cell(tmp_path / "cells" / "bbbb", good) is True
+    assert write_dir_atomic(tmp_path / "cells" / "bbbb", good, keep=is_complete) is True
     assert done_ids(tmp_path) == {"bbbb"} and store.failed_ids(tmp_path) == set()
     assert (tmp_path / "cells" / "bbbb" / "log.txt").read_text() == "ok"
     # a second writer of the same cell loses the rename race without damage
     second = lambda tmp: (tmp / "x").write_text("2")  # noqa: E731
-    assert store.write_cell(tmp_path / "cells" / "bbbb", second) is False
+    assert write_dir_atomic(tmp_path / "cells" / "bbbb", second, keep=is_complete) is False
     assert sorted(p.name for p in (tmp_path / "cells" / "bbbb").iterdir()) == ["log.txt", "run.json", "train.parquet"]
-    # replace=True swaps a complete run for the new one; an incomplete directory is always replaced
-    assert store.write_cell(tmp_path / "cells" / "bbbb", second, replace=True) is True
+    # without keep (a replacing run) a complete run is swapped for the new one; an incomplete one always is
+    assert write_dir_atomic(tmp_path / "cells" / "bbbb", second) is True
     assert sorted(p.name for p in (tmp_path / "cells" / "bbbb").iterdir()) == ["x"]
-    assert store.write_cell(tmp_path / "cells" / "bbbb", good) is True
+    assert write_dir_atomic(tmp_path / "cells" / "bbbb", good, keep=is_complete) is True
     assert sorted(p.name for p in (tmp_path / "cells" / "bbbb").iterdir()) == ["log.txt", "run.json", "train.parquet"]
     # leftovers of killed writers are hidden from done_ids and removed by clean_tmp
     (tmp_path / "cells" / ".tmp-cccc-123").mkdir()
