@@ -104,13 +104,12 @@ def _init_distributed(args) -> int:
     return dist.get_rank()
 
 
-#: the scheduler state inside each of TRL's checkpoints (real_runs.integrations.trl_grpo)
 
 
 def _check_out(args) -> None:
     """Before torch is imported: the numeric flags bounded, --out checked by `check_run_dir`."""
     trl = args.backend == "trl"
-    validate.check_int("--steps", args.steps, 1 if trl else 0, validate.MAX_STEPS)
+    validate.check_int("--steps", args.steps, 1, validate.MAX_STEPS)
     validate.check_int("--seed", args.seed, 0, validate.MAX_SEED)
     validate.check_int("--checkpoint-every", args.checkpoint_every, 1, validate.MAX_STEPS)
     if args.eval_every is not None:

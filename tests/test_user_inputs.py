@@ -257,6 +257,8 @@ CASES = [
     ("real-into-collected-grid", lambda w: ([*REAL, "--out", w.grid()], w.grid()),
      "is a grid directory, not a run directory"),
     ("real-into-user-folder", lambda w: ([*REAL, "--out", w.user()], w.user()), "hb did not create"),
+    ("real-steps-0", lambda w: ([*REAL[:-4], "--steps", "0", "--device", "cpu", "--out", w.missing()], w.tmp),
+     "--steps=0 is not allowed"),
     ("real-resume-missing", lambda w: ([*REAL, "--resume", "--out", w.missing()], w.tmp), "does not exist"),
     ("real-resume-empty", lambda w: ([*REAL, "--resume", "--out", w.empty()], w.empty()), "is empty"),
     ("real-resume-grid", lambda w: ([*REAL, "--resume", "--out", w.grid()], w.grid()), "not a run directory"),
