@@ -71,6 +71,13 @@ class Feedback:
     counts: np.ndarray | None = None
 
 
+def checked_batch_groups(batch_groups) -> int:
+    """`batch_groups` checked against BATCH_GROUPS (a plain int in range costs no knob call:
+    `select` runs every step)."""
+    if type(batch_groups) is int and BATCH_GROUPS.low <= batch_groups <= BATCH_GROUPS.high:
+        return batch_groups
+    return BATCH_GROUPS.check("batch_groups", batch_groups)
+
 class Policy:
     """Base class (module docstring): per-arm visits and the step count live here, a
     subclass's learned state is saved through `_extra_state`."""
@@ -110,9 +117,7 @@ class Policy:
         raise NotImplementedError
 
     def select(self, batch_groups: int = BATCH_GROUPS.default) -> Allocation:
-        if type(batch_groups) is not int or not 1 <= batch_groups <= MAX_BATCH_GROUPS:   # the common case: no call
-            batch_groups = BATCH_GROUPS.check("batch_groups", batch_groups)
-        return Allocation.pure(self._draw(), self.n_arms, batch_groups)
+        return Allocation.pure(self._draw(), self.n_arms, checked_batch_groups(batch_groups))
 
     def _draw(self) -> int:
         """One draw from `probabilities()` with the policy's generator (inverse CDF); a

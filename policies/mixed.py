@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.base import BATCH_GROUPS, Allocation, Policy
+from policies.base import BATCH_GROUPS, Allocation, Policy, checked_batch_groups
 from policies.knobs import Knob, Knobs, int_list
 
 
@@ -42,7 +42,7 @@ class Mixed(Policy):
 
     def select(self, batch_groups: int = BATCH_GROUPS.default) -> Allocation:
         k = len(self.arms)
-        base, rem = divmod(BATCH_GROUPS.check("batch_groups", batch_groups), k)
+        base, rem = divmod(checked_batch_groups(batch_groups), k)
         counts = np.zeros(self.n_arms, dtype=np.int64)
         counts[self.arms] = base
         start = (self.t * rem) % k
