@@ -25,14 +25,13 @@ from policies.knobs import Knob, Knobs
 from policies.validate import MAX_SEED, MAX_SEEDS, MAX_STEPS
 
 from hbsim.envs import ENVS, expand_preset, make_env
-from hbsim.loop import RunResult, run
+from hbsim.loop import EVAL_EVERY, RunResult, run
 
 #: the run settings: the one place their defaults and bounds are written
 RUN_KNOBS = Knobs({
     "seed": Knob(0, "the run's seed (environment streams and the policy's generator)", 0, MAX_SEED),
     "steps": Knob(150, "optimizer steps of the run", 1, MAX_STEPS),
-    "eval_every": Knob(None, "also evaluate every N steps (none: only after the final step)", 1, MAX_STEPS,
-                       type=int, optional=True),
+    "eval_every": EVAL_EVERY,
     "batch_groups": BATCH_GROUPS,
     "counterfactual": Knob(None, "a what-if pure step on every harness every k-th step (none: off)", 1, MAX_STEPS,
                            type=int, optional=True),

@@ -35,6 +35,8 @@ from hbsim.records import RunResult, config_hash, versions, write_run
 from policies import Allocation, Feedback
 from policies.base import BATCH_GROUPS
 from policies.errors import UserError
+from policies.knobs import Knob
+from policies.validate import MAX_STEPS
 
 #: per-harness diagnostics arrays -> column prefix
 _ARM_COLUMNS = (("Q", "q"), ("n", "n"), ("memory_norm", "mem_norm"), ("memory_age", "mem_age"))
@@ -43,6 +45,10 @@ _SCALARS = ("transfer", "l_norm", "t_norm", "score")
 #: the scheduler's side of a step: sketch gather + all-reduce + policy select/update
 OVERHEAD_PHASES = ("seconds_sketch", "seconds_allreduce", "seconds_scheduler")
 
+
+#: the run-config knob `eval_every` (hbsim.experiment.RUN_KNOBS), checked where the loop is built
+EVAL_EVERY = Knob(None, "also evaluate every N steps (none: only after the final step)", 1, MAX_STEPS,
+                  type=int, optional=True)
 
 def step_overhead(row) -> float:
     """(sketch + all-reduce + policy seconds) / seconds_step of one train row (a mapping;
@@ -103,8 +109,7 @@ class StepRecorder:
     def __init__(self, policy, harnesses: list[str], *, label: str | None = None, seed: int = 0,
                  eval_every: int | None = None, batch_groups: int | None = None,
                  evaluate: Callable[[], pd.DataFrame] | None = None, env: dict | None = None):
-        if eval_every is not None and (not isinstance(eval_every, (int, np.integer)) or eval_every < 1):
-            raise UserError(f"eval_every={eval_every!r} is not allowed: expected None or an integer >= 1")
+        eval_every = EVAL_EVERY.check("eval_every", eval_every)
         batch_groups = BATCH_GROUPS.default if batch_groups is None else batch_groups
         self.batch_groups = BATCH_GROUPS.check("batch_groups", batch_groups)
         self.policy = policy

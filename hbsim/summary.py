@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from hbsim.contract import ROW_KEYS
 from hbsim.envs.base import SUITES
 
 #: the eval columns `summary_table` reads (a caller may read just these: the eval table is the large one)
-EVAL_COLUMNS_READ = ["run_id", "policy", "seed", "step", "suite", "reward"]
+EVAL_COLUMNS_READ = [*ROW_KEYS, "suite", "reward"]
 
 
 def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
