@@ -16,7 +16,7 @@ from hbsim.contract import CHECKPOINT
 from hbsim.folders import atomic_write
 from policies.errors import UserError
 
-FORMAT = 1
+FORMAT = 2      # 2: the adapter saves its TaskPool state (format 1 checkpoints do not resume)
 
 
 def save(run_dir, config: dict, loop_state: dict) -> Path:
