@@ -132,7 +132,7 @@ class HarnessScheduler(TrainerCallback):
                  update_sketch: bool = True, advantage: str = "loo"):
         if policy.n_arms != len(harnesses):
             raise UserError(f"policy n_arms={policy.n_arms} is not allowed: expected len(harnesses)={len(harnesses)}")
-        self.harnesses, self.dataset, self.seed = list(harnesses), dataset, int(seed)
+        self.harnesses, self.seed = list(harnesses), int(seed)
         self.sampler = TaskPool.of_column(dataset["harness"], self.harnesses, seed)
         self.recorder = StepRecorder(policy, self.harnesses, label=label, seed=seed, eval_every=eval_every,
                                      batch_groups=1, evaluate=evaluate, env=config)
