@@ -28,6 +28,7 @@ import dataclasses
 
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
+from real_runs.world.tasks import MAX_TASKS
 
 #: the values each preset changes (env knobs, and the run-config keys of RUN_KEYS)
 PRESETS: dict[str, dict] = {
@@ -62,8 +63,8 @@ REAL_KNOBS = Knobs({
     "device": Knob("auto", "torch device", parse=_device),
     "threads": _count(1, "torch CPU threads of the process (0 = torch's default)", 0),
     # task world
-    "n_train_tasks": _count(300, "training tasks"),
-    "n_heldout_tasks": _count(100, "held-out tasks"),
+    "n_train_tasks": _count(300, "training tasks", 1, MAX_TASKS),
+    "n_heldout_tasks": _count(100, "held-out tasks", 1, MAX_TASKS),
     # model (built-in transformer) or a local Hugging Face checkpoint
     "n_layer": _count(2, "transformer blocks"),
     "d_model": _count(64, "model width (a multiple of n_head)"),
@@ -99,7 +100,7 @@ REAL_KNOBS = Knobs({
     "warm_steps": _count(20, "warm-start Adam steps", 0),
     "warm_batch": _count(16, "demonstrated episodes per warm-start step"),
     "warm_lr": Knob(3e-3, "warm-start peak learning rate", 0.0, 10.0, low_open=True),
-    "warm_tasks": _count(0, "demonstrated tasks: 0 = the training tasks; N = first N of the stream", 0, 100_000),
+    "warm_tasks": _count(0, "demonstrated tasks: 0 = the training tasks; N = first N of the stream", 0, MAX_TASKS),
     "warm_other_tasks": _count(0, "the other training harnesses: demonstrated on the first k tasks only", 0),
     "cache_dir": Knob("", "warm-start cache ('' = $HB_CACHE_DIR or ~/.cache/harnessbandit)"),
     # evaluation
