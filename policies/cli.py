@@ -6,7 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 
+from policies.base import LR_SCALE
+from policies.knobs import Knobs
 from policies.registry import POLICIES
+
+#: the one knob every policy shares, listed once (policies.base.LR_SCALE)
+LR_SCALE_LINE = Knobs({"lr_scale": LR_SCALE}).listing()[0]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,5 +29,6 @@ def main(args: argparse.Namespace) -> int:
         print(f"{name:<{width}}  {cls.summary}")
         if cls.reference:
             print(f"{'':<{width}}  [{cls.reference}]")
-        print("\n".join(cls.KNOBS.listing(" " * (width + 4))) or f"{'':<{width}}    (no knobs)")
+        print("\n".join(cls.KNOBS.without("lr_scale").listing(" " * (width + 4))) or f"{'':<{width}}    (no knobs)")
+    print(f"\nevery policy also has {LR_SCALE_LINE}")
     return 0

@@ -154,6 +154,8 @@ class SyntheticEnv:
         self._sampler = DynamicSampler(self.H, oversample=k["oversample"], max_rounds=k["max_rounds"],
                                        max_age=k["leftover_max_age"])
         self.step_count = 0
+        self.lr_scale = 1.0               # the design's learning-rate multiplier (`set_lr_scale`)
+        self._update_norm = float("nan")  # set by `_learn`: the norm of the update it applied
         self._build(structure)
 
     # -- subclass hooks ------------------------------------------------------------
@@ -168,10 +170,18 @@ class SyntheticEnv:
 
     def _learn(self, batch: Batch, rng: np.random.Generator) -> tuple[np.ndarray | None, np.ndarray | None]:
         """One optimizer step built from the optimized batch (its advantages!): mutate the
-        model, return the (d,) float32 gradient sketch and the update sketch (each or None).
+        model, set `self._update_norm` (the L2 norm of the parameter update it applied, the
+        train column `update_norm`), return the (d,) float32 gradient sketch and the update
+        sketch (each or None). The step's learning rate is the env's lr x `self.lr_scale`.
         `rng` is the step's learn stream (the same for every policy at step t); not called
         when no group was optimized."""
         raise NotImplementedError
+
+    def set_lr_scale(self, scale: float) -> None:
+        """The adapter's optional `set_lr_scale` (hbsim/adapter.py): every later step, and the
+        expected steps of the ground truth, use lr x scale (`lr_scale`; a subclass reads it,
+        GradientEnv through its optimizer)."""
+        self.lr_scale = float(scale)
 
     def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
         """candidates (C, H) int group counts -> (C,) true expected one-step change of the mean
@@ -235,6 +245,7 @@ class SyntheticEnv:
         else:
             gains = self.expected_gains(np.vstack([pure, counts[None, :]]))
         t2 = time.perf_counter()
+        self._update_norm = float("nan") if len(batch) else 0.0
         sketch, update_sketch = (self._learn(batch, _stream(self.seed, STREAM_LEARN, self.step_count))
                                  if len(batch) else (None, None))
         self._advance(_stream(self.seed, STREAM_WORLD, self.step_count))
@@ -248,7 +259,7 @@ class SyntheticEnv:
         L = grpo.learnability(batch.advantages) if len(batch) else None
         reward = float(batch.rewards.sum() / batch.rewards.size) if len(batch) else float("nan")
         return StepResult(learnability=L, sketch=sketch, update_sketch=update_sketch, reward=reward,
-                          cost=ledger, extras=self._ground_truth(gains, counts))
+                          cost=ledger, extras=self._ground_truth(gains, counts), update_norm=self._update_norm)
 
     def evaluate(self) -> pd.DataFrame:
         """Both held-out suites, k attempts per task, with uniforms from the stateless eval
@@ -368,6 +379,10 @@ class GradientEnv(SyntheticEnv):
     """A parameter vector `theta` moved by the optimizer `self.opt`: the subclass writes
     `true_gradients()` (H+1, D), the expected policy gradient per retained group of each
     harness, and `_logits(thetas (D, K))` -> (n_all, H+1, K); the expected steps are shared."""
+
+    def set_lr_scale(self, scale: float) -> None:
+        super().set_lr_scale(scale)
+        self.opt.lr = self.knobs["lr"] * self.lr_scale
 
     @classmethod
     def _check_knobs(cls, knobs: dict) -> None:

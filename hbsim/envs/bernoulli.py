@@ -135,8 +135,10 @@ class BernoulliEnv(SyntheticEnv):
         S = np.bincount(cell, weights=s / n, minlength=C * H).reshape(C, H)
         gz = S @ self.M                                                                 # (C, H+1)
         gu = np.bincount(batch.tasks, weights=s / n, minlength=self.n_tasks)
-        self.z = self.z + k["lr"] * gz
-        self.u = self.u + k["task_lr"] * gu
+        lr, task_lr = k["lr"] * self.lr_scale, k["task_lr"] * self.lr_scale
+        self.z = self.z + lr * gz
+        self.u = self.u + task_lr * gu
+        self._update_norm = float(np.sqrt(np.sum((lr * gz) ** 2) + np.sum((task_lr * gu) ** 2)))
         self._logit_cache = self._success_cache = None
         noise = k["grad_noise"] * rng.standard_normal(k["noise_dims"])
         sketch = np.concatenate([gz.ravel(), gu, noise]).astype(np.float32)
@@ -154,8 +156,8 @@ class BernoulliEnv(SyntheticEnv):
         total = keep.sum(axis=0)                                                       # (H,)
         per_group = np.divide(es, total[None, :], out=np.zeros_like(es), where=total[None, :] > 1e-300)
         D = self._onehot.T @ per_group                                                 # (C, H)
-        dz = k["lr"] * (D[None, :, :] * frac[:, None, :]) @ self.M                     # (K, C, H+1)
-        du = k["task_lr"] * frac @ per_group.T                                         # (K, n)
+        dz = k["lr"] * self.lr_scale * (D[None, :, :] * frac[:, None, :]) @ self.M     # (K, C, H+1)
+        du = k["task_lr"] * self.lr_scale * frac @ per_group.T                         # (K, n)
         return dz, du
 
     def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
@@ -196,7 +198,7 @@ class BernoulliEnv(SyntheticEnv):
         training harness (the sketch's (S M, task-skill) part, no noise). No pure step on the
         held-out harness exists here, so it has no row."""
         dz, du = self.expected_update(np.eye(self.H, dtype=np.int64))
-        lr, task_lr = self.knobs["lr"], self.knobs["task_lr"]
+        lr, task_lr = self.knobs["lr"] * self.lr_scale, self.knobs["task_lr"] * self.lr_scale
         gz = dz.reshape(self.H, -1) / lr if lr else np.zeros_like(dz.reshape(self.H, -1))
         gu = du / task_lr if task_lr else np.zeros_like(du)
         return np.concatenate([gz, gu], axis=1)

@@ -124,6 +124,7 @@ class StudentEnv(GradientEnv):
         grad = -(sig @ phi) / n
         delta = self.opt.step(grad)
         self.theta, self._p = self.theta + delta, None
+        self._update_norm = float(np.linalg.norm(delta))
         return grad[self.coords].astype(np.float32), delta[self.coords].astype(np.float32)
 
     def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
