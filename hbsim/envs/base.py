@@ -200,13 +200,17 @@ class SyntheticEnv:
             return self.expected_gains(candidates)
         if target not in TARGETS:
             raise UserError(f"target={target!r} is not allowed: expected one of {', '.join(TARGETS)}")
-        i = TARGETS.index(target)
-        after = target_means(self.expected_success(np.asarray(candidates)), self.n_tasks, self.H)[:, i]
-        return after - target_means(self.success_matrix(), self.n_tasks, self.H)[i]
+        heldout = slice(self.n_tasks, None)                    # the held-out rows only: the suites' tasks
+        after = self.expected_success(np.asarray(candidates), tasks=heldout)       # (C, n_heldout, H+1)
+        now = self.success_matrix()[heldout]
+        if target == "heldout_tasks":
+            return after[:, :, : self.H].mean(axis=(1, 2)) - now[:, : self.H].mean()
+        return after[:, :, self.H].mean(axis=1) - now[:, self.H].mean()
 
-    def expected_success(self, candidates: np.ndarray) -> np.ndarray:
-        """candidates (K, H) -> (K, n_all, H+1) true success matrix after the expected step of
-        each candidate allocation from the current state; must not change the state."""
+    def expected_success(self, candidates: np.ndarray, tasks: slice = slice(None)) -> np.ndarray:
+        """candidates (K, H) -> (K, n, H+1) true success matrix after the expected step of
+        each candidate allocation from the current state, rows `tasks` of the success matrix
+        (all: n = n_all; `target_gains` asks for the held-out rows); must not change the state."""
         raise NotImplementedError
 
     def _model_state(self) -> dict:
@@ -378,7 +382,8 @@ class SyntheticEnv:
 class GradientEnv(SyntheticEnv):
     """A parameter vector `theta` moved by the optimizer `self.opt`: the subclass writes
     `true_gradients()` (H+1, D), the expected policy gradient per retained group of each
-    harness, and `_logits(thetas (D, K))` -> (n_all, H+1, K); the expected steps are shared."""
+    harness, and `_logits(thetas (D, K), tasks=slice(None))` -> (n, H+1, K) (rows `tasks` of the
+    success matrix); the expected steps are shared."""
 
     def set_lr_scale(self, scale: float) -> None:
         super().set_lr_scale(scale)
@@ -396,18 +401,23 @@ class GradientEnv(SyntheticEnv):
         the current state -- and whether that step moves theta at all."""
         cand = np.asarray(candidates, dtype=np.float64)
         frac = cand / cand.sum(axis=1, keepdims=True)
-        grad = -(frac @ self.true_gradients()[: self.H])                             # (K, D)
+        success = self.success_matrix()
+        cache = getattr(self, "_gradient_cache", None)
+        if cache is None or cache[0] is not success:     # once per state (the step's oracle and the policy's)
+            self._gradient_cache = cache = (success, self.true_gradients()[: self.H])
+        grad = -(frac @ cache[1])                                                    # (K, D)
         thetas = np.ascontiguousarray((self.theta + self.opt.peek(grad)).T)          # (D, K); C order keeps BLAS fast
         return thetas, np.any(grad != 0.0, axis=1)
 
-    def expected_success(self, candidates: np.ndarray) -> np.ndarray:
-        """(K, n_all, H+1) true success matrix after the expected step of each candidate
-        allocation (K, H) from the current state (drift left out); the state is not changed."""
+    def expected_success(self, candidates: np.ndarray, tasks: slice = slice(None)) -> np.ndarray:
+        """(K, n, H+1) true success matrix (rows `tasks`) after the expected step of each
+        candidate allocation (K, H) from the current state (drift left out); the state is not
+        changed."""
         from scipy.special import expit     # imported here: the bernoulli env needs no scipy
 
         thetas, moved = self._expected_step(candidates)
-        p_new = expit(self._logits(thetas)).transpose(2, 0, 1)                       # (K, n_all, H+1)
-        return np.where(moved[:, None, None], p_new, self.success_matrix()[None])
+        p_new = expit(self._logits(thetas, tasks)).transpose(2, 0, 1)                # (K, n, H+1)
+        return np.where(moved[:, None, None], p_new, self.success_matrix()[tasks][None])
 
     def true_directions(self) -> np.ndarray:
         """(H+1, D) true expected loss-gradient direction of a pure step per harness (the

@@ -151,11 +151,15 @@ class BernoulliEnv(SyntheticEnv):
         k, H = self.knobs, self.H
         cand = np.asarray(candidates, dtype=np.float64)                               # (K, H)
         frac = cand / cand.sum(axis=1, keepdims=True)
-        p = self.success_matrix()[: self.n_tasks, :H]                                  # (n, H)
-        es, keep = grpo.expected_group_signal(p, self.G, k["advantage"])                 # (n, H) each
-        total = keep.sum(axis=0)                                                       # (H,)
-        per_group = np.divide(es, total[None, :], out=np.zeros_like(es), where=total[None, :] > 1e-300)
-        D = self._onehot.T @ per_group                                                 # (C, H)
+        success = self.success_matrix()
+        cache = getattr(self, "_signal_cache", None)
+        if cache is None or cache[0] is not success:     # once per state (the step's oracle and the policy's)
+            p = success[: self.n_tasks, :H]                                            # (n, H)
+            es, keep = grpo.expected_group_signal(p, self.G, k["advantage"])             # (n, H) each
+            total = keep.sum(axis=0)                                                   # (H,)
+            per_group = np.divide(es, total[None, :], out=np.zeros_like(es), where=total[None, :] > 1e-300)
+            self._signal_cache = cache = (success, per_group, self._onehot.T @ per_group)   # D: (C, H)
+        _, per_group, D = cache
         dz = k["lr"] * self.lr_scale * (D[None, :, :] * frac[:, None, :]) @ self.M     # (K, C, H+1)
         du = k["task_lr"] * self.lr_scale * frac @ per_group.T                         # (K, n)
         return dz, du
@@ -177,17 +181,20 @@ class BernoulliEnv(SyntheticEnv):
         p_old = self.success_matrix()[: self.n_tasks, :H]
         return p_new.reshape(len(p_new), -1).sum(axis=1) / n_cells - p_old.sum() / n_cells
 
-    def expected_success(self, candidates: np.ndarray) -> np.ndarray:
-        """(K, n_all, H+1) true success matrix after the expected (drift-free) step of each
-        candidate allocation (K, H), forgetting included; the state is not changed."""
+    def expected_success(self, candidates: np.ndarray, tasks: slice = slice(None)) -> np.ndarray:
+        """(K, n, H+1) true success matrix (rows `tasks`) after the expected (drift-free) step
+        of each candidate allocation (K, H), forgetting included; the state is not changed."""
         forget = self.knobs["forget"]
         dz, du = self.expected_update(candidates)                                      # (K, C, H+1), (K, n)
-        cats = self.task_category
-        x = dz[:, cats, :]                                                             # (K, n_all, H+1)
-        x[:, : self.n_tasks] += du[:, :, None]
-        logit = self._logits()
+        rows = np.arange(self.n_tasks + self.n_heldout)[tasks]
+        cats = self.task_category[rows]
+        x = dz[:, cats, :]                                                             # (K, n, H+1)
+        train = rows < self.n_tasks                                                    # the task skill u
+        if train.any():
+            x[:, train] += du[:, rows[train], None]
+        logit = self._logits()[rows]
         if forget:
-            u_all = np.concatenate([self.u, np.zeros(self.n_heldout)])
+            u_all = np.concatenate([self.u, np.zeros(self.n_heldout)])[rows]
             x *= 1.0 - forget
             logit = logit - forget * (self.z[cats] + u_all[:, None])
         x += logit

@@ -219,11 +219,11 @@ class DriftingEnv(GradientEnv):
         self._W, self._p = self._targets(), None
 
     # -- truth ---------------------------------------------------------------------
-    def _logits(self, thetas: np.ndarray) -> np.ndarray:
-        """thetas (D, K) -> logits (n_all, H+1, K) of K parameter vectors."""
+    def _logits(self, thetas: np.ndarray, tasks: slice = slice(None)) -> np.ndarray:
+        """thetas (D, K) -> logits (n, H+1, K) of K parameter vectors (rows `tasks`)."""
         C, H1, D = self._W.shape
         wt = (self._W.reshape(C * H1, D) @ thetas).reshape(C, H1, -1)               # (C, H+1, K)
-        return wt[self.task_category] + self.b[:, :, None]
+        return wt[self.task_category[tasks]] + self.b[tasks, :, None]
 
     def success_matrix(self) -> np.ndarray:
         """(n_all, H+1) true success probabilities, cached until theta or the drift moves
