@@ -10,12 +10,14 @@ suite, the arm whose final score is the largest -- per seed, because each seed i
 world (harness roles are drawn per seed); a pseudo-policy `best_fixed` with one score per
 (seed, suite), over the arms that were run.
 
-Share of the achievable gain (`share_of_gap`), per policy and eval suite (= oracle target):
+Share of the achievable gain (`share_of_gap`), per policy and oracle target: each eval suite,
+and `train` (the training objective: `train_scores`, the noise-free mean true success over
+training tasks x training harnesses after the last step, from the synthetic train table):
 
     share = mean_s (P_s - U_s) / mean_s (O_s - U_s)
 
 P, U, O: final score of the policy, of `uniform` and of the oracle aimed at that suite
-(`oracle` runs whose knob `target` is the suite; of several such labels the one with the
+(`oracle` runs whose knob `target` is the suite or `train`; of several such labels the one with the
 best mean), on the seeds all three have (paired by seed). `delta` is mean_s (P_s - U_s) with
 the half-width of its paired 95% t-interval over seeds. The interval of the share is a
 percentile SEED BOOTSTRAP of the ratio of means: N_BOOT resamples of the seeds with
@@ -33,7 +35,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from hbsim.envs.base import SUITES
+from hbsim.envs.base import TARGETS
 
 ORACLE, FIXED, UNIFORM, BEST_FIXED = "oracle", "fixed", "uniform", "best_fixed"
 N_BOOT = 2000
@@ -72,6 +74,24 @@ def runs_from_labels(labels: Iterable[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
+def train_scores(train_df: pd.DataFrame | None) -> pd.DataFrame:
+    """The `train` target's score rows (policy, seed, suite = "train", score): at each run's
+    last step, the mean true success over training tasks x training harnesses (the mean of
+    the synthetic envs' `true_<harness>` columns over the harnesses of `alloc_<harness>`).
+    Empty without those columns (real runs)."""
+    empty = pd.DataFrame(columns=["policy", "seed", "suite", "score"])
+    if train_df is None or train_df.empty or "policy" not in train_df:
+        return empty
+    names = [c[len("alloc_"):] for c in train_df.columns if c.startswith("alloc_")]
+    cols = [f"true_{h}" for h in names]
+    if not names or any(c not in train_df for c in cols):
+        return empty
+    last = train_df[train_df["step"] == train_df.groupby(["policy", "seed"])["step"].transform("max")]
+    out = last[["policy", "seed"]].copy()
+    out["suite"], out["score"] = "train", last[cols].mean(axis=1).to_numpy()
+    return out.reset_index(drop=True)
+
+
 def _labels(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per label (label, name, arm, target)."""
     return runs.drop_duplicates("label")[["label", "name", "arm", "target"]]
@@ -106,7 +126,8 @@ def _reference(labels: pd.DataFrame, scores: pd.DataFrame, suite: str) -> tuple[
 
 def share_of_gap(scores: pd.DataFrame, runs: pd.DataFrame, *, level: float = 0.95, n_boot: int = N_BOOT,
                  boot_seed: int = BOOT_SEED) -> pd.DataFrame:
-    """One row per (policy label, suite) with a uniform and an oracle for that suite:
+    """One row per (policy label, target) with a uniform and an oracle for that target
+    (the eval suites of `scores`, and "train" where `scores` has `train_scores` rows):
     policy, suite, uniform, oracle (their labels), seeds, delta, delta_t95, gap (mean oracle
     - uniform), share, share_lo, share_hi (module docstring). `best_fixed` is included where
     fixed runs exist. Empty when no suite has both references."""
@@ -116,7 +137,7 @@ def share_of_gap(scores: pd.DataFrame, runs: pd.DataFrame, *, level: float = 0.9
                         best_fixed(scores, runs)[["policy", "seed", "suite", "score"]]], ignore_index=True)
     labels = _labels(runs)
     rows = []
-    for suite in SUITES:
+    for suite in TARGETS:
         uniform, oracle = _reference(labels, scores, suite)
         if uniform is None or oracle is None:
             continue
@@ -163,7 +184,8 @@ def share_lines(table: pd.DataFrame) -> list[str]:
     if table.empty:
         return []
     refs = table.drop_duplicates("suite").set_index("suite")
-    head = ("share of the achievable gain = (policy - uniform) / (oracle - uniform), final eval, paired by seed; "
+    head = ("share of the achievable gain = (policy - uniform) / (oracle - uniform), final eval (train: final true "
+            "training success), paired by seed; "
             "delta ± 95% paired t; share [95% seed-bootstrap interval of the ratio of means]")
     lines = [head] + [f"  {s}: oracle = {refs.loc[s, 'oracle']!r} (gap {refs.loc[s, 'gap']:+.3f} over "
                       f"{refs.loc[s, 'uniform']!r})" for s in refs.index]

@@ -12,7 +12,8 @@ harness), and groups generated per optimized group (ratio of sums).
 
 With `fixed` runs a `best_fixed` row follows (the best fixed arm in hindsight, per seed and
 suite: hbsim.references.best_fixed); with `uniform` and an `oracle` aimed at an eval suite
-(knob `target`), a block of each policy's share of the achievable gain follows the table
+or the training objective (knob `target`), a block of each policy's share of the achievable
+gain follows the table
 (hbsim.references.share_of_gap: the ratio, its seed-bootstrap interval, the raw delta).
 The policy name and knobs of a label come from run.json (`runs`, hbsim.references.run_table);
 without it, from the label (`name[knob=value]`).
@@ -85,7 +86,9 @@ def summarize(train_df: pd.DataFrame, eval_df: pd.DataFrame, runs: pd.DataFrame 
         rows.append(row)
     best = references.best_fixed(scores, _runs(runs, scores))
     if not best.empty:
-        row = {"policy": f"{references.BEST_FIXED} ({best['arms'].max()} arms)", "seeds": int(best["seed"].nunique())}
+        arms = int(best["arms"].max())
+        row = {"policy": f"{references.BEST_FIXED} ({arms} arm{'s' if arms != 1 else ''})",
+               "seeds": int(best["seed"].nunique())}
         for suite in SUITES:
             row[f"{suite}_mean"], row[f"{suite}_t95_seeds"] = t_interval(best.loc[best["suite"] == suite, "score"])
         rows.append(row)
@@ -126,7 +129,8 @@ def summary_table(train_df: pd.DataFrame, eval_df: pd.DataFrame, runs: pd.DataFr
     widths = [max(len(header[i]), *(len(line[i]) for line in lines)) for i in range(len(header))]
     fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     scores = final_scores(eval_df)
-    shares = references.share_lines(references.share_of_gap(scores, _runs(runs, scores)))
+    both = pd.concat([references.train_scores(train_df), scores], ignore_index=True)
+    shares = references.share_lines(references.share_of_gap(both, _runs(runs, scores)))
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(line) for line in lines]
                      + ([""] + shares if shares else []))
 

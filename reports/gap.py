@@ -1,7 +1,7 @@
 """The report's "share of the achievable gain" section: per policy and eval suite,
 (policy - uniform) / (oracle - uniform) with its seed-bootstrap interval, beside the raw
 delta -- where the runs include `uniform` and an `oracle` aimed at the suite (knob
-`target`), plus the best fixed arm in hindsight where there are `fixed` runs. The numbers
+`target`; `train`: the training objective, from the synthetic train table), plus the best fixed arm in hindsight where there are `fixed` runs. The numbers
 are `hbsim.references` (the one implementation, also behind the `hb sim` summary); this
 module only reads the data contract (final eval rows, run.json's policy name and knobs)
 and renders the table.
@@ -18,9 +18,10 @@ def gap_table(frames) -> pd.DataFrame:
     """`references.share_of_gap` of a report's `load.Frames` (labels' knobs from run.json,
     else from the labels); empty when no suite has both references."""
     scores = final_scores(frames.eval)
+    both = pd.concat([references.train_scores(frames.train), scores], ignore_index=True)
     runs = (references.run_table(frames.runs.values()) if frames.runs
             else references.runs_from_labels(scores["policy"]))
-    return references.share_of_gap(scores, runs)
+    return references.share_of_gap(both, runs)
 
 
 def section(doc, result) -> None:

@@ -96,3 +96,20 @@ def test_summary_shows_best_fixed_and_the_share_block():
     assert "+0.067" in hb_line and "| 0.25 [" in hb_line           # (0.1 + 0.1 + 0.0) / (0.2 + 0.4 + 0.2)
     assert "share of the achievable gain" not in summary_table(pd.DataFrame(), evals[evals.policy != "oracle-hx"],
                                                                 RUNS)
+
+
+def test_train_target_from_the_train_table():
+    import hbsim
+
+    runs = [hbsim.run_config({"env": {"kind": "bernoulli", "n_tasks": 30, "n_heldout_tasks": 5},
+                              "policy": {"name": name}, "seed": seed, "steps": 8})
+            for name in ("uniform", "oracle", "mixed") for seed in (0, 1)]
+    train = pd.concat([r.train for r in runs], ignore_index=True)
+    scores = references.train_scores(train)
+    last = runs[0].train.iloc[-1]
+    assert scores.iloc[0]["score"] == pytest.approx(np.mean([last[f"true_h{i}"] for i in range(6)]), rel=1e-12)
+    evals = pd.concat([r.eval for r in runs], ignore_index=True)
+    text = summary_table(train, evals, run_table(r.meta for r in runs))
+    assert "train: oracle = 'oracle'" in text               # the default oracle aims at the training objective
+    table = share_of_gap(scores, run_table(r.meta for r in runs))
+    assert table["suite"].tolist() == ["train"] and table["policy"].tolist() == ["mixed"]
