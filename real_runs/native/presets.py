@@ -166,9 +166,9 @@ def config_of(env: dict) -> RealConfig:
 
 def resolve_env(env: dict) -> dict:
     """The resolved env section of a real run's config: `{"kind": "real", "n_harnesses",
-    **every knob}` (see `config_of`)."""
+    **every knob}` (see `config_of`; the group filter's knobs only when set: `hbsim.sampling.when_set`)."""
     from real_runs.world.harnesses import TRAIN_HARNESSES
-    return {"kind": "real", "n_harnesses": len(TRAIN_HARNESSES), **dataclasses.asdict(config_of(env))}
+    return when_set({"kind": "real", "n_harnesses": len(TRAIN_HARNESSES), **dataclasses.asdict(config_of(env))})
 
 
 def model_dict(cfg) -> dict:
