@@ -71,3 +71,12 @@ def test_band_keeps_exactly_the_groups_in_band_and_refills():
     assert rb.generated[[0, 1, 3, 4, 5]].sum() == 0
     assert band._sampler.filter == GroupFilter("0.25,0.75", 0.0, "loo")
     assert rb.cost.groups_generated > ra.cost.groups_generated      # the narrower filter needed more rounds
+
+
+def test_bad_filter_knob_is_one_line_exit_2(capsys):
+    from hbsim.cli import main
+    for bad, needle in (("env.keep_band=[0.8,0.2]", "env.keep_band=[0.8, 0.2] is not allowed: expected a band"),
+                        ("env.min_abs_adv=-1", "env.min_abs_adv=-1 is out of range")):
+        assert main(["sim", "--policy", "uniform", "--set", bad, "--seeds", "1", "--steps", "2", "--jobs", "1"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and needle in err, err
