@@ -63,6 +63,8 @@ class StepResult:
     reward: mean reward of the optimized batch (nan if empty)
     cost: the cost ledger
     extras: env-specific per-step columns (e.g. oracle_arm, regret, true_p_<harness>)
+    generated: (H, 2) per harness [rollouts, reward sum] of ALL groups generated this step,
+        before dynamic-sampling filtering (`Feedback.generated`), or None
     update_norm: L2 norm of the parameter update the step applied (all parameters, not the
         sketch's coordinates; 0.0 when nothing was optimized), None where not measured;
         the train column `hbsim.contract.UPDATE_NORM`
@@ -74,6 +76,7 @@ class StepResult:
     reward: float
     cost: CostLedger
     extras: dict[str, float] = field(default_factory=dict)
+    generated: np.ndarray | None = None
     update_norm: float | None = None
 
 
