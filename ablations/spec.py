@@ -8,6 +8,7 @@ A grid file describes an ablation once::
     eval_every = 50             # optional
     batch_groups = 8            # optional
     counterfactual = 1          # optional: what-if probe every k-th step -> counterfactual.parquet
+    [tune]                      # optional: tune per design on other seeds, then test (ablations.tune)
     eval_budget = "groups:500,1000"   # optional: also evaluate at these cumulative costs (hb report --budget)
     plugins = ["my_policies"]   # optional: modules imported before planning and in workers
 
@@ -95,6 +96,7 @@ class GridSpec:
     raw: dict
     counterfactual: int | None = None     # what-if probe every k-th step (hbsim.counterfactual)
     eval_budget: str | None = None        # equal-cost evaluations (hbsim.loop.EVAL_BUDGET)
+    tune: Any = None                      # ablations.tune.TuneSpec of a [tune] table
     _cells: list[Cell] | None = None
 
     def cells(self) -> list[Cell]:
@@ -153,7 +155,9 @@ def parse_spec(raw: dict, path: str = "<grid>") -> GridSpec:
                     batch_groups=batch_groups, env=dict(env), policies=[dict(p) for p in policies],
                     sweep=dict(sweep), plugins=list(plugins), raw=raw,
                     counterfactual=counterfactual, eval_budget=eval_budget)
-    spec._cells = plan_cells(spec)
+    from ablations import tune       # imports this module
+    spec.tune = tune.parse_tune(raw.get("tune"), path, seeds, raw)
+    spec._cells = tune.tuning_spec(spec).cells() if spec.tune else plan_cells(spec)
     return spec
 
 
