@@ -45,6 +45,7 @@ from hbsim.contract import EVAL_COLUMNS, VALIDATION_SUITE
 from hbsim import grpo
 from policies.errors import UserError
 from hbsim.sampling import DynamicSampler
+from hbsim.envs.costs import COST_KNOBS, harness_costs
 from policies.knobs import Knob, Knobs
 from policies.validate import check_int
 
@@ -56,36 +57,6 @@ STREAM_STRUCTURE, STREAM_TASKS, STREAM_REWARDS, STREAM_LEARN, STREAM_EVAL, STREA
 
 SUITES = ("heldout_tasks", "heldout_harness")
 STREAM_VALIDATION = 6                   # the validation suite's eval uniforms (`n_validation_tasks`)
-
-
-def per_harness_floats(name: str, value) -> str:
-    """A `Knob.parse` for a per-harness cost: a number >= 0 (every harness), a list of them
-    (one per training harness, in harness order) or their comma string ("" = none, i.e. 0);
-    resolves to the canonical comma string (order kept) so configs stay flat scalars."""
-    try:
-        items = ([s.strip() for s in value.split(",") if s.strip()] if isinstance(value, str)
-                 else list(value) if isinstance(value, (list, tuple)) else [value])
-        if any(isinstance(x, bool) for x in items):
-            raise TypeError
-        floats = [float(x) for x in items]
-    except (TypeError, ValueError):
-        floats = None
-    if floats is None or not all(np.isfinite(x) and 0 <= x <= 1e12 for x in floats):
-        raise UserError(f"{name}={value!r} is not allowed: expected {per_harness_floats.allowed}")
-    return ",".join(repr(x) if x != int(x) else str(int(x)) for x in floats)
-
-
-per_harness_floats.allowed = ('a number in [0, 1e12] for every harness, or one per training harness like '
-                              '"100,400,800" (or [100, 400, 800]; "" = 0)')
-
-
-def harness_costs(knobs: dict, name: str) -> np.ndarray:
-    """(H,) per-harness values of a `per_harness_floats` knob (a single value: every harness)."""
-    text, H = knobs[name], knobs["n_harnesses"]
-    values = [float(x) for x in text.split(",") if x] or [0.0]
-    if len(values) not in (1, H):
-        raise UserError(f"env.{name}={text!r} is not allowed: expected one value or n_harnesses={H} values")
-    return np.array(values * H if len(values) == 1 else values, dtype=np.float64)
 
 
 #: knobs every synthetic environment has
@@ -101,11 +72,7 @@ COMMON_KNOBS = Knobs({
     "k_attempts": Knob(3, "attempts per held-out task in each eval suite", 1, 100_000),
     "n_validation_tasks": Knob(0, "the last N of the n_tasks training tasks, never trained on, evaluated as suite "
                                   "'validation' (a grid's [tune] target; no report reads it; 0 = none)", 0, 100_000),
-    "group_tokens": Knob("", "tokens per generated group, per harness (the `tokens` ledger column; \"\" = 0)",
-                         parse=per_harness_floats),
-    "group_tool_seconds": Knob("", "simulated tool seconds per generated group, per harness (in `cost_seconds`)",
-                               parse=per_harness_floats),
-    "token_seconds": Knob(0.0, "simulated rollout seconds per generated token (in `cost_seconds`)", 0.0, 1e6),
+    **COST_KNOBS,
 }, scope="env")
 
 
