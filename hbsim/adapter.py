@@ -31,9 +31,10 @@ class CostLedger:
     leftover_age: mean age in steps of the leftover groups used (nan if none)
     leftover_size: groups left in the buffers after the step (all harnesses)
     tokens: tokens generated (synthetic environments: the env knob `group_tokens`, default 0)
-    cost_seconds: rollout + tool seconds the `eval_budget` unit `seconds` counts: simulated
-        in synthetic environments (knobs `token_seconds`, `group_tool_seconds`; default 0,
-        reproducible), None = measured: seconds["rollout"] + seconds["tools"] (wall clock)
+    cost_seconds: simulated rollout + tool seconds (synthetic environments: knobs
+        `token_seconds`, `group_tool_seconds`; default 0, reproducible); None (nan in the
+        row) where nothing is simulated: the `eval_budget` unit `seconds` then counts the
+        measured seconds["rollout"] + seconds["tools"] (`hbsim.loop.step_cost`)
     seconds: phase -> seconds (wall clock), phases from SECOND_PHASES
     """
 
@@ -51,7 +52,7 @@ class CostLedger:
     def as_row(self) -> dict:
         row = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "seconds"}
         if self.cost_seconds is None:
-            row["cost_seconds"] = float(self.seconds.get("rollout", 0.0) + self.seconds.get("tools", 0.0))
+            row["cost_seconds"] = float("nan")
         for phase in SECOND_PHASES:
             row[f"seconds_{phase}"] = float(self.seconds.get(phase, 0.0))
         for phase, value in self.seconds.items():

@@ -49,7 +49,8 @@ EVAL_TABLE = (*ROW_KEYS, *EVAL_COLUMNS)
 VALIDATION_SUITE = "validation"
 
 # -- equal-cost evaluation (run knob `eval_budget`) -------------------------------------
-#: budget unit -> the train (cost ledger) column whose cumulative sum it counts
+#: budget unit -> the train (cost ledger) column whose cumulative sum it counts (`seconds`
+#: where `cost_seconds` is nan, i.e. nothing is simulated: seconds_rollout + seconds_tools)
 BUDGET_UNITS = {"groups": "groups_generated", "tokens": "tokens", "seconds": "cost_seconds"}
 #: the extra columns of the eval rows of a budget evaluation (absent from tables of runs
 #: without `eval_budget`; null on the ordinary rows of a run with it): the unit, the

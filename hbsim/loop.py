@@ -90,6 +90,16 @@ def budget_milestones(eval_budget: str | None) -> tuple[str | None, list[float]]
     return unit, [float(x) for x in rest.split(",")]
 
 
+def step_cost(row, unit: str) -> float:
+    """A train row's cost in an `eval_budget` unit: its ledger column (BUDGET_UNITS); for
+    `seconds` without simulated `cost_seconds` (nan: real runs), the measured
+    seconds_rollout + seconds_tools."""
+    value = float(row.get(BUDGET_UNITS[unit], 0.0))
+    if unit == "seconds" and not np.isfinite(value):
+        value = float(row.get("seconds_rollout", 0.0)) + float(row.get("seconds_tools", 0.0))
+    return value
+
+
 def step_overhead(row) -> float:
     """(sketch + all-reduce + policy seconds) / seconds_step of one train row (a mapping;
     nan when the step took no measurable time)."""
@@ -199,7 +209,7 @@ class StepRecorder:
         row["seconds_step"] = time.perf_counter() - step.start
         self._rows.append(row)
         if self._budget_unit is not None:
-            self._spent += float(row.get(BUDGET_UNITS[self._budget_unit], 0.0))
+            self._spent += step_cost(row, self._budget_unit)
         return row
 
     @property
@@ -281,7 +291,7 @@ class StepRecorder:
         self._budget_evals = [e.copy() for e in state.get("budget_evals", [])]
         self._budget_done = [float(m) for m in state.get("budget_done", [])]
         if self._budget_unit is not None:
-            self._spent = float(sum(float(r.get(BUDGET_UNITS[self._budget_unit], 0.0)) for r in self._rows))
+            self._spent = float(sum(step_cost(r, self._budget_unit) for r in self._rows))
 
     # -- result ----------------------------------------------------------------------
     def env_config(self) -> dict:

@@ -114,3 +114,13 @@ def test_validation_split_is_never_trained_and_kept_apart():
 def test_bad_cost_and_split_knobs(knobs, field):
     with pytest.raises(UserError, match=f"env.{field}="):
         resolve_config({"env": {**SMALL, **knobs}})
+
+
+def test_seconds_budget_counts_measured_time_where_nothing_is_simulated():
+    from hbsim.adapter import CostLedger
+    from hbsim.loop import step_cost
+
+    real = CostLedger(groups_generated=3, seconds={"rollout": 1.5, "tools": 0.25, "backward": 9.0}).as_row()
+    assert np.isnan(real["cost_seconds"])                      # a real run: nothing simulated, reproducible nan
+    assert step_cost(real, "seconds") == 1.75 and step_cost(real, "groups") == 3.0
+    assert step_cost({**real, "cost_seconds": 4.0}, "seconds") == 4.0
