@@ -16,6 +16,10 @@ ground-truth columns describe the state after that step. An evaluation tagged `s
 ran after s optimizer steps (`step = 0`: before training). `seconds_scheduler` is the wall
 time of select + update, `seconds_step` the wall time of the whole step (evaluation
 excluded); the `seconds_*` columns are the only ones that are not reproducible bit for bit.
+Equal-cost evaluation (`eval_budget = "groups:500,1000"`): after every step,
+`evaluate_budget()` evaluates once for the milestones the cumulative cost (`step_cost`) has
+newly crossed; those rows carry hbsim.contract.BUDGET_COLUMNS and are kept apart from the
+ordinary evaluations (`evaluated_at` ignores them).
 `step_overhead(row)` / `overhead_fraction(train)` derive the scheduler's share of the step time from them.
 Checkpoints: `Loop.run`'s `checkpoint` hook; `Loop.load_state_dict` continues such a run.
 """
@@ -49,7 +53,6 @@ OVERHEAD_PHASES = ("seconds_sketch", "seconds_allreduce", "seconds_scheduler")
 #: the run-config knob `eval_every` (hbsim.experiment.RUN_KNOBS), checked where the loop is built
 EVAL_EVERY = Knob(None, "also evaluate every N steps (none: only after the final step)", 1, MAX_STEPS,
                   type=int, optional=True)
-
 
 
 def parse_budget(name: str, value) -> str:
