@@ -70,6 +70,8 @@ class StepResult:
     reward: mean reward of the optimized batch (nan if empty)
     cost: the cost ledger
     extras: env-specific per-step columns (e.g. oracle_arm, regret, true_p_<harness>)
+    generated: (H, 2) per harness [rollouts, reward sum] of ALL groups generated this step,
+        before dynamic-sampling filtering (`Feedback.generated`), or None
     """
 
     learnability: float | None
@@ -78,6 +80,7 @@ class StepResult:
     reward: float
     cost: CostLedger
     extras: dict[str, float] = field(default_factory=dict)
+    generated: np.ndarray | None = None
 
 
 @runtime_checkable

@@ -27,6 +27,7 @@ from policies.validate import MAX_SEED, MAX_SEEDS, MAX_STEPS
 
 from hbsim.envs import ENVS, expand_preset, make_env
 from hbsim.loop import EVAL_BUDGET, EVAL_EVERY, RunResult, run
+from hbsim.sampling import when_set
 
 #: the run settings: the one place their defaults and bounds are written
 RUN_KNOBS = Knobs({
@@ -50,10 +51,11 @@ DEFAULT_POLICY = "harnessbandit"
 
 
 def resolve_synthetic(env: dict) -> dict:
-    """A synthetic env section (kind or preset + knobs) -> {"kind", **every knob}."""
+    """A synthetic env section (kind or preset + knobs) -> {"kind", **every knob} (the group
+    filter's knobs only when set: `hbsim.sampling.when_set`)."""
     env = expand_preset(env)
     kind = env.pop("kind", DEFAULT_ENV)
-    return {"kind": kind, **ENVS[kind].resolve_knobs(**env)}
+    return when_set({"kind": kind, **ENVS[kind].resolve_knobs(**env)})
 
 
 def build_policy(policy: dict, n_arms: int, seed: int = 0) -> tuple[Policy, dict]:

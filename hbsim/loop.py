@@ -137,7 +137,7 @@ def step_feedback(allocation: Allocation, res) -> Feedback:
     ratio = cost.groups_generated / cost.groups_optimized if cost.groups_optimized else None
     return Feedback(arm=allocation.arm, learnability=res.learnability, sketch=res.sketch,
                     update_sketch=res.update_sketch, reward=res.reward, cost=ratio,
-                    counts=np.asarray(allocation.counts))
+                    counts=np.asarray(allocation.counts), generated=getattr(res, "generated", None))
 
 
 @dataclass

@@ -19,7 +19,8 @@ streams (stateless: spawn key (STREAM, t)). Same seed -> same tasks, task order,
 success matrix, world noise and eval uniforms for every policy.
 
 Dynamic sampling (SPEC §2.2) is `hbsim.sampling.DynamicSampler` (shared with real runs;
-knobs `oversample`, `max_rounds`, `leftover_max_age`); a batch can come out short.
+knobs `oversample`, `max_rounds`, `leftover_max_age`, and the group filter's `keep_band`,
+`min_abs_adv`, `hbsim.sampling.FILTER_KNOBS`); a batch can come out short.
 
 Ground truth per step (extras): `oracle_arm` (pure harness with the largest expected
 one-step gain from the pre-step state), `regret` (max over the pure candidates and the
@@ -44,8 +45,8 @@ from hbsim.adapter import CostLedger, StepResult
 from hbsim.contract import EVAL_COLUMNS, VALIDATION_SUITE
 from hbsim import grpo
 from policies.errors import UserError
-from hbsim.sampling import DynamicSampler
-from hbsim.envs.costs import COST_KNOBS, harness_costs
+from hbsim.sampling import FILTER_KNOBS, DynamicSampler, GroupFilter, when_set
+from hbsim.envs.costs import COST_KNOBS, VALIDATION_KNOBS, harness_costs
 from policies.knobs import Knob, Knobs
 from policies.validate import check_int
 
@@ -69,9 +70,9 @@ COMMON_KNOBS = Knobs({
     "max_rounds": Knob(4, "sampling rounds per harness and step before a batch stays short", 1, 100),
     "leftover_max_age": Knob(0, "drop leftover groups older than this many steps (0 = no age limit)", 0, 10**6),
     "advantage": Knob("loo", "advantage kind (SPEC §2.1)", choices=tuple(grpo.ADVANTAGES)),
+    **FILTER_KNOBS,
     "k_attempts": Knob(3, "attempts per held-out task in each eval suite", 1, 100_000),
-    "n_validation_tasks": Knob(0, "the last N of the n_tasks training tasks, never trained on, evaluated as suite "
-                                  "'validation' (a grid's [tune] target; no report reads it; 0 = none)", 0, 100_000),
+    **VALIDATION_KNOBS,
     **COST_KNOBS,
 }, scope="env")
 
@@ -157,7 +158,8 @@ class SyntheticEnv:
         self._pools = [rng.permutation(self.n_train) for rng in self._task_rngs]
         self._cursors = [0] * self.H
         self._sampler = DynamicSampler(self.H, oversample=k["oversample"], max_rounds=k["max_rounds"],
-                                       max_age=k["leftover_max_age"])
+                                       max_age=k["leftover_max_age"],
+                                       group_filter=GroupFilter.of(k, k["advantage"]))
         self.step_count = 0
         self._build(structure)
 
@@ -202,7 +204,8 @@ class SyntheticEnv:
 
     # -- the adapter ---------------------------------------------------------------
     def config(self) -> dict:
-        return {"kind": self.kind, **self.knobs}
+        """The env section of the run config (filter knobs only when set: `hbsim.sampling.when_set`)."""
+        return when_set({"kind": self.kind, **self.knobs})
 
     def train_step(self, allocation) -> StepResult:
         counts = self._check_counts(allocation)
@@ -237,7 +240,8 @@ class SyntheticEnv:
         L = grpo.learnability(batch.advantages) if len(batch) else None
         reward = float(batch.rewards.sum() / batch.rewards.size) if len(batch) else float("nan")
         return StepResult(learnability=L, sketch=sketch, update_sketch=update_sketch, reward=reward,
-                          cost=ledger, extras=self._ground_truth(gains, counts))
+                          cost=ledger, extras=self._ground_truth(gains, counts),
+                          generated=sample.generated_array(self.H))
 
     def evaluate(self) -> pd.DataFrame:
         """Both held-out suites, k attempts per task, with uniforms from the stateless eval

@@ -1,13 +1,16 @@
-"""The synthetic cost ledger's knobs (every env kind, `hbsim.envs.base.COMMON_KNOBS`):
-per-harness tokens and simulated tool seconds per generated group, and simulated rollout
-seconds per token. They fill the ledger's `tokens` and `cost_seconds` columns (the
-`eval_budget` units `tokens` and `seconds`); all default to 0, so tables without them are
-unchanged.
+"""The fair-comparison knobs of every synthetic env (`hbsim.envs.base.COMMON_KNOBS`): the
+cost ledger's per-harness tokens and simulated tool seconds per generated group and
+simulated rollout seconds per token (they fill the ledger's `tokens` and `cost_seconds`
+columns: the `eval_budget` units `tokens` and `seconds`), and the validation split
+(`n_validation_tasks`, a grid's [tune] target). All default to 0, so tables without them are
+unchanged, and a run config records them only when set (`hbsim.sampling.when_set`), so its
+hash does not move either.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from hbsim.sampling import WHEN_SET
 from policies.errors import UserError
 from policies.knobs import Knob
 
@@ -49,3 +52,10 @@ COST_KNOBS = {
                                parse=per_harness_floats),
     "token_seconds": Knob(0.0, "simulated rollout seconds per generated token (in `cost_seconds`)", 0.0, 1e6),
 }
+#: the validation split (hbsim.envs.base: the last N training rows, suite `validation`)
+VALIDATION_KNOBS = {
+    "n_validation_tasks": Knob(0, "the last N of the n_tasks training tasks, never trained on, evaluated as suite "
+                                  "'validation' (a grid's [tune] target; no report reads it; 0 = none)", 0, 100_000),
+}
+WHEN_SET.update(COST_KNOBS)
+WHEN_SET.update(VALIDATION_KNOBS)
