@@ -69,7 +69,7 @@ def _check_inputs(args: argparse.Namespace, spec, out: Path) -> None:
     labels = sorted({c.label for c in spec.cells()})
     check_choice("--baseline", args.baseline, labels)
     check_int("--resamples", args.resamples, 1, MAX_RESAMPLES)
-    check_run_options(args.jobs, args.backend)
+    check_run_options(args.jobs, args.backend, args.ray_address)
     check_output_dir(out, "grid", force=args.force)
     check_output_dir(out / "report", "report", force=args.force)
 

@@ -460,27 +460,28 @@ def claim_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None
               "command": command, "files": list(previous.get("files") or [])}
     atomic_write(root / KIND_FILE, json.dumps(record, sort_keys=True) + "\n")
     _written[root.resolve()] = set()
-    _claims[root.resolve()] = (created, marker_before)
+    _claims[root.resolve()] = (created, marker_before, [p.name for p in _visible(root)])
     return root
 
 
-#: claimed folder -> (its nearest ancestor that existed before, the marker's bytes before)
-_claims: dict[Path, tuple[Path, bytes | None]] = {}
+#: claimed folder -> (its nearest ancestor that existed before, the marker's bytes before, its entries)
+_claims: dict[Path, tuple[Path, bytes | None, list[str]]] = {}
 
 
 @contextmanager
 def output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = None, tool: str | None = None):
     """`claim_output_dir`, then the body writes, then `complete_output_dir`. When the body
-    raises before writing anything there (e.g. a bad --baseline found while loading), the
-    claim is undone: the folders it created are removed, or the marker restored, so a
+    raises before anything was written there (no atomic write of this process, no new
+    entry; e.g. a bad --baseline found while loading), the claim is undone: the folders it created are removed, or the marker restored, so a
     refusal leaves the disk as it was; after a write the marker stays "incomplete"."""
     root = claim_output_dir(path, kind, config_hash, tool)
     key = root.resolve()
     try:
         yield root
     except BaseException:
-        if not _written.get(key):
-            _undo_claim(root, *_claims.pop(key))
+        existed, marker, entries = _claims.pop(key)
+        if not _written.get(key) and [p.name for p in _visible(root)] == entries:   # nothing written yet
+            _undo_claim(root, existed, marker)
         raise
     complete_output_dir(root)
 

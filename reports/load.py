@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from hbsim.contract import CELLS, EVAL_FILE, EVAL_TABLE, ROW_KEYS, RUN_JSON, TRAIN_FILE
+from hbsim.folders import find_files, visible
 from hbsim.records import read_meta
 from policies.errors import UserError
 
@@ -48,9 +49,8 @@ def _parquet(path: Path) -> pd.DataFrame:
 
 
 def _run_dirs(root: Path) -> list[Path]:
-    found = set()
-    for pattern in (f"{CELLS}/*/{EVAL_FILE}", f"*/{EVAL_FILE}", f"*/*/{EVAL_FILE}"):
-        found.update(p.parent for p in root.glob(pattern))
+    found = {p.parent for p in visible(root / CELLS) if (p / EVAL_FILE).is_file()}   # never hidden/temporary
+    found.update(p.parent for p in find_files(root, EVAL_FILE, depth=2) if p.parent != root)
     return sorted(found)
 
 
@@ -67,7 +67,7 @@ def read_dir(path: str | Path, extra: tuple[str, ...] = ()) -> Frames:
         meta = read_meta(root)
         if meta:
             runs[str(meta.get("run_id"))] = meta
-        for d in sorted(p.parent for p in root.glob(f"{CELLS}/*/{RUN_JSON}")):
+        for d in (p for p in visible(root / CELLS) if (p / RUN_JSON).is_file()):
             meta = read_meta(d)
             if meta:
                 runs[str(meta.get("run_id"))] = meta
