@@ -379,6 +379,39 @@ def _hb_kind_here(path: Path) -> str | None:
     return None
 
 
+#: ioctl FS_IOC_GETFLAGS and its immutable / append-only bits (Linux)
+_GETFLAGS, _IMMUTABLE, _APPEND = 0x80086601, 0x10, 0x20
+
+
+def _locked(path: Path) -> bool:
+    """Whether `path` is immutable or append-only (chattr +i / +a): nothing can replace it."""
+    import fcntl
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        buf = fcntl.ioctl(fd, _GETFLAGS, b"\0" * 8)
+    except OSError:           # the file system has no such flags
+        return False
+    finally:
+        os.close(fd)
+    return bool(int.from_bytes(buf[:4], sys.byteorder) & (_IMMUTABLE | _APPEND))
+
+
+def check_replaceable(root: Path, kind: str, flag: str = "--out") -> None:
+    """Refuse, before any write, a folder whose files hb replaces cannot be replaced (an
+    immutable or append-only file: chattr +i / +a): the command would stop half way,
+    leaving some files new and some old. Checks the folder's files (the marker included),
+    and for a report those of its subfolders (figures/)."""
+    folders = [root] + ([p for p in _visible(root) if p.is_dir()] if kind == "report" else [])
+    for folder in folders:
+        for entry in sorted(folder.iterdir()):
+            if entry.is_file() and not entry.is_symlink() and _locked(entry):
+                raise UserError(f"{flag} {str(root)!r}: {str(entry)!r} is immutable or append-only (chattr), so "
+                                "hb cannot replace it; nothing was written: lift the flag or choose a new path")
+
+
 def check_not_nested(path: str | os.PathLike, kind: str, flag: str = "--out") -> None:
     """Refuse an output folder inside another hb folder (symlinks resolved): its readers
     would take it for their own data (a run in GRID/cells/ breaks `hb grid collect`). A
@@ -418,6 +451,7 @@ def check_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None
     check_not_nested(root, kind, flag)
     if not root.exists() or not any(root.iterdir()):
         return "new"
+    check_replaceable(root, kind, flag)
     record = read_marker(root)
     found = record["kind"] if record else legacy_kind(root)
     if found is None:

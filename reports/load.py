@@ -109,7 +109,7 @@ def validate_eval(df: pd.DataFrame, extra: tuple[str, ...] = ()) -> pd.DataFrame
     if missing:
         raise UserError(f"eval table: missing column(s) {missing}; required: {need} (optional: "
                         f"{list(EVAL_OPTIONAL)})")
-    absent = [c for c in extra if c not in df.columns]
+    absent = [c for c in extra if c not in df.columns or "." not in str(c)]   # a knob column: env.X, policy.X
     if absent:
         knobs = sorted(c for c in df.columns if "." in str(c))
         raise UserError(f"--axis: got {absent[0]!r}, allowed: a swept knob column of the collected eval table "
