@@ -26,7 +26,7 @@ import pandas as pd
 from ablations import runner
 from hbsim.envs import ENVS
 from hbsim.experiment import resolve_config
-from hbsim.folders import atomic_write, check_path_length, check_writable
+from hbsim.folders import atomic_write, check_path_length, check_writable, remove_temp
 from policies import POLICIES
 from policies.errors import UserError
 from policies.validate import MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS, check_choice, check_float, check_int
@@ -145,6 +145,7 @@ def main(args: argparse.Namespace) -> int:
                       progress=runner.ProgressBar(noun="runs"))
     if args.csv:
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)    # checked writable before the runs
+        remove_temp(Path(args.csv).parent, Path(args.csv).name)      # a killed call's temporary of this CSV
         # linked into place, never replacing a file (another run's CSV that appeared meanwhile is refused)
         atomic_write(args.csv, lambda tmp: pvals.to_csv(tmp, index=False), exclusive=True)
     table = fpr_table(pvals, args.alpha)

@@ -202,11 +202,13 @@ def write_dir_atomic(final: str | os.PathLike, fill: Callable[[Path], None], *,
     return True
 
 
-def remove_temp(folder: str | os.PathLike) -> int:
+def remove_temp(folder: str | os.PathLike, target: str | None = None) -> int:
     """Remove the temporaries killed writers left in `folder` (not below it): hidden names
-    holding TMP_PREFIX (ours; older write_run's `.<name>.tmp-*`); returns how many."""
+    holding TMP_PREFIX (ours; older write_run's `.<name>.tmp-*`); only those of the file
+    `target` when given (a user's folder: `hb calibrate --csv`); returns how many."""
+    mine = (lambda n: n.startswith(f"{TMP_PREFIX}{target}-")) if target else (lambda n: TMP_PREFIX in n)
     try:
-        stale = [p for p in Path(folder).iterdir() if p.name.startswith(".") and TMP_PREFIX in p.name]
+        stale = [p for p in Path(folder).iterdir() if p.name.startswith(".") and mine(p.name)]
     except OSError:
         return 0
     for p in stale:

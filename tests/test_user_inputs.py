@@ -657,3 +657,146 @@ def test_validate_values_and_parser():
     assert validate.check_int("n", 3, 1, 3) == 3 and validate.check_float("a", "0.5", 0, 1) == 0.5
     assert validate.parse_sets(["env.lr=0.5", "policy.arms=[0, 1]", "x=none", "y=abc", "env.lr=1e-3"]) == {
         "env.lr": 1e-3, "policy.arms": [0, 1], "x": None, "y": "abc"}
+
+
+# -- issue 21: what is resumed, kept, removed -----------------------------------------------
+def test_report_force_removes_only_what_hb_wrote(base, tmp_path, hb):
+    grid = World(base, tmp_path, hb).grid()
+    args = ("report", grid, "--baseline", "uniform", "--resamples", "20", "--k", "1")
+    code, _, err = hb(*args)
+    assert code == 0, err[-3000:]
+    figures = grid / "report" / "figures"
+    marker = folders.read_marker(grid / "report")
+    assert marker["state"] == "complete" and "index.html" in marker["files"]
+    assert {f"figures/{p.name}" for p in figures.iterdir()} <= set(marker["files"])
+    (figures / "mine.png").write_bytes(b"the user's own figure")          # not hb's: kept
+    (figures / "old.png").write_bytes(b"an earlier report's figure")      # hb's (listed): removed
+    marker["files"].append("figures/old.png")
+    folders.write_json_atomic(grid / "report" / folders.KIND_FILE, marker)
+    code, _, err = hb(*args, "--force")
+    assert code == 0, err[-3000:]
+    assert (figures / "mine.png").read_bytes() == b"the user's own figure" and not (figures / "old.png").exists()
+    assert "figures/mine.png" not in folders.read_marker(grid / "report")["files"]
+
+
+def test_killed_report_folder_is_resumed_not_refused(base, tmp_path, hb):
+    """A report killed after its marker (state "incomplete") and a few files: the rerun writes it."""
+    grid = World(base, tmp_path, hb).grid()
+    folders.claim_output_dir(grid / "report", "report", tool="hb report")
+    folders.atomic_write(grid / "report" / "paired.csv", "half")
+    assert folders.check_output_dir(grid / "report", "report") == "resume"
+    code, _, err = hb("report", grid, "--baseline", "uniform", "--resamples", "20", "--k", "1")
+    assert code == 0, err[-3000:]
+    assert (grid / "report" / "paired.csv").read_text() != "half"
+    assert folders.read_marker(grid / "report")["state"] == "complete"
+
+
+def test_refused_report_leaves_no_folder(base, tmp_path, hb):
+    """A refusal found while loading (a bad --baseline) undoes the marker-first claim."""
+    grid = World(base, tmp_path, hb).grid()
+    before = tree_hash(grid)
+    code, _, err = hb("report", grid, "--baseline", "nosuch", "--resamples", "20")
+    assert code == 2 and err.count("\n") == 1, err
+    assert tree_hash(grid) == before and not (grid / "report").exists()
+
+
+def test_immutable_report_file_is_refused_before_any_write(base, tmp_path, hb):
+    grid = World(base, tmp_path, hb).grid()
+    assert hb("report", grid, "--baseline", "uniform", "--resamples", "20", "--k", "1")[0] == 0
+    index = grid / "report" / "index.html"
+    if subprocess.run(["chattr", "+i", str(index)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here (needs root and a file system with the flag)")
+    try:
+        before = tree_hash(grid)
+        code, _, err = hb("report", grid, "--baseline", "uniform", "--resamples", "20", "--k", "1")
+        assert code == 2 and "is immutable or append-only" in err and err.count("\n") == 1, err
+        assert tree_hash(grid) == before
+    finally:
+        subprocess.run(["chattr", "-i", str(index)], check=True)
+
+
+def test_study_rerun_with_fewer_seeds_reports_only_its_own(tmp_path, hb):
+    two, one = tmp_path / "two.toml", tmp_path / "one.toml"
+    two.write_text(STUDY.format(steps=2, seeds=2))
+    one.write_text(STUDY.format(steps=2, seeds=1))
+    common = ("--min-step", "0", "--resamples", "5", "--jobs", "1")
+    code, _, err = hb("validity", tmp_path / "s", "--study", two, *common)
+    assert code == 0, err[-3000:]
+    code, rerun, err = hb("validity", tmp_path / "s", "--study", one, *common)
+    assert code == 0, err[-3000:]
+    code, fresh, err = hb("validity", tmp_path / "fresh", "--study", one, *common)
+    assert code == 0, err[-3000:]
+    assert rerun == fresh
+
+
+def test_collect_removes_its_temporaries(base, tmp_path, hb):
+    grid = World(base, tmp_path, hb).grid()
+    (grid / ".tmp-eval.parquet-abc.parquet").write_bytes(b"a killed collect")
+    code, _, err = hb("grid", "collect", grid)
+    assert code == 0, err[-3000:]
+    assert not [p for p in grid.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_readers_skip_hidden_temporaries(base, tmp_path, hb):
+    """A killed writer's hidden folder (here a copy of a real run) is never read."""
+    world = World(base, tmp_path, hb)
+    sim = world.cf()
+    code, first, _ = hb("validity", sim, "--min-step", "0", "--resamples", "5")
+    seed = next(p for p in sim.rglob("seed0") if p.is_dir())
+    shutil.copytree(seed, seed.parent / ".tmp-seed7-xyz")
+    code, again, err = hb("validity", sim, "--min-step", "0", "--resamples", "5")
+    assert code == 0 and again == first, err[-3000:]
+    assert {p.parent.name for p in folders.find_files(sim, "eval.parquet", 2)} == {"seed0"}
+
+
+def test_trl_resume_uses_the_newest_complete_checkpoint(tmp_path):
+    from real_runs.integrations.trl_run import resume_checkpoint
+    run = tmp_path / "trl"
+    folders.claim_output_dir(run, "run", tool="hb real --backend trl")
+    for step, complete in ((2, True), (10, True), (12, False)):         # 10 > 2 numerically, 12 half-made
+        folder = run / "trl" / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(b"m")
+        if complete:
+            (folder / "harnessbandit.pt").write_bytes(b"s")
+    assert resume_checkpoint(run) == run / "trl" / "checkpoint-10"
+    assert sorted(p.name for p in (run / "trl").iterdir()) == ["checkpoint-10", "checkpoint-2"]
+
+
+def test_exclusive_write_never_replaces(tmp_path):
+    target = tmp_path / "p.csv"
+    folders.atomic_write(target, "first", exclusive=True)
+    with pytest.raises(UserError, match="appeared while this command ran: nothing is overwritten"):
+        folders.atomic_write(target, "second", exclusive=True)
+    assert target.read_text() == "first" and sorted(p.name for p in tmp_path.iterdir()) == ["p.csv"]
+
+
+@pytest.mark.parametrize("value, shows", [("1", True), ("true", True), ("YES", True), ("0", False), ("no", False),
+                                          ("", False)])
+def test_hb_debug_only_for_a_true_value(monkeypatch, capsys, value, shows):
+    from hbsim.cli import main
+    _fake_command(monkeypatch, UserError("--x=1 is not allowed"))
+    monkeypatch.setenv("HB_DEBUG", value)
+    if shows:
+        with pytest.raises(UserError):
+            main(["fake"])
+    else:
+        assert main(["fake"]) == 2 and capsys.readouterr().err == "error: --x=1 is not allowed\n"
+
+
+def test_disk_full_is_one_line(monkeypatch, capsys):
+    import errno
+    from hbsim.cli import main
+    _fake_command(monkeypatch, OSError(errno.ENOSPC, "No space left on device", "/x/eval.parquet"))
+    assert main(["fake"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the disk is full writing '/x/eval.parquet'") and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_broken_pipe_ends_quietly():
+    """`hb policies | head -1`: exit 0 and nothing on stderr."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(f"{sys.executable} -m hbsim.cli policies | head -1; exit ${{PIPESTATUS[0]}}",
+                          shell=True, executable="/bin/bash", capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "" and proc.stdout.count("\n") == 1
