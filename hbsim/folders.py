@@ -219,6 +219,10 @@ def remove_temp(folder: str | os.PathLike, target: str | None = None) -> int:
     return len(stale)
 
 
+def _is_temp(path: Path) -> bool:
+    return path.name.startswith(".") and TMP_PREFIX in path.name
+
+
 def visible(folder: str | os.PathLike) -> list[Path]:
     """The entries of `folder` every reader may see, sorted: no hidden name (temporaries,
     markers, probes); [] for a missing folder."""
@@ -451,7 +455,7 @@ def check_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None
     check_path_length(root, flag)
     check_writable(root, flag)
     check_not_nested(root, kind, flag)
-    if not root.exists() or not any(root.iterdir()):
+    if not root.exists() or not any(not _is_temp(e) for e in root.iterdir()):   # a killed claim's temporary only
         return "new"
     check_replaceable(root, kind, flag)
     record = read_marker(root)
