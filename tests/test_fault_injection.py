@@ -262,7 +262,8 @@ def test_ctrl_c_stops_the_workers_and_the_rerun_completes(tmp_path, presses):
         os.killpg(proc.pid, signal.SIGINT)
         time.sleep(0.1)
     _, err = proc.communicate(timeout=60)          # a hang fails here
-    assert proc.returncode == 130 and "interrupted" in err, err[-3000:]
+    # 130 from hb; -SIGINT when a later press lands while the interpreter exits (still a stop)
+    assert proc.returncode in (130, -signal.SIGINT) and "interrupted" in err, err[-3000:]
     time.sleep(2.5)                                # an orphan watch checks once a second
     assert _session_processes(proc.pid) == []      # no worker or forkserver outlives hb
     done = len(folders.visible(cells))
