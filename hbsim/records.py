@@ -3,6 +3,8 @@
 and a grid's complete cells read into one table (`load_cells`, `collect_cells`).
 
 A run directory is complete when its `run.json` exists: it is always written last.
+Every reader lists folders with `hbsim.folders.visible` / `find_files` (never a hidden or
+temporary entry a killed writer left; re-exported here).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hbsim.contract import CELLS, COUNTERFACTUAL_FILE, EVAL_FILE, RUN_FILES, RUN_JSON, TRAIN_FILE
-from hbsim.folders import atomic_write, make_temp_dir, remove_temp, visible, write_dir_atomic
+from hbsim.folders import atomic_write, find_files, make_temp_dir, remove_temp, visible, write_dir_atomic  # noqa: F401
 from policies.errors import UserError
 
 

@@ -49,7 +49,7 @@ def _parquet(path: Path) -> pd.DataFrame:
 
 
 def _run_dirs(root: Path) -> list[Path]:
-    found = {p.parent for p in visible(root / CELLS) if (p / EVAL_FILE).is_file()}   # never hidden/temporary
+    found = {p for p in visible(root / CELLS) if (p / EVAL_FILE).is_file()}   # never hidden/temporary
     found.update(p.parent for p in find_files(root, EVAL_FILE, depth=2) if p.parent != root)
     return sorted(found)
 
