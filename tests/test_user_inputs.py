@@ -800,3 +800,15 @@ def test_broken_pipe_ends_quietly():
     proc = subprocess.run(f"{sys.executable} -m hbsim.cli policies | head -1; exit ${{PIPESTATUS[0]}}",
                           shell=True, executable="/bin/bash", capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0 and proc.stderr == "" and proc.stdout.count("\n") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv", [[*TRL, "--set", "group_size=1"], [*TRL, "--set", 'harnesses=["json", "json"]'],
+                                  [*REAL, "--set", "batch_groups=0"]], ids=["trl-group-size", "trl-dup", "real-knob"])
+def test_real_checks_run_before_torch_is_imported(tmp_path, argv):
+    code = ("import sys; from hbsim.cli import main; rc = main(sys.argv[1:]); "
+            "print(rc, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code, *argv, "--out", str(tmp_path / "x")], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.stdout.split() == ["2", "False", "False"], proc.stderr[-3000:]
+    assert not (tmp_path / "x").exists()
