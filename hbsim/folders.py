@@ -51,7 +51,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Union
 
-from hbsim.contract import (CELLS, CHECKPOINT, EVAL_FILE, GRID_JSON, KIND_FILE, KINDS, REPORT_INDEX, REPORT_MARKDOWN,
+from hbsim.contract import (CELLS, CHECKPOINT, EVAL_FILE, GRID_JSON, KIND_FILE, KINDS, TUNE_DIR, REPORT_INDEX, REPORT_MARKDOWN,
                             RUN_JSON, TMP_PREFIX, TRAIN_FILE)
 from policies.errors import UserError
 from policies.validate import check_choice
@@ -422,7 +422,8 @@ def check_not_nested(path: str | os.PathLike, kind: str, flag: str = "--out") ->
     """Refuse an output folder inside another hb folder (symlinks resolved): its readers
     would take it for their own data (a run in GRID/cells/ breaks `hb grid collect`). A
     report folder may be a direct child of the folder it reports on (`hb report DIR`
-    writes DIR/report), never deeper and never inside a grid's cells/."""
+    writes DIR/report), and a grid's tuning phase is a grid at GRID/tune (`ablations.tune`);
+    never deeper and never inside a grid's cells/."""
     real = Path(os.path.realpath(path))
     for parent in real.parents:
         if parent.name == CELLS and _hb_kind_here(parent.parent) == "grid":
@@ -433,6 +434,8 @@ def check_not_nested(path: str | os.PathLike, kind: str, flag: str = "--out") ->
         if found is None:
             continue
         if kind == "report" and depth == 0 and found != "report":
+            return
+        if kind == "grid" and depth == 0 and found == "grid" and real.name == TUNE_DIR:
             return
         raise UserError(f"{flag} {str(path)!r} lies inside {str(parent)!r}, which is {KINDS[found]}; "
                         f"nothing was written: choose a path outside it")
