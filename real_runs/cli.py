@@ -125,7 +125,38 @@ def _check_out(args) -> None:
         validate.check_choice("--device", args.device, ("auto", "cpu", "cuda"))
     if args.model is not None and not Path(args.model).is_dir():
         raise UserError(f"--model {args.model!r} is not a folder; expected a local Hugging Face model directory")
+    check_environment()
+    if trl:
+        from real_runs.integrations.trl_run import settings
+        settings(args)                 # the TRL knobs, harnesses and policy (torch-free)
+    else:
+        build_config(args)             # every knob of the native run (torch-free)
     check_run_dir(args.out, args.resume, trl)
+
+
+#: what torchrun sets besides WORLD_SIZE; without them torch.distributed waits forever
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def check_environment() -> None:
+    """Before torch is imported: WORLD_SIZE only as torchrun sets it (with RANK, LOCAL_RANK,
+    MASTER_ADDR, MASTER_PORT), and HB_CACHE_DIR (the warm-start cache) not a file."""
+    world = os.environ.get("WORLD_SIZE")
+    if world is not None:
+        if not world.strip().isdigit() or int(world) < 1:
+            raise UserError(f"WORLD_SIZE={world!r} is not allowed: expected a positive integer (torchrun sets it)")
+        missing = [v for v in TORCHRUN_VARS if v not in os.environ]
+        if int(world) > 1 and missing:
+            raise UserError(f"WORLD_SIZE={world} is set but {', '.join(missing)} are not: start data parallel runs "
+                            "with `torchrun --nproc_per_node N -m hbsim.cli real ...`, or unset WORLD_SIZE")
+    cache = os.environ.get("HB_CACHE_DIR")
+    if cache:
+        probe = Path(cache)
+        while not probe.exists() and probe.parent != probe:
+            probe = probe.parent
+        if probe.exists() and not probe.is_dir():
+            raise UserError(f"HB_CACHE_DIR={cache!r} is not allowed: {str(probe)!r} is a file; expected a folder "
+                            "for the warm-start cache")
 
 
 def check_run_dir(out, resume: bool, trl: bool = False) -> None:
@@ -181,6 +212,7 @@ def main(args) -> int:
     result.train["overhead_frac"] = overhead_fraction(result.train)
     if rank == 0:
         hbsim.write_run(result, out, overwrite=True)
+        folders.complete_output_dir(out)       # the marker last: the run is complete
         _summary(result, out)
     return 0
 
