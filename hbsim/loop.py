@@ -87,6 +87,19 @@ def step_feedback(allocation: Allocation, res) -> Feedback:
                     counts=np.asarray(allocation.counts))
 
 
+def attach_ground_truth(policy, ground_truth: Callable | None) -> None:
+    """Hand `ground_truth` (an adapter's `target_gains`) to a policy that declares
+    `needs_ground_truth` (policies.clairvoyant); UserError, one line, when there is none."""
+    if not getattr(policy, "needs_ground_truth", False):
+        return
+    if not callable(ground_truth):
+        name = getattr(policy, "name", type(policy).__name__)
+        raise UserError(f"policy={name!r} is not allowed here: it needs the environment's ground truth "
+                        f"(the adapter method target_gains), which this trainer does not have; use a synthetic "
+                        f"env (hb sim) or a policy that learns from feedback")
+    policy.attach_ground_truth(ground_truth)
+
+
 @dataclass
 class PendingStep:
     """A step begun (`StepRecorder.begin`) and not yet recorded."""
@@ -104,11 +117,16 @@ class StepRecorder:
     hands the StepResult to `record(res)`, which feeds the policy (`step_feedback`) and
     returns the step's train row. `Loop` drives an adapter through it; a trainer that runs
     its own steps (TRL's GRPOTrainer, verl's driver) holds one. evaluate: () -> eval frame
-    (EVAL_COLUMNS) of `evaluate()`; env: the env section of the default run config."""
+    (EVAL_COLUMNS) of `evaluate()`; env: the env section of the default run config;
+    ground_truth: the adapter's optional `target_gains` (hbsim/adapter.py), handed to a
+    policy with `needs_ground_truth` -- without one such a policy is refused (UserError)
+    before any step."""
 
     def __init__(self, policy, harnesses: list[str], *, label: str | None = None, seed: int = 0,
                  eval_every: int | None = None, batch_groups: int | None = None,
-                 evaluate: Callable[[], pd.DataFrame] | None = None, env: dict | None = None):
+                 evaluate: Callable[[], pd.DataFrame] | None = None, env: dict | None = None,
+                 ground_truth: Callable | None = None):
+        attach_ground_truth(policy, ground_truth)
         eval_every = EVAL_EVERY.check("eval_every", eval_every)
         batch_groups = BATCH_GROUPS.default if batch_groups is None else batch_groups
         self.batch_groups = BATCH_GROUPS.check("batch_groups", batch_groups)
@@ -242,7 +260,8 @@ class Loop(StepRecorder):
     def __init__(self, policy, adapter, *, label: str | None = None, seed: int = 0,
                  eval_every: int | None = None, batch_groups: int | None = None):
         super().__init__(policy, adapter.harnesses, label=label, seed=seed, eval_every=eval_every,
-                         batch_groups=batch_groups, evaluate=adapter.evaluate)
+                         batch_groups=batch_groups, evaluate=adapter.evaluate,
+                         ground_truth=getattr(adapter, "target_gains", None))
         self.adapter = adapter
         #: hook(loop) callables run at the start of every step, before the policy is asked
         #: (e.g. hbsim.counterfactual.Probe); they must leave policy and adapter as they found them

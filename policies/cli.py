@@ -1,5 +1,6 @@
 """`hb policies`: list every registered policy with a one-line description and its knobs
-(`name = default: doc (allowed)`, from the policy's `KNOBS` table)."""
+(`name = default: doc (allowed)`, from the policy's `KNOBS` table); the clairvoyant
+references (policies.clairvoyant) carry their mark in brackets."""
 from __future__ import annotations
 
 import argparse
@@ -14,11 +15,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.json:
-        print(json.dumps({name: {"summary": cls.summary, "knobs": cls.knobs()} for name, cls in POLICIES.items()},
-                         indent=2))
+        print(json.dumps({name: {"summary": cls.summary, "knobs": cls.knobs(),
+                                 **({"reference": cls.reference} if cls.reference else {})}
+                          for name, cls in POLICIES.items()}, indent=2))
         return 0
     width = max(map(len, POLICIES))
     for name, cls in POLICIES.items():
         print(f"{name:<{width}}  {cls.summary}")
+        if cls.reference:
+            print(f"{'':<{width}}  [{cls.reference}]")
         print("\n".join(cls.KNOBS.listing(" " * (width + 4))) or f"{'':<{width}}    (no knobs)")
     return 0

@@ -4,7 +4,7 @@ truth logging and held-out evaluation are shared; a subclass only writes its mod
 
 A subclass sets `kind` (its registry name) and `KNOBS` (COMMON_KNOBS | its own knobs) and
 writes the hooks of "subclass hooks" below: `_build`, `success_matrix`, `_learn`,
-`expected_gains`, `_model_state` / `_load_model_state`; optionally `_check_knobs`,
+`expected_gains`, `expected_success`, `_model_state` / `_load_model_state`; optionally `_check_knobs`,
 `rewards_from_uniform` and `_advance`.
 
 The base provides `self.knobs` (resolved), `self.harnesses`, `self.heldout_harness`,
@@ -43,6 +43,7 @@ import pandas as pd
 from hbsim.adapter import CostLedger, StepResult
 from hbsim.contract import EVAL_COLUMNS
 from hbsim import grpo
+from policies.clairvoyant import TARGETS
 from policies.errors import UserError
 from hbsim.sampling import DynamicSampler
 from policies.knobs import Knob, Knobs
@@ -55,6 +56,16 @@ CATEGORIES = ("skills", "integrations", "memory", "csv", "coding")
 STREAM_STRUCTURE, STREAM_TASKS, STREAM_REWARDS, STREAM_LEARN, STREAM_EVAL, STREAM_WORLD = 0, 1, 2, 3, 4, 5
 
 SUITES = ("heldout_tasks", "heldout_harness")
+assert TARGETS == ("train", *SUITES)      # the oracle's targets: the training objective, then the suites
+
+
+def target_means(success: np.ndarray, n_tasks: int, n_harnesses: int) -> np.ndarray:
+    """success (..., n_all, H+1) -> (..., 3) mean success on the three TARGETS: training
+    tasks x training harnesses, held-out tasks x training harnesses, held-out tasks on the
+    held-out harness (column H)."""
+    return np.stack([success[..., :n_tasks, :n_harnesses].mean(axis=(-1, -2)),
+                     success[..., n_tasks:, :n_harnesses].mean(axis=(-1, -2)),
+                     success[..., n_tasks:, n_harnesses].mean(axis=-1)], axis=-1)
 
 
 #: knobs every synthetic environment has
@@ -166,6 +177,26 @@ class SyntheticEnv:
         """candidates (C, H) int group counts -> (C,) true expected one-step change of the mean
         training success (training tasks x training harnesses) if that allocation were
         optimized from the CURRENT state; must not change the state."""
+        raise NotImplementedError
+
+    def target_gains(self, candidates: np.ndarray, target: str = "train") -> np.ndarray:
+        """The adapter's optional ground truth (hbsim/adapter.py; the `oracle` policy's):
+        candidates (C, H) int group counts -> (C,) true expected one-step change of the mean
+        success on `target` (TARGETS) if that allocation were optimized from the CURRENT
+        state; the state is not changed. train: `expected_gains` (the objective of the
+        `oracle_arm` / `regret` extras); a suite: from `expected_success` (both leave out
+        what the env's oracle leaves out, e.g. drift)."""
+        if target == "train":
+            return self.expected_gains(candidates)
+        if target not in TARGETS:
+            raise UserError(f"target={target!r} is not allowed: expected one of {', '.join(TARGETS)}")
+        i = TARGETS.index(target)
+        after = target_means(self.expected_success(np.asarray(candidates)), self.n_tasks, self.H)[:, i]
+        return after - target_means(self.success_matrix(), self.n_tasks, self.H)[i]
+
+    def expected_success(self, candidates: np.ndarray) -> np.ndarray:
+        """candidates (K, H) -> (K, n_all, H+1) true success matrix after the expected step of
+        each candidate allocation from the current state; must not change the state."""
         raise NotImplementedError
 
     def _model_state(self) -> dict:
