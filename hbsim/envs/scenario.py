@@ -19,8 +19,11 @@ state z (C,) core competence per category and s (H,) harness-specific skill):
 
 read_h is how harness h reads (and, its gradient, writes) the shared core: the anchor reads
 it strongly (high transfer) and starts near saturation (low L); the trap reads it NEGATIVELY
-(its steps lower z, hurting every other harness) and starts at p ~ 0.5 (high L); a dead
-harness has ceil = 0 (never a retained group); a noise harness's success is a constant
+(its steps lower z, hurting every other harness), starts at p ~ 0.5 (high L) and is capped
+at trap_ceiling, so its L and its harm never fade; a dead
+harness has ceil = 0 (never a retained group); a plateau harness starts easy and saturates
+at plateau_ceiling < 1, where its groups keep a high L with nothing left to gain (the
+saturation trap); a noise harness's success is a constant
 noise_p whatever is learned (high variance, nothing to learn) and its groups push z by a
 zero-mean random direction; a filler harness is saturated and reads the core weakly (many
 mostly-irrelevant harnesses); a locked harness has gate = -unlock_gap (1 - sigmoid(4 (mean
@@ -38,15 +41,21 @@ One step (n optimized groups, sig_g = mean_i A_gi (r_gi - p_g) as in the other e
     kappa = (mean_g var(r_g) / var(all rewards of the batch)) ** (interference / 2)
     z    += lr kappa sum_g read_{h_g} sig_g onehot(c_g) / n  (+ noise groups: lr kappa noise_scale sig_g xi_g / n)
     s_h  += skill_lr kappa sum_{g in h} sig_g / n
-    s_h  *= 1 - forget (1 - share_h)          (share_h: h's share of the optimized groups)
+    (dz, ds) *= min(1, max_step / |step|)      (the trust region, like GRPO's ratio clipping; 0 = none)
+    s_h  *= exp(-forget (1 - share_h) |step|)  (share_h: h's share of the optimized groups,
+                                               |step| = sum |dz| + sum |ds|, the step's L1 move)
 
 kappa < 1 is per-batch normalisation across heterogeneous trajectories: the batch-level
 reward std grows with the spread of success levels between the batch's harnesses, so a
 mixed batch of harnesses at different success levels takes a smaller step than the pure
 steps it averages (interference = 0: kappa = 1). Forgetting depends on the schedule: a
-harness's skill decays on the steps that do not train it.
+harness's skill decays on the steps that train OTHER harnesses, in proportion to how far
+that step moves the parameters (catastrophic forgetting is overwriting), so the skill
+equilibria do not wash out with a larger learning rate; an empty step forgets nothing. The
+trust region bounds a step's progress, so beyond the learning rate at which it binds a
+larger rate adds nothing (the designs are trained) and a wasted step stays wasted.
 
-Oracle (`expected_success`, `expected_gains(candidates, target)`): per task the exact
+Oracle (`expected_success`, `expected_gains`; the base's `target_gains` per target): per task the exact
 E[sig | p] and keep probability for G binary rollouts (hbsim.grpo), retained groups drawn
 in proportion to their keep probability, a harness's expected fill 1 - (1 - q_h) **
 (oversample max_rounds) (q_h its mean keep probability), kappa by the plug-in ratio of the
@@ -74,8 +83,8 @@ ROLES = {
     "locked": ("ordinary_read", "ordinary_bias", 0.0, 1.0),
     "late": ("ordinary_read", "ordinary_bias", 0.0, 1.0),
     "gone": ("ordinary_read", "ordinary_bias", 0.0, 1.0),
+    "plateau": (0.0, "plateau_bias", 0.0, 0.0),
 }
-TARGETS = ("train", "heldout_tasks", "heldout_harness")
 
 
 def expand_roles(value) -> list[str]:
@@ -114,6 +123,20 @@ def harness_names(roles: list[str]) -> list[str]:
     return out
 
 
+def trust_region(max_step: float, moved):
+    """The factor min(1, max_step / moved) that clips a step's L1 move to max_step (0: none)."""
+    moved = np.asarray(moved, dtype=np.float64)
+    if not max_step:
+        return np.ones_like(moved)
+    return np.minimum(1.0, max_step / np.maximum(moved, 1e-300))
+
+
+def forgetting(rate: float, share: np.ndarray, moved) -> np.ndarray:
+    """The factor exp(-rate (1 - share_h) moved) on each harness skill after a step that moved
+    the parameters by `moved` (L1) with harness shares `share` (..., H); `moved` (...,)."""
+    return np.exp(-rate * (1.0 - share) * np.asarray(moved)[..., None])
+
+
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         return 1.0 / (1.0 + np.exp(-x))
@@ -127,7 +150,8 @@ class ScenarioEnv(SyntheticEnv):
                       parse=_roles_string),
         "lr": Knob(2.0, "step of the core competence z per unit of batch signal", 0.0, 1000.0),
         "skill_lr": Knob(2.0, "step of the harness-specific skill s per unit of batch signal", 0.0, 1000.0),
-        "forget": Knob(0.0, "per-step decay of a harness's skill on steps that do not train it", 0.0, 1.0),
+        "forget": Knob(0.0, "decay of a harness's skill per unit of parameter movement made for other harnesses", 0.0, 100.0),
+        "max_step": Knob(0.0, "trust region: a step's L1 move of (z, s) is clipped to this (0 = none)", 0.0, 1000.0),
         "interference": Knob(0.0, "exponent of the batch-variance normalisation (0 = none)", 0.0, 16.0),
         "coverage": Knob(0.0, "held-out logit per covered trained format (diversity)", 0.0, 100.0),
         "coverage_scale": Knob(1.0, "skill at which a format counts as ~63% covered", 1e-6, 100.0),
@@ -140,8 +164,13 @@ class ScenarioEnv(SyntheticEnv):
         "anchor_bias": Knob(2.0, "anchor bias (near saturation: low L)", -50.0, 50.0),
         "trap_read": Knob(-1.0, "core reading of the trap (negative: its steps hurt the others)", -10.0, 10.0),
         "trap_bias": Knob(0.5, "trap bias (p ~ 0.5: high L)", -50.0, 50.0),
+        "trap_ceiling": Knob(0.6, "success ceiling of the trap (its L never fades, so neither does its harm)",
+                             0.01, 1.0),
         "filler_read": Knob(0.1, "core reading of a filler (mostly irrelevant) harness", -10.0, 10.0),
         "filler_bias": Knob(3.5, "filler bias (saturated)", -50.0, 50.0),
+        "plateau_bias": Knob(1.0, "bias of a plateau harness (starts easy: high L)", -50.0, 50.0),
+        "plateau_ceiling": Knob(0.7, "success ceiling of a plateau harness (its L stays high, its gain ends)",
+                                0.01, 1.0),
         "noise_p": Knob(0.5, "constant success probability of a noise harness", 0.0, 1.0),
         "noise_scale": Knob(1.0, "size of a noise group's random push on z", 0.0, 100.0),
         "unlock_gap": Knob(8.0, "logit penalty of a locked harness before it is unlocked", 0.0, 50.0),
@@ -177,14 +206,15 @@ class ScenarioEnv(SyntheticEnv):
         self.b = np.append(bias, k["heldout_bias"]) + jitter
         self.w = rng.normal(0.0, k["affinity_std"], (C, H + 1))
         roles = np.array(self.roles)
-        self.ceil = np.append(np.where(roles == "dead", 0.0, 1.0), 1.0)
+        ceil = np.where(roles == "plateau", k["plateau_ceiling"], np.where(roles == "trap", k["trap_ceiling"], 1.0))
+        self.ceil = np.append(np.where(roles == "dead", 0.0, ceil), 1.0)
         self.noisy = roles == "noise"
         self.key, self.locked = roles == "key", roles == "locked"
         self.late, self.gone = roles == "late", roles == "gone"
         self._base = self.a[:, None] + self.b[None, :] + self.w[self.task_category]       # (n_all, H+1)
         self._onehot = np.eye(C)[self.task_category[: self.n_tasks]]                       # (n, C)
         self.z, self.s = np.zeros(C), np.zeros(H)
-        self._share = np.zeros(H)
+        self._share, self._moved = np.zeros(H), 0.0
         self._p = None
 
     def available(self, step: int | None = None) -> np.ndarray:
@@ -241,16 +271,19 @@ class ScenarioEnv(SyntheticEnv):
             gz = gz + k["noise_scale"] * (sig[noisy] / n) @ xi
         gs = np.bincount(batch.harnesses, weights=np.where(noisy, 0.0, sig) / n, minlength=H)
         dz, ds = k["lr"] * kappa * gz, k["skill_lr"] * kappa * gs
+        clip = trust_region(k["max_step"], np.abs(dz).sum() + np.abs(ds).sum())
+        dz, ds = dz * clip, ds * clip
         self.z, self.s, self._p = self.z + dz, self.s + ds, None
         self._share = np.bincount(batch.harnesses, minlength=H) / n
+        self._moved = float(np.abs(dz).sum() + np.abs(ds).sum())
         grad = -kappa * np.concatenate([gz, gs])
         return grad.astype(np.float32), np.concatenate([dz, ds]).astype(np.float32)
 
     def _advance(self, rng: np.random.Generator) -> None:
-        """Schedule-dependent forgetting of the harness skills (share 0 after an empty step)."""
-        if self.knobs["forget"]:
-            self.s, self._p = self.s * (1.0 - self.knobs["forget"] * (1.0 - self._share)), None
-        self._share = np.zeros(self.H)
+        """Schedule-dependent forgetting of the harness skills (nothing after an empty step)."""
+        if self.knobs["forget"] and self._moved:
+            self.s, self._p = self.s * forgetting(self.knobs["forget"], self._share, self._moved), None
+        self._share, self._moved = np.zeros(self.H), 0.0
 
     def _expected_parts(self) -> dict:
         """Per-harness expectations at the current state (module docstring, "Oracle")."""
@@ -281,30 +314,25 @@ class ScenarioEnv(SyntheticEnv):
         kappa = np.clip(ratio, 0.0, 1.0) ** (k["interference"] / 2)                       # (K,)
         sig = e["D"][None] * share[:, None, :]                                            # (K, C, H)
         sig[:, :, self.noisy] = 0.0
-        z = self.z[None] + k["lr"] * kappa[:, None] * (sig @ self.read)
-        s = self.s[None] + k["skill_lr"] * kappa[:, None] * sig.sum(axis=1)
+        dz = k["lr"] * kappa[:, None] * (sig @ self.read)
+        ds = k["skill_lr"] * kappa[:, None] * sig.sum(axis=1)
+        clip = trust_region(k["max_step"], np.abs(dz).sum(axis=1) + np.abs(ds).sum(axis=1))[:, None]
+        dz, ds = dz * clip, ds * clip
+        s = self.s[None] + ds
         if k["forget"]:
-            s = s * (1.0 - k["forget"] * (1.0 - share))
-        return z, s
+            s = s * forgetting(k["forget"], share, np.abs(dz).sum(axis=1) + np.abs(ds).sum(axis=1))
+        return self.z[None] + dz, s
 
     def expected_success(self, candidates: np.ndarray) -> np.ndarray:
         """(K, n_all, H+1) true success after the expected step of each candidate (K, H)."""
         return self._success(*self.expected_state(candidates))
 
-    def expected_gains(self, candidates: np.ndarray, target: str = "train") -> np.ndarray:
-        """(K,) expected one-step change of the mean success on `target` (train: training
-        tasks x training harnesses; heldout_tasks; heldout_harness)."""
-        rows, cols = self._target_slices(target)
-        new = self.expected_success(candidates)[:, rows, cols]
-        return new.reshape(len(new), -1).mean(axis=1) - self.success_matrix()[rows, cols].mean()
-
-    def _target_slices(self, target: str) -> tuple[slice, slice]:
+    def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
+        """(K,) expected one-step change of the mean training success (the base's
+        `target_gains` gives the held-out targets from `expected_success`)."""
         n, H = self.n_tasks, self.H
-        slices = {"train": (slice(0, n), slice(0, H)), "heldout_tasks": (slice(n, None), slice(0, H)),
-                  "heldout_harness": (slice(n, None), slice(H, H + 1))}
-        if target not in slices:
-            raise UserError(f"target={target!r} is unknown; valid targets: {', '.join(TARGETS)}")
-        return slices[target]
+        new = self.expected_success(candidates)[:, :n, :H]
+        return new.mean(axis=(1, 2)) - self.success_matrix()[:n, :H].mean()
 
     def true_directions(self) -> np.ndarray:
         """(H, C + H) expected loss-gradient direction of a pure step per training harness
@@ -322,4 +350,4 @@ class ScenarioEnv(SyntheticEnv):
 
     def _load_model_state(self, state: dict) -> None:
         self.z, self.s = np.array(state["z"], dtype=np.float64), np.array(state["s"], dtype=np.float64)
-        self._share, self._p = np.zeros(self.H), None
+        self._share, self._moved, self._p = np.zeros(self.H), 0.0, None
