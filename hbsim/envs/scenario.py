@@ -286,7 +286,16 @@ class ScenarioEnv(SyntheticEnv):
         self._share, self._moved = np.zeros(self.H), 0.0
 
     def _expected_parts(self) -> dict:
-        """Per-harness expectations at the current state (module docstring, "Oracle")."""
+        """Per-harness expectations at the current state (module docstring, "Oracle"); cached
+        while the success matrix (the state) and the step stay the same."""
+        cached = getattr(self, "_parts", None)
+        if cached is not None and cached[0] is self.success_matrix() and cached[1] == self.step_count:
+            return cached[2]
+        parts = self._compute_parts()
+        self._parts = (self.success_matrix(), self.step_count, parts)
+        return parts
+
+    def _compute_parts(self) -> dict:
         k, G = self.knobs, self.G
         p = self._sampling_p()                                                            # (n, H)
         es, keep = expected_group_signal(p, G, k["advantage"])
@@ -337,7 +346,7 @@ class ScenarioEnv(SyntheticEnv):
     def true_directions(self) -> np.ndarray:
         """(H, C + H) expected loss-gradient direction of a pure step per training harness
         (core part read_h D[:, h], own-skill part on coordinate h); zero for noise and dead."""
-        D = self._expected_parts()["D"]
+        D = self._expected_parts()["D"].copy()
         D[:, self.noisy] = 0.0
         out = np.zeros((self.H, D.shape[0] + self.H))
         out[:, : D.shape[0]] = -(D * self.read[None, :]).T
