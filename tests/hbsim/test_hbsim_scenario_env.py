@@ -154,3 +154,16 @@ def test_state_round_trip_is_exact():
     rb = [b.train_step(np.array([2, 2, 1, 1, 1, 1])).sketch for _ in range(3)]
     assert all(np.array_equal(x, y) for x, y in zip(ra, rb))
     assert np.array_equal(a.success_matrix(), b.success_matrix())
+
+
+def test_target_gains_agree_with_expected_success_and_leave_the_state():
+    from hbsim.counterfactual import TARGETS, target_means
+    e = env(1, forget=0.5, interference=4.0, max_step=0.3, coverage=0.5)
+    for h in (0, 2, 3):
+        e.train_step(pure(e, h))
+    cand = np.vstack([np.eye(6, dtype=np.int64) * 8, [[2, 2, 1, 1, 1, 1]]])
+    before = e.success_matrix().copy()
+    means = target_means(e.expected_success(cand), e.n_tasks, 6) - target_means(before, e.n_tasks, 6)
+    for i, target in enumerate(TARGETS):
+        np.testing.assert_allclose(e.target_gains(cand, target), means[:, i], rtol=1e-9, atol=1e-13)
+    np.testing.assert_array_equal(e.success_matrix(), before)
