@@ -29,6 +29,7 @@ from hbsim import scenarios
 from hbsim.experiment import RUN_KNOBS, resolve_config
 from hbsim.folders import check_output_dir, claim_output_dir
 from hbsim.records import config_hash, read_run
+from hbsim.references import run_table
 from hbsim.summary import summary_table
 from policies import POLICIES, validate
 from policies.errors import UserError
@@ -53,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"groups per optimizer step (default {RUN_KNOBS['batch_groups'].default})")
     parser.add_argument("--eval-every", type=int, default=None,
                         help="also evaluate every N steps (default: only at the final step)")
+    parser.add_argument("--eval-budget", default=None, metavar="UNIT:M1,M2",
+                        help="also evaluate when the cumulative cost first crosses each milestone, UNIT one of "
+                             "groups, tokens, seconds (e.g. groups:500,1000; hb report --budget compares there)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="env.KNOB=VALUE or policy.KNOB=VALUE (repeatable; VALUE parsed as JSON; "
                              "--knobs lists the env's knobs, 'hb policies' the policies' knobs)")
@@ -129,7 +133,8 @@ def build_configs(args: argparse.Namespace) -> list[dict]:
                                            "policy": {"name": name, **knobs},
                                            "seed": seed, "steps": args.steps, "eval_every": args.eval_every,
                                            "batch_groups": args.batch_groups,
-                                           "counterfactual": args.counterfactual}))
+                                           "counterfactual": args.counterfactual,
+                                           "eval_budget": args.eval_budget}))
     return configs
 
 
@@ -165,6 +170,6 @@ def main(args: argparse.Namespace) -> int:
     results = [kept[t["id"]] if out is None else read_run(t["dir"]) for t in tasks]
     train = pd.concat([r.train for r in results], ignore_index=True)
     evals = pd.concat([r.eval for r in results], ignore_index=True)
-    print(summary_table(train, evals))
+    print(summary_table(train, evals, runs=run_table(r.meta for r in results)))
     print(f"hb sim: done in {time.perf_counter() - start:.1f}s", file=sys.stderr)
     return 0

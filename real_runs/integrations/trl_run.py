@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 
 from hbsim.folders import claim_output_dir
+from hbsim.sampling import FILTER_KNOBS, GroupFilter, when_set
 from policies import validate
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
@@ -61,12 +62,16 @@ TRL_KNOBS = Knobs({
     "sketch_dim": Knob(65536, "sketch coordinates d", 1, 2**31 - 1),
     "block_path": Knob("model.layers", "module path of the model's decoder blocks"),
     "threads": Knob(1, "torch CPU threads of the process (0 = torch's default)", 0, validate.MAX_JOBS),
+    # the group filter (hbsim.sampling.GroupFilter): TRL keeps every group in its batch, so a
+    # filtered group's advantages are set to 0 (as TRL does for zero-variance groups)
+    **FILTER_KNOBS,
 }, scope="trl", owner="--backend trl")
 
 
 def env_section(cfg) -> dict:
-    """The TRL knobs as they stand in a run config's env section (harnesses as a list)."""
-    return {**dataclasses.asdict(cfg), "harnesses": list(cfg.harnesses)}
+    """The TRL knobs as they stand in a run config's env section (harnesses as a list; the
+    group filter's knobs only when set)."""
+    return when_set({**dataclasses.asdict(cfg), "harnesses": list(cfg.harnesses)})
 
 
 def byte_tokenizer():
@@ -160,7 +165,7 @@ def build(cfg, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str
                                   max_new=cfg.max_completion_length, block_path=cfg.block_path)
     sched = HarnessScheduler(policy, harnesses, data, seed=seed, label=policy_cfg.get("label"), evaluate=evaluate,
                              eval_every=eval_every, config=config["env"], block_path=cfg.block_path,
-                             sketch_dim=cfg.sketch_dim)
+                             sketch_dim=cfg.sketch_dim, group_filter=GroupFilter.of(cfg, "loo"))
     trl_args = dict(output_dir=os.path.join(out, "trl"), max_steps=steps, seed=seed, learning_rate=cfg.lr,
                     per_device_train_batch_size=cfg.batch_groups * cfg.group_size, num_generations=cfg.group_size,
                     max_completion_length=cfg.max_completion_length, beta=cfg.beta, max_grad_norm=cfg.max_grad_norm,

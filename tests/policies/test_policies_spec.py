@@ -15,10 +15,12 @@ ALL = sorted(name for name, cls in POLICIES.items() if not cls.needs_ground_trut
 
 
 def test_registry_has_the_eight_names():
-    from policies.registry import PAPER_POLICIES
+    from policies.registry import PAPER_POLICIES, PUBLISHED_POLICIES
     assert set(PAPER_POLICIES) == {"uniform", "round_robin", "learnability", "transfer", "harnessbandit",
                                    "product", "min", "mixed"}
-    assert set(PAPER_POLICIES) | {"exp3s", "ucb1", "dts", "rank"} | {"oracle", "fixed"} == set(POLICIES)
+    assert PUBLISHED_POLICIES == ("sec", "variance", "tac")
+    assert (set(PAPER_POLICIES) | {"exp3s", "ucb1", "dts", "rank"} | set(PUBLISHED_POLICIES) | {"oracle", "fixed"}
+            == set(POLICIES))
 
 
 # -- warm-up and the exploration floor ---------------------------------------------------
