@@ -212,7 +212,7 @@ class ScenarioEnv(SyntheticEnv):
         self.key, self.locked = roles == "key", roles == "locked"
         self.late, self.gone = roles == "late", roles == "gone"
         self._base = self.a[:, None] + self.b[None, :] + self.w[self.task_category]       # (n_all, H+1)
-        self._onehot = np.eye(C)[self.task_category[: self.n_tasks]]                       # (n, C)
+        self._onehot = np.eye(C)[self.task_category[: self.n_train]]                       # (n_train, C)
         self.z, self.s = np.zeros(C), np.zeros(H)
         self._share, self._moved = np.zeros(H), 0.0
         self._p = None
@@ -225,12 +225,12 @@ class ScenarioEnv(SyntheticEnv):
         return ~((self.late & (step < k["arrive_step"])) | gone)
 
     # -- truth ---------------------------------------------------------------------
-    def _success(self, z: np.ndarray, s: np.ndarray) -> np.ndarray:
-        """z (K, C), s (K, H) -> (K, n_all, H+1) true success probabilities."""
+    def _success(self, z: np.ndarray, s: np.ndarray, tasks: slice = slice(None)) -> np.ndarray:
+        """z (K, C), s (K, H) -> (K, n, H+1) true success probabilities of rows `tasks`."""
         k, H = self.knobs, self.H
-        cats = self.task_category
+        cats = self.task_category[tasks]
         read = np.append(self.read, k["heldout_read"])
-        logit = self._base[None] + z[:, cats][:, :, None] * read[None, None, :]
+        logit = self._base[tasks][None] + z[:, cats][:, :, None] * read[None, None, :]
         covered = 1.0 - np.exp(-np.maximum(s, 0.0) / k["coverage_scale"])
         own = np.concatenate([s, (s @ self.align + k["coverage"] * covered @ self.cov)[:, None]], axis=1)
         if self.locked.any():
@@ -248,8 +248,9 @@ class ScenarioEnv(SyntheticEnv):
         return self._p
 
     def _sampling_p(self) -> np.ndarray:
-        """(n_tasks, H) success at generation: 0 on unavailable harnesses."""
-        return self.success_matrix()[: self.n_tasks, : self.H] * self.available()[None, :]
+        """(n_train, H) success at generation of the rows the task pools draw from: 0 on
+        unavailable harnesses."""
+        return self.success_matrix()[: self.n_train, : self.H] * self.available()[None, :]
 
     def _generate(self, requests: dict[int, int], before: np.ndarray) -> dict:
         masked = before.copy()
@@ -305,7 +306,7 @@ class ScenarioEnv(SyntheticEnv):
         D = np.where(ok[None, :], self._onehot.T @ es / safe, 0.0)                       # (C, H) signal per group
         within = np.where(ok, (p * (1 - p)).sum(axis=0) * (G - 1) / G / safe, 0.0)
         mean = np.where(ok, (p - p ** G).sum(axis=0) / safe, 0.0)
-        fill = 1.0 - (1.0 - total / self.n_tasks) ** (k["oversample"] * k["max_rounds"])
+        fill = 1.0 - (1.0 - total / self.n_train) ** (k["oversample"] * k["max_rounds"])
         return {"D": D, "within": within, "mean": mean, "fill": fill}
 
     def expected_state(self, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -332,15 +333,15 @@ class ScenarioEnv(SyntheticEnv):
             s = s * forgetting(k["forget"], share, np.abs(dz).sum(axis=1) + np.abs(ds).sum(axis=1))
         return self.z[None] + dz, s
 
-    def expected_success(self, candidates: np.ndarray) -> np.ndarray:
-        """(K, n_all, H+1) true success after the expected step of each candidate (K, H)."""
-        return self._success(*self.expected_state(candidates))
+    def expected_success(self, candidates: np.ndarray, tasks: slice = slice(None)) -> np.ndarray:
+        """(K, n, H+1) true success (rows `tasks`) after the expected step of each candidate (K, H)."""
+        return self._success(*self.expected_state(candidates), tasks)
 
     def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
         """(K,) expected one-step change of the mean training success (the base's
         `target_gains` gives the held-out targets from `expected_success`)."""
         n, H = self.n_tasks, self.H
-        new = self.expected_success(candidates)[:, :n, :H]
+        new = self.expected_success(candidates, slice(0, n))[:, :, :H]
         return new.mean(axis=(1, 2)) - self.success_matrix()[:n, :H].mean()
 
     def true_directions(self) -> np.ndarray:
