@@ -20,13 +20,12 @@ state z (C,) core competence per category and s (H,) harness-specific skill):
 read_h is how harness h reads (and, its gradient, writes) the shared core: the anchor reads
 it strongly (high transfer) and starts near saturation (low L); the trap reads it NEGATIVELY
 (its steps lower z, hurting every other harness), starts at p ~ 0.5 (high L) and is capped
-at trap_ceiling, so its L and its harm never fade; a dead
-harness has ceil = 0 (never a retained group); a plateau harness starts easy and saturates
-at plateau_ceiling < 1, where its groups keep a high L with nothing left to gain (the
-saturation trap); a noise harness's success is a constant
-noise_p whatever is learned (high variance, nothing to learn) and its groups push z by a
-zero-mean random direction; a filler harness is saturated and reads the core weakly (many
-mostly-irrelevant harnesses); a locked harness has gate = -unlock_gap (1 - sigmoid(4 (mean
+at trap_ceiling, so its L and its harm never fade; a dead harness has ceil = 0 (never a
+retained group); a plateau harness starts easy and saturates at plateau_ceiling < 1, where
+its groups keep a high L with nothing left to gain (the saturation trap); a noise harness's
+success is a constant noise_p whatever is learned (high variance, nothing to learn) and its
+groups push z by a zero-mean random direction; a filler harness is saturated and reads the
+core weakly (many mostly-irrelevant harnesses); a locked harness has gate = -unlock_gap (1 - sigmoid(4 (mean
 s_key - unlock_at))): it is dead until the key harnesses' skill passes unlock_at. A `late`
 harness is unavailable before `arrive_step`, a `gone` one from `leave_step` on: the policy
 interface has no availability mask, so an unavailable harness is modelled as its tasks not
@@ -55,12 +54,12 @@ equilibria do not wash out with a larger learning rate; an empty step forgets no
 trust region bounds a step's progress, so beyond the learning rate at which it binds a
 larger rate adds nothing (the designs are trained) and a wasted step stays wasted.
 
-Oracle (`expected_success`, `expected_gains`; the base's `target_gains` per target): per task the exact
-E[sig | p] and keep probability for G binary rollouts (hbsim.grpo), retained groups drawn
-in proportion to their keep probability, a harness's expected fill 1 - (1 - q_h) **
-(oversample max_rounds) (q_h its mean keep probability), kappa by the plug-in ratio of the
-expected within-group and batch variances, forgetting at the expected shares; the noise
-groups' zero-mean push is left out.
+Oracle (`expected_success`, `expected_gains`; the base's `target_gains` per target): per
+task the exact E[sig | p] and keep probability for G binary rollouts (hbsim.grpo), retained
+groups drawn in proportion to their keep probability, a harness's expected fill
+1 - (1 - q_h) ** (oversample max_rounds) (q_h its mean keep probability), kappa by the
+plug-in ratio of the expected within-group and batch variances, the trust region and the
+forgetting applied to the expected step; the noise groups' zero-mean push is left out.
 """
 from __future__ import annotations
 
