@@ -130,11 +130,11 @@ def bootstrap_summary(al: Aligned, suite: str, baseline: str, *, resamples: int,
     flat = al.x.reshape(m * p, s, t)
     b_idx = al.policies.index(baseline)
 
+    base = np.repeat(al.x[:, b_idx:b_idx + 1], p, axis=1).reshape(m * p, s, t)
+    table = stats.superiority_table(flat, base)  # once: the draws only reweight it
+
     def stat(x, ws, wt):
-        parts = [stats.weighted_mean(x, ws, wt), stats.weighted_iqm(x, ws, wt)]
-        xr = x.reshape(m, p, s, t)
-        base = np.broadcast_to(xr[:, b_idx:b_idx + 1], xr.shape)
-        parts.append(stats.weighted_prob_improvement(xr, base, ws, wt).reshape(-1, m * p))
+        parts = [stats.weighted_mean(x, ws, wt), stats.weighted_iqm(x, ws, wt), stats.table_prob_improvement(table, ws, wt)]
         return np.stack(parts, axis=1)  # (b, 3, m*p)
 
     reps = stats.crossed_bootstrap(flat, stat, resamples=resamples, rng=rng, progress=progress,
