@@ -157,13 +157,13 @@ def weighted_iqm(x: np.ndarray, ws: np.ndarray, wt: np.ndarray, max_levels: int 
             continue
         flat = x[j].ravel()
         order = np.argsort(flat, kind="stable")
-        values, seed_of, task_of = flat[order], order // t, order % t
-        for b0, b1 in _gemv_blocks(ws.shape[0], block_rows(12 * s * t, ws.shape[0], multiple=16)):
-            cols = 4 if b1 - b0 < 4 <= ws.shape[0] else b1 - b0
-            w = np.zeros((s * t, cols), np.float32)  # (S*T, b) multiplicities in sorted order
+        values, seed_of, task_of = flat[order].astype(np.float32), order // t, order % t
+        for b0, b1 in _gemv_blocks(ws.shape[0], block_rows(8 * s * t, ws.shape[0], multiple=16)):
+            cols = 4 if b1 - b0 < 4 <= ws.shape[0] else b1 - b0  # see _kept_product
+            w = np.zeros((-(-s * t // GROUP) * GROUP, cols), np.float32)  # (S*T, b) weights in sorted order
             np.multiply(np.take(ws32[b0:b1].T, seed_of, axis=0), np.take(wt32[b0:b1].T, task_of, axis=0),
-                        out=w[:, :b1 - b0])
-            out[b0:b1, j] = _trimmed_columns(values, w, s * t, 3 if cols > b1 - b0 else cols)[:b1 - b0]
+                        out=w[:s * t, :b1 - b0])
+            out[b0:b1, j] = _kept_product(values, w, s * t, 3 if cols > b1 - b0 else cols)[:b1 - b0]
     return out
 
 
@@ -179,18 +179,35 @@ def _gemv_blocks(rows: int, step: int) -> list[tuple[int, int]]:
     return [blk for blk in [(0, head), *body, (tail, rows)] if blk[1] > blk[0]]
 
 
-def _trimmed_columns(values: np.ndarray, w: np.ndarray, n: int, rows: int) -> np.ndarray:
-    """`_trimmed` of w[:, :rows].T (``w``: (U, >= rows), overwritten): the weights column-major
-    (the layout of gathered weights), so that the product takes the same BLAS path. The
-    last rows % 4 of a larger set come as 3 rows of a leading dimension 4 (zeros after
-    them): OpenBLAS's scalar path for them sums each row in order, but takes another path
-    when the leading dimension equals the rows, and numpy a dot product for one row."""
+#: positions per group of `_kept_product`: the cumulative weights are summed per group,
+#: exactly, and only the groups where a cut falls are summed position by position
+GROUP = 64
+
+
+def _kept_product(values: np.ndarray, w: np.ndarray, n: int, rows: int) -> np.ndarray:
+    """The sum of `_trimmed` for the columns of ``w`` (weights (U padded to GROUP, >= rows) in
+    sorted order of ``values`` (U,) float32; overwritten by the kept multiplicities), as
+    the weights column-major -- the layout of the gathered weights -- times ``values``, so
+    that the product takes the same BLAS path. The last rows % 4 of a larger set come as
+    3 rows of a leading dimension 4 (zeros after them): OpenBLAS's scalar path for them
+    sums each row in order, but takes another path when the leading dimension equals the
+    rows, and numpy a dot product for one row."""
     cut = int(0.25 * n)
-    ends = np.cumsum(w, axis=0)
-    np.clip(ends, cut, n - cut, out=ends)
-    np.subtract(ends[1:], ends[:-1], out=w[1:])
-    np.subtract(ends[0], cut, out=w[0])
-    return w[:, :rows].T @ values.astype(w.dtype) / (n - 2 * cut)
+    top = n - cut
+    groups = w.reshape(-1, GROUP, w.shape[1])  # (G, GROUP, b)
+    size = groups.sum(axis=1)  # (G, b) exact: integers < 2**24
+    end = np.cumsum(size, axis=0)
+    start = end - size
+    cols = np.arange(w.shape[1])
+    exact = []
+    for g in (np.argmax(end > cut, axis=0), np.where((end > top).any(axis=0), np.argmax(end > top, axis=0), 0)):
+        block = groups[g, :, cols]  # (b, GROUP): the groups where a cut may fall, position by position
+        ends = np.clip(start[g, cols][:, None] + np.cumsum(block, axis=1), cut, top)
+        exact.append((g, np.diff(ends, axis=1, prepend=np.clip(start[g, cols], cut, top)[:, None])))
+    groups *= ((start >= cut) & (end <= top))[:, None, :]  # whole groups inside [cut, n - cut) or out
+    for g, kept in exact:
+        groups[g, :, cols] = kept
+    return w[:n, :rows].T @ values / (n - 2 * cut)
 
 
 def _superiority(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -223,22 +240,24 @@ def prob_improvement(x: np.ndarray, y: np.ndarray) -> float:
 
 def table_prob_improvement(table: np.ndarray, ws: np.ndarray, wt: np.ndarray) -> np.ndarray:
     """(B, K) bootstrap P(X > Y) from a `superiority_table`: sum_ij ws_i ws_j g_ijt, then the
-    task weights, / (S^2 T). Every sum is of integers and halves, so it is exact (float32
-    while 2 S^2 < 2^24) and equal to the plain float64 sum whatever the order or block."""
+    task weights, / (S^2 T). Every sum is of integers and halves below 2 S^2 T, so it is
+    exact (float32 while that is below 2^24) and equal to the float64 sum of any order."""
     pairs, k, t = table.shape
     s = ws.shape[1]
-    dtype = np.float32 if 2 * s * s < 2 ** 24 else np.float64
+    dtype = np.float32 if 2 * s * s * t < 2 ** 24 else np.float64
+    size = np.dtype(dtype).itemsize
     iu, ju = np.triu_indices(s, 1)
-    half = np.concatenate([ws * ws, ws[:, iu] * ws[:, ju]], axis=1).astype(dtype) * 0.5  # (B, pairs)
+    half = (np.concatenate([ws * ws, ws[:, iu] * ws[:, ju]], axis=1) * 0.5).astype(dtype)  # (B, pairs)
+    wt = wt.astype(dtype)[:, :, None]  # (B, T, 1)
     out = np.empty((ws.shape[0], k))
-    kb = block_rows(pairs * t * (1 + np.dtype(dtype).itemsize), k)
-    rows = block_rows(kb * t * np.dtype(dtype).itemsize, ws.shape[0])
+    kb = block_rows(pairs * t * (1 + size), k)
+    rows = block_rows(kb * t * size, ws.shape[0])
     for k0 in range(0, k, kb):
         k1 = min(k, k0 + kb)
         g = table[:, k0:k1].reshape(pairs, -1).astype(dtype)  # (pairs, kb * T)
         for b0 in range(0, ws.shape[0], rows):
             per = (half[b0:b0 + rows] @ g).reshape(-1, k1 - k0, t)  # (b, kb, T)
-            out[b0:b0 + rows, k0:k1] = np.einsum("bkt,bt->bk", per, wt[b0:b0 + rows])
+            out[b0:b0 + rows, k0:k1] = (per @ wt[b0:b0 + rows])[..., 0]
     return out / (s * s * t)
 
 
