@@ -31,6 +31,7 @@ from typing import Callable
 
 from ablations import store, worker
 from ablations.spec import GridSpec
+from hbsim import threads
 from hbsim.contract import CELLS
 from hbsim.records import config_hash, is_complete, read_meta
 from policies.errors import UserError
@@ -193,10 +194,9 @@ def _hms(seconds: float) -> str:
 PRELOAD = ["ablations.worker", "hbsim.experiment", "hbsim.records", "hbsim.envs.bernoulli",
            "hbsim.envs.drifting", "hbsim.envs.student", "pyarrow.parquet"]
 
-#: one BLAS/OpenMP thread per worker: N workers x (spinning) BLAS threads on N cores made
-#: every cell ~2.5x slower with --jobs 2 on a 2-core machine
-SINGLE_THREAD_ENV = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                                            "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")}
+#: one BLAS/OpenMP thread per worker (`hbsim.threads`): N workers x (spinning) BLAS threads
+#: on N cores made every cell ~2.5x slower with --jobs 2 on a 2-core machine
+SINGLE_THREAD_ENV = {name: "1" for name in threads.WORKER_VARS}
 
 
 def _pool_context():
@@ -212,8 +212,7 @@ def run_local(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], **_
         for task in tasks:
             on_done(worker.execute(task))
         return
-    for name, value in SINGLE_THREAD_ENV.items():   # inherited by the workers; user settings win
-        os.environ.setdefault(name, value)
+    threads.pin_one_thread()   # inherited by the workers; user settings win
     with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=_pool_context()) as pool:
         pending_runs = {pool.submit(worker.execute, t): t for t in tasks}
         try:
@@ -240,7 +239,9 @@ def run_ray(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], *,
     except ImportError as exc:
         raise UserError(f"--backend ray needs the ray package (pip install 'harnessbandit[ray]'): {exc}") from None
     kwargs = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False,
-              "runtime_env": {"env_vars": {k: os.environ.get(k, v) for k, v in SINGLE_THREAD_ENV.items()}},
+              "runtime_env": {"env_vars": {k: os.environ.get(k, v) for k, v in SINGLE_THREAD_ENV.items()}
+                              if not threads.user_set() else {k: os.environ[k] for k in threads.WORKER_VARS
+                                                              if k in os.environ}},
               **({"address": ray_address} if ray_address else {"num_cpus": jobs})}
     started_here = not ray.is_initialized()
     if started_here:
