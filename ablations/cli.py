@@ -71,21 +71,29 @@ def cmd_plan(args) -> int:
 
 def cmd_run(args) -> int:
     spec = load_spec(args.grid)
+    rows: dict[str, tuple] = {}
     report = run_grid(spec, args.out, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
-                      force_mixed=args.force_mixed, progress=ProgressBar())
+                      force_mixed=args.force_mixed, progress=ProgressBar(),
+                      on_done=lambda answer: rows.update({answer["id"]: answer["rows"]} if "rows" in answer else {}))
     print(f"grid {spec.name!r}: {report.total} cells, {report.skipped} already done, {report.ran} run, "
           f"{len(report.failed)} failed; results in {args.out}")
     for failed in report.failed:
         print(f"  FAILED {failed['id']}: {failed['reason']}  (log: {failed['log']})")
-    summary = _summary(args.out, {c.id for c in spec.cells()})
+    summary = _summary(args.out, {c.id for c in spec.cells()}, rows)
     if summary:
         print(summary)
     return 1 if report.failed else 0
 
 
-def _summary(out, ids: set[str]) -> str | None:
-    """The `hb sim` summary table of the grid's cells (None, with a note, if none is done)."""
+def _summary(out, ids: set[str], rows: dict[str, tuple]) -> str | None:
+    """The `hb sim` summary table of the grid's cells (None, with a note, if none is done):
+    from the rows the workers returned when every cell ran now, else read from the cells."""
+    import pandas as pd
+
     from hbsim.summary import EVAL_COLUMNS_READ, summary_table
+    if ids and ids <= rows.keys():
+        order = sorted(ids)   # load_cells' order
+        return summary_table(*(pd.concat([rows[i][k] for i in order], ignore_index=True) for k in (0, 1)))
     try:
         train, evals = load_cells(out, only=ids, eval_columns=EVAL_COLUMNS_READ)
         try:

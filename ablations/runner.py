@@ -4,7 +4,8 @@
     {"id": unique name, "config": resolved run config, "dir": run directory to write, or
      None (the RunResult comes back in the answer); optional "replace" (rerun a complete
      run), "meta" (extra run.json keys), "log" (write log.txt), "failures" (a folder, the
-     grid's, keeping failed/<id>/log.txt), "plugins" (modules to import first)}
+     grid's, keeping failed/<id>/log.txt), "plugins" (modules to import first), "summary"
+     (the answer carries the run's summary rows, `ablations.worker`)}
 
 `run_many` removes the hidden temporaries killed writers left next to the run
 directories, skips runs already complete with the same config (resume) and runs the rest
@@ -133,17 +134,19 @@ def run_many(tasks: list[dict], *, jobs: int | None = None, backend: str = "loca
 
 def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None, backend: str = "local",
              ray_address: str | None = None, force_mixed: bool = False,
-             progress: Callable[[int, int, int], None] | None = None) -> RunReport:
+             progress: Callable[[int, int, int], None] | None = None,
+             on_done: Callable[[dict], None] | None = None) -> RunReport:
     """Run every cell of `spec` missing from the grid directory `out`: DIR/cells/<id>/ with
-    log.txt, failures in DIR/failed/ (`run_many`)."""
+    log.txt, failures in DIR/failed/ (`run_many`; each answer carries its summary rows)."""
     check_run_options(jobs, backend)
     store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=force_mixed)
     out = Path(out).resolve()
     tasks = [{"id": c.id, "config": c.config, "dir": str(out / CELLS / c.id), "log": True, "failures": str(out),
+              "summary": True,
               "plugins": spec.plugins, "meta": {"grid": {"name": spec.name, "cell_id": c.id, "sweep": c.sweep,
                                                          "label": c.label, "seed": c.seed}}}
              for c in spec.cells()]
-    return run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress)
+    return run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress, on_done=on_done)
 
 
 # -- progress ------------------------------------------------------------------------

@@ -67,6 +67,15 @@ def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     return mean, float(half)
 
 
+def summary_rows(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """What `summarize` reads of one run: its train rows and the EVAL_COLUMNS_READ of its
+    final evaluation (a grid worker returns them, so the wrap-up reads no cell files)."""
+    if eval_df.empty:
+        return train_df, eval_df.loc[:, [c for c in EVAL_COLUMNS_READ if c in eval_df.columns]]
+    final = eval_df[eval_df["step"] == eval_df["step"].max()]
+    return train_df, final.loc[:, EVAL_COLUMNS_READ].reset_index(drop=True)
+
+
 def final_scores(eval_df: pd.DataFrame) -> pd.DataFrame:
     """(policy, seed, suite) -> mean reward of the final evaluation (largest step) of each run."""
     if eval_df.empty:
