@@ -38,28 +38,42 @@ def pin_one_thread(names: tuple[str, ...] = WORKER_VARS, *, this_process: bool =
         return False
     os.environ.update({name: "1" for name in names})
     if this_process and "numpy" in sys.modules:
-        _set_loaded_openblas(1)
+        set_openblas_threads(1)
     return True
 
 
-def _set_loaded_openblas(threads: int) -> int:
-    """Call set_num_threads of every OpenBLAS numpy / scipy loaded (scipy-openblas builds,
-    found in /proc/self/maps); returns how many were set (0 where there is no such file)."""
+def _loaded_openblas() -> list:
+    """The OpenBLAS libraries numpy / scipy loaded (found in /proc/self/maps; [] elsewhere)."""
     try:
         with open("/proc/self/maps") as fh:
             paths = sorted({line.split()[-1] for line in fh if "openblas" in line.rsplit("/", 1)[-1] and ".so" in line})
     except OSError:  # pragma: no cover - not Linux
-        return 0
-    done = 0
+        return []
+    libs = []
     for path in paths:
         try:
-            lib = ctypes.CDLL(path)
+            libs.append(ctypes.CDLL(path))
         except OSError:  # pragma: no cover
             continue
-        for name in _SETTERS:
-            setter = getattr(lib, name, None)
-            if setter is not None:
-                setter(ctypes.c_int(threads))
-                done += 1
-                break
+    return libs
+
+
+def set_openblas_threads(count: int) -> int:
+    """Call set_num_threads of every loaded OpenBLAS; returns how many were set."""
+    done = 0
+    for lib in _loaded_openblas():
+        setter = next((getattr(lib, n) for n in _SETTERS if hasattr(lib, n)), None)
+        if setter is not None:
+            setter(ctypes.c_int(count))
+            done += 1
     return done
+
+
+def openblas_threads() -> int | None:
+    """Threads of the first loaded OpenBLAS (None: none loaded or no getter)."""
+    for lib in _loaded_openblas():
+        getter = next((getattr(lib, n.replace("set_", "get_")) for n in _SETTERS if hasattr(lib, n.replace("set_", "get_"))),
+                      None)
+        if getter is not None:
+            return int(getter())
+    return None

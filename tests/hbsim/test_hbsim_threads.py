@@ -2,7 +2,6 @@
 hbsim.summary (no scipy.special on the `hb sim` path)."""
 from __future__ import annotations
 
-import ctypes
 import os
 
 import numpy as np
@@ -36,26 +35,16 @@ def test_numpy_only_leaves_torch_variables(clean_env):
     assert "OMP_NUM_THREADS" not in os.environ and "MKL_NUM_THREADS" not in os.environ
 
 
-def _openblas_get():
-    paths = [ln.split()[-1] for ln in open("/proc/self/maps") if "scipy_openblas" in ln]
-    if not paths:
-        pytest.skip("numpy without a scipy-openblas build")
-    lib = ctypes.CDLL(paths[0])
-    return lib, getattr(lib, "scipy_openblas_get_num_threads64_", None)
-
-
 def test_this_process_sets_the_loaded_openblas(clean_env):
-    lib, get = _openblas_get()
-    if get is None:
-        pytest.skip("no scipy_openblas_get_num_threads64_")
-    before = get()
+    before = threads.openblas_threads()
+    if before is None:
+        pytest.skip("numpy without a loaded OpenBLAS")
     try:
-        threads._set_loaded_openblas(2)
-        assert get() == 2
+        assert threads.set_openblas_threads(2) >= 1 and threads.openblas_threads() == 2
         assert threads.pin_one_thread(threads.NUMPY_VARS, this_process=True)
-        assert get() == 1
+        assert threads.openblas_threads() == 1
     finally:
-        threads._set_loaded_openblas(before)
+        threads.set_openblas_threads(before)
 
 
 @pytest.mark.parametrize("df, p, expected", [(1, 0.975, 12.706204736174707), (2, 0.975, 4.302652729749464),
