@@ -295,48 +295,49 @@ def gee_rows(final: pd.DataFrame, al: Aligned, suite: str, baseline: str) -> tup
     factor K / (K - 1) and p-values and intervals use a t reference with K - 1 degrees of
     freedom (K = clusters), the usual small-sample correction for cluster-robust tests
     (Mancl-DeRouen's bias-reduced covariance holds the level too, but costs 40 s on the
-    demo's 250,000 attempts; this costs nothing). With one seed there is no test (nan)."""
-    import warnings
+    demo's 250,000 attempts; this costs nothing). With one seed there is no test (nan).
 
+    The fit is `gee_exchangeable`'s closed form from the success counts per (seed, policy)
+    (the aligned rectangle gives every seed the same attempts per policy), the estimate
+    statsmodels' iterative GEE converges to (tests/reports/test_reports_gee.py)."""
     from scipy import stats as sps
-    from statsmodels.genmod import cov_struct, families
-    from statsmodels.genmod.generalized_estimating_equations import GEE
 
-    sub = final[(final["suite"] == suite) & final["policy"].isin(al.policies)
-                & final["seed"].isin(al.seeds) & final["task"].isin(al.tasks)]
-    sub = sub.sort_values(["seed", "policy", "task", "attempt"], kind="stable")
-    y = sub["success"].to_numpy(dtype=np.float64)
+    keep = ((final["suite"] == suite) & final["policy"].isin(al.policies)
+            & final["seed"].isin(al.seeds) & final["task"].isin(al.tasks)).to_numpy()
+    pol = final["policy"].to_numpy()[keep]
+    succ = final["success"].to_numpy(dtype=bool)[keep]
+    seed = final["seed"].to_numpy()[keep]
     cands = [p for p in al.policies if p != baseline]
     if len(cands) == 0:
         return [], []
-    pol = sub["policy"].to_numpy()
-    rate = {p: float(y[pol == p].mean()) for p in al.policies}
+    order = [baseline] + cands
+    pcode = pd.Categorical(pol, categories=order).codes
+    n_pol = np.bincount(pcode, minlength=len(order))
+    rate = dict(zip(order, np.bincount(pcode, weights=succ, minlength=len(order)) / n_pol))
     if rate[baseline] in (0.0, 1.0):
         return [], [f"{suite}: GEE skipped: the baseline's success rate is {rate[baseline]:.0f} (no contrast)"]
     separated = [c for c in cands if rate[c] in (0.0, 1.0)]
+    notes = []
     if separated:
         notes = [f"{suite}: GEE: {separated} succeed on all or no attempts (perfect separation); "
                  "their log-odds are not identifiable and are left blank"]
-        cands = [c for c in cands if c not in separated]
-        keep = ~np.isin(pol, separated)  # their rows leave the model (else they join the intercept)
-        sub, y, pol = sub[keep], y[keep], pol[keep]
-    else:
-        notes = []
-    exog = np.column_stack([np.ones(len(sub))] + [(pol == c).astype(np.float64) for c in cands])
-    groups = pd.factorize(sub["seed"])[0]
+        cands = [c for c in cands if c not in separated]   # their rows leave the model
+    used = [order.index(p) for p in [baseline] + cands]
+    scode, seeds = pd.factorize(seed, sort=False)
+    k = len(seeds)                                          # clusters (seeds)
+    total = np.zeros((k, len(order)), dtype=np.int64)
+    np.add.at(total, (scode, pcode), 1)
+    wins = np.zeros((k, len(order)), dtype=np.int64)
+    np.add.at(wins, (scode[succ], pcode[succ]), 1)
+    total, wins = total[:, used], wins[:, used]
+    n_obs = int(total.sum())
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            res = GEE(y, exog, groups=groups, family=families.Binomial(), cov_struct=cov_struct.Exchangeable()).fit()
-            k = int(groups.max()) + 1                             # clusters (seeds)
-            df = max(k - 1, 1)
-            bse = np.asarray(res.bse) * (np.sqrt(k / (k - 1)) if k > 1 else np.nan)     # CR1
-            params = np.asarray(res.params)
-            pvals = 2.0 * sps.t.sf(np.abs(params / bse), df)
-            corr = float(np.ravel(res.cov_struct.dep_params)[0])
-        notes += sorted({f"{suite}: GEE warning: {str(w.message).splitlines()[0]}" for w in caught})
+        params, cov, corr = gee_exchangeable(wins, total)
     except (np.linalg.LinAlgError, ValueError) as exc:
         return [], notes + [f"{suite}: GEE failed ({exc}); nonparametric results stand alone"]
+    df = max(k - 1, 1)
+    bse = np.sqrt(np.diag(cov)) * (np.sqrt(k / (k - 1)) if k > 1 else np.nan)     # CR1
+    pvals = 2.0 * sps.t.sf(np.abs(params / bse), df)
     z = float(sps.t.ppf(0.975, df))
     rows = []
     for j, cand in enumerate(cands, start=1):
@@ -344,13 +345,49 @@ def gee_rows(final: pd.DataFrame, al: Aligned, suite: str, baseline: str) -> tup
                      "se": bse[j], "p": pvals[j], "odds_ratio": float(np.exp(params[j])),
                      "or_ci_low": float(np.exp(params[j] - z * bse[j])),
                      "or_ci_high": float(np.exp(params[j] + z * bse[j])),
-                     "n_obs": int(len(sub)), "n_clusters": int(groups.max() + 1),
-                     "working_corr": corr})
+                     "n_obs": n_obs, "n_clusters": k, "working_corr": corr})
     for cand in separated:
         rows.append({"suite": suite, "candidate": cand, "baseline": baseline, "log_odds": np.nan, "se": np.nan,
                      "p": np.nan, "odds_ratio": np.nan, "or_ci_low": np.nan, "or_ci_high": np.nan,
-                     "n_obs": int(len(sub)), "n_clusters": int(groups.max() + 1), "working_corr": np.nan})
+                     "n_obs": n_obs, "n_clusters": k, "working_corr": np.nan})
     return rows, notes
+
+
+def gee_exchangeable(wins: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """The logistic GEE success ~ C(group) (column 0 the reference) with an exchangeable
+    working correlation and one cluster per row, from successes ``wins`` and attempts
+    ``total`` (clusters, groups), for a balanced design (every cluster the same attempts
+    per group). Returns (params: intercept then log-odds ratios, robust sandwich
+    covariance, working correlation), as statsmodels' GEE(..., Binomial(), Exchangeable())
+    defines them (its moment estimate of the correlation with ddof = groups), in closed form:
+    with a saturated design and balanced clusters the estimating equations are solved by
+    the groups' success rates whatever the correlation, and every sum over attempts is a
+    sum over the counts."""
+    k, g = total.shape
+    m = total[0].astype(np.float64)                        # attempts per group in each cluster
+    if (total != total[0]).any():
+        raise ValueError("unbalanced clusters: every seed needs the same attempts per policy")
+    mu = wins.sum(axis=0) / total.sum(axis=0)
+    v = mu * (1.0 - mu)
+    s = np.sqrt(v)
+    n = m.sum()                                            # attempts per cluster
+    e = wins - m * mu                                      # (clusters, groups): residual sums
+    pearson = e / s                                        # sum of Pearson residuals per cluster, group
+    ssr = (wins * (1.0 - mu) ** 2 + (m - wins) * mu ** 2) / v
+    nobs = k * n
+    scale = ssr.sum() / (nobs - g)
+    pairs = k * n * (n - 1) / 2.0
+    rho = float(((pearson.sum(axis=1) ** 2 - ssr.sum(axis=1)) / 2.0).sum() / scale / (pairs - g))
+    c = rho / (1.0 - rho) / (1.0 + rho * (n - 1))
+    lmat = np.eye(g)
+    lmat[:, 0] = 1.0                                       # a group's design row: intercept + its indicator
+    bread = k * (lmat.T @ (np.diag(m * v) / (1.0 - rho) - c * np.outer(m * s, m * s)) @ lmat)
+    score = (e / (1.0 - rho) - c * np.outer(pearson.sum(axis=1), m * s)) @ lmat   # (clusters, params)
+    binv = np.linalg.inv(bread)
+    cov = binv @ (score.T @ score) @ binv
+    logit = np.log(mu / (1.0 - mu))
+    params = np.concatenate([[logit[0]], logit[1:] - logit[0]])
+    return params, cov, rho
 
 
 def per_task_rows(al: Aligned, suite: str) -> pd.DataFrame:
