@@ -300,6 +300,8 @@ def gee_rows(final: pd.DataFrame, al: Aligned, suite: str, baseline: str) -> tup
     The fit is `gee_exchangeable`'s closed form from the success counts per (seed, policy)
     (the aligned rectangle gives every seed the same attempts per policy), the estimate
     statsmodels' iterative GEE converges to (tests/reports/test_reports_gee.py)."""
+    import warnings
+
     from scipy import stats as sps
 
     keep = ((final["suite"] == suite) & final["policy"].isin(al.policies)
@@ -331,13 +333,16 @@ def gee_rows(final: pd.DataFrame, al: Aligned, suite: str, baseline: str) -> tup
     np.add.at(wins, (scode[succ], pcode[succ]), 1)
     total, wins = total[:, used], wins[:, used]
     n_obs = int(total.sum())
+    df = max(k - 1, 1)
     try:
-        params, cov, corr = gee_exchangeable(wins, total)
+        with warnings.catch_warnings(record=True) as caught:   # e.g. 0 / 0 when no seed differs
+            warnings.simplefilter("always")
+            params, cov, corr = gee_exchangeable(wins, total)
+            bse = np.sqrt(np.diag(cov)) * (np.sqrt(k / (k - 1)) if k > 1 else np.nan)     # CR1
+            pvals = 2.0 * sps.t.sf(np.abs(params / bse), df)
+        notes += sorted({f"{suite}: GEE warning: {str(w.message).splitlines()[0]}" for w in caught})
     except (np.linalg.LinAlgError, ValueError) as exc:
         return [], notes + [f"{suite}: GEE failed ({exc}); nonparametric results stand alone"]
-    df = max(k - 1, 1)
-    bse = np.sqrt(np.diag(cov)) * (np.sqrt(k / (k - 1)) if k > 1 else np.nan)     # CR1
-    pvals = 2.0 * sps.t.sf(np.abs(params / bse), df)
     z = float(sps.t.ppf(0.975, df))
     rows = []
     for j, cand in enumerate(cands, start=1):
