@@ -37,8 +37,8 @@ CSS = ("body{font-family:sans-serif;max-width:1320px;margin:auto;padding:0 1em;c
 #: estimated width (px) above which a table is cut into column groups; the content box of
 #: the page is about 1350 px at a 1400 px window, and the estimate is generous
 TABLE_PX = 1250
-#: one character of a 12 px table cell, and a cell's padding and border (px), for the estimate
-CHAR_PX, CELL_PX = 7, 14
+#: one character of a 12 px table cell, of its bold header, and a cell's padding and border (px), for the estimate
+CHAR_PX, HEAD_PX, CELL_PX = 7, 8, 14
 
 
 def slug(text: str) -> str:
@@ -79,9 +79,9 @@ def md_table(df: pd.DataFrame, max_rows: int = 60) -> str:
 
 
 def _col_px(header, cells) -> int:
-    """Estimated width of a column: headers break at '_' and spaces (`<wbr>`), cells do not."""
-    head = max((len(w) for w in re.split(r"[_ ]", str(header))), default=1)
-    return CHAR_PX * max([head] + [len(c) for c in cells]) + CELL_PX
+    """Estimated width of a column: headers break after '_' (`<wbr>`) and at spaces, cells do not."""
+    head = max((len(w) for w in re.split(r"(?<=_)| ", str(header))), default=1)
+    return max(HEAD_PX * head, CHAR_PX * max((len(c) for c in cells), default=0)) + CELL_PX
 
 
 def column_groups(columns, widths, keys: int, budget: int = TABLE_PX) -> list[list[int]]:
