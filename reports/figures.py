@@ -68,7 +68,7 @@ def rliable_plot(agg: pd.DataFrame, prof: pd.DataFrame, pi: pd.DataFrame, steps:
     col = _colors(pols)
     names = [("median", "Median"), ("iqm", "IQM"), ("mean", "Mean"), ("optimality_gap", "Optimality gap")]
     fig = plt.figure(figsize=(12.5, 0.22 * len(pols) + 5.2))
-    grid = fig.add_gridspec(2, 12, height_ratios=[0.22 * len(pols) + 0.6, 3.2], hspace=0.45, wspace=1.2)
+    grid = fig.add_gridspec(2, 12, height_ratios=[0.22 * len(pols) + 0.6, 3.2], hspace=0.3, wspace=1.2)
     y = np.arange(len(pols))[::-1]
     axes = []
     for i, (key, label) in enumerate(names):
@@ -90,7 +90,7 @@ def rliable_plot(agg: pd.DataFrame, prof: pd.DataFrame, pi: pd.DataFrame, steps:
     ax.tick_params(labelsize=7)
     ax.legend(fontsize=6, ncol=2)
     axes.append(ax)
-    ax = fig.add_subplot(grid[1, 4:8])
+    ax = fig.add_subplot(grid[1, 5:8])  # column 4 left free for its labels
     cands = list(pi["policy"])
     yc = np.arange(len(cands))[::-1]
     ax.hlines(yc, pi["low"], pi["high"], colors=[col.get(p, "grey") for p in cands], lw=4, alpha=0.6)
