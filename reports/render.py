@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from hbsim.contract import REPORT_INDEX, REPORT_MARKDOWN
-from hbsim.folders import atomic_write
+from hbsim.folders import atomic_write, written_files
 from reports import figures, rliable_views, text
 
 CSS = ("body{font-family:sans-serif;max-width:1320px;margin:auto;padding:0 1em;color:#222}"
@@ -290,8 +290,8 @@ def write(result, out: Path) -> None:
     atomic_write(out / "config.json", json.dumps(result.config, indent=1, default=str))
     result.files.update({"index": out / REPORT_INDEX, "markdown": out / REPORT_MARKDOWN})
     result.files.update({f"fig:{k}": v for k, v in doc.figs.items()})
-    for stale in set(fig_dir.glob("*.png")) - set(doc.figs.values()):
-        stale.unlink()  # figures of an earlier report in the same folder
+    for stale in {p for p in written_files(out) if p.parent == fig_dir} - set(doc.figs.values()):
+        stale.unlink()  # figures an earlier report wrote here (its marker lists them); the user's stay
     result.out = out
 
 
@@ -311,6 +311,6 @@ def _export(result, folder: Path) -> None:
     files = rliable_views.export_files(result.views, export_stem)
     for name, data in files.items():
         atomic_write(folder / name, data)
-    for stale in set(folder.glob("*.npz")) - {folder / n for n in files}:
-        stale.unlink()
+    for stale in {p for p in written_files(folder.parent) if p.parent == folder} - {folder / n for n in files}:
+        stale.unlink()  # matrices an earlier report wrote here (its marker lists them); the user's stay
     result.files["rliable"] = folder
