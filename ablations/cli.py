@@ -21,8 +21,8 @@ from pathlib import Path
 from ablations import store
 from ablations.runner import ProgressBar, add_run_options, run_grid
 from ablations.spec import load_spec
-from hbsim.contract import GRID_JSON
-from hbsim.records import done_ids, load_cells
+from hbsim.contract import CELLS, GRID_JSON
+from hbsim.records import done_ids, load_cells, read_meta
 from policies.errors import UserError
 
 
@@ -85,13 +85,15 @@ def cmd_run(args) -> int:
 
 def _summary(out, ids: set[str]) -> str | None:
     """The `hb sim` summary table of the grid's cells (None, with a note, if none is done)."""
+    from hbsim.references import run_table
     from hbsim.summary import EVAL_COLUMNS_READ, summary_table
     try:
         train, evals = load_cells(out, only=ids, eval_columns=EVAL_COLUMNS_READ)
+        runs = run_table(read_meta(Path(out) / CELLS / i) for i in sorted(ids))   # labels' names and knobs
         try:
-            return summary_table(train, evals)
+            return summary_table(train, evals, runs)
         except KeyError:  # the summary grew a column: read the whole eval table
-            return summary_table(*load_cells(out, only=ids))
+            return summary_table(*load_cells(out, only=ids), runs)
     except ValueError as exc:
         print(f"no summary: {exc}", file=sys.stderr)
         return None

@@ -27,6 +27,7 @@ from hbsim.envs import ENV_PRESETS, ENVS, expand_preset
 from hbsim.experiment import RUN_KNOBS, resolve_config
 from hbsim.folders import check_output_dir, claim_output_dir
 from hbsim.records import config_hash, read_run
+from hbsim.references import run_table
 from hbsim.summary import summary_table
 from policies import POLICIES, validate
 from policies.errors import UserError
@@ -134,6 +135,6 @@ def main(args: argparse.Namespace) -> int:
     results = [kept[t["id"]] if out is None else read_run(t["dir"]) for t in tasks]
     train = pd.concat([r.train for r in results], ignore_index=True)
     evals = pd.concat([r.eval for r in results], ignore_index=True)
-    print(summary_table(train, evals))
+    print(summary_table(train, evals, runs=run_table(r.meta for r in results)))
     print(f"hb sim: done in {time.perf_counter() - start:.1f}s", file=sys.stderr)
     return 0

@@ -9,12 +9,21 @@ true success on training tasks x training harnesses), hence the `[train]` in the
 headers; per-target oracles and regret (held-out tasks, held-out harness) come from
 `--counterfactual` runs through `hb validity`, mean visits per harness (steps with groups on the
 harness), and groups generated per optimized group (ratio of sums).
+
+With `fixed` runs a `best_fixed` row follows (the best fixed arm in hindsight, per seed and
+suite: hbsim.references.best_fixed); with `uniform` and an `oracle` aimed at an eval suite
+or the training objective (knob `target`), a block of each policy's share of the achievable
+gain follows the table
+(hbsim.references.share_of_gap: the ratio, its seed-bootstrap interval, the raw delta).
+The policy name and knobs of a label come from run.json (`runs`, hbsim.references.run_table);
+without it, from the label (`name[knob=value]`).
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 from hbsim.contract import ROW_KEYS
+from hbsim import references
 from hbsim.envs.base import SUITES
 
 #: the eval columns `summary_table` reads (a caller may read just these: the eval table is the large one)
@@ -46,10 +55,12 @@ def final_scores(eval_df: pd.DataFrame) -> pd.DataFrame:
         columns={"reward": "score"})
 
 
-def summarize(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> pd.DataFrame:
+def summarize(train_df: pd.DataFrame, eval_df: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per policy label: <suite>_mean, <suite>_t95_seeds (half-width of the 95%
     t-interval over seeds), regret, regret_t95_seeds, seeds,
-    oracle_share (nan for mixed batches), gen_per_opt, visits_<harness>."""
+    oracle_share (nan for mixed batches), gen_per_opt, visits_<harness>; then `best_fixed`
+    (suite columns only) where there are fixed runs. runs: `references.run_table` (default:
+    read from the labels)."""
     scores = final_scores(eval_df)
     if "policy" not in train_df:  # runs of 0 steps have an empty train table without columns
         train_df = pd.DataFrame(columns=["policy", "seed", "arm", "groups_generated", "groups_optimized"])
@@ -73,7 +84,19 @@ def summarize(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> pd.DataFrame:
         for col in alloc_cols:
             row[f"visits_{col[len('alloc_'):]}"] = float((tr[col] > 0).groupby(tr["seed"]).sum().mean())
         rows.append(row)
+    best = references.best_fixed(scores, _runs(runs, scores))
+    if not best.empty:
+        arms = int(best["arms"].max())
+        row = {"policy": f"{references.BEST_FIXED} ({arms} arm{'s' if arms != 1 else ''})",
+               "seeds": int(best["seed"].nunique())}
+        for suite in SUITES:
+            row[f"{suite}_mean"], row[f"{suite}_t95_seeds"] = t_interval(best.loc[best["suite"] == suite, "score"])
+        rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _runs(runs: pd.DataFrame | None, scores: pd.DataFrame) -> pd.DataFrame:
+    return references.runs_from_labels(scores["policy"]) if runs is None else runs
 
 
 def _pm(mean: float, half: float, digits: int = 3) -> str:
@@ -86,9 +109,10 @@ def _pct(share: float) -> str:
     return f"{100 * share:.0f}%" if np.isfinite(share) else "-"
 
 
-def summary_table(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> str:
-    """Fixed-width text table, one line per policy label (see the module docstring)."""
-    summ = summarize(train_df, eval_df)
+def summary_table(train_df: pd.DataFrame, eval_df: pd.DataFrame, runs: pd.DataFrame | None = None) -> str:
+    """Fixed-width text table, one line per policy label, then the share-of-gap block where
+    the references were run (see the module docstring)."""
+    summ = summarize(train_df, eval_df, runs)
     if summ.empty:
         return "(no runs)"
     visit_cols = [c for c in summ.columns if c.startswith("visits_")]
@@ -100,8 +124,16 @@ def summary_table(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> str:
         lines.append([str(r["policy"]), str(r["seeds"])]
                      + [_pm(r[f"{s}_mean"], r[f"{s}_t95_seeds"]) for s in SUITES]
                      + [_pm(r.get("regret", np.nan), r.get("regret_t95_seeds", np.nan), 3),
-                        _pct(r.get("oracle_share", np.nan)), f"{r['gen_per_opt']:.2f}",
-                        "/".join(f"{r[c]:.0f}" for c in visit_cols)])
+                        _pct(r.get("oracle_share", np.nan)), _num(r.get("gen_per_opt", np.nan), "{:.2f}"),
+                        "/".join(_num(r[c], "{:.0f}") for c in visit_cols)])
     widths = [max(len(header[i]), *(len(line[i]) for line in lines)) for i in range(len(header))]
     fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(line) for line in lines])
+    scores = final_scores(eval_df)
+    both = pd.concat([references.train_scores(train_df), scores], ignore_index=True)
+    shares = references.share_lines(references.share_of_gap(both, _runs(runs, scores)))
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(line) for line in lines]
+                     + ([""] + shares if shares else []))
+
+
+def _num(value, spec: str) -> str:
+    return spec.format(value) if np.isfinite(value) else "-"

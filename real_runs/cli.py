@@ -107,8 +107,14 @@ def _init_distributed(args) -> int:
 
 
 def _check_out(args) -> None:
-    """Before torch is imported: the numeric flags bounded, --out checked by `check_run_dir`."""
+    """Before torch is imported: a clairvoyant --policy refused, the numeric flags bounded, --out
+    checked by `check_run_dir`."""
     trl = args.backend == "trl"
+    from hbsim.loop import attach_ground_truth
+    from policies import POLICIES
+
+    if args.policy in POLICIES:           # a clairvoyant reference needs ground truth a real run lacks
+        attach_ground_truth(POLICIES[args.policy], None)
     validate.check_int("--steps", args.steps, 1, validate.MAX_STEPS)
     validate.check_int("--seed", args.seed, 0, validate.MAX_SEED)
     validate.check_int("--checkpoint-every", args.checkpoint_every, 1, validate.MAX_STEPS)

@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from reports import load
+from reports import gap, load
 from reports.text import conclusion, headline_table  # noqa: F401 (public: reports.headline_table)
 from policies.errors import UserError
 
@@ -123,6 +123,7 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     diag = diagnostics.compute(fr.train, fr.eval_all)
     notes += diag.notes
     tables["diagnostics"], tables["cost"], tables["visits"] = diag.spearman, diag.cost, diag.visits
+    tables["gap"] = gap.gap_table(fr)                         # share of the achievable gain (reports.gap)
     for line in notes:
         if "excluded" in line or "lacks" in line:
             warnings.warn(line, stacklevel=2)

@@ -14,7 +14,7 @@ import pandas as pd
 
 from hbsim.contract import REPORT_INDEX, REPORT_MARKDOWN
 from hbsim.folders import atomic_write
-from reports import figures, text
+from reports import figures, gap, text
 
 CSS = ("body{font-family:sans-serif;max-width:1100px;margin:auto;padding:1em;color:#222}"
        "table{border-collapse:collapse;font-size:12px;margin:.5em 0}td,th{border:1px solid #ccc;"
@@ -116,6 +116,7 @@ def write(result, out: Path) -> None:
     for suite in sorted(result.suites):
         _suite_section(doc, result, suite)
     _sensitivity(doc, result)
+    gap.section(doc, result)
     _diagnostics_section(doc, result)
     doc.h(2, "Provenance")
     cfg = {k: v for k, v in result.config.items() if k != "runs"}
