@@ -59,9 +59,14 @@ def cmd_plan(args) -> int:
     points = math.prod(len(v) for v in spec.sweep.values())
     policy_keys = any(k.startswith("policy.") for k in spec.sweep)
     note = " (policy.* keys apply only to policies with that knob)" if policy_keys else ""
-    print(f"grid {spec.name!r}: {len(cells)} cells from {len(spec.policies)} policy variants x "
-          f"{points} sweep point{'s' if points != 1 else ''} x {len(spec.seeds)} seeds{note}, "
-          f"{spec.steps} steps, env {spec.env.get('kind')!r}")
+    if spec.parts:
+        parts = ", ".join(f"{p.part} ({len(p.cells())} cells, env {p.env.get('kind')!r}, {p.steps} steps)"
+                          for p in spec.parts)
+        print(f"grid {spec.name!r}: {len(cells)} cells in {len(spec.parts)} parts: {parts}")
+    else:
+        print(f"grid {spec.name!r}: {len(cells)} cells from {len(spec.policies)} policy variants x "
+              f"{points} sweep point{'s' if points != 1 else ''} x {len(spec.seeds)} seeds{note}, "
+              f"{spec.steps} steps, env {spec.env.get('kind')!r}")
     header = ["cell", "policy", "seed"] + sweep_keys + (["state"] if args.out else [])
     rows = [[c.id, c.label, str(c.seed)] + [str(c.sweep.get(k, "")) for k in sweep_keys]
             + (["done" if c.id in done else "missing"] if args.out else []) for c in cells]

@@ -132,7 +132,8 @@ def run_many(tasks: list[dict], *, jobs: int | None = None, backend: str = "loca
 
 def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None, backend: str = "local",
              ray_address: str | None = None, force_mixed: bool = False,
-             progress: Callable[[int, int, int], None] | None = None) -> RunReport:
+             progress: Callable[[int, int, int], None] | None = None,
+             on_done: Callable[[dict], None] | None = None) -> RunReport:
     """Run every cell of `spec` missing from the grid directory `out`: DIR/cells/<id>/ with
     log.txt, failures in DIR/failed/ (`run_many`)."""
     check_run_options(jobs, backend)
@@ -142,7 +143,7 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
               "plugins": spec.plugins, "meta": {"grid": {"name": spec.name, "cell_id": c.id, "sweep": c.sweep,
                                                          "label": c.label, "seed": c.seed}}}
              for c in spec.cells()]
-    return run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress)
+    return run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress, on_done=on_done)
 
 
 # -- progress ------------------------------------------------------------------------
