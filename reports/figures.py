@@ -248,8 +248,7 @@ def share_heatmap(share: pd.DataFrame, marks: pd.DataFrame, title: str = ""):
     values = share.to_numpy(dtype=float)
     rows, cols = share.shape
     fig, ax = plt.subplots(figsize=(1.0 + 0.75 * cols, 1.0 + 0.4 * rows))
-    cmap = plt.get_cmap("RdBu").copy()
-    cmap.set_bad("#dddddd")
+    cmap = plt.get_cmap("RdBu").with_extremes(bad="#dddddd")
     image = ax.imshow(np.ma.masked_invalid(np.clip(values, -1.0, 1.0)), cmap=cmap, vmin=-1.0, vmax=1.0,
                       aspect="auto")
     for i in range(rows):
