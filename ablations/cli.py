@@ -82,9 +82,10 @@ def cmd_run(args) -> int:
           f"{len(report.failed)} failed; results in {args.out}")
     for failed in report.failed:
         print(f"  FAILED {failed['id']}: {failed['reason']}  (log: {failed['log']})")
-    summary = _summary(args.out, {c.id for c in spec.cells()})
-    if summary:
-        print(summary)
+    for part in spec.parts or [spec]:      # a grid of parts: one summary per part (its own uniform, oracle)
+        summary = _summary(args.out, {c.id for c in part.cells()})
+        if summary:
+            print(f"part {part.part!r}:\n{summary}" if part.part else summary)
     return 1 if report.failed else 0
 
 

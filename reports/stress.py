@@ -52,6 +52,11 @@ def _of_part(frame: pd.DataFrame, column: str, part: str) -> pd.DataFrame:
     return mine
 
 
+def _strip(labels: pd.Series) -> pd.Series:
+    """Labels without their part suffix."""
+    return labels.astype(str).str.replace(r"\[part=[^\]]*\]$", "", regex=True)
+
+
 def scores_of(train: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
     """Final scores per (policy label, seed, suite): eval suites and the train target."""
     return pd.concat([final_scores(evals)[["policy", "seed", "suite", "score"]], train_scores(train)],
@@ -83,6 +88,10 @@ def profile(train: pd.DataFrame, evals: pd.DataFrame, metas: list[dict], targets
                          "p_signflip": sign_flip_test(d, resamples=SIGN_FLIP_RESAMPLES,
                                                       rng=np.random.default_rng(0))})
     out = pd.DataFrame(rows, columns=COLUMNS)
+    order = {label: i for i, label in enumerate(dict.fromkeys(_strip(runs["label"])))}   # the runs' order
+    out = out.sort_values("policy", key=lambda col: col.map(lambda v: order.get(v, len(order))), kind="stable")
+    out = out.sort_values("scenario", key=lambda col: col.map(list(targets).index), kind="stable")
+    out = out.reset_index(drop=True)
     out["q"] = adjust(out["p"].to_numpy(), "fdr_bh") if len(out) else []
     return out
 
