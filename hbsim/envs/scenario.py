@@ -323,9 +323,9 @@ class ScenarioEnv(SyntheticEnv):
             s = s * forgetting(k["forget"], share, np.abs(dz).sum(axis=1) + np.abs(ds).sum(axis=1))
         return self.z[None] + dz, s
 
-    def expected_success(self, candidates: np.ndarray) -> np.ndarray:
-        """(K, n_all, H+1) true success after the expected step of each candidate (K, H)."""
-        return self._success(*self.expected_state(candidates))
+    def expected_success(self, candidates: np.ndarray, tasks: slice = slice(None)) -> np.ndarray:
+        """(K, n, H+1) true success (rows `tasks`) after the expected step of each candidate (K, H)."""
+        return self._success(*self.expected_state(candidates))[:, tasks]
 
     def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
         """(K,) expected one-step change of the mean training success (the base's
