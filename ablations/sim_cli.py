@@ -54,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"groups per optimizer step (default {RUN_KNOBS['batch_groups'].default})")
     parser.add_argument("--eval-every", type=int, default=None,
                         help="also evaluate every N steps (default: only at the final step)")
+    parser.add_argument("--eval-budget", default=None, metavar="UNIT:M1,M2",
+                        help="also evaluate when the cumulative cost first crosses each milestone, UNIT one of "
+                             "groups, tokens, seconds (e.g. groups:500,1000; hb report --budget compares there)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="env.KNOB=VALUE or policy.KNOB=VALUE (repeatable; VALUE parsed as JSON; "
                              "--knobs lists the env's knobs, 'hb policies' the policies' knobs)")
@@ -130,7 +133,8 @@ def build_configs(args: argparse.Namespace) -> list[dict]:
                                            "policy": {"name": name, **knobs},
                                            "seed": seed, "steps": args.steps, "eval_every": args.eval_every,
                                            "batch_groups": args.batch_groups,
-                                           "counterfactual": args.counterfactual}))
+                                           "counterfactual": args.counterfactual,
+                                           "eval_budget": args.eval_budget}))
     return configs
 
 

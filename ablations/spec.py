@@ -8,6 +8,8 @@ A grid file describes an ablation once::
     eval_every = 50             # optional
     batch_groups = 8            # optional
     counterfactual = 1          # optional: what-if probe every k-th step -> counterfactual.parquet
+    [tune]                      # optional: tune per design on other seeds, then test (ablations.tune)
+    eval_budget = "groups:500,1000"   # optional: also evaluate at these cumulative costs (hb report --budget)
     plugins = ["my_policies"]   # optional: modules imported before planning and in workers
 
     [env]                       # hbsim.make_env kind and knobs ("real" -> real_runs)
@@ -63,7 +65,7 @@ from policies.errors import UserError
 from policies.knobs import Knob, Knobs
 
 TOP_KEYS = ("name", "description", "steps", "seeds", "eval_every", "batch_groups", "plugins",
-            "env", "policies", "sweep", "counterfactual", "parts")
+            "env", "policies", "sweep", "counterfactual", "eval_budget", "tune", "parts")
 #: the keys of a grid of parts that are not its parts' defaults
 OWN_KEYS = ("name", "description", "plugins", "parts")
 PART = "part"
@@ -108,6 +110,8 @@ class GridSpec:
     plugins: list[str]
     raw: dict
     counterfactual: int | None = None     # what-if probe every k-th step (hbsim.counterfactual)
+    eval_budget: str | None = None        # equal-cost evaluations (hbsim.loop.EVAL_BUDGET)
+    tune: Any = None                      # ablations.tune.TuneSpec of a [tune] table
     parts: list["GridSpec"] = field(default_factory=list)   # a grid of parts: its parts, in file order
     part: str | None = None               # the part's name (label suffix [part=NAME], sweep part = NAME)
     _cells: list[Cell] | None = None
@@ -149,7 +153,8 @@ def parse_spec(raw: dict, path: str = "<grid>", part: str | None = None) -> Grid
         err("name", f"{name!r} is not allowed: expected a non-empty string")
     steps = _run_knob(err, "steps", raw.get("steps"))
     seeds = _seeds(err, raw.get("seeds"))
-    eval_every, counterfactual = (_run_knob(err, key, raw.get(key)) for key in ("eval_every", "counterfactual"))
+    eval_every, counterfactual, eval_budget = (_run_knob(err, key, raw.get(key))
+                                               for key in ("eval_every", "counterfactual", "eval_budget"))
     batch_groups = None if raw.get("batch_groups") is None else _run_knob(err, "batch_groups", raw["batch_groups"])
     plugins = raw.get("plugins", [])
     if not isinstance(plugins, list) or not all(isinstance(p, str) and p for p in plugins):
@@ -170,8 +175,10 @@ def parse_spec(raw: dict, path: str = "<grid>", part: str | None = None) -> Grid
     spec = GridSpec(path=path, name=name, steps=steps, seeds=seeds, eval_every=eval_every,
                     batch_groups=batch_groups, env=dict(env), policies=[dict(p) for p in policies],
                     sweep=dict(sweep), plugins=list(plugins), raw=raw,
-                    counterfactual=counterfactual, part=part)
-    spec._cells = plan_cells(spec)
+                    counterfactual=counterfactual, eval_budget=eval_budget, part=part)
+    from ablations import tune       # imports this module
+    spec.tune = tune.parse_tune(raw.get("tune"), path, seeds, raw)
+    spec._cells = tune.tuning_spec(spec).cells() if spec.tune else plan_cells(spec)
     return spec
 
 
@@ -275,7 +282,8 @@ def plan_cells(spec: GridSpec) -> list[Cell]:
     cells, labels, envs = [], {}, {}
     points = list(itertools.product(*(spec.sweep[k] for k in sweep_keys))) if sweep_keys else [()]
     top = {k: v for k, v in {"steps": spec.steps, "eval_every": spec.eval_every, "batch_groups": spec.batch_groups,
-                             "counterfactual": spec.counterfactual}.items() if v is not None}
+                             "counterfactual": spec.counterfactual, "eval_budget": spec.eval_budget}.items()
+           if v is not None}
     for i, pol in enumerate(spec.policies):
         name, base_label, knobs, ptable = _check_policy(err, i, pol, sweep_keys)
         seen_points = set()

@@ -48,12 +48,16 @@ def read_grid_json(root: str | os.PathLike) -> dict | None:
 
 
 def recorded_spec(root: str | os.PathLike) -> GridSpec:
-    """The grid file recorded last in DIR/grid.json."""
+    """The grid file recorded last in DIR/grid.json (a tuned grid's: its test phase)."""
     record = read_grid_json(root)
     if record is None:
         raise UserError(f"grid directory {root}: no {GRID_JSON} (not a grid directory)")
     spec = record.get("spec", {})
-    return parse_spec(spec.get("raw", {}), spec.get("path", str(Path(root) / GRID_JSON)))
+    spec = parse_spec(spec.get("raw", {}), spec.get("path", str(Path(root) / GRID_JSON)))
+    if spec.tune:                 # a tuned grid's DIR/cells are its test phase (ablations.tune)
+        from ablations import tune
+        return tune.recorded_test_spec(spec, root)
+    return spec
 
 
 def collect(root: str | os.PathLike, current: bool = False) -> tuple[Path, Path]:

@@ -84,10 +84,15 @@ FILTER_KNOBS = {
 }
 
 
+#: the knobs a run config records only when set: FILTER_KNOBS, and the env's cost and
+#: validation-split knobs (hbsim.envs.costs adds them)
+WHEN_SET: dict[str, Knob] = dict(FILTER_KNOBS)
+
+
 def when_set(section: dict) -> dict:
-    """A config section without the FILTER_KNOBS that hold their defaults: a run config
+    """A config section without the WHEN_SET knobs that hold their defaults: a run config
     records them only when set, so every config from before they existed hashes as before."""
-    return {k: v for k, v in section.items() if not (k in FILTER_KNOBS and v == FILTER_KNOBS[k].default)}
+    return {k: v for k, v in section.items() if not (k in WHEN_SET and v == WHEN_SET[k].default)}
 
 
 @dataclass(frozen=True)

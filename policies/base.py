@@ -95,15 +95,15 @@ class Policy:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     mixed: ClassVar[bool] = False
-    #: a published method's citation and its departures from the source (`hb policies` prints them)
-    source: ClassVar[str] = ""
-    departures: ClassVar[tuple[str, ...]] = ()
     #: a clairvoyant reference (policies.clairvoyant): "" for a learning design, else the
     #: one-line mark `hb policies` shows
     reference: ClassVar[str] = ""
     #: reads the environment's ground truth: the loop hands it `attach_ground_truth(fn)`
     #: (the adapter's optional `target_gains`) and refuses adapters without one
     needs_ground_truth: ClassVar[bool] = False
+    #: a published method's citation and its departures from the source (`hb policies` prints them)
+    source: ClassVar[str] = ""
+    departures: ClassVar[tuple[str, ...]] = ()
     KNOBS: ClassVar[Knobs] = Knobs(scope="policy")
     _RECORD: ClassVar[Knobs] = KNOBS
 

@@ -21,18 +21,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({name: {"summary": cls.summary, "knobs": cls.knobs(),
-                                 **({"source": cls.source, "departures": list(cls.departures)} if cls.source else {}),
-                                 **({"reference": cls.reference} if cls.reference else {})}
+                                 **({"reference": cls.reference} if cls.reference else {}),
+                                 **({"source": cls.source, "departures": list(cls.departures)} if cls.source else {})}
                           for name, cls in POLICIES.items()}, indent=2))
         return 0
     width = max(map(len, POLICIES))
     for name, cls in POLICIES.items():
         print(f"{name:<{width}}  {cls.summary}")
+        if cls.reference:
+            print(f"{'':<{width}}  [{cls.reference}]")
         if cls.source:
             print(f"{'':<{width}}  source: {cls.source}")
             print("\n".join(f"{'':<{width}}  departure: {d}" for d in cls.departures))
-        if cls.reference:
-            print(f"{'':<{width}}  [{cls.reference}]")
         print("\n".join(cls.KNOBS.without("lr_scale").listing(" " * (width + 4))) or f"{'':<{width}}    (no knobs)")
     print(f"\nevery policy also has {LR_SCALE_LINE}")
     return 0

@@ -49,7 +49,7 @@ def add_arguments(parser) -> None:
                         help="native trainer, or TRL's GRPOTrainer (extra harnessbandit[trl]; "
                              "real_runs.integrations.trl_run)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a knob: env knob (lr=3e-4), policy.<knob>, batch_groups, eval_every")
+                        help="override a knob: env knob (lr=3e-4), policy.<knob>, batch_groups, eval_every, eval_budget")
 
 
 def build_config(args) -> dict:
@@ -64,14 +64,15 @@ def build_config(args) -> dict:
     for key, value in validate.parse_sets(args.set).items():
         if key.startswith("policy."):
             policy[key[len("policy."):]] = value
-        elif key in ("batch_groups", "eval_every"):   # run keys: RUN_KNOBS checks them in resolve_config
+        elif key in ("batch_groups", "eval_every", "eval_budget"):   # run keys: RUN_KNOBS checks them
             top[key] = value
         else:
             env[key.removeprefix("env.")] = value
     return resolve_config({"env": env, "policy": {"name": args.policy, "label": args.label or args.policy, **policy},
                            "seed": args.seed, "steps": args.steps,
                            "eval_every": top.get("eval_every", args.eval_every),
-                           "batch_groups": top.get("batch_groups", PRESETS[args.preset]["batch_groups"])},
+                           "batch_groups": top.get("batch_groups", PRESETS[args.preset]["batch_groups"]),
+                           "eval_budget": top.get("eval_budget")},
                           resolve_env=resolve_env)
 
 

@@ -2,6 +2,7 @@
 
     hb report DIR --baseline LABEL [--out OUTDIR] [--suite NAME] [--k 1,3]
                   [--resamples 10000] [--seed 0] [--alpha 0.05] [--axis policy.tau] [--recollect] [--force]
+                  [--budget groups|tokens|seconds [--at VALUE]]
     hb report marginals --n 161 --a 67 --b 62      (n <= 1e9; closed form)
 
 The first positional word `marginals` selects the marginal-McNemar helper instead of a
@@ -35,6 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=float, default=0.05, help="1 - interval coverage and test level")
     parser.add_argument("--axis", help="a swept knob column of the collected grid (e.g. policy.tau): delta against "
                                        "the baseline as a function of it, table + figure")
+    parser.add_argument("--budget", choices=("groups", "tokens", "seconds"), default=None,
+                        help="compare at equal cost: each run at its evaluation when its cumulative cost first "
+                             "crossed a milestone (runs with eval_budget), the largest every run reached")
+    parser.add_argument("--at", type=float, default=None, help="with --budget: this milestone instead")
     parser.add_argument("--recollect", action="store_true",
                         help="a grid whose cells are newer than its collected tables: collect them again first")
     parser.add_argument("--force", action="store_true",
@@ -135,13 +140,17 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"{', '.join(stray)}: only allowed with `hb report marginals`; got DIR {args.dir!r}")
     if args.baseline is None:
         raise UserError("--baseline: missing; allowed: one of the policy labels of DIR (hb report DIR --baseline LABEL)")
+    if args.at is not None and args.budget is None:
+        raise UserError(f"--at {args.at:g}: only allowed with --budget groups|tokens|seconds")
     out = _check_paths(args)
-    from reports import build_report, headline_table
+    from reports import budget, build_report, headline_table, load
     from reports.text import LEGEND, conclusion
 
     with warnings.catch_warnings():  # exclusions are printed below as one line each
         warnings.simplefilter("ignore")
-        result = build_report(args.dir, args.baseline, out, suite=args.suite, ks=_parse_ks(args.k),
+        source, info = (budget.frames_at(args.dir, args.budget, args.at, (args.axis,) if args.axis else ())
+                        if args.budget else (args.dir, None))
+        result = build_report(source, args.baseline, out, suite=args.suite, ks=_parse_ks(args.k),
                               resamples=args.resamples, seed=args.seed, alpha=args.alpha, progress=_Progress(),
                               axis=args.axis)
     folders.claim_output_dir(out, "report", tool="hb report")
@@ -150,6 +159,10 @@ def main(args: argparse.Namespace) -> int:
     print(textwrap.fill(conclusion(result), width=110) + "\n")
     print(headline_table(result))
     print(textwrap.fill(LEGEND, width=110) + "\n")
+    if info is not None:
+        print("\n".join(budget.ranking_lines(load.read_dir(args.dir), source, info)) + "\n")
+    for line in budget.tuned_lines(args.dir):
+        print(line)
     print(f"report: {result.files['index']}")
     if "validity" in result.files:
         print(f"validity: {result.files['validity']}")

@@ -21,6 +21,8 @@ rewards and LOO advantages s_g = L_g / 2 exactly, so learnability is learning pr
 
     S[c, h]  = sum_{g: c_g=c, h_g=h} s_g / n          (n = optimized groups)
     z       <- z + lr * S @ M,    u_t <- u_t + task_lr * sum_{g: t_g=t} s_g / n
+    (lr and task_lr times the design's `lr_scale`, `set_lr_scale`; `update_norm` is the norm
+    of (lr S M, task_lr du) together)
     then, every step whatever was trained (the step's world stream, common to all policies):
     z, u    <- (1 - forget) (z, u);   z <- z + drift * N(0, 1)
 

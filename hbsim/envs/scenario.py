@@ -20,13 +20,12 @@ state z (C,) core competence per category and s (H,) harness-specific skill):
 read_h is how harness h reads (and, its gradient, writes) the shared core: the anchor reads
 it strongly (high transfer) and starts near saturation (low L); the trap reads it NEGATIVELY
 (its steps lower z, hurting every other harness), starts at p ~ 0.5 (high L) and is capped
-at trap_ceiling, so its L and its harm never fade; a dead
-harness has ceil = 0 (never a retained group); a plateau harness starts easy and saturates
-at plateau_ceiling < 1, where its groups keep a high L with nothing left to gain (the
-saturation trap); a noise harness's success is a constant
-noise_p whatever is learned (high variance, nothing to learn) and its groups push z by a
-zero-mean random direction; a filler harness is saturated and reads the core weakly (many
-mostly-irrelevant harnesses); a locked harness has gate = -unlock_gap (1 - sigmoid(4 (mean
+at trap_ceiling, so its L and its harm never fade; a dead harness has ceil = 0 (never a
+retained group); a plateau harness starts easy and saturates at plateau_ceiling < 1, where
+its groups keep a high L with nothing left to gain (the saturation trap); a noise harness's
+success is a constant noise_p whatever is learned (high variance, nothing to learn) and its
+groups push z by a zero-mean random direction; a filler harness is saturated and reads the
+core weakly (many mostly-irrelevant harnesses); a locked harness has gate = -unlock_gap (1 - sigmoid(4 (mean
 s_key - unlock_at))): it is dead until the key harnesses' skill passes unlock_at. A `late`
 harness is unavailable before `arrive_step`, a `gone` one from `leave_step` on: the policy
 interface has no availability mask, so an unavailable harness is modelled as its tasks not
@@ -55,12 +54,12 @@ equilibria do not wash out with a larger learning rate; an empty step forgets no
 trust region bounds a step's progress, so beyond the learning rate at which it binds a
 larger rate adds nothing (the designs are trained) and a wasted step stays wasted.
 
-Oracle (`expected_success`, `expected_gains`; the base's `target_gains` per target): per task the exact
-E[sig | p] and keep probability for G binary rollouts (hbsim.grpo), retained groups drawn
-in proportion to their keep probability, a harness's expected fill 1 - (1 - q_h) **
-(oversample max_rounds) (q_h its mean keep probability), kappa by the plug-in ratio of the
-expected within-group and batch variances, forgetting at the expected shares; the noise
-groups' zero-mean push is left out.
+Oracle (`expected_success`, `expected_gains`; the base's `target_gains` per target): per
+task the exact E[sig | p] and keep probability for G binary rollouts (hbsim.grpo), retained
+groups drawn in proportion to their keep probability, a harness's expected fill
+1 - (1 - q_h) ** (oversample max_rounds) (q_h its mean keep probability), kappa by the
+plug-in ratio of the expected within-group and batch variances, the trust region and the
+forgetting applied to the expected step; the noise groups' zero-mean push is left out.
 """
 from __future__ import annotations
 
@@ -212,7 +211,7 @@ class ScenarioEnv(SyntheticEnv):
         self.key, self.locked = roles == "key", roles == "locked"
         self.late, self.gone = roles == "late", roles == "gone"
         self._base = self.a[:, None] + self.b[None, :] + self.w[self.task_category]       # (n_all, H+1)
-        self._onehot = np.eye(C)[self.task_category[: self.n_tasks]]                       # (n, C)
+        self._onehot = np.eye(C)[self.task_category[: self.n_train]]                       # (n_train, C)
         self.z, self.s = np.zeros(C), np.zeros(H)
         self._share, self._moved = np.zeros(H), 0.0
         self._p = None
@@ -225,12 +224,12 @@ class ScenarioEnv(SyntheticEnv):
         return ~((self.late & (step < k["arrive_step"])) | gone)
 
     # -- truth ---------------------------------------------------------------------
-    def _success(self, z: np.ndarray, s: np.ndarray) -> np.ndarray:
-        """z (K, C), s (K, H) -> (K, n_all, H+1) true success probabilities."""
+    def _success(self, z: np.ndarray, s: np.ndarray, tasks: slice = slice(None)) -> np.ndarray:
+        """z (K, C), s (K, H) -> (K, n, H+1) true success probabilities of rows `tasks`."""
         k, H = self.knobs, self.H
-        cats = self.task_category
+        cats = self.task_category[tasks]
         read = np.append(self.read, k["heldout_read"])
-        logit = self._base[None] + z[:, cats][:, :, None] * read[None, None, :]
+        logit = self._base[tasks][None] + z[:, cats][:, :, None] * read[None, None, :]
         covered = 1.0 - np.exp(-np.maximum(s, 0.0) / k["coverage_scale"])
         own = np.concatenate([s, (s @ self.align + k["coverage"] * covered @ self.cov)[:, None]], axis=1)
         if self.locked.any():
@@ -248,8 +247,9 @@ class ScenarioEnv(SyntheticEnv):
         return self._p
 
     def _sampling_p(self) -> np.ndarray:
-        """(n_tasks, H) success at generation: 0 on unavailable harnesses."""
-        return self.success_matrix()[: self.n_tasks, : self.H] * self.available()[None, :]
+        """(n_train, H) success at generation of the rows the task pools draw from: 0 on
+        unavailable harnesses."""
+        return self.success_matrix()[: self.n_train, : self.H] * self.available()[None, :]
 
     def _generate(self, requests: dict[int, int], before: np.ndarray) -> dict:
         masked = before.copy()
@@ -286,7 +286,16 @@ class ScenarioEnv(SyntheticEnv):
         self._share, self._moved = np.zeros(self.H), 0.0
 
     def _expected_parts(self) -> dict:
-        """Per-harness expectations at the current state (module docstring, "Oracle")."""
+        """Per-harness expectations at the current state (module docstring, "Oracle"); cached
+        while the success matrix (the state) and the step stay the same."""
+        cached = getattr(self, "_parts", None)
+        if cached is not None and cached[0] is self.success_matrix() and cached[1] == self.step_count:
+            return cached[2]
+        parts = self._compute_parts()
+        self._parts = (self.success_matrix(), self.step_count, parts)
+        return parts
+
+    def _compute_parts(self) -> dict:
         k, G = self.knobs, self.G
         p = self._sampling_p()                                                            # (n, H)
         es, keep = expected_group_signal(p, G, k["advantage"])
@@ -296,7 +305,7 @@ class ScenarioEnv(SyntheticEnv):
         D = np.where(ok[None, :], self._onehot.T @ es / safe, 0.0)                       # (C, H) signal per group
         within = np.where(ok, (p * (1 - p)).sum(axis=0) * (G - 1) / G / safe, 0.0)
         mean = np.where(ok, (p - p ** G).sum(axis=0) / safe, 0.0)
-        fill = 1.0 - (1.0 - total / self.n_tasks) ** (k["oversample"] * k["max_rounds"])
+        fill = 1.0 - (1.0 - total / self.n_train) ** (k["oversample"] * k["max_rounds"])
         return {"D": D, "within": within, "mean": mean, "fill": fill}
 
     def expected_state(self, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -325,19 +334,19 @@ class ScenarioEnv(SyntheticEnv):
 
     def expected_success(self, candidates: np.ndarray, tasks: slice = slice(None)) -> np.ndarray:
         """(K, n, H+1) true success (rows `tasks`) after the expected step of each candidate (K, H)."""
-        return self._success(*self.expected_state(candidates))[:, tasks]
+        return self._success(*self.expected_state(candidates), tasks)
 
     def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
         """(K,) expected one-step change of the mean training success (the base's
         `target_gains` gives the held-out targets from `expected_success`)."""
         n, H = self.n_tasks, self.H
-        new = self.expected_success(candidates)[:, :n, :H]
+        new = self.expected_success(candidates, slice(0, n))[:, :, :H]
         return new.mean(axis=(1, 2)) - self.success_matrix()[:n, :H].mean()
 
     def true_directions(self) -> np.ndarray:
         """(H, C + H) expected loss-gradient direction of a pure step per training harness
         (core part read_h D[:, h], own-skill part on coordinate h); zero for noise and dead."""
-        D = self._expected_parts()["D"]
+        D = self._expected_parts()["D"].copy()
         D[:, self.noisy] = 0.0
         out = np.zeros((self.H, D.shape[0] + self.H))
         out[:, : D.shape[0]] = -(D * self.read[None, :]).T

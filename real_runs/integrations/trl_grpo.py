@@ -137,13 +137,14 @@ class HarnessScheduler(TrainerCallback):
                  evaluate: Callable[[], pd.DataFrame] | None = None, eval_every: int | None = None,
                  config: dict | None = None, block_path: str = "model.layers", sketch_dim: int = 65536,
                  sketch_blocks: int | None = None, sketch_patterns: tuple[str, ...] = ("*",),
-                 update_sketch: bool = True, advantage: str = "loo", group_filter: GroupFilter | None = None):
+                 update_sketch: bool = True, advantage: str = "loo", group_filter: GroupFilter | None = None,
+                 eval_budget: str | None = None):
         if policy.n_arms != len(harnesses):
             raise UserError(f"policy n_arms={policy.n_arms} is not allowed: expected len(harnesses)={len(harnesses)}")
         self.harnesses, self.seed = list(harnesses), int(seed)
         self.sampler = TaskPool.of_column(dataset["harness"], self.harnesses, seed)
         self.recorder = StepRecorder(policy, self.harnesses, label=label, seed=seed, eval_every=eval_every,
-                                     batch_groups=1, evaluate=evaluate, env=config)
+                                     batch_groups=1, evaluate=evaluate, env=config, eval_budget=eval_budget)
         self.policy, self.advantage = policy, advantage
         self.filter = group_filter or GroupFilter(advantage=advantage)
         self.sketch_knobs = dict(block_path=block_path, dim=sketch_dim, last_blocks=sketch_blocks,
@@ -244,6 +245,7 @@ class HarnessScheduler(TrainerCallback):
             self.finish()
         if self.recorder.eval_every and self.recorder.t % self.recorder.eval_every == 0:
             self.recorder.evaluate()
+        self.recorder.evaluate_budget()
 
     def on_save(self, args, state, control, **kwargs):
         folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")

@@ -25,8 +25,8 @@ def strip_seconds(d: dict) -> dict:
 
 # -- registry and knobs ------------------------------------------------------------------
 def test_registry_and_unknown_kind():
-    assert list(ENVS) == ["bernoulli", "drifting", "student"]
-    with pytest.raises(ValueError, match=r"kind='nope'.*valid kinds: bernoulli, drifting, student"):
+    assert list(ENVS) == ["bernoulli", "drifting", "student", "scenario"]
+    with pytest.raises(ValueError, match=r"kind='nope'.*valid kinds: bernoulli, drifting, student, scenario"):
         make_env("nope")
 
 
@@ -35,9 +35,10 @@ def test_knobs_defaults_and_validation():
     assert knobs["n_harnesses"] == 6 and knobs["n_tasks"] == 200 and knobs["group_size"] == 8
     assert knobs["oversample"] == 1.5 and knobs["advantage"] == "loo" and knobs["negative_fraction"] == 0.2
     env = make_env("bernoulli", seed=0)
-    # the group filter's knobs are recorded only when set (hbsim.sampling.when_set)
-    assert env.config() == {"kind": "bernoulli", **{k: v for k, v in knobs.items() if k not in ("keep_band",
-                                                                                               "min_abs_adv")}}
+    # the group filter's, cost and validation-split knobs are recorded only when set (hbsim.sampling.when_set)
+    unset = ("keep_band", "min_abs_adv", "n_validation_tasks", "group_tokens", "group_tool_seconds", "token_seconds")
+    assert env.config() == {"kind": "bernoulli", **{k: v for k, v in knobs.items() if k not in unset}}
+    assert make_env("bernoulli", seed=0, group_tokens=[5, 5, 5, 5, 5, 7]).config()["group_tokens"] == "5,5,5,5,5,7"
     assert isinstance(env, TrainingAdapter)
     assert env.harnesses == ["h0", "h1", "h2", "h3", "h4", "h5"]
     with pytest.raises(ValueError, match=r"env kind 'bernoulli' has no knob 'lrate'; valid knobs: n_harnesses, .*lr"):

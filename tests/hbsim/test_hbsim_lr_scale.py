@@ -135,3 +135,14 @@ def test_hb_sim_set_lr_scale(capsys):
     assert main(["sim", "--env", "bernoulli", "--policy", "uniform", "--seeds", "1", "--steps", "2", "--jobs", "1",
                  "--set", "policy.lr_scale=1.5", "--set", "env.n_tasks=20", "--set", "env.n_heldout_tasks=4"]) == 0
     assert "uniform" in capsys.readouterr().out
+
+
+def test_lr_scale_is_tunable_per_design_by_a_tune_table():
+    from ablations import tune
+
+    spec = parse_spec({"name": "t", "steps": 2, "seeds": [0], "env": {"kind": "bernoulli", "n_validation_tasks": 4},
+                       "policies": [{"name": "uniform"}, {"name": "mixed"}],
+                       "tune": {"seeds": [100], "knobs": {"policy.lr_scale": [1.0, 1.5]}}})
+    cells = tune.tuning_cells(spec)
+    scales = sorted((label, c.config["policy"].get("lr_scale", 1.0)) for label, cs in cells.items() for c in cs)
+    assert [s for _, s in scales] == [1.0, 1.5, 1.0, 1.5]
