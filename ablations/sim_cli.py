@@ -17,6 +17,7 @@ Progress goes to stderr, the table to stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -27,7 +28,7 @@ from ablations import runner
 from hbsim.envs import ENV_PRESETS, ENVS, expand_preset
 from hbsim import scenarios
 from hbsim.experiment import RUN_KNOBS, resolve_config
-from hbsim.folders import check_output_dir, claim_output_dir
+from hbsim.folders import check_output_dir, output_dir
 from hbsim.records import config_hash, read_run
 from hbsim.references import run_table
 from hbsim.summary import summary_table
@@ -117,8 +118,11 @@ def build_configs(args: argparse.Namespace) -> list[dict]:
     for flag in ("seeds", "steps", "batch_groups", "eval_every"):
         RUN_KNOBS[flag].check("--" + flag.replace("_", "-"), getattr(args, flag))
     check_int("--seed-offset", args.seed_offset, 0, MAX_SEED - args.seeds + 1)
-    runner.check_run_options(args.jobs, args.backend)
+    runner.check_run_options(args.jobs, args.backend, args.ray_address)
     env_knobs, policy_knobs = parse_sets(args.set)
+    if "kind" in env_knobs and env_knobs["kind"] != args.env:
+        raise UserError(f"--set env.kind={env_knobs['kind']!r} contradicts --env {args.env!r}; "
+                        "choose the environment with --env only")
     names = policy_names(args.policy)
     for knob in policy_knobs:
         if not any(knob in POLICIES[n].KNOBS for n in names):
@@ -158,15 +162,16 @@ def main(args: argparse.Namespace) -> int:
         settings = config_hash({k: v for k, v in configs[0].items() if k not in ("policy", "seed")})
         check_output_dir(args.out, "sim", settings, force=args.force)
         todo = runner.pending(tasks, remedy="choose a new --out or pass --overwrite")
-        claim_output_dir(args.out, "sim", settings, tool="hb sim")
     start = time.perf_counter()
     reused = f"; {len(tasks) - len(todo)} finished runs reused from {args.out}" if len(todo) < len(tasks) else ""
     print(f"hb sim: {len(todo)} runs ({args.env}, {args.steps} steps) on {runner.workers(args.jobs, len(todo))} "
           f"worker(s){reused}", file=sys.stderr)
     kept = {}   # the results of runs without --out
-    runner.run_many(tasks, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
-                    progress=runner.ProgressBar(noun="runs"),
-                    on_done=lambda answer: kept.update({answer["id"]: answer.get("result")})).check()
+    # --out: the marker first ("incomplete"), completed once every run is there
+    with output_dir(args.out, "sim", settings, tool="hb sim") if out is not None else contextlib.nullcontext():
+        runner.run_many(tasks, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
+                        progress=runner.ProgressBar(noun="runs"),
+                        on_done=lambda answer: kept.update({answer["id"]: answer.get("result")})).check()
     results = [kept[t["id"]] if out is None else read_run(t["dir"]) for t in tasks]
     train = pd.concat([r.train for r in results], ignore_index=True)
     evals = pd.concat([r.eval for r in results], ignore_index=True)

@@ -49,6 +49,7 @@ from __future__ import annotations
 import copy
 import importlib
 import itertools
+import math
 import os
 try:
     import tomllib
@@ -63,6 +64,7 @@ from hbsim.records import canonical_json, config_hash
 from policies import POLICIES
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
+from policies.validate import MAX_SEEDS
 
 TOP_KEYS = ("name", "description", "steps", "seeds", "eval_every", "batch_groups", "plugins",
             "env", "policies", "sweep", "counterfactual", "eval_budget", "tune", "parts")
@@ -70,6 +72,8 @@ TOP_KEYS = ("name", "description", "steps", "seeds", "eval_every", "batch_groups
 OWN_KEYS = ("name", "description", "plugins", "parts")
 PART = "part"
 REAL_KIND = "real"
+#: the most cells one grid may plan (policies x sweep points x seeds); checked before planning
+MAX_CELLS = 100_000
 
 
 class SpecError(UserError):
@@ -135,6 +139,8 @@ def load_spec(path: str | os.PathLike) -> GridSpec:
         raise SpecError(f"{path}: is a directory, expected a grid TOML file") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: malformed TOML: {exc}") from None
+    except (UnicodeDecodeError, OSError) as exc:    # not UTF-8; unreadable
+        raise SpecError(f"{path}: cannot read the grid file: {str(exc)[:200]}") from None
     return parse_spec(raw, path)
 
 
@@ -234,9 +240,12 @@ def _run_knob(err, key: str, value: Any):
 
 
 def _seeds(err, value: Any) -> list[int]:
-    """A count (`seeds` of RUN_KNOBS) or a non-empty list of distinct seeds (each a `seed`)."""
+    """A count (`seeds` of RUN_KNOBS) or a non-empty list of at most MAX_SEEDS distinct
+    seeds (each a `seed`: 0 <= seed < 2^32)."""
     if not isinstance(value, list):
         return list(range(_run_knob(err, "seeds", value)))
+    if len(value) > MAX_SEEDS:
+        err("seeds", f"a list of {len(value)} seeds is not allowed: expected at most {MAX_SEEDS}")
     if not value or len(set(map(repr, value))) != len(value):
         err("seeds", f"{value!r} is not allowed: expected a count or a non-empty list of distinct seeds")
     return [_checked(err, "seeds", RUN_KNOBS, "seed", s, f"seeds[{i}]") for i, s in enumerate(value)]
@@ -278,6 +287,11 @@ def plan_cells(spec: GridSpec) -> list[Cell]:
         return [c for part in spec.parts for c in part.cells()]
     err = _errors(spec.path)
     kind, env_base, table = _check_env(err, spec.env)
+    bound = len(spec.policies) * len(spec.seeds) * math.prod(len(v) if isinstance(v, list) else 1
+                                                             for v in spec.sweep.values())
+    if bound > MAX_CELLS:     # before the sweep's values are checked and its points listed
+        err("sweep", f"the grid has up to {bound} cells (policies x sweep points x seeds): allowed at most "
+                     f"{MAX_CELLS}; split it into several grids")
     sweep_keys = _check_sweep(err, spec, table)
     cells, labels, envs = [], {}, {}
     points = list(itertools.product(*(spec.sweep[k] for k in sweep_keys))) if sweep_keys else [()]

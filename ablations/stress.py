@@ -142,7 +142,7 @@ def check_resume(out: str | os.PathLike, raw: dict) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.seeds is not None:
         check_int("--seeds", args.seeds, 2, 1000)
-    check_run_options(args.jobs, args.backend)
+    check_run_options(args.jobs, args.backend, args.ray_address)
     scenarios = chosen_scenarios(args.scenarios)
     policies = chosen_policies(args.policies, args.quick)
     raw = grid_raw(scenarios, policies, args.seeds, args.quick)
@@ -150,11 +150,11 @@ def main(args: argparse.Namespace) -> int:
     check_resume(args.out, raw)
     out = Path(args.out)
     load0, wall0, cpu0 = os.getloadavg(), time.perf_counter(), time.process_time()
-    answers = []
+    cpus: list[float] = []                                 # each run's CPU seconds, measured where it ran
     report = run_grid(spec, out, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
-                      progress=ProgressBar(), on_done=answers.append)
+                      progress=ProgressBar(), on_done=lambda answer: cpus.append(answer.get("cpu_seconds", 0.0)))
     wall = time.perf_counter() - wall0
-    cells_cpu = sum(a.get("cpu_seconds", 0.0) for a in answers)
+    cells_cpu = sum(cpus)
     in_workers = args.backend != "local" or workers(args.jobs, report.total - report.skipped) > 1
     cpu = time.process_time() - cpu0 + (cells_cpu if in_workers else 0.0)
     timing = {"cells": report.total, "already_done": report.skipped, "ran": report.ran,

@@ -23,7 +23,8 @@ A grid directory (`hb grid run`, `hb demo`; written by `ablations.store`):
     tune.json                ... and each design's selected setting (ablations.tune)
     train.parquet, eval.parquet   every cell's rows, after `hb grid collect`
 
-Every output folder records its KIND in `.hb-kind.json` (`hbsim.folders`).
+Every output folder records its KIND in `.hb-kind.json` (`hbsim.folders`): written first
+with state "incomplete" and the command, completed last with the files hb wrote.
 """
 from __future__ import annotations
 

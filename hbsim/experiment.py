@@ -23,7 +23,7 @@ from policies import POLICIES, Policy, make
 from policies.base import BATCH_GROUPS
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
-from policies.validate import MAX_SEED, MAX_SEEDS, MAX_STEPS
+from policies.validate import MAX_SEED, MAX_SEEDS, MAX_STEPS, check_name
 
 from hbsim.envs import ENVS, expand_preset, make_env
 from hbsim.loop import EVAL_BUDGET, EVAL_EVERY, RunResult, attach_ground_truth, run
@@ -63,9 +63,8 @@ def build_policy(policy: dict, n_arms: int, seed: int = 0) -> tuple[Policy, dict
     resolved section {"name", "label", **every knob})."""
     policy = dict(policy)
     name = policy.pop("name", DEFAULT_POLICY)
-    label = policy.pop("label", None) or name
-    if not isinstance(label, str):
-        raise UserError(f"policy.label={label!r} is not allowed: expected a string")
+    label = policy.pop("label", None)
+    label = check_name("policy.label", name if label is None else label)   # a folder name of hb sim / study
     built = make(name, n_arms=n_arms, seed=seed, **policy)
     knobs = {k: v for k, v in built.config().items() if k not in ("n_arms", "seed")}
     return built, {"name": name, "label": label, **knobs}

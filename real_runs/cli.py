@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from hbsim import folders
+from hbsim import folders, threads
 from hbsim.contract import CHECKPOINT, RUN_JSON, TRL_CHECKPOINT
 from policies import validate
 from policies.errors import UserError
@@ -125,7 +125,38 @@ def _check_out(args) -> None:
         validate.check_choice("--device", args.device, ("auto", "cpu", "cuda"))
     if args.model is not None and not Path(args.model).is_dir():
         raise UserError(f"--model {args.model!r} is not a folder; expected a local Hugging Face model directory")
+    check_environment()
+    if trl:
+        from real_runs.integrations.trl_run import settings
+        settings(args)                 # the TRL knobs, harnesses and policy (torch-free)
+    else:
+        build_config(args)             # every knob of the native run (torch-free)
     check_run_dir(args.out, args.resume, trl)
+
+
+#: what torchrun sets besides WORLD_SIZE; without them torch.distributed waits forever
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def check_environment() -> None:
+    """Before torch is imported: WORLD_SIZE only as torchrun sets it (with RANK, LOCAL_RANK,
+    MASTER_ADDR, MASTER_PORT), and HB_CACHE_DIR (the warm-start cache) not a file."""
+    world = os.environ.get("WORLD_SIZE")
+    if world is not None:
+        if not world.strip().isdigit() or int(world) < 1:
+            raise UserError(f"WORLD_SIZE={world!r} is not allowed: expected a positive integer (torchrun sets it)")
+        missing = [v for v in TORCHRUN_VARS if v not in os.environ]
+        if int(world) > 1 and missing:
+            raise UserError(f"WORLD_SIZE={world} is set but {', '.join(missing)} are not: start data parallel runs "
+                            "with `torchrun --nproc_per_node N -m hbsim.cli real ...`, or unset WORLD_SIZE")
+    cache = os.environ.get("HB_CACHE_DIR")
+    if cache:
+        probe = Path(cache)
+        while not probe.exists() and probe.parent != probe:
+            probe = probe.parent
+        if probe.exists() and not probe.is_dir():
+            raise UserError(f"HB_CACHE_DIR={cache!r} is not allowed: {str(probe)!r} is a file; expected a folder "
+                            "for the warm-start cache")
 
 
 def check_run_dir(out, resume: bool, trl: bool = False) -> None:
@@ -144,6 +175,7 @@ def check_run_dir(out, resume: bool, trl: bool = False) -> None:
 
 def main(args) -> int:
     _check_out(args)
+    threads.pin_one_thread(threads.NUMPY_VARS, this_process=True)  # numpy's BLAS vs torch's threads
     if args.backend == "trl":
         from real_runs.integrations.trl_run import main as trl_main
         return trl_main(args)
@@ -181,6 +213,7 @@ def main(args) -> int:
     result.train["overhead_frac"] = overhead_fraction(result.train)
     if rank == 0:
         hbsim.write_run(result, out, overwrite=True)
+        folders.complete_output_dir(out)       # the marker last: the run is complete
         _summary(result, out)
     return 0
 

@@ -11,6 +11,7 @@ directory (to report on a directory literally called "marginals", write ./margin
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import textwrap
 import time
@@ -57,7 +58,7 @@ def _count(flag: str):
             value = float(text)
         except ValueError:
             value = float("nan")
-        if not (value >= 0 and value == int(value)):  # also rejects nan and inf
+        if not (math.isfinite(value) and value >= 0 and value == int(value)):  # rejects nan and inf
             raise argparse.ArgumentTypeError(f"got {text!r}, allowed: a non-negative integer (e.g. 161 or 1e8)")
         return int(value)
     parse.__name__ = "count"
@@ -146,14 +147,14 @@ def main(args: argparse.Namespace) -> int:
     from reports import budget, build_report, headline_table, load
     from reports.text import LEGEND, conclusion
 
-    with warnings.catch_warnings():  # exclusions are printed below as one line each
-        warnings.simplefilter("ignore")
+    # the marker first ("incomplete"), completed last with every file written (--force removes only those)
+    with folders.output_dir(out, "report", tool="hb report"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # exclusions are printed below as one line each
         source, info = (budget.frames_at(args.dir, args.budget, args.at, (args.axis,) if args.axis else ())
                         if args.budget else (args.dir, None))
         result = build_report(source, args.baseline, out, suite=args.suite, ks=_parse_ks(args.k),
                               resamples=args.resamples, seed=args.seed, alpha=args.alpha, progress=_Progress(),
                               axis=args.axis)
-    folders.claim_output_dir(out, "report", tool="hb report")
     for line in result.notes:
         print(f"warning: {line}", file=sys.stderr)
     print(textwrap.fill(conclusion(result), width=110) + "\n")

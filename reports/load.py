@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from hbsim.contract import BUDGET_UNIT, CELLS, EVAL_FILE, EVAL_TABLE, ROW_KEYS, RUN_JSON, TRAIN_FILE, VALIDATION_SUITE
+from hbsim.folders import find_files, visible
 from hbsim.records import read_meta
 from policies.errors import UserError
 
@@ -49,9 +50,8 @@ def _parquet(path: Path) -> pd.DataFrame:
 
 
 def _run_dirs(root: Path) -> list[Path]:
-    found = set()
-    for pattern in (f"{CELLS}/*/{EVAL_FILE}", f"*/{EVAL_FILE}", f"*/*/{EVAL_FILE}"):
-        found.update(p.parent for p in root.glob(pattern))
+    found = {p for p in visible(root / CELLS) if (p / EVAL_FILE).is_file()}   # never hidden/temporary
+    found.update(p.parent for p in find_files(root, EVAL_FILE, depth=2) if p.parent != root)
     return sorted(found)
 
 
@@ -80,7 +80,7 @@ def read_dir(path: str | Path, extra: tuple[str, ...] = (),
         meta = read_meta(root)
         if meta:
             runs[str(meta.get("run_id"))] = meta
-        for d in sorted(p.parent for p in root.glob(f"{CELLS}/*/{RUN_JSON}")):
+        for d in (p for p in visible(root / CELLS) if (p / RUN_JSON).is_file()):
             meta = read_meta(d)
             if meta:
                 runs[str(meta.get("run_id"))] = meta
@@ -122,7 +122,7 @@ def validate_eval(df: pd.DataFrame, extra: tuple[str, ...] = ()) -> pd.DataFrame
     if missing:
         raise UserError(f"eval table: missing column(s) {missing}; required: {need} (optional: "
                         f"{list(EVAL_OPTIONAL)})")
-    absent = [c for c in extra if c not in df.columns]
+    absent = [c for c in extra if c not in df.columns or "." not in str(c)]   # a knob column: env.X, policy.X
     if absent:
         knobs = sorted(c for c in df.columns if "." in str(c))
         raise UserError(f"--axis: got {absent[0]!r}, allowed: a swept knob column of the collected eval table "
