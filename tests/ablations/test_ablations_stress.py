@@ -140,6 +140,18 @@ def test_policy_lists_always_hold_uniform_and_the_oracle(stand_ins):
                       *(f"fixed[arm={a}][part=tiny_s]" for a in range(3))}
 
 
+def test_every_shipped_scenario_plans_cells_that_resume():
+    """A cell's id is its planned config's hash; the worker records the hash of that config
+    resolved again, so resolution must be idempotent or a rerun refuses the finished cell
+    (`kitchen`, on the roles knob's default `primary*2,...` written unexpanded, did)."""
+    from hbsim.experiment import resolve_config
+    from hbsim.records import config_hash
+    raw = stress.grid_raw(list(hbsim.scenarios.SCENARIOS.values()), ["uniform"], seeds=2, quick=False)
+    cells = parse_spec(raw).cells()
+    assert len(cells) == 2 * 2 * len(hbsim.scenarios.SCENARIOS)
+    assert [c.id for c in cells] == [config_hash(resolve_config(c.config)) for c in cells]
+
+
 # -- grids of parts (ablations.spec) ------------------------------------------------------
 def _parts_raw(**over):
     return {"name": "pp", "seeds": 2, "steps": 4, "policies": [{"name": "uniform"}],
