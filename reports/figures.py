@@ -266,3 +266,28 @@ def strip_plot(df: pd.DataFrame, x: str, value: str, title: str = "", ylabel: st
 def save(fig, path) -> None:
     fig.savefig(path, dpi=80)
     plt.close(fig)
+
+
+def share_heatmap(share: pd.DataFrame, marks: pd.DataFrame, title: str = ""):
+    """Rows x columns of shares of the oracle's gap (`hb stress`): diverging colours clipped
+    to [-1, 1] (0 = uniform, 1 = the oracle), each cell annotated with its share and `*`
+    where `marks` is True; NaN cells grey."""
+    values = share.to_numpy(dtype=float)
+    rows, cols = share.shape
+    fig, ax = plt.subplots(figsize=(1.0 + 0.75 * cols, 1.0 + 0.4 * rows))
+    cmap = plt.get_cmap("RdBu").with_extremes(bad="#dddddd")
+    image = ax.imshow(np.ma.masked_invalid(np.clip(values, -1.0, 1.0)), cmap=cmap, vmin=-1.0, vmax=1.0,
+                      aspect="auto")
+    for i in range(rows):
+        for j in range(cols):
+            if np.isfinite(values[i, j]):
+                star = "*" if bool(marks.iat[i, j]) else ""
+                ax.text(j, i, f"{values[i, j]:.2f}{star}", ha="center", va="center", fontsize=7,
+                        color="white" if abs(np.clip(values[i, j], -1, 1)) > 0.6 else "black")
+    ax.set_xticks(range(cols), [str(c) for c in share.columns], rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(rows), [str(r) for r in share.index], fontsize=8)
+    fig.colorbar(image, ax=ax, fraction=0.03, pad=0.02)
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig, ax
