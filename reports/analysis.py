@@ -371,6 +371,8 @@ def gee_rows(final: pd.DataFrame, al: Aligned, suite: str, baseline: str) -> tup
     else:
         notes = []
     exog = np.column_stack([np.ones(len(sub))] + [(pol == c).astype(np.float64) for c in cands])
+    # a candidate whose every attempt equals the baseline's (rows in the same seed, task, attempt order)
+    same = np.array([False] + [np.array_equal(y[pol == c], y[pol == baseline]) for c in cands])
     groups = pd.factorize(sub["seed"])[0]
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -382,8 +384,9 @@ def gee_rows(final: pd.DataFrame, al: Aligned, suite: str, baseline: str) -> tup
             params = np.asarray(res.params)
             with np.errstate(divide="ignore", invalid="ignore"):
                 pvals = 2.0 * sps.t.sf(np.abs(params / bse), df)
-            # arms with identical outcomes: estimate 0 with a zero (or undefined) se; no evidence of a difference
-            pvals = np.where(~np.isfinite(pvals) & (np.abs(params) < 1e-9), 1.0, pvals)
+            # arms with identical outcomes: the estimate is 0 (its se may be 0 or undefined): p = 1
+            pvals = np.where(same | (~np.isfinite(pvals) & (np.abs(params) < 1e-9)), 1.0, pvals)
+            params = np.where(same, 0.0, params)
             corr = float(np.ravel(res.cov_struct.dep_params)[0])
         notes += sorted({f"{suite}: GEE warning: {str(w.message).splitlines()[0]}" for w in caught})
     except (np.linalg.LinAlgError, ValueError) as exc:
