@@ -160,21 +160,26 @@ def _header(doc: Doc, result, headline: str) -> None:
 
 
 def _verdict(r, alpha: float) -> str:
-    if r["p_holm"] < alpha:
+    p_adj = r["p_holm"] if r["role"] == "primary" else r["p_maxt"]
+    if p_adj < alpha:
         word = "distinguishable from seed noise"
     elif np.isfinite(r["mde"]) and abs(r["delta"]) < r["mde"]:
         word = (f"not distinguishable: |delta| is below the minimum detectable effect {r['mde']:.3f} at "
-                f"{int(r['n_seeds'])} seeds (about {text.fmt_seeds(r['seeds_needed'])} seeds would detect it)")
+                f"{int(r['n_seeds'])} seeds")
+    elif r["n_seeds"] >= 2 and not np.isfinite(r["mde"]):
+        word = (f"not testable at {int(r['n_seeds'])} seeds (design: {text.fmt_seeds(r['seeds_needed'])} seeds "
+                f"detect {r['target_delta']:.3f} with power 0.8)")
     else:
-        word = "not significant after Holm adjustment"
-    return (f"{r['candidate']} on {r['metric']}: delta {r['delta']:+.3f} [{r['boot_low']:+.3f}, {r['boot_high']:+.3f}], "
-            f"p_seed {text.fmt_p(r['p_seed'])}, p_holm {text.fmt_p(r['p_holm'])}, ahead on "
-            f"{int(r['seeds_up'])} of {int(r['n_seeds'])} seeds: {word}.")
+        word = "not significant after adjustment"
+    return (f"{r['candidate']} on {r['metric']} ({r['role']}): delta {r['delta']:+.3f} "
+            f"{text.fmt_ci(r['ci_low'], r['ci_high'])}, p_seed {text.fmt_p(r['p_seed'])}, adjusted "
+            f"{text.fmt_p(p_adj)}, ahead on {int(r['seeds_up'])} of {int(r['n_seeds'])} seeds: {word}.")
 
 
 #: the paired columns shown in the page (paired.csv has them all)
-SHOWN = ["metric", "candidate", "delta", "boot_low", "boot_high", "p_seed", "p_holm", "p_seed_t", "p_seed_wilcoxon",
-         "seeds_up", "seeds_down", "mde", "seeds_needed", "p_task_permutation", "wins", "ties", "losses"]
+SHOWN = ["metric", "role", "candidate", "delta", "ci_low", "ci_high", "p_seed", "p_holm", "p_maxt", "p_seed_t",
+         "p_seed_wilcoxon",
+         "seeds_up", "seeds_down", "mde", "target_delta", "seeds_needed", "p_task_permutation", "wins", "ties", "losses"]
 
 
 def _suite_section(doc: Doc, result, suite: str) -> None:
@@ -217,14 +222,14 @@ def _forests(doc: Doc, result, suite: str) -> None:
     for metric in paired.loc[paired["suite"] == suite, "metric"].drop_duplicates():
         for _, r in paired[(paired["suite"] == suite) & (paired["metric"] == metric)].iterrows():
             rows.append({"metric": metric, "label": f"{r['candidate']}: all", "delta": r["delta"], "boot_low": r["boot_low"],
-                         "boot_high": r["boot_high"], "p": r["p_holm"]})
+                         "boot_high": r["boot_high"], "p": r["p_holm"] if r["role"] == "primary" else r["p_maxt"]})
             if not cats.empty:
                 sel = cats[(cats["suite"] == suite) & (cats["metric"] == metric) & (cats["candidate"] == r["candidate"])]
                 rows += [{"metric": metric, "label": f"{r['candidate']}: {c['category']} ({c['n_tasks']})", "delta": c["delta"],
                           "boot_low": c["boot_low"], "boot_high": c["boot_high"], "p": c["p_bh"]} for _, c in sel.iterrows()]
     if rows:
         doc.figure(f"forest_{suite}", figures.forest_plot(
-            pd.DataFrame(rows), f"{suite}: delta vs baseline (all: seed-level p_holm; categories: task-level BH)"))
+            pd.DataFrame(rows), f"{suite}: delta vs baseline (seed-level: all: Holm / max-T; categories: BH)"))
 
 
 def _passk(doc: Doc, summ: pd.DataFrame, suite: str) -> None:
@@ -278,8 +283,10 @@ def _flips(doc: Doc, result, suite: str) -> None:
     sub = counts[counts["suite"] == suite]
     for _, r in sub.iterrows():
         if r["gained"] and r["lost"]:
+            hides = ("equal counts hide a swap of tasks" if r["baseline_passed"] == r["candidate_passed"] else
+                     f"the net change of {r['candidate_passed'] - r['baseline_passed']:+d} hides the tasks that moved")
             doc.p(f"{r['candidate']} {r['metric']}: {r['baseline_passed']} -> {r['candidate_passed']} tasks passed, "
-                  f"but {r['gained']} gained and {r['lost']} lost: equal counts hide a swap of tasks.")
+                  f"but {r['gained']} gained and {r['lost']} lost: {hides}.")
     doc.table(sub.drop(columns=["suite", "baseline"]))
     if not flips.empty:
         doc.table(flips[flips["suite"] == suite].drop(columns=["suite", "baseline"]), max_rows=40)
@@ -293,11 +300,12 @@ def _categories(doc: Doc, result, suite: str) -> None:
     doc.h(3, "Which categories regressed")
     alpha = result.config["alpha"]
     if not sub["regresses"].any():
-        doc.p(f"No category regresses significantly (negative delta with BH-adjusted p < {alpha}); "
+        doc.p(f"No category regresses significantly (negative delta with the seed-level test's BH-adjusted "
+              f"p < {alpha}; the task-level p_task_bh, conditional on these trained models, is in the table); "
               "the worst category of each candidate and metric is marked in the table.")
     for _, r in sub[sub["regresses"]].iterrows():
         doc.p(f"{r['candidate']} regresses on {r['category']} ({r['metric']}): delta {r['delta']:+.3f} "
-              f"[{r['boot_low']:+.3f}, {r['boot_high']:+.3f}], BH p {r['p_bh']:.3g}", "note")
+              f"[{r['boot_low']:+.3f}, {r['boot_high']:+.3f}], seed-level BH p {r['p_bh']:.3g}", "note")
     doc.table(sub.drop(columns=["suite", "baseline"]), max_rows=80)
 
 
