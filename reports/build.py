@@ -304,8 +304,14 @@ def _headline(paired: pd.DataFrame, alpha: float, resamples: int, target_delta) 
     return inference.headline(paired, alpha, resamples, target_delta)[analysis.PAIRED_COLUMNS]
 
 
-#: |skewness of d_s| from which the report warns that the seed tests are tests of "no effect"
+#: |skewness of d_s| from which the report warns that the seed tests are tests of "no effect":
+#: at least this, and at least 2 standard errors of the sample skewness at S seeds
+#: (sqrt(6 S (S - 1) / ((S - 2) (S + 1) (S + 3))): 1.37 at 10 seeds), so normal noise rarely warns
 SKEW_WARN = 1.0
+
+
+def _skew_limit(n: int) -> float:
+    return max(SKEW_WARN, 2.0 * float(np.sqrt(6.0 * n * (n - 1) / ((n - 2) * (n + 1) * (n + 3))))) if n > 2 else np.inf
 
 
 def _power_notes(paired: pd.DataFrame, alpha: float, resamples: int) -> list[str]:
@@ -342,10 +348,10 @@ def _power_notes(paired: pd.DataFrame, alpha: float, resamples: int) -> list[str
         if n_s < 5:
             notes.append(f"{suite}: boot_low/boot_high (new tasks and new runs) resample only {n_s} seeds and "
                          "undercover there (about 64-87% at 2-5 seeds in run-dominated data); read ci_low/ci_high")
-        skewed = prim[np.abs(prim["skew_seed"]) >= SKEW_WARN]
+        skewed = prim[np.abs(prim["skew_seed"]) >= prim["n_seeds"].map(_skew_limit)]
         for _, r in skewed.iterrows():
             notes.append(f"{suite}: d_s of {r['candidate']} ({r['metric']}) is skewed (skewness {r['skew_seed']:+.2f} "
-                         f"over {int(r['n_seeds'])} seeds): the seed-level tests test 'no effect' (the two runs of a "
+                         f"over {int(r['n_seeds'])} seeds, beyond {_skew_limit(int(r['n_seeds'])):.2f}): the seed-level tests test 'no effect' (the two runs of a "
                          "seed exchangeable), so a small p says the policy changes the outcome, not that it changes "
                          "the mean in the direction of delta")
     return notes
