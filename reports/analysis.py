@@ -433,8 +433,8 @@ def category_values(al: Aligned, suite: str) -> pd.DataFrame:
 def sensitivity_rows(paired: pd.DataFrame, axis: str, values: dict, baseline: str) -> pd.DataFrame:
     """Effect against the baseline as a function of a swept knob: the paired rows of the
     candidates that carry a value of ``axis`` (values: label -> knob value), sorted by it."""
-    cols = ["suite", "metric", "axis", "axis_value", "candidate", "baseline", "n_seeds", "delta", "boot_low",
-            "boot_high", "p_seed", "p_holm", "mde"]
+    cols = ["suite", "metric", "role", "axis", "axis_value", "candidate", "baseline", "n_seeds", "delta", "ci_low",
+            "ci_high", "boot_low", "boot_high", "p_seed", "p_holm", "p_maxt", "mde"]
     sub = paired[paired["candidate"].isin(list(values))]
     if sub.empty:
         return pd.DataFrame(columns=cols)

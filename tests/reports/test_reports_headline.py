@@ -226,6 +226,18 @@ def test_a_policy_on_other_tasks_is_skipped_in_one_line_and_the_rest_compared():
         reports.build_report(ev[ev["policy"] != "cand"], "base", None, ks=(1,), resamples=50)
 
 
+def test_a_run_folder_inside_an_uncollected_grid_does_not_empty_the_report(tmp_path):
+    """`hb real --out GRID/r1` into a grid of cells: r1 (another label, other task ids) is
+    named in one line as not compared; the grid's own comparison stands."""
+    grid = _grid(tmp_path / "g", _ev(["base", "cand"]))
+    r1 = grid / "r1"
+    r1.mkdir()
+    _ev(["real"], prefix={"real": "real-task-"}).to_parquet(r1 / "eval.parquet")
+    res = reports.build_report(grid, "base", None, ks=(1,), resamples=50)
+    assert list(res.tables["paired"]["candidate"]) == ["cand"]
+    assert any(n.startswith("s: 'real' not compared with 'base': no common task") for n in res.notes)
+
+
 def test_primary_metric_choice_and_refusal():
     from reports_synth import make_synthetic
 
