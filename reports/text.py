@@ -68,16 +68,22 @@ def _suite_sentence(g: pd.DataFrame, suite: str, base: str, alpha: float) -> str
     floor = float(prim["p_floor"].iloc[0])
     if floor >= alpha / m:
         r = prim.loc[prim["delta"].abs().idxmax()]
+        unpaired = r["pairing"] == "unpaired"
+        t_test = "Welch's t-test over seeds, which assumes normal per-seed means" if unpaired else \
+            "the paired t-test over seeds, which assumes normal d_s"
         text += (f" -- with {n_s} seeds the smallest attainable p is {fmt_p(floor)}, too large to pass Holm over "
-                 f"{m} comparisons at alpha = {alpha}; at least {_min_seeds(alpha / m)} seeds are needed "
-                 f"(the paired t-test over seeds, which assumes normal d_s, gives {r['candidate']} "
-                 f"p = {fmt_p(r['p_seed_t'])})")
+                 f"{m} comparisons at alpha = {alpha}; at least {_min_seeds(alpha / m, unpaired)} seeds are needed "
+                 f"({t_test}, gives {r['candidate']} p = {fmt_p(r['p_seed_t'])})")
     return text
 
 
-def _min_seeds(alpha: float) -> int:
+def _min_seeds(alpha: float, unpaired: bool = False) -> int:
+    """Fewest seeds whose exact permutation floor is below alpha: 2 / 2**n (sign flips) or
+    2 / C(2n, n) (two-sample relabelings of n + n runs)."""
+    from math import comb
+
     n = 1
-    while 2.0 / 2 ** n >= alpha:
+    while (2.0 / comb(2 * n, n) if unpaired else 2.0 / 2 ** n) >= alpha:
         n += 1
     return n
 
