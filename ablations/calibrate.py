@@ -35,7 +35,7 @@ import pandas as pd
 from ablations import runner
 from hbsim.envs import ENVS
 from hbsim.experiment import resolve_config
-from hbsim.folders import atomic_write, check_path_length, check_writable
+from hbsim.folders import atomic_write, check_path_length, check_writable, remove_temp
 from policies import POLICIES
 from policies.errors import UserError
 from policies.validate import MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS, check_choice, check_float, check_int
@@ -72,13 +72,13 @@ def _check(args) -> None:
     check_int("--seed", args.seed, 0, MAX_SEED - POLICY_SEED_OFFSET - args.blocks * args.seeds)
     check_choice("--env", args.env, sorted(ENVS))
     check_choice("--policy", args.policy, sorted(POLICIES))
-    runner.check_run_options(args.jobs, args.backend)
+    runner.check_run_options(args.jobs, args.backend, args.ray_address)
     if args.csv:
         csv = Path(args.csv)
         check_path_length(csv, "--csv")
         if csv.is_dir():
             raise UserError(f"--csv {args.csv!r} is a folder: expected a CSV file path")
-        if csv.exists():
+        if csv.exists() or csv.is_symlink():
             raise UserError(f"--csv {args.csv!r} already exists: nothing is overwritten; choose a new path")
         check_writable(csv.parent, "--csv")
 
@@ -206,7 +206,9 @@ def main(args: argparse.Namespace) -> int:
                       progress=runner.ProgressBar(noun="runs"), asymmetric=args.asymmetric)
     if args.csv:
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)    # checked writable before the runs
-        atomic_write(args.csv, lambda tmp: pvals.to_csv(tmp, index=False))
+        remove_temp(Path(args.csv).parent, Path(args.csv).name)      # a killed call's temporary of this CSV
+        # linked into place, never replacing a file (another run's CSV that appeared meanwhile is refused)
+        atomic_write(args.csv, lambda tmp: pvals.to_csv(tmp, index=False), exclusive=True)
     table = fpr_table(pvals, args.alpha)
     print(f"A/A calibration: {args.policy} vs {args.policy} (policy seeds differ, environment seeds shared) on "
           f"{args.env}, {args.blocks} blocks x {args.seeds} seeds, {args.steps} steps; false-positive rate at "

@@ -59,9 +59,15 @@ def cmd_plan(args) -> int:
     points = math.prod(len(v) for v in spec.sweep.values())
     policy_keys = any(k.startswith("policy.") for k in spec.sweep)
     note = " (policy.* keys apply only to policies with that knob)" if policy_keys else ""
-    print(f"grid {spec.name!r}: {len(cells)} cells from {len(spec.policies)} policy variants x "
-          f"{points} sweep point{'s' if points != 1 else ''} x {len(spec.seeds)} seeds{note}, "
-          f"{spec.steps} steps, env {spec.env.get('kind')!r}")
+    if spec.tune:
+        print(f"grid {spec.name!r} with [tune]: {len(cells)} tuning cells (designs x tune points x tuning seeds "
+              f"{spec.tune.seeds}) in DIR/tune/, then {len(spec.policies)} designs x {len(spec.seeds)} test seeds "
+              f"{spec.seeds} at the selected settings; {spec.steps} steps, env {spec.env.get('kind')!r}")
+        sweep_keys, done = sorted(spec.tune.knobs), done_ids(Path(args.out) / "tune") if args.out else set()
+    else:
+        print(f"grid {spec.name!r}: {len(cells)} cells from {len(spec.policies)} policy variants x "
+              f"{points} sweep point{'s' if points != 1 else ''} x {len(spec.seeds)} seeds{note}, "
+              f"{spec.steps} steps, env {spec.env.get('kind')!r}")
     header = ["cell", "policy", "seed"] + sweep_keys + (["state"] if args.out else [])
     rows = [[c.id, c.label, str(c.seed)] + [str(c.sweep.get(k, "")) for k in sweep_keys]
             + (["done" if c.id in done else "missing"] if args.out else []) for c in cells]
@@ -71,6 +77,8 @@ def cmd_plan(args) -> int:
 
 def cmd_run(args) -> int:
     spec = load_spec(args.grid)
+    if spec.tune:
+        return _run_tuned(spec, args)
     report = run_grid(spec, args.out, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
                       force_mixed=args.force_mixed, progress=ProgressBar())
     print(f"grid {spec.name!r}: {report.total} cells, {report.skipped} already done, {report.ran} run, "
@@ -78,6 +86,31 @@ def cmd_run(args) -> int:
     for failed in report.failed:
         print(f"  FAILED {failed['id']}: {failed['reason']}  (log: {failed['log']})")
     summary = _summary(args.out, {c.id for c in spec.cells()})
+    if summary:
+        print(summary)
+    return 1 if report.failed else 0
+
+
+def _run_tuned(spec, args) -> int:
+    """`hb grid run` of a grid with [tune] (ablations.tune): tune, select, test."""
+    from ablations import tune
+
+    tuned, report, selection = tune.run_tuned(spec, args.out, jobs=args.jobs, backend=args.backend,
+                                              ray_address=args.ray_address, force_mixed=args.force_mixed,
+                                              progress=ProgressBar())
+    print(f"grid {spec.name!r} tuning: {tuned.total} cells, {tuned.skipped} already done, {tuned.ran} run, "
+          f"{len(tuned.failed)} failed; in {Path(args.out) / 'tune'}")
+    for failed in tuned.failed + (report.failed if report else []):
+        print(f"  FAILED {failed['id']}: {failed['reason']}  (log: {failed['log']})")
+    if report is None:
+        print("no selection: a tuning cell failed; fix it and rerun (finished cells are kept)")
+        return 1
+    for label, sel in selection["designs"].items():
+        setting = ", ".join(f"{k}={v}" for k, v in sel["setting"].items()) or "(defaults)"
+        print(f"  selected {label}: {setting}  (validation {sel['score']:.4f} over tuning seeds {spec.tune.seeds})")
+    print(f"grid {spec.name!r} test: {report.total} cells on seeds {spec.seeds}, {report.skipped} already done, "
+          f"{report.ran} run, {len(report.failed)} failed; results in {args.out}")
+    summary = _summary(args.out, {c.id for c in tune.test_spec(spec, selection).cells()})
     if summary:
         print(summary)
     return 1 if report.failed else 0

@@ -18,7 +18,7 @@ from ablations import EXAMPLES, store
 from ablations.runner import ProgressBar, add_run_options, check_run_options, run_grid
 from ablations.spec import load_spec
 from hbsim.contract import REPORT_INDEX
-from hbsim.folders import check_output_dir, claim_output_dir
+from hbsim.folders import check_output_dir, output_dir
 from policies.validate import MAX_RESAMPLES, check_choice, check_int
 
 DEFAULT_GRID = EXAMPLES / "demo_grid.toml"
@@ -54,9 +54,9 @@ def main(args: argparse.Namespace) -> int:
     print(f"demo: grid done in {t_grid:.1f}s; building the report", file=sys.stderr)
     import reports
 
-    result = reports.build_report(out, baseline=args.baseline, out=out / "report",
-                                  resamples=args.resamples, seed=0, progress=_report_progress)
-    claim_output_dir(out / "report", "report", tool="hb demo")
+    with output_dir(out / "report", "report", tool="hb demo"):   # marker first, completed last
+        result = reports.build_report(out, baseline=args.baseline, out=out / "report",
+                                      resamples=args.resamples, seed=0, progress=_report_progress)
     print(textwrap.fill(reports.conclusion(result), width=110) + "\n")
     print(reports.headline_table(result))
     print(f"report: {(out / 'report' / REPORT_INDEX).resolve()}")
@@ -69,7 +69,7 @@ def _check_inputs(args: argparse.Namespace, spec, out: Path) -> None:
     labels = sorted({c.label for c in spec.cells()})
     check_choice("--baseline", args.baseline, labels)
     check_int("--resamples", args.resamples, 1, MAX_RESAMPLES)
-    check_run_options(args.jobs, args.backend)
+    check_run_options(args.jobs, args.backend, args.ray_address)
     check_output_dir(out, "grid", force=args.force)
     check_output_dir(out / "report", "report", force=args.force)
 

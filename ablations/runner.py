@@ -22,7 +22,10 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import signal
+import socket
 import sys
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -69,11 +72,37 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
 
 
-def check_run_options(jobs: int | None, backend: str) -> None:
+#: seconds `check_ray_address` waits for the cluster's port to answer
+RAY_CONNECT_TIMEOUT = 5.0
+
+
+def check_run_options(jobs: int | None, backend: str, ray_address: str | None = None) -> None:
+    """--jobs bounded, --backend known, and a --ray-address that answers (before any write)."""
     if jobs is not None:
         check_int("--jobs", jobs, 1, MAX_JOBS)
     if backend not in BACKENDS:
         raise UserError(f"--backend {backend!r} is unknown; valid backends: {', '.join(BACKENDS)}")
+    if ray_address is not None:
+        if backend != "ray":
+            raise UserError(f"--ray-address {ray_address!r} is only used with --backend ray; add --backend ray")
+        check_ray_address(ray_address)
+
+
+def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT) -> None:
+    """`host:port` or `ray://host:port` must accept a TCP connection within `timeout`
+    seconds ("auto" is left to Ray, which fails at once when no cluster runs here): a
+    wrong address is one line, not a grid folder and retries forever."""
+    if address == "auto":
+        return
+    rest = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = rest.rstrip("/").rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(f"--ray-address {address!r} is not allowed: expected HOST:PORT, ray://HOST:PORT or auto")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise UserError(f"--ray-address {address!r}: no Ray cluster answers there within {timeout:g}s "
+                        f"({exc.strerror or exc}); nothing was written: start the cluster or fix the address") from None
 
 
 def workers(jobs: int | None, n: int) -> int:
@@ -107,7 +136,7 @@ def run_many(tasks: list[dict], *, jobs: int | None = None, backend: str = "loca
     """Run the `pending` tasks (module doc). on_done(answer) sees each answer (ablations.worker);
     progress(done, total, failed) is called at the start and after each run (done counts
     the runs already complete too)."""
-    check_run_options(jobs, backend)
+    check_run_options(jobs, backend, ray_address)
     for folder in {Path(t["dir"]).parent for t in tasks if t.get("dir")}:
         store.clean_tmp(folder)
     todo = pending(tasks)
@@ -135,7 +164,7 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
              progress: Callable[[int, int, int], None] | None = None) -> RunReport:
     """Run every cell of `spec` missing from the grid directory `out`: DIR/cells/<id>/ with
     log.txt, failures in DIR/failed/ (`run_many`)."""
-    check_run_options(jobs, backend)
+    check_run_options(jobs, backend, ray_address)
     store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=force_mixed)
     out = Path(out).resolve()
     tasks = [{"id": c.id, "config": c.config, "dir": str(out / CELLS / c.id), "log": True, "failures": str(out),
@@ -207,6 +236,38 @@ def _pool_context():
     return ctx
 
 
+def _worker_init() -> None:
+    """In each pool worker: Ctrl-C is the parent's to handle (it stops the workers, see
+    `_stop_pool`), and a worker whose parent is gone (hb killed: the forkserver exits with
+    it) exits within a second instead of finishing the queue as an orphan."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)    # the run directory being written stays a hidden temporary: the rerun removes it
+    threading.Thread(target=watch, daemon=True, name="hb-orphan-watch").start()
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Ctrl-C or an error in the parent: cancel the queue and kill the workers now (each
+    run directory is written atomically: a killed run leaves a temporary, which the rerun
+    removes), with further Ctrl-C ignored until they are gone."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in processes:
+            proc.kill()
+        for proc in processes:
+            proc.join(timeout=5)
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+
+
 def run_local(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], **_) -> None:
     if jobs == 1 or len(tasks) == 1:
         for task in tasks:
@@ -214,7 +275,8 @@ def run_local(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], **_
         return
     for name, value in SINGLE_THREAD_ENV.items():   # inherited by the workers; user settings win
         os.environ.setdefault(name, value)
-    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=_pool_context()) as pool:
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=_pool_context(),
+                             initializer=_worker_init) as pool:
         pending_runs = {pool.submit(worker.execute, t): t for t in tasks}
         try:
             while pending_runs:
@@ -228,7 +290,7 @@ def run_local(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], **_
                         answer = worker.failure(task, reason, reason + "\n")
                     on_done(answer)
         except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
+            _stop_pool(pool)
             raise
 
 
@@ -254,7 +316,12 @@ def run_ray(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], *,
             while queue and len(running) < limit:
                 task = queue.pop()
                 running[remote.remote(task)] = task
-            ready, _ = ray.wait(list(running), num_returns=1)
+            try:
+                ready, _ = ray.wait(list(running), num_returns=1)
+            except BaseException:       # Ctrl-C: stop the running tasks (their runs stay temporaries)
+                for ref in running:
+                    ray.cancel(ref, force=True)
+                raise
             for ref in ready:
                 task = running.pop(ref)
                 try:

@@ -16,6 +16,7 @@ Progress goes to stderr, the table to stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -25,7 +26,7 @@ import pandas as pd
 from ablations import runner
 from hbsim.envs import ENV_PRESETS, ENVS, expand_preset
 from hbsim.experiment import RUN_KNOBS, resolve_config
-from hbsim.folders import check_output_dir, claim_output_dir
+from hbsim.folders import check_output_dir, output_dir
 from hbsim.records import config_hash, read_run
 from hbsim.summary import summary_table
 from policies import POLICIES, validate
@@ -47,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"groups per optimizer step (default {RUN_KNOBS['batch_groups'].default})")
     parser.add_argument("--eval-every", type=int, default=None,
                         help="also evaluate every N steps (default: only at the final step)")
+    parser.add_argument("--eval-budget", default=None, metavar="UNIT:M1,M2",
+                        help="also evaluate when the cumulative cost first crosses each milestone, UNIT one of "
+                             "groups, tokens, seconds (e.g. groups:500,1000; hb report --budget compares there)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="env.KNOB=VALUE or policy.KNOB=VALUE (repeatable; VALUE parsed as JSON; "
                              "--knobs lists the env's knobs, 'hb policies' the policies' knobs)")
@@ -86,8 +90,11 @@ def build_configs(args: argparse.Namespace) -> list[dict]:
     for flag in ("seeds", "steps", "batch_groups", "eval_every"):
         RUN_KNOBS[flag].check("--" + flag.replace("_", "-"), getattr(args, flag))
     check_int("--seed-offset", args.seed_offset, 0, MAX_SEED - args.seeds + 1)
-    runner.check_run_options(args.jobs, args.backend)
+    runner.check_run_options(args.jobs, args.backend, args.ray_address)
     env_knobs, policy_knobs = parse_sets(args.set)
+    if "kind" in env_knobs and env_knobs["kind"] != args.env:
+        raise UserError(f"--set env.kind={env_knobs['kind']!r} contradicts --env {args.env!r}; "
+                        "choose the environment with --env only")
     names = policy_names(args.policy)
     for knob in policy_knobs:
         if not any(knob in POLICIES[n].KNOBS for n in names):
@@ -99,7 +106,8 @@ def build_configs(args: argparse.Namespace) -> list[dict]:
             configs.append(resolve_config({"env": {"kind": args.env, **env_knobs}, "policy": {"name": name, **knobs},
                                            "seed": seed, "steps": args.steps, "eval_every": args.eval_every,
                                            "batch_groups": args.batch_groups,
-                                           "counterfactual": args.counterfactual}))
+                                           "counterfactual": args.counterfactual,
+                                           "eval_budget": args.eval_budget}))
     return configs
 
 
@@ -122,15 +130,16 @@ def main(args: argparse.Namespace) -> int:
         settings = config_hash({k: v for k, v in configs[0].items() if k not in ("policy", "seed")})
         check_output_dir(args.out, "sim", settings, force=args.force)
         todo = runner.pending(tasks, remedy="choose a new --out or pass --overwrite")
-        claim_output_dir(args.out, "sim", settings, tool="hb sim")
     start = time.perf_counter()
     reused = f"; {len(tasks) - len(todo)} finished runs reused from {args.out}" if len(todo) < len(tasks) else ""
     print(f"hb sim: {len(todo)} runs ({args.env}, {args.steps} steps) on {runner.workers(args.jobs, len(todo))} "
           f"worker(s){reused}", file=sys.stderr)
     kept = {}   # the results of runs without --out
-    runner.run_many(tasks, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
-                    progress=runner.ProgressBar(noun="runs"),
-                    on_done=lambda answer: kept.update({answer["id"]: answer.get("result")})).check()
+    # --out: the marker first ("incomplete"), completed once every run is there
+    with output_dir(args.out, "sim", settings, tool="hb sim") if out is not None else contextlib.nullcontext():
+        runner.run_many(tasks, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
+                        progress=runner.ProgressBar(noun="runs"),
+                        on_done=lambda answer: kept.update({answer["id"]: answer.get("result")})).check()
     results = [kept[t["id"]] if out is None else read_run(t["dir"]) for t in tasks]
     train = pd.concat([r.train for r in results], ignore_index=True)
     evals = pd.concat([r.eval for r in results], ignore_index=True)

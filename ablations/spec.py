@@ -8,6 +8,8 @@ A grid file describes an ablation once::
     eval_every = 50             # optional
     batch_groups = 8            # optional
     counterfactual = 1          # optional: what-if probe every k-th step -> counterfactual.parquet
+    [tune]                      # optional: tune per design on other seeds, then test (ablations.tune)
+    eval_budget = "groups:500,1000"   # optional: also evaluate at these cumulative costs (hb report --budget)
     plugins = ["my_policies"]   # optional: modules imported before planning and in workers
 
     [env]                       # hbsim.make_env kind and knobs ("real" -> real_runs)
@@ -35,6 +37,7 @@ from __future__ import annotations
 import copy
 import importlib
 import itertools
+import math
 import os
 try:
     import tomllib
@@ -49,10 +52,13 @@ from hbsim.records import canonical_json, config_hash
 from policies import POLICIES
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
+from policies.validate import MAX_SEEDS
 
 TOP_KEYS = ("name", "description", "steps", "seeds", "eval_every", "batch_groups", "plugins",
-            "env", "policies", "sweep", "counterfactual")
+            "env", "policies", "sweep", "counterfactual", "eval_budget", "tune")
 REAL_KIND = "real"
+#: the most cells one grid may plan (policies x sweep points x seeds); checked before planning
+MAX_CELLS = 100_000
 
 
 class SpecError(UserError):
@@ -93,6 +99,8 @@ class GridSpec:
     plugins: list[str]
     raw: dict
     counterfactual: int | None = None     # what-if probe every k-th step (hbsim.counterfactual)
+    eval_budget: str | None = None        # equal-cost evaluations (hbsim.loop.EVAL_BUDGET)
+    tune: Any = None                      # ablations.tune.TuneSpec of a [tune] table
     _cells: list[Cell] | None = None
 
     def cells(self) -> list[Cell]:
@@ -114,6 +122,8 @@ def load_spec(path: str | os.PathLike) -> GridSpec:
         raise SpecError(f"{path}: is a directory, expected a grid TOML file") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: malformed TOML: {exc}") from None
+    except (UnicodeDecodeError, OSError) as exc:    # not UTF-8; unreadable
+        raise SpecError(f"{path}: cannot read the grid file: {str(exc)[:200]}") from None
     return parse_spec(raw, path)
 
 
@@ -128,7 +138,8 @@ def parse_spec(raw: dict, path: str = "<grid>") -> GridSpec:
         err("name", f"{name!r} is not allowed: expected a non-empty string")
     steps = _run_knob(err, "steps", raw.get("steps"))
     seeds = _seeds(err, raw.get("seeds"))
-    eval_every, counterfactual = (_run_knob(err, key, raw.get(key)) for key in ("eval_every", "counterfactual"))
+    eval_every, counterfactual, eval_budget = (_run_knob(err, key, raw.get(key))
+                                               for key in ("eval_every", "counterfactual", "eval_budget"))
     batch_groups = None if raw.get("batch_groups") is None else _run_knob(err, "batch_groups", raw["batch_groups"])
     plugins = raw.get("plugins", [])
     if not isinstance(plugins, list) or not all(isinstance(p, str) and p for p in plugins):
@@ -149,8 +160,10 @@ def parse_spec(raw: dict, path: str = "<grid>") -> GridSpec:
     spec = GridSpec(path=path, name=name, steps=steps, seeds=seeds, eval_every=eval_every,
                     batch_groups=batch_groups, env=dict(env), policies=[dict(p) for p in policies],
                     sweep=dict(sweep), plugins=list(plugins), raw=raw,
-                    counterfactual=counterfactual)
-    spec._cells = plan_cells(spec)
+                    counterfactual=counterfactual, eval_budget=eval_budget)
+    from ablations import tune       # imports this module
+    spec.tune = tune.parse_tune(raw.get("tune"), path, seeds, raw)
+    spec._cells = tune.tuning_spec(spec).cells() if spec.tune else plan_cells(spec)
     return spec
 
 
@@ -175,9 +188,12 @@ def _run_knob(err, key: str, value: Any):
 
 
 def _seeds(err, value: Any) -> list[int]:
-    """A count (`seeds` of RUN_KNOBS) or a non-empty list of distinct seeds (each a `seed`)."""
+    """A count (`seeds` of RUN_KNOBS) or a non-empty list of at most MAX_SEEDS distinct
+    seeds (each a `seed`: 0 <= seed < 2^32)."""
     if not isinstance(value, list):
         return list(range(_run_knob(err, "seeds", value)))
+    if len(value) > MAX_SEEDS:
+        err("seeds", f"a list of {len(value)} seeds is not allowed: expected at most {MAX_SEEDS}")
     if not value or len(set(map(repr, value))) != len(value):
         err("seeds", f"{value!r} is not allowed: expected a count or a non-empty list of distinct seeds")
     return [_checked(err, "seeds", RUN_KNOBS, "seed", s, f"seeds[{i}]") for i, s in enumerate(value)]
@@ -216,11 +232,17 @@ def plan_cells(spec: GridSpec) -> list[Cell]:
     """Policy variants x sweep points x seeds, validated, with stable ids (file order)."""
     err = _errors(spec.path)
     kind, env_base, table = _check_env(err, spec.env)
+    bound = len(spec.policies) * len(spec.seeds) * math.prod(len(v) if isinstance(v, list) else 1
+                                                             for v in spec.sweep.values())
+    if bound > MAX_CELLS:     # before the sweep's values are checked and its points listed
+        err("sweep", f"the grid has up to {bound} cells (policies x sweep points x seeds): allowed at most "
+                     f"{MAX_CELLS}; split it into several grids")
     sweep_keys = _check_sweep(err, spec, table)
     cells, labels, envs = [], {}, {}
     points = list(itertools.product(*(spec.sweep[k] for k in sweep_keys))) if sweep_keys else [()]
     top = {k: v for k, v in {"steps": spec.steps, "eval_every": spec.eval_every, "batch_groups": spec.batch_groups,
-                             "counterfactual": spec.counterfactual}.items() if v is not None}
+                             "counterfactual": spec.counterfactual, "eval_budget": spec.eval_budget}.items()
+           if v is not None}
     for i, pol in enumerate(spec.policies):
         name, base_label, knobs, ptable = _check_policy(err, i, pol, sweep_keys)
         seen_points = set()

@@ -14,14 +14,14 @@ from pathlib import Path
 
 from ablations.spec import GridSpec, parse_spec
 from hbsim import folders
-from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG, TMP_PREFIX
+from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG
 from hbsim.records import collect_cells, done_ids
 from policies.errors import UserError
 
 
 def failed_ids(root: str | os.PathLike) -> set[str]:
     """Ids with a failure log and no complete result."""
-    return {p.name for p in (Path(root) / FAILED).glob("[!.]*") if p.is_dir()} - done_ids(root)
+    return {p.name for p in folders.visible(Path(root) / FAILED) if p.is_dir()} - done_ids(root)
 
 
 def failure_log(root: str | os.PathLike, cell_id: str) -> Path:
@@ -42,18 +42,27 @@ def read_grid_json(root: str | os.PathLike) -> dict | None:
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: unreadable grid record ({exc})") from None
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise UserError(f"{path}: unreadable grid record ({str(exc)[:200]}); expected the JSON object hb "
+                        "writes") from None
+    if not isinstance(record, dict) or not isinstance(record.get("spec", {}), dict) \
+            or not isinstance(record.get("names", []), list):
+        raise UserError(f"{path}: unreadable grid record (not the JSON object hb writes: name, names, spec)")
+    return record
 
 
 def recorded_spec(root: str | os.PathLike) -> GridSpec:
-    """The grid file recorded last in DIR/grid.json."""
+    """The grid file recorded last in DIR/grid.json (a tuned grid's: its test phase)."""
     record = read_grid_json(root)
     if record is None:
         raise UserError(f"grid directory {root}: no {GRID_JSON} (not a grid directory)")
     spec = record.get("spec", {})
-    return parse_spec(spec.get("raw", {}), spec.get("path", str(Path(root) / GRID_JSON)))
+    spec = parse_spec(spec.get("raw", {}), spec.get("path", str(Path(root) / GRID_JSON)))
+    if spec.tune:                 # a tuned grid's DIR/cells are its test phase (ablations.tune)
+        from ablations import tune
+        return tune.recorded_test_spec(spec, root)
+    return spec
 
 
 def collect(root: str | os.PathLike, current: bool = False) -> tuple[Path, Path]:
@@ -76,7 +85,7 @@ def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bo
     if record is not None and name not in names and not force_mixed:
         raise UserError(f"--out {root}: holds cells of grid {record.get('name')!r}, not {name!r}; "
                         "use another --out or pass --force")
-    if record is None and any((root / CELLS).glob("[!.]*")) and not force_mixed:
+    if record is None and folders.visible(root / CELLS) and not force_mixed:
         raise UserError(f"--out {root}: holds cells but no {GRID_JSON}; pass --force to add to it")
     root.mkdir(parents=True, exist_ok=True)
     folders.claim_output_dir(root, "grid", tool="hb grid run")
@@ -88,14 +97,7 @@ def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bo
         folders.write_json_atomic(root / GRID_JSON, new)
 
 
-def clean_tmp(folder: str | os.PathLike) -> int:
-    """Remove the temporary directories killed writers left in `folder` (a grid's cells/, an
-    `hb sim` label folder): hidden names holding TMP_PREFIX (ours, older write_run's
-    `.<name>.tmp-*`); returns how many."""
-    stale = [p for p in Path(folder).glob(".*") if TMP_PREFIX in p.name]
-    for p in stale:
-        shutil.rmtree(p, ignore_errors=True)
-    return len(stale)
+clean_tmp = folders.remove_temp     # the one implementation: hbsim.folders
 
 
 

@@ -20,6 +20,7 @@ as `hb grid run`), then analyses DIR. A study file:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 try:
@@ -30,9 +31,9 @@ except ImportError:  # Python 3.10: the tomli backport
 from ablations import runner
 from ablations.sim_cli import run_dir
 from hbsim.experiment import RUN_KNOBS, resolve_config, resolve_run
-from hbsim.folders import check_output_dir, claim_output_dir
+from hbsim.folders import check_output_dir, output_dir
 from policies.errors import UserError
-from policies.validate import MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS, check_int
+from policies.validate import MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS, check_int, check_name
 
 STUDY_KEYS = ("name", "description", "steps", "seeds", "counterfactual", "envs", "policies", "env", "batch_groups")
 
@@ -49,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resamples", type=int, default=2000, help="bootstrap replicates over seeds (default 2000)")
     parser.add_argument("--bins", type=int, default=5, help="quantile bins of the calibration tables (default 5)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--force", action="store_true",
+                        help="write --out although it holds other output or files hb did not create")
     runner.add_run_options(parser)
 
 
@@ -56,25 +59,26 @@ def main(args: argparse.Namespace) -> int:
     for name, low, high in (("min_step", 0, MAX_STEPS), ("resamples", 1, MAX_RESAMPLES), ("bins", 1, 1000),
                             ("seed", 0, MAX_SEED)):
         check_int(f"--{name.replace('_', '-')}", getattr(args, name), low, high)
-    runner.check_run_options(args.jobs, args.backend)
-    configs = None
+    runner.check_run_options(args.jobs, args.backend, args.ray_address)
+    configs, runs = None, None
     if args.study is not None:
         configs = study_configs(args.study)
         if args.out is not None and Path(args.out).resolve() == Path(args.dir).resolve():
             raise UserError(f"--out {args.out!r} is DIR, where --study writes its runs; choose another --out folder")
         check_output_dir(args.dir, "study", flag="DIR", force_flag=None)    # new, or ours to resume
+        runs = [task["dir"] for task in study_tasks(configs, args.dir)]      # paths checked inside DIR
     if args.out is not None:
-        check_output_dir(args.out, "report", flag="--out", force_flag=None)
+        check_output_dir(args.out, "report", flag="--out", force=args.force)
     if configs is not None:
         run_study(configs, args)
     from reports import validity
 
     tables = validity.analyse(args.dir, min_step=args.min_step, resamples=args.resamples, seed=args.seed,
-                              bins=args.bins)
+                              bins=args.bins, runs=runs)        # a study: only its own runs
     print(validity.text_tables(tables))
     if args.out is not None:
-        paths = validity.write(tables, Path(args.out))
-        claim_output_dir(args.out, "report", tool="hb validity")
+        with output_dir(args.out, "report", tool="hb validity"):     # marker first, completed last
+            paths = validity.write(tables, Path(args.out))
         print(f"validity: {paths['html'].resolve()}")
     return 0
 
@@ -84,8 +88,8 @@ def study_configs(path: str) -> list[tuple[str, dict]]:
     try:
         with open(path, "rb") as fh:
             raw = tomllib.load(fh)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise UserError(f"--study {path!r}: cannot read the study file: {exc}") from None
+    except (OSError, ValueError) as exc:  # TOMLDecodeError and UnicodeDecodeError (not UTF-8) are ValueErrors
+        raise UserError(f"--study {path!r}: cannot read the study file: {str(exc)[:200]}") from None
     unknown = sorted(set(raw) - set(STUDY_KEYS))
     if unknown:
         raise UserError(f"{path}: key {unknown[0]!r} is unknown; valid keys: {', '.join(STUDY_KEYS)}")
@@ -94,6 +98,12 @@ def study_configs(path: str) -> list[tuple[str, dict]]:
         raise UserError(f"{path}: envs={envs!r} is not allowed: expected a non-empty list of env kinds or presets")
     if not isinstance(policies, list) or not policies or not all(isinstance(p, dict) for p in policies):
         raise UserError(f"{path}: policies={policies!r} is not allowed: expected [[policies]] tables with a name")
+    if not isinstance(raw.get("env", {}), dict):
+        raise UserError(f"{path}: env={raw['env']!r} is not allowed: expected an [env] table of knobs")
+    for i, env in enumerate(envs):
+        check_name(f"{path}: envs[{i}]", env)
+        if env in envs[:i]:
+            raise UserError(f"{path}: envs[{i}]={env!r} is listed twice; list each env once")
     seeds = raw.get("seeds", 8)
     if not isinstance(seeds, list):
         seeds = list(range(RUN_KNOBS["seeds"].check(f"{path}: seeds", seeds)))
@@ -104,27 +114,45 @@ def study_configs(path: str) -> list[tuple[str, dict]]:
                                                    if k in raw}})
     except UserError as exc:
         raise UserError(f"{path}: {exc}") from None
-    configs = []
+    if len(set(seeds)) != len(seeds):
+        raise UserError(f"{path}: seeds={seeds!r} is not allowed: expected distinct seeds")
+    configs, labels = [], {}
     for env in envs:
-        for pol in policies:
+        for i, pol in enumerate(policies):
             for seed in seeds:
                 try:
-                    configs.append((env, resolve_config({"env": {**raw.get("env", {}), "kind": env},
-                                                         "policy": dict(pol), **run, "seed": seed})))
-                except ValueError as exc:
-                    raise UserError(f"{path}: env {env!r}, policy {pol.get('name')!r}: {exc}") from None
+                    cfg = resolve_config({"env": {**raw.get("env", {}), "kind": env}, "policy": dict(pol), **run,
+                                          "seed": seed})
+                except (UserError, ValueError, TypeError) as exc:
+                    raise UserError(f"{path}: env {env!r}, policies[{i}] {pol.get('name')!r}: {exc}") from None
+                configs.append((env, cfg))
+            label = configs[-1][1]["policy"]["label"]
+            if env == envs[0] and labels.setdefault(label, i) != i:
+                raise UserError(f"{path}: policies[{i}] label={label!r} is also policies[{labels[label]}]'s; "
+                                "give each policy a distinct label")
     return configs
+
+
+def study_tasks(configs: list[tuple[str, dict]], directory) -> list[dict]:
+    """The runner tasks of a study: DIR/<env>/<label>/seed<s>/, each checked to lie inside DIR."""
+    root = Path(directory).resolve()
+    tasks = []
+    for env, cfg in configs:
+        path = run_dir(root / env, cfg)
+        if not Path(os.path.realpath(path)).is_relative_to(root):
+            raise UserError(f"policy.label={cfg['policy']['label']!r} would write outside DIR {str(root)!r}; "
+                            "choose a plain name")
+        tasks.append({"id": f"{env}/{cfg['policy']['label']}/seed{cfg['seed']}", "config": cfg, "dir": str(path)})
+    return tasks
 
 
 def run_study(configs: list[tuple[str, dict]], args: argparse.Namespace) -> None:
     """Run the missing ones into DIR/<env>/<label>/seed<s>/ (ablations.runner); progress on stderr.
     A finished run there that another config made (the study file changed) is refused first."""
-    root = Path(args.dir).resolve()
-    tasks = [{"id": f"{env}/{cfg['policy']['label']}/seed{cfg['seed']}", "config": cfg,
-              "dir": str(run_dir(root / env, cfg))} for env, cfg in configs]
+    tasks = study_tasks(configs, args.dir)
     todo = runner.pending(tasks, remedy="the study file changed; choose a new DIR")
-    claim_output_dir(args.dir, "study", tool="hb validity --study")
-    print(f"hb validity: {len(todo)} of {len(tasks)} runs to do on {runner.workers(args.jobs, len(todo))} worker(s)",
-          file=sys.stderr)
-    runner.run_many(tasks, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
-                    progress=runner.ProgressBar(noun="runs")).check()
+    with output_dir(args.dir, "study", tool="hb validity --study"):      # marker first, completed last
+        print(f"hb validity: {len(todo)} of {len(tasks)} runs to do on {runner.workers(args.jobs, len(todo))} "
+              "worker(s)", file=sys.stderr)
+        runner.run_many(tasks, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
+                        progress=runner.ProgressBar(noun="runs")).check()

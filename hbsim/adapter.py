@@ -30,8 +30,12 @@ class CostLedger:
     leftover_used: optimized groups taken from the harness's leftover buffer
     leftover_age: mean age in steps of the leftover groups used (nan if none)
     leftover_size: groups left in the buffers after the step (all harnesses)
-    tokens: tokens generated (0 for synthetic environments)
-    seconds: phase -> seconds, phases from SECOND_PHASES
+    tokens: tokens generated (synthetic environments: the env knob `group_tokens`, default 0)
+    cost_seconds: simulated rollout + tool seconds (synthetic environments: knobs
+        `token_seconds`, `group_tool_seconds`; default 0, reproducible); None (nan in the
+        row) where nothing is simulated: the `eval_budget` unit `seconds` then counts the
+        measured seconds["rollout"] + seconds["tools"] (`hbsim.loop.step_cost`)
+    seconds: phase -> seconds (wall clock), phases from SECOND_PHASES
     """
 
     groups_generated: int = 0
@@ -42,10 +46,13 @@ class CostLedger:
     leftover_age: float = float("nan")
     leftover_size: int = 0
     tokens: int = 0
+    cost_seconds: float | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
     def as_row(self) -> dict:
         row = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "seconds"}
+        if self.cost_seconds is None:
+            row["cost_seconds"] = float("nan")
         for phase in SECOND_PHASES:
             row[f"seconds_{phase}"] = float(self.seconds.get(phase, 0.0))
         for phase, value in self.seconds.items():
@@ -63,6 +70,8 @@ class StepResult:
     reward: mean reward of the optimized batch (nan if empty)
     cost: the cost ledger
     extras: env-specific per-step columns (e.g. oracle_arm, regret, true_p_<harness>)
+    generated: (H, 2) per harness [rollouts, reward sum] of ALL groups generated this step,
+        before dynamic-sampling filtering (`Feedback.generated`), or None
     """
 
     learnability: float | None
@@ -71,6 +80,7 @@ class StepResult:
     reward: float
     cost: CostLedger
     extras: dict[str, float] = field(default_factory=dict)
+    generated: np.ndarray | None = None
 
 
 @runtime_checkable

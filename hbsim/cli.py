@@ -8,14 +8,18 @@ reports; tests/test_layers.py). A subcommand module provides
     add_arguments(parser: argparse.ArgumentParser) -> None
     main(args: argparse.Namespace) -> int
 
-Errors meant for users are `policies.errors.UserError` (argparse's errors included):
-they become one line on stderr and exit code 2 (set HB_DEBUG=1 to see the traceback
-instead). Any other exception -- a plain ValueError, KeyError, OSError... -- is a bug
-or an unexpected failure and shows its full traceback.
+Errors meant for users are `policies.errors.UserError` (argparse's errors included)
+and the environment's refusals to write (`ENVIRONMENT_ERRNOS`: disk full, quota, a
+read-only file system, an immutable file): they become one line on stderr and exit code
+2 (set HB_DEBUG=1, or true/yes, to see the traceback instead; any other value, 0
+included, does not). Any other exception -- a plain ValueError, KeyError, OSError... --
+is a bug or an unexpected failure and shows its full traceback. A closed stdout (`hb
+policies | head`) ends the command quietly with exit 0.
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -33,6 +37,17 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "validity": ("ablations.validity_cli", "does L, T or the fused score predict the true gain? (--counterfactual runs)"),
     "calibrate": ("ablations.calibrate", "A/A calibration: false-positive rate of every test of hb report"),
 }
+
+#: OSErrors that say the machine refused a write, not that hb has a bug: one line, exit 2
+ENVIRONMENT_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+                      errno.EROFS: "the file system is read-only", errno.EPERM: "the operation is not permitted",
+                      errno.EACCES: "permission denied"}
+
+
+def debug() -> bool:
+    """HB_DEBUG set to a true value (1, true, yes; any case)."""
+    return os.environ.get("HB_DEBUG", "").strip().lower() in ("1", "true", "yes")
+
 
 #: kept for callers of the old name; the one user-error class is `policies.errors.UserError`
 UsageError = UserError
@@ -71,9 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         if argv[0] not in SUBCOMMANDS:
             raise UsageError(f"hb: unknown command {argv[0]!r}; valid commands: {', '.join(SUBCOMMANDS)}")
         module, args = _load(argv[0], argv[1:])
-        return int(module.main(args) or 0)
+        code = int(module.main(args) or 0)
+        sys.stdout.flush()              # a closed pipe shows here, not in the interpreter's exit
+        return code
     except UserError as exc:
-        if os.environ.get("HB_DEBUG"):
+        if debug():
             raise
         print(f"error: {exc}".splitlines()[0], file=sys.stderr)
         return 2
@@ -81,8 +98,23 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:             # `hb policies | head`: the reader left; say nothing more
+        _quiet_stdout()
+        return 0
+    except OSError as exc:
+        if exc.errno not in ENVIRONMENT_ERRNOS or debug():
+            raise
+        where = f" writing {exc.filename!r}" if exc.filename else ""
+        print(f"error: {ENVIRONMENT_ERRNOS[exc.errno]}{where} ({exc.strerror or exc}); nothing half-written is "
+              f"kept: free space or fix the permissions and run the command again", file=sys.stderr)
+        return 2
+
+
+def _quiet_stdout() -> None:
+    """stdout to /dev/null, so the interpreter's final flush raises no second BrokenPipeError."""
+    try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
+    except (OSError, ValueError):  # pragma: no cover - stdout without a descriptor
+        pass
 
 
 if __name__ == "__main__":

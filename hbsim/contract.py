@@ -19,9 +19,12 @@ A grid directory (`hb grid run`, `hb demo`; written by `ablations.store`):
     cells/<id>/              a complete run directory (+ log.txt)
     cells/.tmp-*             a cell being written (hidden: never read, removed by the next run)
     failed/<id>/log.txt      the traceback of a failed cell
+    tune/                    a grid file with [tune]: the tuning cells (a grid directory of their own)
+    tune.json                ... and each design's selected setting (ablations.tune)
     train.parquet, eval.parquet   every cell's rows, after `hb grid collect`
 
-Every output folder records its KIND in `.hb-kind.json` (`hbsim.folders`).
+Every output folder records its KIND in `.hb-kind.json` (`hbsim.folders`): written first
+with state "incomplete" and the command, completed last with the files hb wrote.
 """
 from __future__ import annotations
 
@@ -43,12 +46,26 @@ ROW_KEYS = ("run_id", "policy", "seed", "step")
 EVAL_COLUMNS = ("suite", "task", "category", "harness", "attempt", "reward", "success")
 #: the columns of an eval table
 EVAL_TABLE = (*ROW_KEYS, *EVAL_COLUMNS)
+#: the suite of the tuning split (env knob `n_validation_tasks`): a grid's [tune] target, never in a report
+VALIDATION_SUITE = "validation"
+
+# -- equal-cost evaluation (run knob `eval_budget`) -------------------------------------
+#: budget unit -> the train (cost ledger) column whose cumulative sum it counts (`seconds`
+#: where `cost_seconds` is nan, i.e. nothing is simulated: seconds_rollout + seconds_tools)
+BUDGET_UNITS = {"groups": "groups_generated", "tokens": "tokens", "seconds": "cost_seconds"}
+#: the extra columns of the eval rows of a budget evaluation (absent from tables of runs
+#: without `eval_budget`; null on the ordinary rows of a run with it): the unit, the
+#: milestone crossed, and the cumulative cost at the step it was first crossed
+BUDGET_UNIT, BUDGET_VALUE, COST_REACHED = "budget_unit", "budget_value", "cost_reached"
+BUDGET_COLUMNS = (BUDGET_UNIT, BUDGET_VALUE, COST_REACHED)
 
 # -- a grid directory --------------------------------------------------------------------
 GRID_JSON = "grid.json"
 CELLS = "cells"
 FAILED = "failed"
 LOG = "log.txt"                 # a cell's or a failure's log
+TUNE_DIR = "tune"               # a tuned grid's tuning cells (DIR/tune/cells/<id>/)
+TUNE_JSON = "tune.json"         # a tuned grid's selection
 TMP_PREFIX = ".tmp-"            # temporary files and folders (hidden: every reader skips them)
 
 # -- a report folder, and the marker and kinds of every output folder --------------------

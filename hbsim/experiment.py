@@ -6,6 +6,7 @@ cells and `hb real`:
      "seed": 3, "steps": 150, "eval_every": None, "batch_groups": 8}
     (+ "counterfactual": k, only when set: a what-if probe every k-th step, hbsim.counterfactual)
     (+ "policy_seed": s, only when set: the policy's seed where it differs from the env's, hb calibrate)
+    (+ "eval_budget": "groups:500,1000", only when set: equal-cost evaluations, hbsim.loop.EVAL_BUDGET)
 
 The top-level keys are the knobs of `RUN_KNOBS`, the one table of the run settings (with
 `seeds`, the seed count of commands that run many). `resolve_config` fills every env,
@@ -22,16 +23,18 @@ from policies import POLICIES, Policy, make
 from policies.base import BATCH_GROUPS
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
-from policies.validate import MAX_SEED, MAX_SEEDS, MAX_STEPS
+from policies.validate import MAX_SEED, MAX_SEEDS, MAX_STEPS, check_name
 
 from hbsim.envs import ENVS, expand_preset, make_env
-from hbsim.loop import EVAL_EVERY, RunResult, run
+from hbsim.loop import EVAL_BUDGET, EVAL_EVERY, RunResult, run
+from hbsim.sampling import when_set
 
 #: the run settings: the one place their defaults and bounds are written
 RUN_KNOBS = Knobs({
     "seed": Knob(0, "the run's seed (environment streams and the policy's generator)", 0, MAX_SEED),
     "steps": Knob(150, "optimizer steps of the run", 1, MAX_STEPS),
     "eval_every": EVAL_EVERY,
+    "eval_budget": EVAL_BUDGET,
     "batch_groups": BATCH_GROUPS,
     "counterfactual": Knob(None, "a what-if pure step on every harness every k-th step (none: off)", 1, MAX_STEPS,
                            type=int, optional=True),
@@ -39,17 +42,20 @@ RUN_KNOBS = Knobs({
                         type=int, optional=True),
     "seeds": Knob(10, "seeds 0..N-1 of a command that runs many (hb sim)", 1, MAX_SEEDS),
 }, owner="the run config")
-#: the top-level keys of one run's config (`counterfactual`, `policy_seed` only when set)
+#: the top-level keys of one run's config (`counterfactual`, `policy_seed`, `eval_budget` only when set)
 CONFIG_KNOBS = RUN_KNOBS.without("seeds")
+#: run keys left out of a config when unset
+OPTIONAL_RUN_KEYS = ("counterfactual", "policy_seed", "eval_budget")
 DEFAULT_ENV = "bernoulli"
 DEFAULT_POLICY = "harnessbandit"
 
 
 def resolve_synthetic(env: dict) -> dict:
-    """A synthetic env section (kind or preset + knobs) -> {"kind", **every knob}."""
+    """A synthetic env section (kind or preset + knobs) -> {"kind", **every knob} (the group
+    filter's knobs only when set: `hbsim.sampling.when_set`)."""
     env = expand_preset(env)
     kind = env.pop("kind", DEFAULT_ENV)
-    return {"kind": kind, **ENVS[kind].resolve_knobs(**env)}
+    return when_set({"kind": kind, **ENVS[kind].resolve_knobs(**env)})
 
 
 def build_policy(policy: dict, n_arms: int, seed: int = 0) -> tuple[Policy, dict]:
@@ -57,9 +63,8 @@ def build_policy(policy: dict, n_arms: int, seed: int = 0) -> tuple[Policy, dict
     resolved section {"name", "label", **every knob})."""
     policy = dict(policy)
     name = policy.pop("name", DEFAULT_POLICY)
-    label = policy.pop("label", None) or name
-    if not isinstance(label, str):
-        raise UserError(f"policy.label={label!r} is not allowed: expected a string")
+    label = policy.pop("label", None)
+    label = check_name("policy.label", name if label is None else label)   # a folder name of hb sim / study
     built = make(name, n_arms=n_arms, seed=seed, **policy)
     knobs = {k: v for k, v in built.config().items() if k not in ("n_arms", "seed")}
     return built, {"name": name, "label": label, **knobs}
@@ -72,10 +77,10 @@ def resolve_policy(policy: dict, n_arms: int) -> dict:
 
 def resolve_run(partial: dict) -> dict:
     """The top-level knobs of a partial config (env and policy aside), each checked by
-    CONFIG_KNOBS, defaults filled; `counterfactual` and `policy_seed` only when set (other
-    configs hash as before they existed)."""
+    CONFIG_KNOBS, defaults filled; `counterfactual`, `policy_seed` and `eval_budget` only when
+    set (other configs hash as before they existed)."""
     top = CONFIG_KNOBS.resolve({k: v for k, v in partial.items() if k not in ("env", "policy")})
-    return {k: v for k, v in top.items() if v is not None or k not in ("counterfactual", "policy_seed")}
+    return {k: v for k, v in top.items() if v is not None or k not in OPTIONAL_RUN_KEYS}
 
 
 def _resolve(partial: dict | None, resolve_env: bool | Callable[[dict], dict]) -> tuple[dict, Policy]:
@@ -122,7 +127,7 @@ def run_config(cfg: dict, progress: Callable[[int, int], None] | None = None,
     return run(policy, adapter, cfg["steps"], label=cfg["policy"]["label"], seed=cfg["seed"],
                eval_every=cfg["eval_every"], config=cfg, progress=progress,
                batch_groups=cfg["batch_groups"], counterfactual=cfg.get("counterfactual"), state=state,
-               checkpoint=checkpoint)
+               checkpoint=checkpoint, eval_budget=cfg.get("eval_budget"))
 
 
 __all__ = ["CONFIG_KNOBS", "POLICIES", "RUN_KNOBS", "build_policy", "resolve_config", "resolve_policy",

@@ -2,8 +2,12 @@
 records what it wrote, and replaces files in one step under the user's umask.
 
 Every folder an `hb` tool writes into has a KIND (`hbsim.contract.KINDS`), recorded in
-the marker file `.hb-kind.json` ({"kind", "config_hash", "tool"}) when the tool first
-writes:
+the marker file `.hb-kind.json` ({"kind", "config_hash", "tool", "state", "command",
+"files"}). The marker is written FIRST, before the tool's first other write, with state
+"incomplete" and the command line (`claim_output_dir`), and completed LAST (state
+"complete", `files`: every file hb wrote there, relative; `complete_output_dir`): a
+folder whose command was killed still says it is ours and is resumed (or overwritten)
+by the rerun, and `--force` removes only files the marker lists.
 
     sim     `hb sim --out DIR`: DIR/<label>/seed<seed>/ run directories
     run     `hb real --out DIR`: one run directory (+ checkpoints/)
@@ -12,14 +16,24 @@ writes:
     study   `hb validity DIR --study FILE`: DIR/<env>/<label>/seed<seed>/ run directories
 
 `check_output_dir` runs before any work and writes nothing: a path that is a file, not
-writable or too long is refused; a missing or empty folder is new; a folder with our
+writable or too long, or that lies inside another hb folder (through symlinks too; only a
+report folder may be a direct child of the grid, run, sim or study folder it reports on,
+and never lie in a grid's cells/), is refused; a missing or empty folder is new; a folder with our
 marker of the same kind (and config hash, where the tool records one) is resumed; any
 other non-empty folder -- another kind, another config, or a folder hb did not create --
 is refused unless the tool's `--force` is given. Folders written before markers existed
 are adopted when their contents are unmistakably ours (`legacy_kind`).
 
 Files are replaced with `atomic_write` (a hidden `.tmp-` file beside the target, renamed
-over it) and get the mode a plain open() or mkdir would give (`file_mode`, `dir_mode`).
+over it; `exclusive=True`: linked into place, never replacing a file) and get the mode a
+plain open() or mkdir would give (`file_mode`, `dir_mode`). Temporaries a killed writer
+left are removed by the rerun (`remove_temp`), and every reader lists folders with
+`visible` (no hidden or temporary entry).
+
+Test hook: with `HB_FAULT_AT=N` in the environment a process kills itself (SIGKILL) at
+its N-th write, after the data went to the temporary and before it is renamed into place
+(`_fault_point`, called by `atomic_write` and `write_dir_atomic` only; counted per
+process). tests/test_fault_injection.py uses it; it has no other use.
 Standard library, `policies` and `hbsim.contract` only.
 """
 from __future__ import annotations
@@ -27,13 +41,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
+import signal
 import stat
+import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Union
 
-from hbsim.contract import (CELLS, CHECKPOINT, EVAL_FILE, GRID_JSON, KIND_FILE, KINDS, REPORT_INDEX, REPORT_MARKDOWN,
+from hbsim.contract import (CELLS, CHECKPOINT, EVAL_FILE, GRID_JSON, KIND_FILE, KINDS, TUNE_DIR, REPORT_INDEX, REPORT_MARKDOWN,
                             RUN_JSON, TMP_PREFIX, TRAIN_FILE)
 from policies.errors import UserError
 from policies.validate import check_choice
@@ -76,8 +94,35 @@ def file_mode() -> int:
     return 0o666 & ~current_umask()
 
 
-def atomic_write(path: str | os.PathLike, content: Content) -> Path:
-    """Replace `path` in one step; returns it.
+#: the test hook's environment variable (module doc); read by `_fault_point` only
+FAULT_ENV = "HB_FAULT_AT"
+_writes = 0
+#: the files written under each claimed folder by this process (`complete_output_dir` lists them)
+_written: dict[Path, set[str]] = {}
+
+
+def _fault_point() -> None:
+    """Test hook (module doc): SIGKILL this process at its HB_FAULT_AT-th write."""
+    global _writes
+    at = os.environ.get(FAULT_ENV)
+    if not at:
+        return
+    _writes += 1
+    if _writes == int(at):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _record_write(path: Path) -> None:
+    for root, names in _written.items():
+        try:
+            names.add(path.resolve().relative_to(root).as_posix())
+        except ValueError:
+            continue
+
+
+def atomic_write(path: str | os.PathLike, content: Content, *, exclusive: bool = False) -> Path:
+    """Replace `path` in one step; returns it. `exclusive`: never replace an existing file
+    (the temporary is hard-linked into place; UserError when `path` exists by then).
 
     `content` (bytes, text written as UTF-8, or a function that writes the path it is
     given: `df.to_parquet`, `torch.save`, `fig.savefig`) goes into a hidden temporary file
@@ -97,10 +142,20 @@ def atomic_write(path: str | os.PathLike, content: Content) -> Path:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(content.encode() if isinstance(content, str) else content)
         os.chmod(tmp, file_mode())
-        os.replace(tmp, path)
+        _fault_point()
+        if exclusive:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise UserError(f"{str(path)!r} appeared while this command ran: nothing is overwritten; "
+                                "choose a new path") from None
+            tmp.unlink()
+        else:
+            os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    _record_write(path)
     return path
 
 
@@ -130,6 +185,7 @@ def write_dir_atomic(final: str | os.PathLike, fill: Callable[[Path], None], *,
     tmp, old = make_temp_dir(final), None
     try:
         fill(tmp)
+        _fault_point()
         if final.is_dir() and not keep(final):
             old = make_temp_dir(final)
             os.rename(final, old)                       # onto the empty temporary: atomic
@@ -144,6 +200,49 @@ def write_dir_atomic(final: str | os.PathLike, fill: Callable[[Path], None], *,
             if p is not None and p.exists():
                 shutil.rmtree(p, ignore_errors=True)
     return True
+
+
+def remove_temp(folder: str | os.PathLike, target: str | None = None) -> int:
+    """Remove the temporaries killed writers left in `folder` (not below it): hidden names
+    holding TMP_PREFIX (ours; older write_run's `.<name>.tmp-*`); only those of the file
+    `target` when given (a user's folder: `hb calibrate --csv`); returns how many."""
+    mine = (lambda n: n.startswith(f"{TMP_PREFIX}{target}-")) if target else (lambda n: TMP_PREFIX in n)
+    try:
+        stale = [p for p in Path(folder).iterdir() if p.name.startswith(".") and mine(p.name)]
+    except OSError:
+        return 0
+    for p in stale:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    return len(stale)
+
+
+def _is_temp(path: Path) -> bool:
+    return path.name.startswith(".") and TMP_PREFIX in path.name
+
+
+def visible(folder: str | os.PathLike) -> list[Path]:
+    """The entries of `folder` every reader may see, sorted: no hidden name (temporaries,
+    markers, probes); [] for a missing folder."""
+    try:
+        return sorted(p for p in Path(folder).iterdir() if not p.name.startswith("."))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def find_files(root: str | os.PathLike, name: str, depth: int) -> list[Path]:
+    """Every file called `name` in `root` or its visible subfolders down to `depth` levels,
+    sorted (the readers' one walk: never into hidden or temporary folders)."""
+    root, found = Path(root), []
+    if (root / name).is_file():
+        found.append(root / name)
+    if depth > 0:
+        for entry in visible(root):
+            if entry.is_dir():
+                found.extend(find_files(entry, name, depth - 1))
+    return sorted(found)
 
 
 # -- paths -----------------------------------------------------------------------------------
@@ -217,10 +316,13 @@ def read_marker(path: str | os.PathLike) -> dict | None:
     """The marker record of a folder ({"kind", "config_hash", "tool"}), or None."""
     marker = Path(path) / KIND_FILE
     if not marker.is_file():
+        if marker.exists() or marker.is_symlink():
+            raise UserError(f"{marker}: the folder marker is not a file (a folder or a broken link); "
+                            "remove it and run again")
         return None
     try:
         record = json.loads(marker.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         raise UserError(f"{marker}: unreadable folder marker ({exc}); expected the JSON hb writes") from None
     if not isinstance(record, dict) or record.get("kind") not in KINDS:
         raise UserError(f"{marker}: kind={record.get('kind') if isinstance(record, dict) else record!r} "
@@ -231,8 +333,7 @@ def read_marker(path: str | os.PathLike) -> dict | None:
 _SEED_DIR = re.compile(r"seed\d+")
 
 
-def _visible(path: Path) -> list[Path]:
-    return sorted(p for p in path.iterdir() if not p.name.startswith("."))
+_visible = visible
 
 
 def legacy_kind(path: str | os.PathLike) -> str | None:
@@ -268,22 +369,98 @@ def _kind_of(path: Path) -> str | None:
     return record["kind"] if record else legacy_kind(path)
 
 
+def _hb_kind_here(path: Path) -> str | None:
+    """The kind of `path` when it is an hb folder, from cheap evidence only (its marker,
+    grid.json, run.json or a checkpoint); None for anything else, unreadable included."""
+    try:
+        record = read_marker(path)
+    except UserError:
+        return None
+    if record:
+        return record["kind"]
+    if (path / GRID_JSON).is_file():
+        return "grid"
+    if (path / RUN_JSON).is_file() or (path / CHECKPOINT).is_file():
+        return "run"
+    return None
+
+
+#: ioctl FS_IOC_GETFLAGS and its immutable / append-only bits (Linux)
+_GETFLAGS, _IMMUTABLE, _APPEND = 0x80086601, 0x10, 0x20
+
+
+def _locked(path: Path) -> bool:
+    """Whether `path` is immutable or append-only (chattr +i / +a): nothing can replace it."""
+    import fcntl
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        buf = fcntl.ioctl(fd, _GETFLAGS, b"\0" * 8)
+    except OSError:           # the file system has no such flags
+        return False
+    finally:
+        os.close(fd)
+    return bool(int.from_bytes(buf[:4], sys.byteorder) & (_IMMUTABLE | _APPEND))
+
+
+def check_replaceable(root: Path, kind: str, flag: str = "--out") -> None:
+    """Refuse, before any write, a folder whose files hb replaces cannot be replaced (an
+    immutable or append-only file: chattr +i / +a): the command would stop half way,
+    leaving some files new and some old. Checks the folder's files (the marker included),
+    and for a report those of its subfolders (figures/)."""
+    folders = [root] + ([p for p in _visible(root) if p.is_dir()] if kind == "report" else [])
+    for folder in folders:
+        for entry in sorted(folder.iterdir()):
+            if entry.is_file() and not entry.is_symlink() and _locked(entry):
+                raise UserError(f"{flag} {str(root)!r}: {str(entry)!r} is immutable or append-only (chattr), so "
+                                "hb cannot replace it; nothing was written: lift the flag or choose a new path")
+
+
+def check_not_nested(path: str | os.PathLike, kind: str, flag: str = "--out") -> None:
+    """Refuse an output folder inside another hb folder (symlinks resolved): its readers
+    would take it for their own data (a run in GRID/cells/ breaks `hb grid collect`). A
+    report folder may be a direct child of the folder it reports on (`hb report DIR`
+    writes DIR/report), and a grid's tuning phase is a grid at GRID/tune (`ablations.tune`);
+    never deeper and never inside a grid's cells/."""
+    real = Path(os.path.realpath(path))
+    for parent in real.parents:
+        if parent.name == CELLS and _hb_kind_here(parent.parent) == "grid":
+            raise UserError(f"{flag} {str(path)!r} lies inside {str(parent)!r}, the cells of a grid directory; "
+                            f"nothing was written: choose a path outside it")
+    for depth, parent in enumerate(real.parents):
+        found = _hb_kind_here(parent)
+        if found is None:
+            continue
+        if kind == "report" and depth == 0 and found != "report":
+            return
+        if kind == "grid" and depth == 0 and found == "grid" and real.name == TUNE_DIR:
+            return
+        raise UserError(f"{flag} {str(path)!r} lies inside {str(parent)!r}, which is {KINDS[found]}; "
+                        f"nothing was written: choose a path outside it")
+
+
 def check_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = None, *,
                      force: bool = False, flag: str = "--out", force_flag: str | None = "--force") -> str:
     """Validate the output folder of a `kind` tool BEFORE any work; writes nothing.
 
     Returns "new" (missing or empty), "resume" (ours, same kind and config hash, or one of
-    them unrecorded) or "forced" (a conflict overridden by `force`). Raises UserError for
-    a file, an unwritable or too long path, and (unless `force`) a folder of another kind,
-    of another config hash, or not created by hb. `force_flag` is the option the message
-    suggests (None: the tool has none).
+    them unrecorded; also when the marker says "incomplete": a killed command's folder)
+    or "forced" (a conflict overridden by `force`). Raises UserError for a file, an
+    unwritable or too long path, a path inside another hb folder (`check_not_nested`,
+    never forced), and (unless `force`) a folder of another kind, of another config hash,
+    or not created by hb. `force_flag` is the option the message suggests (None: the tool
+    has none).
     """
     check_choice("kind", kind, KINDS)
     root = Path(path)
     check_path_length(root, flag)
     check_writable(root, flag)
-    if not root.exists() or not any(root.iterdir()):
+    check_not_nested(root, kind, flag)
+    if not root.exists() or not any(not _is_temp(e) for e in root.iterdir()):   # a killed claim's temporary only
         return "new"
+    check_replaceable(root, kind, flag)
     record = read_marker(root)
     found = record["kind"] if record else legacy_kind(root)
     if found is None:
@@ -304,18 +481,95 @@ def check_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None
 
 def claim_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = None,
                      tool: str | None = None) -> Path:
-    """Create the folder (as mkdir does under the user's umask) and record its kind in
-    `.hb-kind.json` (atomic replace; left as is when it already says the same)."""
+    """Create the folder (as mkdir does under the user's umask), remove the temporaries a
+    killed writer left in it and its direct subfolders (`remove_temp`), and record its
+    kind in `.hb-kind.json` with state "incomplete" and this command (atomic replace), the
+    files an earlier call listed kept. Call it before the tool's first other write; from
+    here this process's atomic writes under the folder are listed by `complete_output_dir`."""
     root = Path(path)
+    created = _existing_ancestor(root.absolute())
     root.mkdir(parents=True, exist_ok=True)
-    record = {"kind": kind, "config_hash": config_hash, "tool": tool or f"hb {kind}"}
+    marker_before = (root / KIND_FILE).read_bytes() if (root / KIND_FILE).is_file() else None
     try:
-        if read_marker(root) == record:
-            return root
+        previous = read_marker(root) or {}
     except UserError:
-        pass  # an unreadable marker is replaced
+        if (root / KIND_FILE).is_dir():
+            raise
+        previous = {}  # an unreadable marker is replaced
+    for folder in (root, *(p for p in _visible(root) if p.is_dir() and not p.is_symlink())):
+        remove_temp(folder)
+    command = shlex.join(["hb", *sys.argv[1:]]) if os.path.basename(sys.argv[0]) in ("hb", "cli.py") else None
+    record = {"kind": kind, "config_hash": config_hash, "tool": tool or f"hb {kind}", "state": "incomplete",
+              "command": command, "files": list(previous.get("files") or [])}
+    atomic_write(root / KIND_FILE, json.dumps(record, sort_keys=True) + "\n")
+    _written[root.resolve()] = set()
+    _claims[root.resolve()] = (created, marker_before, [p.name for p in _visible(root)])
+    return root
+
+
+#: claimed folder -> (its nearest ancestor that existed before, the marker's bytes before, its entries)
+_claims: dict[Path, tuple[Path, bytes | None, list[str]]] = {}
+
+
+@contextmanager
+def output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = None, tool: str | None = None):
+    """`claim_output_dir`, then the body writes, then `complete_output_dir`. When the body
+    raises before anything was written there (no atomic write of this process, no new
+    entry; e.g. a bad --baseline found while loading), the claim is undone: the folders it created are removed, or the marker restored, so a
+    refusal leaves the disk as it was; after a write the marker stays "incomplete"."""
+    root = claim_output_dir(path, kind, config_hash, tool)
+    key = root.resolve()
+    try:
+        yield root
+    except BaseException:
+        existed, marker, entries = _claims.pop(key)
+        if not _written.get(key) and [p.name for p in _visible(root)] == entries:   # nothing written yet
+            _undo_claim(root, existed, marker)
+        raise
+    complete_output_dir(root)
+
+
+def _undo_claim(root: Path, existed: Path, marker: bytes | None) -> None:
+    _written.pop(root.resolve(), None)
+    if marker is not None:
+        atomic_write(root / KIND_FILE, marker)
+        return
+    (root / KIND_FILE).unlink(missing_ok=True)
+    for folder in [root.absolute(), *root.absolute().parents]:
+        if folder == existed or not folder.is_relative_to(existed):
+            break
+        try:
+            folder.rmdir()           # only empty folders: whatever else appeared stays
+        except OSError:
+            break
+
+
+def complete_output_dir(path: str | os.PathLike, files: list | None = None) -> Path:
+    """Mark a claimed folder complete (its command's last write): state "complete" and
+    `files` = what the marker listed + every file this process wrote there since
+    `claim_output_dir` + `files` (paths, absolute or relative to the folder)."""
+    root = Path(path)
+    record = read_marker(root)
+    if record is None:
+        raise RuntimeError(f"{root}: complete_output_dir before claim_output_dir")
+    base = root.resolve()
+    names = set(record.get("files") or []) | _written.pop(base, set())
+    for f in files or []:
+        f = Path(f)
+        names.add((f.resolve().relative_to(base) if f.is_absolute() else f).as_posix())
+    names.discard(KIND_FILE)
+    record.update(state="complete", files=sorted(n for n in names if (root / n).exists()))
     atomic_write(root / KIND_FILE, json.dumps(record, sort_keys=True) + "\n")
     return root
+
+
+def written_files(path: str | os.PathLike) -> set[Path]:
+    """The files the marker of `path` lists as written by hb (those still there)."""
+    try:
+        record = read_marker(path) or {}
+    except UserError:
+        return set()
+    return {Path(path) / f for f in record.get("files") or [] if (Path(path) / f).is_file()}
 
 
 def check_resume_dir(path: str | os.PathLike, checkpoint: str = CHECKPOINT, flag: str = "--out") -> Path:
@@ -336,11 +590,18 @@ def check_resume_dir(path: str | os.PathLike, checkpoint: str = CHECKPOINT, flag
     if found != "run":
         what = f"is {KINDS[found]}" if found else f"was not created by hb (no {KIND_FILE}, no {RUN_JSON})"
         raise UserError(f"--resume {flag} {str(root)!r} {what}, not a run directory; nothing was written")
-    found = sorted(p for p in root.glob(checkpoint) if p.is_file())
+    found = sorted((p for p in root.glob(checkpoint) if p.is_file() and not p.parent.name.startswith(".")),
+                   key=_step_key)
     if not found:
         raise UserError(f"--resume {flag} {str(root)!r} holds no checkpoint ({checkpoint}): the run stopped "
                         f"before its first checkpoint; drop --resume and use a new --out to start over")
     return found[-1]
+
+
+def _step_key(path: Path) -> tuple:
+    """Sort key of checkpoint paths: the step number of `checkpoint-N` folders, numerically."""
+    m = re.search(r"checkpoint-(\d+)", str(path))
+    return (int(m.group(1)) if m else -1, str(path))
 
 
 def stale_collected_tables(root: str | os.PathLike) -> str | None:

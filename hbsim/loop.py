@@ -16,6 +16,10 @@ ground-truth columns describe the state after that step. An evaluation tagged `s
 ran after s optimizer steps (`step = 0`: before training). `seconds_scheduler` is the wall
 time of select + update, `seconds_step` the wall time of the whole step (evaluation
 excluded); the `seconds_*` columns are the only ones that are not reproducible bit for bit.
+Equal-cost evaluation (`eval_budget = "groups:500,1000"`): after every step,
+`evaluate_budget()` evaluates once for the milestones the cumulative cost (`step_cost`) has
+newly crossed; those rows carry hbsim.contract.BUDGET_COLUMNS and are kept apart from the
+ordinary evaluations (`evaluated_at` ignores them).
 `step_overhead(row)` / `overhead_fraction(train)` derive the scheduler's share of the step time from them.
 Checkpoints: `Loop.run`'s `checkpoint` hook; `Loop.load_state_dict` continues such a run.
 """
@@ -30,7 +34,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from hbsim.contract import EVAL_COLUMNS
+from hbsim.contract import BUDGET_COLUMNS, BUDGET_UNITS, EVAL_COLUMNS
 from hbsim.records import RunResult, config_hash, versions, write_run
 from policies import Allocation, Feedback
 from policies.base import BATCH_GROUPS
@@ -49,6 +53,55 @@ OVERHEAD_PHASES = ("seconds_sketch", "seconds_allreduce", "seconds_scheduler")
 #: the run-config knob `eval_every` (hbsim.experiment.RUN_KNOBS), checked where the loop is built
 EVAL_EVERY = Knob(None, "also evaluate every N steps (none: only after the final step)", 1, MAX_STEPS,
                   type=int, optional=True)
+
+
+def parse_budget(name: str, value) -> str:
+    """`eval_budget`'s parse: "UNIT:M1,M2,..." (or {"unit": UNIT, "at": [M1, ...]}) with UNIT
+    one of BUDGET_UNITS and milestones positive finite numbers -> the canonical string (unit,
+    milestones sorted and deduplicated, integral ones without a decimal point)."""
+    unit, at = None, None
+    if isinstance(value, str) and ":" in value:
+        unit, _, rest = value.partition(":")
+        at = [x.strip() for x in rest.split(",") if x.strip()]
+    elif isinstance(value, dict) and set(value) == {"unit", "at"} and isinstance(value["at"], (list, tuple)):
+        unit, at = value["unit"], list(value["at"])
+    try:
+        milestones = sorted({float(x) for x in at if not isinstance(x, bool)}) if at else []
+        ok = unit in BUDGET_UNITS and milestones and len(milestones) == len(at) and all(
+            np.isfinite(m) and 0 < m <= 1e15 for m in milestones)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise UserError(f"{name}={value!r} is not allowed: expected {parse_budget.allowed}")
+    return f"{unit}:" + ",".join(str(int(m)) if m == int(m) else repr(m) for m in milestones)
+
+
+parse_budget.allowed = (f'"UNIT:M1,M2,..." with UNIT one of {", ".join(BUDGET_UNITS)} and distinct milestones '
+                        'in (0, 1e15], e.g. "groups:500,1000"')
+
+#: the run-config knob `eval_budget` (hbsim.experiment.RUN_KNOBS): equal-cost evaluation
+EVAL_BUDGET = Knob(None, "also evaluate when the run's cumulative cost first crosses each milestone "
+                         "(\"groups|tokens|seconds:M1,M2,...\"; none: off)", type=str, optional=True,
+                   parse=parse_budget)
+
+
+def budget_milestones(eval_budget: str | None) -> tuple[str | None, list[float]]:
+    """A canonical `eval_budget` -> (unit, milestones ascending); (None, []) when off."""
+    if not eval_budget:
+        return None, []
+    unit, _, rest = eval_budget.partition(":")
+    return unit, [float(x) for x in rest.split(",")]
+
+
+def step_cost(row, unit: str) -> float:
+    """A train row's cost in an `eval_budget` unit: its ledger column (BUDGET_UNITS); for
+    `seconds` without simulated `cost_seconds` (nan: real runs), the measured
+    seconds_rollout + seconds_tools."""
+    value = float(row.get(BUDGET_UNITS[unit], 0.0))
+    if unit == "seconds" and not np.isfinite(value):
+        value = float(row.get("seconds_rollout", 0.0)) + float(row.get("seconds_tools", 0.0))
+    return value
+
 
 def step_overhead(row) -> float:
     """(sketch + all-reduce + policy seconds) / seconds_step of one train row (a mapping;
@@ -84,7 +137,7 @@ def step_feedback(allocation: Allocation, res) -> Feedback:
     ratio = cost.groups_generated / cost.groups_optimized if cost.groups_optimized else None
     return Feedback(arm=allocation.arm, learnability=res.learnability, sketch=res.sketch,
                     update_sketch=res.update_sketch, reward=res.reward, cost=ratio,
-                    counts=np.asarray(allocation.counts))
+                    counts=np.asarray(allocation.counts), generated=getattr(res, "generated", None))
 
 
 @dataclass
@@ -108,8 +161,12 @@ class StepRecorder:
 
     def __init__(self, policy, harnesses: list[str], *, label: str | None = None, seed: int = 0,
                  eval_every: int | None = None, batch_groups: int | None = None,
-                 evaluate: Callable[[], pd.DataFrame] | None = None, env: dict | None = None):
+                 evaluate: Callable[[], pd.DataFrame] | None = None, env: dict | None = None,
+                 eval_budget: str | None = None):
         eval_every = EVAL_EVERY.check("eval_every", eval_every)
+        self.eval_budget = EVAL_BUDGET.check("eval_budget", eval_budget)
+        self._budget_unit, self._milestones = budget_milestones(self.eval_budget)
+        self._spent = 0.0                            # cumulative cost in the budget unit
         batch_groups = BATCH_GROUPS.default if batch_groups is None else batch_groups
         self.batch_groups = BATCH_GROUPS.check("batch_groups", batch_groups)
         self.policy = policy
@@ -124,6 +181,8 @@ class StepRecorder:
         self.pending: PendingStep | None = None
         self._rows: list[dict] = []
         self._evals: list[pd.DataFrame] = []
+        self._budget_evals: list[pd.DataFrame] = []      # budget evaluations (kept apart: `evaluated_at`)
+        self._budget_done: list[float] = []              # the milestones evaluated, ascending
 
     # -- one step --------------------------------------------------------------------
     def begin(self, start: float | None = None) -> Allocation:
@@ -152,6 +211,8 @@ class StepRecorder:
         row = self._row(step.p, step.allocation, res, self.policy.diagnostics())
         row["seconds_step"] = time.perf_counter() - step.start
         self._rows.append(row)
+        if self._budget_unit is not None:
+            self._spent += step_cost(row, self._budget_unit)
         return row
 
     @property
@@ -186,18 +247,41 @@ class StepRecorder:
     # -- evaluation ------------------------------------------------------------------
     def evaluate(self) -> pd.DataFrame:
         """Held-out evaluation now; rows tagged policy (label), seed and step."""
+        frame = self._frame()
+        self._evals.append(frame)
+        return frame
+
+    def evaluate_budget(self) -> list[pd.DataFrame]:
+        """With `eval_budget`: one evaluation now for the milestones the cumulative cost has
+        crossed since the last call (call it after every step), one tagged copy of it per
+        milestone (BUDGET_COLUMNS: unit, milestone, the cost reached); [] when none."""
+        new = [m for m in self._milestones[len(self._budget_done):] if m <= self._spent]
+        if not new:
+            return []
+        frame = self._frame()
+        out = []
+        for m in new:
+            tagged = frame.copy()
+            for col, value in zip(BUDGET_COLUMNS, (self._budget_unit, m, self._spent)):
+                tagged[col] = value
+            out.append(tagged)
+        self._budget_evals.extend(out)
+        self._budget_done.extend(new)
+        return out
+
+    def _frame(self) -> pd.DataFrame:
         frame = (self._evaluate() if self._evaluate else pd.DataFrame(columns=list(EVAL_COLUMNS))).copy()
         frame.insert(0, "step", self.t)
         frame.insert(0, "seed", self.seed)
         frame.insert(0, "policy", self.label)
-        self._evals.append(frame)
         return frame
 
     # -- state -----------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"t": self.t, "label": self.label, "seed": self.seed, "started": self.started,
                 "policy": self.policy.state_dict(), "rows": copy.deepcopy(self._rows),
-                "evals": [e.copy() for e in self._evals]}
+                "evals": [e.copy() for e in self._evals], "budget_evals": [e.copy() for e in self._budget_evals],
+                "budget_done": list(self._budget_done)}
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("label") != self.label or state.get("seed") != self.seed:
@@ -207,6 +291,10 @@ class StepRecorder:
         self.t, self.started = int(state["t"]), state["started"]
         self._rows = copy.deepcopy(state["rows"])
         self._evals = [e.copy() for e in state["evals"]]
+        self._budget_evals = [e.copy() for e in state.get("budget_evals", [])]
+        self._budget_done = [float(m) for m in state.get("budget_done", [])]
+        if self._budget_unit is not None:
+            self._spent = float(sum(step_cost(r, self._budget_unit) for r in self._rows))
 
     # -- result ----------------------------------------------------------------------
     def env_config(self) -> dict:
@@ -222,10 +310,13 @@ class StepRecorder:
                                  **self.policy.config()},
                       "seed": self.seed, "steps": self.t, "eval_every": self.eval_every,
                       "batch_groups": self.batch_groups}
+            if self.eval_budget is not None:
+                config["eval_budget"] = self.eval_budget
         run_id = config_hash(config)
         train = pd.DataFrame(self._rows)
         train.insert(0, "run_id", run_id)
-        evals = pd.concat(self._evals, ignore_index=True) if self._evals else pd.DataFrame(
+        frames = self._evals + self._budget_evals
+        evals = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
             columns=["policy", "seed", "step", *EVAL_COLUMNS])
         evals.insert(0, "run_id", run_id)
         policy_cfg = config.get("policy", {})
@@ -240,9 +331,9 @@ class Loop(StepRecorder):
     """Drives one policy on one `TrainingAdapter`; rows accumulate in memory until `result()`."""
 
     def __init__(self, policy, adapter, *, label: str | None = None, seed: int = 0,
-                 eval_every: int | None = None, batch_groups: int | None = None):
+                 eval_every: int | None = None, batch_groups: int | None = None, eval_budget: str | None = None):
         super().__init__(policy, adapter.harnesses, label=label, seed=seed, eval_every=eval_every,
-                         batch_groups=batch_groups, evaluate=adapter.evaluate)
+                         batch_groups=batch_groups, evaluate=adapter.evaluate, eval_budget=eval_budget)
         self.adapter = adapter
         #: hook(loop) callables run at the start of every step, before the policy is asked
         #: (e.g. hbsim.counterfactual.Probe); they must leave policy and adapter as they found them
@@ -275,6 +366,7 @@ class Loop(StepRecorder):
                 progress(self.t, steps)
             if (self.eval_every and self.t % self.eval_every == 0) or self.t == steps:
                 self.evaluate()
+            self.evaluate_budget()
             if checkpoint is not None and checkpoint(self):
                 return
         if self.t == steps and self.evaluated_at != self.t:
@@ -292,14 +384,16 @@ def run(policy, adapter, steps: int, *, label: str | None = None, seed: int = 0,
         eval_every: int | None = None, out=None, config: dict | None = None,
         progress: Callable[[int, int], None] | None = None, batch_groups: int | None = None,
         counterfactual: int | None = None, state: dict | None = None,
-        checkpoint: Callable[[Loop], bool | None] | None = None) -> RunResult:
+        checkpoint: Callable[[Loop], bool | None] | None = None, eval_budget: str | None = None) -> RunResult:
     """Run `steps` optimizer steps of `policy` on `adapter`, evaluate at the end (and every
     `eval_every` steps), return the RunResult; with `out`, also write the run directory.
     `counterfactual=k`: every k-th step, a what-if pure step on every harness first
     (hbsim.counterfactual; the run itself is unchanged), in `result.counterfactual`.
     `state`: a `Loop.state_dict()` to continue from; `checkpoint`: see `Loop.run` (a run it
-    stops returns the steps done so far)."""
-    loop = Loop(policy, adapter, label=label, seed=seed, eval_every=eval_every, batch_groups=batch_groups)
+    stops returns the steps done so far). `eval_budget`: also evaluate at each cost milestone
+    ("groups:500,1000", `StepRecorder.evaluate_budget`)."""
+    loop = Loop(policy, adapter, label=label, seed=seed, eval_every=eval_every, batch_groups=batch_groups,
+                eval_budget=eval_budget)
     if state is not None:
         loop.load_state_dict(state)
     probe = None

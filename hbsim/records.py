@@ -3,6 +3,8 @@
 and a grid's complete cells read into one table (`load_cells`, `collect_cells`).
 
 A run directory is complete when its `run.json` exists: it is always written last.
+Every reader lists folders with `hbsim.folders.visible` / `find_files` (never a hidden or
+temporary entry a killed writer left; re-exported here).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hbsim.contract import CELLS, COUNTERFACTUAL_FILE, EVAL_FILE, RUN_FILES, RUN_JSON, TRAIN_FILE
-from hbsim.folders import atomic_write, make_temp_dir, write_dir_atomic
+from hbsim.folders import atomic_write, find_files, make_temp_dir, remove_temp, visible, write_dir_atomic  # noqa: F401
 from policies.errors import UserError
 
 
@@ -160,10 +162,7 @@ def read_run(run_dir):
 # -- a grid's cells, read into one table ---------------------------------------------------
 def done_ids(root) -> set[str]:
     """Ids of the complete cells of grid directory `root` (hidden temporary folders excluded)."""
-    cells = Path(root) / CELLS
-    if not cells.is_dir():
-        return set()
-    return {p.name for p in cells.iterdir() if not p.name.startswith(".") and p.is_dir()}
+    return {p.name for p in visible(Path(root) / CELLS) if p.is_dir()}
 
 
 def load_cells(root, only: set[str] | None = None,
@@ -205,6 +204,7 @@ def collect_cells(root, only: set[str] | None = None) -> tuple[Path, Path]:
     """Write DIR/train.parquet and DIR/eval.parquet of the cells (atomically); returns their paths."""
     root = Path(root)
     train, evals = load_cells(root, only=only)
+    remove_temp(root)       # the temporaries of a collect that was killed
     return tuple(atomic_write(root / name, lambda tmp, df=df: df.to_parquet(tmp, index=False))
                  for name, df in ((TRAIN_FILE, train), (EVAL_FILE, evals)))
 
@@ -213,7 +213,12 @@ def _read_tables(paths: list[Path], columns: list[str] | None = None) -> list[pa
     """Read parquet files on a few threads (arrow releases the GIL); order kept. The
     pandas metadata is dropped so the concatenation gets one fresh RangeIndex."""
     def read(path: Path) -> pa.Table:
-        return pq.read_table(path, columns=columns).replace_schema_metadata(None)
+        try:
+            return pq.read_table(path, columns=columns).replace_schema_metadata(None)
+        except (OSError, ValueError) as exc:  # missing, truncated, not parquet (ArrowInvalid is a ValueError)
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise UserError(f"{str(path)!r} is missing or not a readable parquet table ({first[:200]}); "
+                            f"remove its cell folder {str(path.parent)!r} and run `hb grid run` again") from None
     with ThreadPoolExecutor(max_workers=min(8, len(paths))) as pool:
         return list(pool.map(read, paths))
 

@@ -13,8 +13,8 @@ One step, `collect(need, step, generate)`:
      oldest first, and their ages (step - birth step) are recorded;
   3. up to `max_rounds` rounds: every harness still missing m groups asks for
      ceil(m * oversample) fresh groups (ONE `generate` call per round for all harnesses, in
-     harness order, so a real trainer can batch its rollouts); groups whose rewards all equal
-     each other (`hbsim.grpo.keep_mask`) are dropped; the retained groups fill the batch in
+     harness order, so a real trainer can batch its rollouts); groups that fail the group
+     filter (`GroupFilter`, below) are dropped; the retained groups fill the batch in
      generation order and the rest go to the harness's buffer, born at `step`;
   4. cap: every buffer keeps at most `max_size` groups, the newest (0 = no cap).
 A batch comes out short when the rounds run out.
@@ -23,6 +23,24 @@ A batch comes out short when the rounds run out.
 s - born <= max_age; 0 means no age limit (a group waits until it is used). Expiry happens
 when a step starts, so `leftover_size` after a step still counts groups that the next step
 will drop as too old.
+
+The group filter (`GroupFilter`, knobs `FILTER_KNOBS`, the same in every backend's table:
+the synthetic env kinds, the native real trainer and the TRL backend). A group of rewards
+r_1..r_G is kept iff
+  * its rewards are not all equal (`hbsim.grpo.keep_mask`, always; DAPO's dynamic sampling);
+  * `keep_band = "lo,hi"` (or [lo, hi]): lo <= mean(r) <= hi, BOTH edges inclusive
+    ("" = no band, the default). With binary rewards and G = 8, "0.25,0.75" keeps groups
+    with 2 to 6 successes (the variance rule alone keeps 1 to 7);
+  * `min_abs_adv = a > 0`: mean_i |A_i| > a, A the group's advantages of the backend's
+    `advantage` kind (prime-rl's advantage filter drops |A| <= threshold; here it acts on a
+    group's mean, the unit the sampler keeps or drops). 0 (the default) is the variance rule.
+With the defaults the filter IS `keep_mask` (nothing else is computed), so default runs keep
+their numbers bit for bit; a run config records the two knobs only when set (`when_set`), so
+its hash does not move either.
+
+Every `Sample` also counts, per harness, the rollouts of ALL its fresh groups and their reward
+sum BEFORE filtering (`generated_rewards`): what a success-variance scheduler (`variance`)
+needs to see harnesses whose groups are all filtered out.
 """
 from __future__ import annotations
 
@@ -34,6 +52,83 @@ from typing import Callable
 import numpy as np
 
 from hbsim import grpo
+from policies.errors import UserError
+from policies.knobs import Knob
+
+def _band(name: str, value) -> str:
+    """`keep_band`'s parse: "lo,hi" or [lo, hi] (finite, lo <= hi) -> canonical "lo,hi"; "" = none."""
+    items = value
+    if isinstance(value, str):
+        items = [x.strip() for x in value.split(",")] if value.strip() else []
+    try:
+        if isinstance(items, (bytes, dict)) or not hasattr(items, "__iter__"):
+            raise TypeError
+        nums = [float(x) for x in items if not isinstance(x, bool)]
+        if len(nums) != len(list(items)):
+            raise TypeError
+    except (TypeError, ValueError):
+        nums = None
+    if nums is None or len(nums) not in (0, 2) or not all(map(math.isfinite, nums)) or (nums and nums[0] > nums[1]):
+        raise UserError(f"{name}={value!r} is not allowed: expected {_band.allowed}")
+    return "" if not nums else f"{nums[0]!r},{nums[1]!r}"
+
+
+_band.allowed = 'a band "lo,hi" (or [lo, hi]) of finite numbers with lo <= hi, or "" for none'
+
+#: the group filter's knobs: the one definition, in every backend's knob table
+FILTER_KNOBS = {
+    "keep_band": Knob("", "keep a group only if lo <= its mean reward <= hi (edges inclusive; \"\" = no band)",
+                      parse=_band),
+    "min_abs_adv": Knob(0.0, "keep a group only if its mean |advantage| exceeds this (0 = the zero-variance rule)",
+                        0.0, 1e9),
+}
+
+
+#: the knobs a run config records only when set: FILTER_KNOBS, and the env's cost and
+#: validation-split knobs (hbsim.envs.costs adds them)
+WHEN_SET: dict[str, Knob] = dict(FILTER_KNOBS)
+
+
+def when_set(section: dict) -> dict:
+    """A config section without the WHEN_SET knobs that hold their defaults: a run config
+    records them only when set, so every config from before they existed hashes as before."""
+    return {k: v for k, v in section.items() if not (k in WHEN_SET and v == WHEN_SET[k].default)}
+
+
+@dataclass(frozen=True)
+class GroupFilter:
+    """Which groups carry signal (module docstring). `keep_band`: the canonical string of the
+    knob; `advantage`: the advantage kind |A| is measured in."""
+
+    keep_band: str = ""
+    min_abs_adv: float = 0.0
+    advantage: str = "loo"
+
+    @classmethod
+    def of(cls, knobs, advantage: str) -> "GroupFilter":
+        """From a resolved knob mapping or record holding FILTER_KNOBS."""
+        get = knobs.get if isinstance(knobs, dict) else lambda k: getattr(knobs, k)
+        return cls(get("keep_band"), float(get("min_abs_adv")), advantage)
+
+    @property
+    def default(self) -> bool:
+        return self.keep_band == "" and self.min_abs_adv == 0.0
+
+    def mask(self, rewards: np.ndarray) -> np.ndarray:
+        """rewards (n, G) -> (n,) bool: the groups that are kept."""
+        keep = grpo.keep_mask(rewards)
+        if self.default or not keep.any():
+            return keep
+        r = np.asarray(rewards, dtype=np.float64)
+        if self.keep_band:
+            lo, hi = (float(x) for x in self.keep_band.split(","))
+            mean = r.mean(axis=-1)
+            keep &= (mean >= lo) & (mean <= hi)
+        if self.min_abs_adv > 0.0 and keep.any():
+            with np.errstate(invalid="ignore"):
+                keep &= np.abs(grpo.advantages(r, self.advantage)).mean(axis=-1) > self.min_abs_adv
+        return keep
+
 
 #: generate(requests: {harness: groups}) -> {harness: (block of groups, rewards (groups, G))}
 Generate = Callable[[dict], dict]
@@ -47,6 +142,7 @@ class Sample:
     generated: fresh groups generated (= scored); retained: fresh groups kept (non-zero variance)
     leftover_used: buffered groups taken; leftover_age: their mean age in steps (nan if none)
     leftover_size: groups in all buffers after the step
+    generated_rewards: harness -> [rollouts, reward sum] of its fresh groups, before filtering
     """
 
     parts: dict[int, list] = field(default_factory=dict)
@@ -55,6 +151,14 @@ class Sample:
     leftover_used: int = 0
     leftover_age: float = float("nan")
     leftover_size: int = 0
+    generated_rewards: dict[int, list] = field(default_factory=dict)
+
+    def generated_array(self, n_harnesses: int) -> np.ndarray:
+        """`generated_rewards` as an (H, 2) float array [rollouts, reward sum] (zeros where none)."""
+        out = np.zeros((n_harnesses, 2))
+        for h, (n, total) in self.generated_rewards.items():
+            out[h] = (n, total)
+        return out
 
 
 def _select(block, mask: np.ndarray):
@@ -71,8 +175,9 @@ class DynamicSampler:
     """
 
     def __init__(self, n_harnesses: int, *, oversample: float, max_rounds: int, max_age: int = 0,
-                 max_size: int = 0):
+                 max_size: int = 0, group_filter: GroupFilter | None = None):
         self.oversample, self.max_rounds = float(oversample), int(max_rounds)
+        self.filter = group_filter or GroupFilter()
         self.max_age, self.max_size = int(max_age), int(max_size)
         self.buffers: list[list[list]] = [[] for _ in range(int(n_harnesses))]
 
@@ -127,7 +232,10 @@ class DynamicSampler:
             for h, m in requests.items():
                 block, rewards = fresh[h]
                 sample.generated += m
-                keep = grpo.keep_mask(rewards)
+                seen = sample.generated_rewards.setdefault(h, [0, 0.0])
+                seen[0] += int(np.size(rewards))
+                seen[1] += float(np.sum(rewards))
+                keep = self.filter.mask(rewards)
                 kept = int(keep.sum())
                 sample.retained += kept
                 if not kept:

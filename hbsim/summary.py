@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from hbsim.contract import ROW_KEYS
+from hbsim.contract import BUDGET_UNIT, ROW_KEYS
 from hbsim.envs.base import SUITES
 
 #: the eval columns `summary_table` reads (a caller may read just these: the eval table is the large one)
@@ -38,6 +38,8 @@ def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
 
 def final_scores(eval_df: pd.DataFrame) -> pd.DataFrame:
     """(policy, seed, suite) -> mean reward of the final evaluation (largest step) of each run."""
+    if BUDGET_UNIT in eval_df.columns:      # budget evaluations (eval_budget) are not the final one
+        eval_df = eval_df[eval_df[BUDGET_UNIT].isna()]
     if eval_df.empty:
         return pd.DataFrame(columns=["policy", "seed", "suite", "score"])
     last = eval_df.groupby(["policy", "seed"])["step"].transform("max")

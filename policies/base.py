@@ -60,6 +60,9 @@ class Feedback:
     reward: mean reward of the step's batch, or None.
     cost: a scalar cost of the step (e.g. groups generated per optimized group), or None.
     counts: (H,) groups per harness of a mixed batch, or None.
+    generated: (H, 2) per harness [rollouts, reward sum] of ALL groups generated this step,
+        before dynamic-sampling filtering (success-variance schedulers see dead harnesses
+        through it), or None.
     """
 
     arm: int | None
@@ -69,6 +72,7 @@ class Feedback:
     reward: float | None = None
     cost: float | None = None
     counts: np.ndarray | None = None
+    generated: np.ndarray | None = None
 
 
 def checked_batch_groups(batch_groups) -> int:
@@ -85,6 +89,9 @@ class Policy:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     mixed: ClassVar[bool] = False
+    #: a published method's citation and its departures from the source (`hb policies` prints them)
+    source: ClassVar[str] = ""
+    departures: ClassVar[tuple[str, ...]] = ()
     KNOBS: ClassVar[Knobs] = Knobs(scope="policy")
     _RECORD: ClassVar[Knobs] = KNOBS
 

@@ -14,11 +14,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.json:
-        print(json.dumps({name: {"summary": cls.summary, "knobs": cls.knobs()} for name, cls in POLICIES.items()},
-                         indent=2))
+        print(json.dumps({name: {"summary": cls.summary, "knobs": cls.knobs(),
+                                 **({"source": cls.source, "departures": list(cls.departures)} if cls.source else {})}
+                          for name, cls in POLICIES.items()}, indent=2))
         return 0
     width = max(map(len, POLICIES))
     for name, cls in POLICIES.items():
         print(f"{name:<{width}}  {cls.summary}")
+        if cls.source:
+            print(f"{'':<{width}}  source: {cls.source}")
+            print("\n".join(f"{'':<{width}}  departure: {d}" for d in cls.departures))
         print("\n".join(cls.KNOBS.listing(" " * (width + 4))) or f"{'':<{width}}    (no knobs)")
     return 0

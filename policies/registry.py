@@ -4,6 +4,7 @@ from __future__ import annotations
 from policies.base import Policy
 from policies.bandits import UCB1, DiscountedTS, Exp3S, RankPrioritised
 from policies.mixed import Mixed
+from policies.published import SEC, TAC, SuccessVariance
 from policies.scored import LearnabilityOnly, MinFusion, ProductFusion, ScoredPolicy, TransferOnly
 from policies.simple import RoundRobin, Uniform
 from policies.errors import UserError
@@ -11,11 +12,14 @@ from policies.errors import UserError
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
     for cls in (Uniform, RoundRobin, LearnabilityOnly, TransferOnly, ScoredPolicy, ProductFusion, MinFusion, Mixed,
-                Exp3S, UCB1, DiscountedTS, RankPrioritised)
+                Exp3S, UCB1, DiscountedTS, RankPrioritised, SEC, SuccessVariance, TAC)
 }
 
 #: The eight designs of the paper's comparison (SPEC §4 table + `min`); the rest are beyond the paper.
 PAPER_POLICIES = ("uniform", "round_robin", "learnability", "transfer", "harnessbandit", "product", "min", "mixed")
+
+#: the published schedulers HarnessBandit is compared with (policies.published)
+PUBLISHED_POLICIES = ("sec", "variance", "tac")
 
 
 def make(name: str, n_arms: int, seed: int = 0, **knobs) -> Policy:

@@ -73,6 +73,22 @@ def check_choice(name: str, value: Any, choices: Iterable) -> Any:
     return value
 
 
+#: the longest name (a label, an env name) that becomes a folder of an output path
+MAX_NAME_BYTES = 200
+
+
+def check_name(name: str, value: Any) -> str:
+    """A name that becomes one folder of an output path (a policy label, a study's env):
+    a non-empty string, at most MAX_NAME_BYTES bytes, without '/', '\\', control
+    characters or a leading '.' (so '..', hidden and absolute names are refused)."""
+    allowed = (f"a non-empty name of at most {MAX_NAME_BYTES} bytes without '/', '\\', control characters "
+               "or a leading '.'")
+    if not isinstance(value, str) or not value or value.startswith(".") or len(value.encode()) > MAX_NAME_BYTES \
+            or any(c in "/\\" or ord(c) < 32 or ord(c) == 127 for c in value):
+        raise UserError(f"{name}={value!r} is not allowed: expected {allowed}")
+    return value
+
+
 # -- the `--set KEY=VALUE` parser ---------------------------------------------------------
 def parse_value(text: str) -> Any:
     """JSON when it parses (numbers, true/false/null, lists, "quoted"), None for None/none,

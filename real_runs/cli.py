@@ -49,7 +49,7 @@ def add_arguments(parser) -> None:
                         help="native trainer, or TRL's GRPOTrainer (extra harnessbandit[trl]; "
                              "real_runs.integrations.trl_run)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a knob: env knob (lr=3e-4), policy.<knob>, batch_groups, eval_every")
+                        help="override a knob: env knob (lr=3e-4), policy.<knob>, batch_groups, eval_every, eval_budget")
 
 
 def build_config(args) -> dict:
@@ -64,14 +64,15 @@ def build_config(args) -> dict:
     for key, value in validate.parse_sets(args.set).items():
         if key.startswith("policy."):
             policy[key[len("policy."):]] = value
-        elif key in ("batch_groups", "eval_every"):   # run keys: RUN_KNOBS checks them in resolve_config
+        elif key in ("batch_groups", "eval_every", "eval_budget"):   # run keys: RUN_KNOBS checks them
             top[key] = value
         else:
             env[key.removeprefix("env.")] = value
     return resolve_config({"env": env, "policy": {"name": args.policy, "label": args.label or args.policy, **policy},
                            "seed": args.seed, "steps": args.steps,
                            "eval_every": top.get("eval_every", args.eval_every),
-                           "batch_groups": top.get("batch_groups", PRESETS[args.preset]["batch_groups"])},
+                           "batch_groups": top.get("batch_groups", PRESETS[args.preset]["batch_groups"]),
+                           "eval_budget": top.get("eval_budget")},
                           resolve_env=resolve_env)
 
 
@@ -118,7 +119,38 @@ def _check_out(args) -> None:
         validate.check_choice("--device", args.device, ("auto", "cpu", "cuda"))
     if args.model is not None and not Path(args.model).is_dir():
         raise UserError(f"--model {args.model!r} is not a folder; expected a local Hugging Face model directory")
+    check_environment()
+    if trl:
+        from real_runs.integrations.trl_run import settings
+        settings(args)                 # the TRL knobs, harnesses and policy (torch-free)
+    else:
+        build_config(args)             # every knob of the native run (torch-free)
     check_run_dir(args.out, args.resume, trl)
+
+
+#: what torchrun sets besides WORLD_SIZE; without them torch.distributed waits forever
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def check_environment() -> None:
+    """Before torch is imported: WORLD_SIZE only as torchrun sets it (with RANK, LOCAL_RANK,
+    MASTER_ADDR, MASTER_PORT), and HB_CACHE_DIR (the warm-start cache) not a file."""
+    world = os.environ.get("WORLD_SIZE")
+    if world is not None:
+        if not world.strip().isdigit() or int(world) < 1:
+            raise UserError(f"WORLD_SIZE={world!r} is not allowed: expected a positive integer (torchrun sets it)")
+        missing = [v for v in TORCHRUN_VARS if v not in os.environ]
+        if int(world) > 1 and missing:
+            raise UserError(f"WORLD_SIZE={world} is set but {', '.join(missing)} are not: start data parallel runs "
+                            "with `torchrun --nproc_per_node N -m hbsim.cli real ...`, or unset WORLD_SIZE")
+    cache = os.environ.get("HB_CACHE_DIR")
+    if cache:
+        probe = Path(cache)
+        while not probe.exists() and probe.parent != probe:
+            probe = probe.parent
+        if probe.exists() and not probe.is_dir():
+            raise UserError(f"HB_CACHE_DIR={cache!r} is not allowed: {str(probe)!r} is a file; expected a folder "
+                            "for the warm-start cache")
 
 
 def check_run_dir(out, resume: bool, trl: bool = False) -> None:
@@ -174,6 +206,7 @@ def main(args) -> int:
     result.train["overhead_frac"] = overhead_fraction(result.train)
     if rank == 0:
         hbsim.write_run(result, out, overwrite=True)
+        folders.complete_output_dir(out)       # the marker last: the run is complete
         _summary(result, out)
     return 0
 

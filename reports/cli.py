@@ -2,6 +2,7 @@
 
     hb report DIR --baseline LABEL [--out OUTDIR] [--suite NAME] [--k 1,3]
                   [--resamples 10000] [--seed 0] [--alpha 0.05] [--axis policy.tau] [--recollect] [--force]
+                  [--budget groups|tokens|seconds [--at VALUE]]
                   [--primary score] [--target-delta D] [--unpaired]
     hb report marginals --n 161 --a 67 --b 62      (n <= 1e9; closed form)
 
@@ -11,6 +12,7 @@ directory (to report on a directory literally called "marginals", write ./margin
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import textwrap
 import time
@@ -36,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=float, default=0.05, help="1 - interval coverage and test level")
     parser.add_argument("--axis", help="a swept knob column of the collected grid (e.g. policy.tau): delta against "
                                        "the baseline as a function of it, table + figure")
+    parser.add_argument("--budget", choices=("groups", "tokens", "seconds"), default=None,
+                        help="compare at equal cost: each run at its evaluation when its cumulative cost first "
+                             "crossed a milestone (runs with eval_budget), the largest every run reached")
+    parser.add_argument("--at", type=float, default=None, help="with --budget: this milestone instead")
     parser.add_argument("--primary", default="score",
                         help="the headline metric: Holm over candidates x suites on it (default score, i.e. pass@1 "
                              "for binary rewards); the other metrics are secondary (max-T over a candidate's metrics)")
@@ -62,7 +68,7 @@ def _count(flag: str):
             value = float(text)
         except ValueError:
             value = float("nan")
-        if not (value >= 0 and value == int(value)):  # also rejects nan and inf
+        if not (math.isfinite(value) and value >= 0 and value == int(value)):  # rejects nan and inf
             raise argparse.ArgumentTypeError(f"got {text!r}, allowed: a non-negative integer (e.g. 161 or 1e8)")
         return int(value)
     parse.__name__ = "count"
@@ -145,22 +151,30 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"{', '.join(stray)}: only allowed with `hb report marginals`; got DIR {args.dir!r}")
     if args.baseline is None:
         raise UserError("--baseline: missing; allowed: one of the policy labels of DIR (hb report DIR --baseline LABEL)")
+    if args.at is not None and args.budget is None:
+        raise UserError(f"--at {args.at:g}: only allowed with --budget groups|tokens|seconds")
     out = _check_paths(args)
-    from reports import build_report, headline_table
+    from reports import budget, build_report, headline_table, load
     from reports.text import LEGEND, conclusion
 
-    with warnings.catch_warnings():  # exclusions are printed below as one line each
-        warnings.simplefilter("ignore")
-        result = build_report(args.dir, args.baseline, out, suite=args.suite, ks=_parse_ks(args.k),
+    # the marker first ("incomplete"), completed last with every file written (--force removes only those)
+    with folders.output_dir(out, "report", tool="hb report"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # exclusions are printed below as one line each
+        source, info = (budget.frames_at(args.dir, args.budget, args.at, (args.axis,) if args.axis else ())
+                        if args.budget else (args.dir, None))
+        result = build_report(source, args.baseline, out, suite=args.suite, ks=_parse_ks(args.k),
                               resamples=args.resamples, seed=args.seed, alpha=args.alpha, progress=_Progress(),
                               axis=args.axis, primary=args.primary, unpaired=args.unpaired,
                               target_delta=args.target_delta)
-    folders.claim_output_dir(out, "report", tool="hb report")
     for line in result.notes:
         print(f"warning: {line}", file=sys.stderr)
     print(textwrap.fill(conclusion(result), width=110) + "\n")
     print(headline_table(result))
     print(textwrap.fill(LEGEND, width=110) + "\n")
+    if info is not None:
+        print("\n".join(budget.ranking_lines(load.read_dir(args.dir), source, info)) + "\n")
+    for line in budget.tuned_lines(args.dir):
+        print(line)
     print(f"report: {result.files['index']}")
     if "validity" in result.files:
         print(f"validity: {result.files['validity']}")

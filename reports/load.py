@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from hbsim.contract import CELLS, EVAL_FILE, EVAL_TABLE, ROW_KEYS, RUN_JSON, TRAIN_FILE
+from hbsim.contract import BUDGET_UNIT, CELLS, EVAL_FILE, EVAL_TABLE, ROW_KEYS, RUN_JSON, TRAIN_FILE, VALIDATION_SUITE
+from hbsim.folders import find_files, visible
 from hbsim.records import read_meta
 from policies.errors import UserError
 
@@ -48,15 +50,26 @@ def _parquet(path: Path) -> pd.DataFrame:
 
 
 def _run_dirs(root: Path) -> list[Path]:
-    found = set()
-    for pattern in (f"{CELLS}/*/{EVAL_FILE}", f"*/{EVAL_FILE}", f"*/*/{EVAL_FILE}"):
-        found.update(p.parent for p in root.glob(pattern))
+    found = {p for p in visible(root / CELLS) if (p / EVAL_FILE).is_file()}   # never hidden/temporary
+    found.update(p.parent for p in find_files(root, EVAL_FILE, depth=2) if p.parent != root)
     return sorted(found)
 
 
-def read_dir(path: str | Path, extra: tuple[str, ...] = ()) -> Frames:
+def step_rows(ev: pd.DataFrame) -> pd.DataFrame:
+    """The eval rows a report reads by default: neither a budget evaluation's rows (run knob
+    `eval_budget`; `hb report --budget` selects those, reports.budget) nor the tuning split
+    (suite `validation`, a grid's [tune] target)."""
+    keep = ev["suite"].astype(str) != VALIDATION_SUITE if "suite" in ev.columns else None
+    if BUDGET_UNIT in ev.columns:
+        keep = ev[BUDGET_UNIT].isna() if keep is None else keep & ev[BUDGET_UNIT].isna()
+    return ev if keep is None or keep.all() else ev[keep].reset_index(drop=True)
+
+
+def read_dir(path: str | Path, extra: tuple[str, ...] = (),
+             select: Callable[[pd.DataFrame], pd.DataFrame] = step_rows) -> Frames:
     """Read a grid / run directory into validated Frames (``extra``: eval columns to keep
-    beyond the required ones, e.g. a swept knob)."""
+    beyond the required ones, e.g. a swept knob; ``select``: the raw eval rows to keep,
+    default `step_rows`)."""
     root = Path(path)
     if not root.is_dir():
         raise UserError(f"DIR: {str(root)!r} is not a directory; expected a grid or run directory")
@@ -67,7 +80,7 @@ def read_dir(path: str | Path, extra: tuple[str, ...] = ()) -> Frames:
         meta = read_meta(root)
         if meta:
             runs[str(meta.get("run_id"))] = meta
-        for d in sorted(p.parent for p in root.glob(f"{CELLS}/*/{RUN_JSON}")):
+        for d in (p for p in visible(root / CELLS) if (p / RUN_JSON).is_file()):
             meta = read_meta(d)
             if meta:
                 runs[str(meta.get("run_id"))] = meta
@@ -86,13 +99,13 @@ def read_dir(path: str | Path, extra: tuple[str, ...] = ()) -> Frames:
                 runs[str(meta.get("run_id"))] = meta
         ev = pd.concat(evs, ignore_index=True)
         tr = pd.concat(trs, ignore_index=True) if trs else None
-    return make_frames(ev, tr, runs=runs, source=str(root), extra=extra)
+    return make_frames(select(ev), tr, runs=runs, source=str(root), extra=extra)
 
 
 def make_frames(eval_df: pd.DataFrame, train_df: pd.DataFrame | None = None, *, runs: dict | None = None,
                 source: str = "frames", extra: tuple[str, ...] = ()) -> Frames:
     """Validate raw tables and select the final evaluation (largest step per run_id)."""
-    ev = validate_eval(eval_df, extra)
+    ev = validate_eval(step_rows(eval_df), extra)
     tr = validate_train(train_df) if train_df is not None and len(train_df) else None
     last = ev.groupby("run_id")["step"].transform("max")
     final = ev[ev["step"] == last].reset_index(drop=True)
@@ -109,7 +122,7 @@ def validate_eval(df: pd.DataFrame, extra: tuple[str, ...] = ()) -> pd.DataFrame
     if missing:
         raise UserError(f"eval table: missing column(s) {missing}; required: {need} (optional: "
                         f"{list(EVAL_OPTIONAL)})")
-    absent = [c for c in extra if c not in df.columns]
+    absent = [c for c in extra if c not in df.columns or "." not in str(c)]   # a knob column: env.X, policy.X
     if absent:
         knobs = sorted(c for c in df.columns if "." in str(c))
         raise UserError(f"--axis: got {absent[0]!r}, allowed: a swept knob column of the collected eval table "

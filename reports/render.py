@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from hbsim.contract import REPORT_INDEX, REPORT_MARKDOWN
-from hbsim.folders import atomic_write
+from hbsim.folders import atomic_write, written_files
 from reports import figures, text
 
 CSS = ("body{font-family:sans-serif;max-width:1100px;margin:auto;padding:1em;color:#222}"
@@ -130,8 +130,8 @@ def write(result, out: Path) -> None:
     atomic_write(out / "config.json", json.dumps(result.config, indent=1, default=str))
     result.files.update({"index": out / REPORT_INDEX, "markdown": out / REPORT_MARKDOWN})
     result.files.update({f"fig:{k}": v for k, v in doc.figs.items()})
-    for stale in set(fig_dir.glob("*.png")) - set(doc.figs.values()):
-        stale.unlink()  # figures of an earlier report in the same folder
+    for stale in {p for p in written_files(out) if p.parent == fig_dir} - set(doc.figs.values()):
+        stale.unlink()  # figures an earlier report wrote here (its marker lists them); the user's stay
     result.out = out
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from hbsim.contract import COUNTERFACTUAL_FILE, TRAIN_FILE
-from hbsim.folders import atomic_write
+from hbsim.folders import atomic_write, find_files
 from hbsim.records import read_meta
 from policies.errors import UserError
 from reports.load import _parquet
@@ -43,14 +43,15 @@ REQUIRED = ("policy", "seed", "step", "arm", *TARGETS)
 
 
 # -- loading ---------------------------------------------------------------------------
-def load(directory) -> pd.DataFrame:
-    """Every counterfactual.parquet under `directory` (a run dir, an `hb sim --out` dir or a
-    grid dir), with `env` (the kind, plus the knobs that tell same-kind envs apart) and
+def load(directory, runs: list | None = None) -> pd.DataFrame:
+    """Every counterfactual.parquet under `directory` (a run dir, an `hb sim --out` dir, a
+    grid dir or a study dir; never in hidden or temporary folders; `runs`: only those of
+    these run directories), with `env` (the kind, plus the knobs that tell same-kind envs apart) and
     `train_arm` (the arm the run took at that step, -1 for a mixed batch) joined in."""
     root = Path(directory)
     if not root.is_dir():
         raise UserError(f"hb validity: DIR={str(root)!r} is not a directory: expected a run, sim or grid directory")
-    files = sorted(root.rglob(COUNTERFACTUAL_FILE))
+    files = _files(root) if runs is None else [Path(r) / COUNTERFACTUAL_FILE for r in runs]
     if not files:
         raise UserError(f"hb validity: no {COUNTERFACTUAL_FILE} under {str(root)!r}: run `hb sim --counterfactual` "
                         f"(or a grid with counterfactual = 1) first")
@@ -213,9 +214,15 @@ def regret_table(cf: pd.DataFrame, min_step: int = 0) -> pd.DataFrame:
                                        "pure_steps", "law_entropy"])
 
 
-def analyse(directory, min_step: int = 30, resamples: int = 2000, seed: int = 0, bins: int = 5) -> dict:
-    """Every table of the validity analysis: {"validity", "calibration", "regret"}."""
-    cf = load(directory)
+def _files(root: Path) -> list[Path]:
+    """The counterfactual files of a run (depth 0), sim or grid (2) or study (3) directory."""
+    return find_files(root, COUNTERFACTUAL_FILE, depth=3)
+
+
+def analyse(directory, min_step: int = 30, resamples: int = 2000, seed: int = 0, bins: int = 5,
+            runs: list | None = None) -> dict:
+    """Every table of the validity analysis: {"validity", "calibration", "regret"} (`runs`: `load`)."""
+    cf = load(directory, runs)
     steps = per_step(cf, min_step)
     return {"validity": validity_table(steps, resamples, seed), "calibration": calibration(cf, bins, min_step),
             "regret": regret_table(cf, min_step)}
@@ -335,6 +342,6 @@ def write(tables: dict, out: Path) -> dict:
 def write_page_if_any(directory, out: Path) -> Path | None:
     """For `hb report`: validity.html (+ CSVs) into the report folder when `directory` holds
     counterfactual files; None otherwise."""
-    if directory is None or not Path(directory).is_dir() or not any(Path(directory).rglob(COUNTERFACTUAL_FILE)):
+    if directory is None or not Path(directory).is_dir() or not _files(Path(directory)):
         return None
     return write(analyse(directory), Path(out))["html"]

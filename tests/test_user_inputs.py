@@ -237,6 +237,59 @@ class World:
             (path / "trl" / "checkpoint-1" / "harnessbandit.pt").write_bytes(b"")
         return path
 
+    def text(self, name: str, content: str | bytes) -> Path:
+        """A file of `content` in the row's folder (a study or grid file)."""
+        path = self.tmp / name
+        (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)
+        return path
+
+    def study_label(self, label: str) -> Path:
+        """A 2-step study file whose policy has this label."""
+        return self.text("s.toml", STUDY.format(steps=2, seeds=1) + f"label = {label!r}\n".replace("'", '"'))
+
+    def grid_file(self, **replace) -> Path:
+        """The tiny grid file with lines replaced (`seeds="seeds = [1]"`) or added (`extra=...`)."""
+        text = TINY_GRID.replace("seeds = 1", replace.get("seeds", "seeds = 1")) + replace.get("extra", "")
+        return self.text("edited.toml", text)
+
+    def cells_link(self) -> Path:
+        """A symlink to the grid's cells/ folder."""
+        link = self.tmp / "link"
+        if not link.exists():
+            link.symlink_to(self.grid() / "cells", target_is_directory=True)
+        return link
+
+    def cell(self) -> Path:
+        """The first cell of the grid copy."""
+        return sorted(p for p in (self.grid() / "cells").iterdir() if not p.name.startswith("."))[0]
+
+    def run(self, **broken) -> Path:
+        """A run directory (a copy of a cell); `run_json`/`checkpoint`: that file's bytes."""
+        path = self.tmp / "run"
+        if not path.exists():
+            shutil.copytree(self.cell(), path)
+        if "run_json" in broken:
+            (path / "run.json").write_bytes(broken["run_json"])
+        if "checkpoint" in broken:
+            folders.claim_output_dir(path, "run", tool="hb real")
+            (path / "checkpoints").mkdir(exist_ok=True)
+            (path / "checkpoints" / "last.pt").write_bytes(broken["checkpoint"])
+        return path
+
+    def sim_marker_folder(self) -> Path:
+        """An `hb sim` folder whose marker is a folder."""
+        path = self.sim()
+        (path / folders.KIND_FILE).unlink()
+        (path / folders.KIND_FILE).mkdir()
+        return path
+
+    def env(self, **values) -> Path:
+        """Set environment variables for the row (the `hb` fixture restores the environment)."""
+        for name in ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "HB_CACHE_DIR"):
+            os.environ.pop(name, None)
+        os.environ.update({k: str(v) for k, v in values.items()})
+        return self.tmp
+
     def huge_grid_file(self) -> Path:
         path = self.tmp / "huge.toml"
         path.write_text(TINY_GRID.replace("steps = 3", f"steps = {HUGE}"))
@@ -373,6 +426,95 @@ CASES = [
      "not a loadable Hugging Face model directory"),
     ("demo-resamples-huge", lambda w: (["demo", "--grid", w.spec, "--out", w.missing(), "--baseline", "uniform",
                                         "--resamples", "10000000"], w.tmp), "--resamples=10000000"),
+    # issue 21: writes outside its folder or over a user's files
+    ("validity-study-label-escapes", lambda w: (["validity", w.missing(), "--study", w.study_label("../../escaped")], w.tmp),
+     "policy.label='../../escaped' is not allowed"),
+    ("validity-study-label-absolute", lambda w: (["validity", w.missing(), "--study", w.study_label(str(w.user()))], w.user()), "is not allowed: expected a non-empty name"),
+    ("validity-study-label-dotdot", lambda w: (["validity", w.missing(), "--study", w.study_label("..")], w.tmp),
+     "policy.label='..' is not allowed"),
+    ("calibrate-csv-dangling-link", lambda w: ([*CAL, "--csv", w.tmp / "dangling.csv"], w.tmp)
+     if (w.tmp / "dangling.csv").symlink_to(w.tmp / "nowhere") is None else None, "already exists"),
+    # issue 21: accepted but should be refused
+    ("sim-env-kind-contradicts-env", lambda w: ([*SIM, "--set", "env.kind=drifting", "--out", w.missing()], w.tmp),
+     "--set env.kind='drifting' contradicts --env 'bernoulli'"),
+    ("grid-seed-2-32", lambda w: ([*GRID_RUN, w.grid_file(seeds="seeds = [4294967296]"), "--out", w.missing()], w.tmp),
+     "seeds[0]=4294967296 is not allowed"),
+    ("grid-seeds-10001", lambda w: ([*GRID_RUN, w.grid_file(seeds=f"seeds = {list(range(10001))}"), "--out",
+                                     w.missing()], w.tmp), "a list of 10001 seeds is not allowed"),
+    ("sim-out-in-grid-cells", lambda w: ([*SIM, "--out", w.grid() / "cells" / "x"], w.grid()),
+     "the cells of a grid directory"),
+    ("sim-out-in-grid-cells-symlink", lambda w: ([*SIM, "--out", w.cells_link() / "x"], w.grid()),
+     "the cells of a grid directory"),
+    ("report-out-in-grid-cells", lambda w: (["report", w.grid(), "--baseline", "uniform", "--out",
+                                             w.grid() / "cells" / "r"], w.grid()), "the cells of a grid directory"),
+    ("report-default-out-in-a-cell", lambda w: (["report", w.cell(), "--baseline", "uniform"], w.grid()),
+     "the cells of a grid directory"),
+    ("real-out-in-grid-cells", lambda w: ([*REAL, "--out", w.grid() / "cells" / "r"], w.grid()),
+     "the cells of a grid directory"),
+    ("real-out-inside-grid", lambda w: ([*REAL, "--out", w.grid() / "r1"], w.grid()),
+     "which is a grid directory"),
+    ("sim-out-inside-sim", lambda w: ([*SIM, "--out", w.sim() / "nested"], w.sim()),
+     "which is an `hb sim` folder"),
+    ("grid-run-out-inside-run", lambda w: ([*GRID_RUN, w.spec, "--out", w.run() / "x"], w.run()),
+     "which is a run directory"),
+    ("trl-duplicate-harness", lambda w: ([*TRL, "--set", 'harnesses=["json", "json"]', "--out", w.missing()], w.tmp),
+     "'json' is listed twice"),
+    ("validity-study-duplicate-env", lambda w: (["validity", w.missing(), "--study", w.text(
+        "s.toml", STUDY.format(steps=2, seeds=1).replace('envs = ["bernoulli"]', 'envs = ["bernoulli", "bernoulli"]'))],
+        w.tmp), "envs[1]='bernoulli' is listed twice"),
+    ("validity-study-duplicate-label", lambda w: (["validity", w.missing(), "--study", w.text(
+        "s.toml", STUDY.format(steps=2, seeds=1) + 'label = "x"\n[[policies]]\nname = "round_robin"\nlabel = "x"\n')],
+        w.tmp), "label='x' is also policies[0]'s"),
+    ("validity-study-duplicate-seeds", lambda w: (["validity", w.missing(), "--study", w.study_file(seeds="[1, 1]")],
+                                                  w.tmp), "expected distinct seeds"),
+    # issue 21: hangs
+    ("grid-too-many-cells", lambda w: ([*GRID_RUN, w.grid_file(
+        seeds="seeds = 10000", extra=f'[sweep]\n"env.lr" = {[0.1 * i for i in range(1, 11)]}\n'), "--out", w.missing()],
+                                       w.tmp), "allowed at most 100000"),
+    ("grid-run-bad-ray-address", lambda w: ([*GRID_RUN, w.spec, "--out", w.missing(), "--backend", "ray",
+                                             "--ray-address", "127.0.0.1:1"], w.tmp), "no Ray cluster answers there"),
+    ("grid-run-ray-address-malformed", lambda w: ([*GRID_RUN, w.spec, "--out", w.missing(), "--backend", "ray",
+                                                   "--ray-address", "nohost"], w.tmp), "expected HOST:PORT"),
+    ("sim-ray-address-without-ray", lambda w: ([*SIM, "--ray-address", "127.0.0.1:1"], w.tmp),
+     "only used with --backend ray"),
+    # issue 21: tracebacks instead of one line
+    ("grid-file-not-utf8", lambda w: ([*GRID_RUN, w.text("bad.toml", b'name = "\xff\xfe"\n'), "--out", w.missing()],
+                                      w.tmp), "cannot read the grid file"),
+    ("validity-study-not-utf8", lambda w: (["validity", w.missing(), "--study", w.text("s.toml", b"steps = \xff\n")],
+                                           w.tmp), "cannot read the study file"),
+    ("validity-study-env-not-a-table", lambda w: (["validity", w.missing(), "--study", w.text(
+        "s.toml", "env = 5\n" + STUDY.format(steps=2, seeds=1).replace("[env]\nn_tasks = 12\nn_heldout_tasks = 4\n", ""))],
+        w.tmp), "env=5 is not allowed: expected an [env] table"),
+    ("report-axis-not-a-knob", lambda w: (["report", w.grid(), "--baseline", "uniform", "--axis", "policy"], w.grid()),
+     "--axis: got 'policy'"),
+    ("report-marginals-n-inf", lambda w: (["report", "marginals", "--n", "inf", "--a", "1", "--b", "1"], w.tmp),
+     "got 'inf'"),
+    ("report-malformed-run-json", lambda w: (["report", w.run(run_json=b"{not json"), "--baseline", "uniform"],
+                                             w.run()), "unreadable run record"),
+    ("report-run-json-not-utf8", lambda w: (["report", w.run(run_json=b'{"a": "\xff"}'), "--baseline", "uniform"],
+                                            w.run()), "unreadable run record"),
+    ("grid-run-malformed-grid-json", lambda w: ([*GRID_RUN, w.spec, "--out", w.grid()], w.grid())
+     if (w.grid() / "grid.json").write_text("[1, 2]") else None, "unreadable grid record"),
+    ("grid-collect-current-grid-json-not-json", lambda w: (["grid", "collect", w.grid(), "--current"], w.grid())
+     if (w.grid() / "grid.json").write_text("{") else None, "unreadable grid record"),
+    ("grid-collect-corrupt-cell-parquet", lambda w: (["grid", "collect", w.grid()], w.grid())
+     if (w.cell() / "eval.parquet").write_text("garbage") else None, "not a readable parquet table"),
+    ("grid-collect-missing-cell-parquet", lambda w: (["grid", "collect", w.grid()], w.grid())
+     if (w.cell() / "train.parquet").unlink() is None else None, "is missing or not a readable parquet table"),
+    ("real-resume-corrupt-checkpoint", lambda w: ([*REAL, "--resume", "--out", w.run(checkpoint=b"garbage")], w.run()),
+     "is not readable"),
+    ("real-world-size-without-torchrun", lambda w: ([*REAL, "--out", w.missing()], w.env(WORLD_SIZE=2)),
+     "WORLD_SIZE=2 is set but RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT are not"),
+    ("real-world-size-not-a-number", lambda w: ([*REAL, "--out", w.missing()], w.env(WORLD_SIZE="two")),
+     "WORLD_SIZE='two' is not allowed"),
+    ("real-cache-dir-a-file", lambda w: ([*REAL, "--out", w.missing()], w.env(HB_CACHE_DIR=w.file())),
+     "HB_CACHE_DIR="),
+    ("trl-group-size-1", lambda w: ([*TRL, "--set", "group_size=1", "--out", w.missing()], w.tmp),
+     "trl.group_size=1 is not allowed: expected an integer in [2, 100000]"),
+    ("trl-preset-not-trl", lambda w: ([*TRL, "--preset", "cpu-small", "--out", w.missing()], w.tmp),
+     "is not allowed for --backend trl"),
+    ("sim-kind-marker-is-a-folder", lambda w: ([*SIM, "--out", w.sim_marker_folder()], w.sim()),
+     "the folder marker is not a file"),
 ]
 
 
@@ -515,3 +657,158 @@ def test_validate_values_and_parser():
     assert validate.check_int("n", 3, 1, 3) == 3 and validate.check_float("a", "0.5", 0, 1) == 0.5
     assert validate.parse_sets(["env.lr=0.5", "policy.arms=[0, 1]", "x=none", "y=abc", "env.lr=1e-3"]) == {
         "env.lr": 1e-3, "policy.arms": [0, 1], "x": None, "y": "abc"}
+
+
+# -- issue 21: what is resumed, kept, removed -----------------------------------------------
+def test_report_force_removes_only_what_hb_wrote(base, tmp_path, hb):
+    grid = World(base, tmp_path, hb).grid()
+    args = ("report", grid, "--baseline", "uniform", "--resamples", "20", "--k", "1")
+    code, _, err = hb(*args)
+    assert code == 0, err[-3000:]
+    figures = grid / "report" / "figures"
+    marker = folders.read_marker(grid / "report")
+    assert marker["state"] == "complete" and "index.html" in marker["files"]
+    assert {f"figures/{p.name}" for p in figures.iterdir()} <= set(marker["files"])
+    (figures / "mine.png").write_bytes(b"the user's own figure")          # not hb's: kept
+    (figures / "old.png").write_bytes(b"an earlier report's figure")      # hb's (listed): removed
+    marker["files"].append("figures/old.png")
+    folders.write_json_atomic(grid / "report" / folders.KIND_FILE, marker)
+    code, _, err = hb(*args, "--force")
+    assert code == 0, err[-3000:]
+    assert (figures / "mine.png").read_bytes() == b"the user's own figure" and not (figures / "old.png").exists()
+    assert "figures/mine.png" not in folders.read_marker(grid / "report")["files"]
+
+
+def test_killed_report_folder_is_resumed_not_refused(base, tmp_path, hb):
+    """A report killed after its marker (state "incomplete") and a few files: the rerun writes it."""
+    grid = World(base, tmp_path, hb).grid()
+    folders.claim_output_dir(grid / "report", "report", tool="hb report")
+    folders.atomic_write(grid / "report" / "paired.csv", "half")
+    assert folders.check_output_dir(grid / "report", "report") == "resume"
+    code, _, err = hb("report", grid, "--baseline", "uniform", "--resamples", "20", "--k", "1")
+    assert code == 0, err[-3000:]
+    assert (grid / "report" / "paired.csv").read_text() != "half"
+    assert folders.read_marker(grid / "report")["state"] == "complete"
+
+
+def test_refused_report_leaves_no_folder(base, tmp_path, hb):
+    """A refusal found while loading (a bad --baseline) undoes the marker-first claim."""
+    grid = World(base, tmp_path, hb).grid()
+    before = tree_hash(grid)
+    code, _, err = hb("report", grid, "--baseline", "nosuch", "--resamples", "20")
+    assert code == 2 and err.count("\n") == 1, err
+    assert tree_hash(grid) == before and not (grid / "report").exists()
+
+
+def test_immutable_report_file_is_refused_before_any_write(base, tmp_path, hb):
+    grid = World(base, tmp_path, hb).grid()
+    assert hb("report", grid, "--baseline", "uniform", "--resamples", "20", "--k", "1")[0] == 0
+    index = grid / "report" / "index.html"
+    if subprocess.run(["chattr", "+i", str(index)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here (needs root and a file system with the flag)")
+    try:
+        before = tree_hash(grid)
+        code, _, err = hb("report", grid, "--baseline", "uniform", "--resamples", "20", "--k", "1")
+        assert code == 2 and "is immutable or append-only" in err and err.count("\n") == 1, err
+        assert tree_hash(grid) == before
+    finally:
+        subprocess.run(["chattr", "-i", str(index)], check=True)
+
+
+def test_study_rerun_with_fewer_seeds_reports_only_its_own(tmp_path, hb):
+    two, one = tmp_path / "two.toml", tmp_path / "one.toml"
+    two.write_text(STUDY.format(steps=2, seeds=2))
+    one.write_text(STUDY.format(steps=2, seeds=1))
+    common = ("--min-step", "0", "--resamples", "5", "--jobs", "1")
+    code, _, err = hb("validity", tmp_path / "s", "--study", two, *common)
+    assert code == 0, err[-3000:]
+    code, rerun, err = hb("validity", tmp_path / "s", "--study", one, *common)
+    assert code == 0, err[-3000:]
+    code, fresh, err = hb("validity", tmp_path / "fresh", "--study", one, *common)
+    assert code == 0, err[-3000:]
+    assert rerun == fresh
+
+
+def test_collect_removes_its_temporaries(base, tmp_path, hb):
+    grid = World(base, tmp_path, hb).grid()
+    (grid / ".tmp-eval.parquet-abc.parquet").write_bytes(b"a killed collect")
+    code, _, err = hb("grid", "collect", grid)
+    assert code == 0, err[-3000:]
+    assert not [p for p in grid.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_readers_skip_hidden_temporaries(base, tmp_path, hb):
+    """A killed writer's hidden folder (here a copy of a real run) is never read."""
+    world = World(base, tmp_path, hb)
+    sim = world.cf()
+    code, first, _ = hb("validity", sim, "--min-step", "0", "--resamples", "5")
+    seed = next(p for p in sim.rglob("seed0") if p.is_dir())
+    shutil.copytree(seed, seed.parent / ".tmp-seed7-xyz")
+    code, again, err = hb("validity", sim, "--min-step", "0", "--resamples", "5")
+    assert code == 0 and again == first, err[-3000:]
+    assert {p.parent.name for p in folders.find_files(sim, "eval.parquet", 2)} == {"seed0"}
+
+
+def test_trl_resume_uses_the_newest_complete_checkpoint(tmp_path):
+    from real_runs.integrations.trl_run import resume_checkpoint
+    run = tmp_path / "trl"
+    folders.claim_output_dir(run, "run", tool="hb real --backend trl")
+    for step, complete in ((2, True), (10, True), (12, False)):         # 10 > 2 numerically, 12 half-made
+        folder = run / "trl" / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(b"m")
+        if complete:
+            (folder / "harnessbandit.pt").write_bytes(b"s")
+    assert resume_checkpoint(run) == run / "trl" / "checkpoint-10"
+    assert sorted(p.name for p in (run / "trl").iterdir()) == ["checkpoint-10", "checkpoint-2"]
+
+
+def test_exclusive_write_never_replaces(tmp_path):
+    target = tmp_path / "p.csv"
+    folders.atomic_write(target, "first", exclusive=True)
+    with pytest.raises(UserError, match="appeared while this command ran: nothing is overwritten"):
+        folders.atomic_write(target, "second", exclusive=True)
+    assert target.read_text() == "first" and sorted(p.name for p in tmp_path.iterdir()) == ["p.csv"]
+
+
+@pytest.mark.parametrize("value, shows", [("1", True), ("true", True), ("YES", True), ("0", False), ("no", False),
+                                          ("", False)])
+def test_hb_debug_only_for_a_true_value(monkeypatch, capsys, value, shows):
+    from hbsim.cli import main
+    _fake_command(monkeypatch, UserError("--x=1 is not allowed"))
+    monkeypatch.setenv("HB_DEBUG", value)
+    if shows:
+        with pytest.raises(UserError):
+            main(["fake"])
+    else:
+        assert main(["fake"]) == 2 and capsys.readouterr().err == "error: --x=1 is not allowed\n"
+
+
+def test_disk_full_is_one_line(monkeypatch, capsys):
+    import errno
+    from hbsim.cli import main
+    _fake_command(monkeypatch, OSError(errno.ENOSPC, "No space left on device", "/x/eval.parquet"))
+    assert main(["fake"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the disk is full writing '/x/eval.parquet'") and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_broken_pipe_ends_quietly():
+    """`hb policies | head -1`: exit 0 and nothing on stderr."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(f"{sys.executable} -m hbsim.cli policies | head -1; exit ${{PIPESTATUS[0]}}",
+                          shell=True, executable="/bin/bash", capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "" and proc.stdout.count("\n") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv", [[*TRL, "--set", "group_size=1"], [*TRL, "--set", 'harnesses=["json", "json"]'],
+                                  [*REAL, "--set", "batch_groups=0"]], ids=["trl-group-size", "trl-dup", "real-knob"])
+def test_real_checks_run_before_torch_is_imported(tmp_path, argv):
+    code = ("import sys; from hbsim.cli import main; rc = main(sys.argv[1:]); "
+            "print(rc, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code, *argv, "--out", str(tmp_path / "x")], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.stdout.split() == ["2", "False", "False"], proc.stderr[-3000:]
+    assert not (tmp_path / "x").exists()

@@ -19,7 +19,8 @@ streams (stateless: spawn key (STREAM, t)). Same seed -> same tasks, task order,
 success matrix, world noise and eval uniforms for every policy.
 
 Dynamic sampling (SPEC §2.2) is `hbsim.sampling.DynamicSampler` (shared with real runs;
-knobs `oversample`, `max_rounds`, `leftover_max_age`); a batch can come out short.
+knobs `oversample`, `max_rounds`, `leftover_max_age`, and the group filter's `keep_band`,
+`min_abs_adv`, `hbsim.sampling.FILTER_KNOBS`); a batch can come out short.
 
 Ground truth per step (extras): `oracle_arm` (pure harness with the largest expected
 one-step gain from the pre-step state), `regret` (max over the pure candidates and the
@@ -41,10 +42,11 @@ import numpy as np
 import pandas as pd
 
 from hbsim.adapter import CostLedger, StepResult
-from hbsim.contract import EVAL_COLUMNS
+from hbsim.contract import EVAL_COLUMNS, VALIDATION_SUITE
 from hbsim import grpo
 from policies.errors import UserError
-from hbsim.sampling import DynamicSampler
+from hbsim.sampling import FILTER_KNOBS, DynamicSampler, GroupFilter, when_set
+from hbsim.envs.costs import COST_KNOBS, VALIDATION_KNOBS, harness_costs
 from policies.knobs import Knob, Knobs
 from policies.validate import check_int
 
@@ -55,6 +57,7 @@ CATEGORIES = ("skills", "integrations", "memory", "csv", "coding")
 STREAM_STRUCTURE, STREAM_TASKS, STREAM_REWARDS, STREAM_LEARN, STREAM_EVAL, STREAM_WORLD = 0, 1, 2, 3, 4, 5
 
 SUITES = ("heldout_tasks", "heldout_harness")
+STREAM_VALIDATION = 6                   # the validation suite's eval uniforms (`n_validation_tasks`)
 
 
 #: knobs every synthetic environment has
@@ -67,7 +70,10 @@ COMMON_KNOBS = Knobs({
     "max_rounds": Knob(4, "sampling rounds per harness and step before a batch stays short", 1, 100),
     "leftover_max_age": Knob(0, "drop leftover groups older than this many steps (0 = no age limit)", 0, 10**6),
     "advantage": Knob("loo", "advantage kind (SPEC §2.1)", choices=tuple(grpo.ADVANTAGES)),
+    **FILTER_KNOBS,
     "k_attempts": Knob(3, "attempts per held-out task in each eval suite", 1, 100_000),
+    **VALIDATION_KNOBS,
+    **COST_KNOBS,
 }, scope="env")
 
 
@@ -116,6 +122,12 @@ class SyntheticEnv:
     def resolve_knobs(cls, **knobs) -> dict[str, Any]:
         """Every knob, validated by the table, defaults filled, then cross-checked."""
         resolved = cls.KNOBS.resolve(knobs)
+        if resolved.get("n_validation_tasks", 0) >= resolved["n_tasks"]:
+            raise UserError(f"env.n_validation_tasks={resolved['n_validation_tasks']} is not allowed: expected "
+                            f"fewer than n_tasks={resolved['n_tasks']} (they are carved out of the training tasks)")
+        for name in ("group_tokens", "group_tool_seconds"):
+            if name in resolved:
+                harness_costs(resolved, name)
         cls._check_knobs(resolved)
         return resolved
 
@@ -130,6 +142,11 @@ class SyntheticEnv:
         k = self.knobs
         self.H, self.G = k["n_harnesses"], k["group_size"]
         self.n_tasks, self.n_heldout = k["n_tasks"], k["n_heldout_tasks"]
+        self.n_validation = k.get("n_validation_tasks", 0)
+        self.n_train = self.n_tasks - self.n_validation          # the rows the task pools draw from
+        self._tokens = harness_costs(k, "group_tokens") if "group_tokens" in k else np.zeros(self.H)
+        self._tool_seconds = (harness_costs(k, "group_tool_seconds") if "group_tool_seconds" in k
+                              else np.zeros(self.H))
         self.harnesses = [f"h{i}" for i in range(self.H)]
         self.heldout_harness = "hx"
         self.task_ids = np.array([f"t{i:04d}" for i in range(self.n_tasks)]
@@ -138,10 +155,11 @@ class SyntheticEnv:
         self.task_category = structure.integers(len(CATEGORIES), size=self.n_tasks + self.n_heldout)
         self._task_rngs = [_stream(self.seed, STREAM_TASKS, h) for h in range(self.H)]
         self._reward_rngs = [_stream(self.seed, STREAM_REWARDS, h) for h in range(self.H)]
-        self._pools = [rng.permutation(self.n_tasks) for rng in self._task_rngs]
+        self._pools = [rng.permutation(self.n_train) for rng in self._task_rngs]
         self._cursors = [0] * self.H
         self._sampler = DynamicSampler(self.H, oversample=k["oversample"], max_rounds=k["max_rounds"],
-                                       max_age=k["leftover_max_age"])
+                                       max_age=k["leftover_max_age"],
+                                       group_filter=GroupFilter.of(k, k["advantage"]))
         self.step_count = 0
         self._build(structure)
 
@@ -186,13 +204,15 @@ class SyntheticEnv:
 
     # -- the adapter ---------------------------------------------------------------
     def config(self) -> dict:
-        return {"kind": self.kind, **self.knobs}
+        """The env section of the run config (filter knobs only when set: `hbsim.sampling.when_set`)."""
+        return when_set({"kind": self.kind, **self.knobs})
 
     def train_step(self, allocation) -> StepResult:
         counts = self._check_counts(allocation)
         t0 = time.perf_counter()
         before = self.success_matrix()
         arms = np.flatnonzero(counts).tolist()
+        self._generated = np.zeros(self.H)                     # fresh groups per harness (`_generate`)
         sample = self._sampler.collect({h: int(counts[h]) for h in arms}, self.step_count,
                                        lambda requests: self._generate(requests, before))
         batch = self._assemble(sample.parts, arms)
@@ -209,7 +229,10 @@ class SyntheticEnv:
         self._advance(_stream(self.seed, STREAM_WORLD, self.step_count))
         t3 = time.perf_counter()
         self.step_count += 1
+        tokens = float(self._generated @ self._tokens)
         ledger = CostLedger(groups_generated=sample.generated, groups_scored=sample.generated,
+                            tokens=int(round(tokens)),
+                            cost_seconds=tokens * self.knobs["token_seconds"] + float(self._generated @ self._tool_seconds),
                             groups_retained=sample.retained, groups_optimized=len(batch),
                             leftover_used=sample.leftover_used, leftover_age=sample.leftover_age,
                             leftover_size=sample.leftover_size,
@@ -217,7 +240,8 @@ class SyntheticEnv:
         L = grpo.learnability(batch.advantages) if len(batch) else None
         reward = float(batch.rewards.sum() / batch.rewards.size) if len(batch) else float("nan")
         return StepResult(learnability=L, sketch=sketch, update_sketch=update_sketch, reward=reward,
-                          cost=ledger, extras=self._ground_truth(gains, counts))
+                          cost=ledger, extras=self._ground_truth(gains, counts),
+                          generated=sample.generated_array(self.H))
 
     def evaluate(self) -> pd.DataFrame:
         """Both held-out suites, k attempts per task, with uniforms from the stateless eval
@@ -231,7 +255,25 @@ class SyntheticEnv:
         frame = self._eval_index().copy()
         frame["reward"] = rewards
         frame["success"] = rewards >= 1.0
+        if self.n_validation:
+            frame = pd.concat([frame, self._validation()], ignore_index=True)
         return frame
+
+    def _validation(self) -> pd.DataFrame:
+        """Suite `validation`: the n_validation_tasks training rows no pool draws from, on every
+        training harness, k attempts (task-major, then harness, then attempt), with uniforms
+        from the step's own validation stream (the held-out suites' draws are untouched)."""
+        k, H, rows = self.knobs["k_attempts"], self.H, np.arange(self.n_train, self.n_tasks)
+        s = self.success_matrix()[rows, :H]                                     # (n_val, H)
+        u = _stream(self.seed, STREAM_VALIDATION, self.step_count).random((rows.size, H, k))
+        rewards = self.rewards_from_uniform(s.reshape(-1), u.reshape(-1, k)).reshape(-1)
+        tasks = np.repeat([f"{t}@{h}" for t in self.task_ids[rows] for h in self.harnesses], k)
+        return pd.DataFrame({
+            "suite": VALIDATION_SUITE, "task": tasks,
+            "category": np.repeat([CATEGORIES[c] for c in self.task_category[rows]], H * k),
+            "harness": np.tile(np.repeat(self.harnesses, k), rows.size),
+            "attempt": np.tile(np.arange(k, dtype=np.int64), rows.size * H),
+            "reward": rewards, "success": rewards >= 1.0})[list(EVAL_COLUMNS)]
 
     def _eval_index(self) -> pd.DataFrame:
         """The constant columns of `evaluate` (suite, task, category, harness, attempt), built once."""
@@ -289,7 +331,7 @@ class SyntheticEnv:
             m -= take.size
             self._cursors[h] = cur + take.size
             if self._cursors[h] >= pool.size:
-                self._pools[h] = self._task_rngs[h].permutation(self.n_tasks)
+                self._pools[h] = self._task_rngs[h].permutation(self.n_train)
                 self._cursors[h] = 0
         return np.concatenate(out) if len(out) > 1 else out[0]
 
@@ -299,6 +341,7 @@ class SyntheticEnv:
         rewards)."""
         out = {}
         for h, m in requests.items():
+            self._generated[h] += m
             tasks = self._draw_tasks(h, m)
             p = before[tasks, h]
             rewards = self.rewards_from_uniform(p, self._reward_rngs[h].random((m, self.G)))
@@ -322,7 +365,7 @@ class SyntheticEnv:
         extras = {"oracle_arm": int(np.argmax(pure)), "gain": chosen,
                   "regret": float(max(pure.max(), chosen) - chosen)}
         success = self.success_matrix()
-        truth = (success[: self.n_tasks].sum(axis=0) / self.n_tasks).tolist()
+        truth = (success[: self.n_train].sum(axis=0) / self.n_train).tolist()
         for name, value in zip(self.harnesses + [self.heldout_harness], truth):
             extras[f"true_{name}"] = value
         # noise-free held-out success (the eval suites' expected mean reward) after the step

@@ -23,6 +23,12 @@ checks `steps_per_generation == gradient_accumulation_steps` and `num_iterations
   through `hbsim.grpo` (LOO advantages of the groups with reward variance, SPEC §2.3);
   the dynamic-sampling counts come from TRL's `frac_reward_zero_std` (TRL keeps
   zero-variance groups in the batch with advantage 0, so groups_optimized = all groups).
+* the group filter (`hbsim.sampling.GroupFilter`, knobs `keep_band`, `min_abs_adv`): when
+  set, the groups it drops (by the same rule as the native trainer's dynamic sampling, on
+  the step's global rewards) stay in TRL's batch with their advantages set to 0, as TRL
+  treats zero-variance groups: they add no policy-gradient term (with beta > 0 their KL
+  term remains, and TRL's loss normalisers still count their tokens); L and
+  groups_retained are then over the kept groups. TRL cannot refill the batch.
 * the gradient sketch: transformers' Trainer clips (`_clip_grad_norm`, or `_get_grad_norm`
   when max_grad_norm = 0) BEFORE `on_pre_optimizer_step`, so a callback sees clipped
   gradients; the trainer takes the sketch in those two methods, before clipping. Under DDP
@@ -55,6 +61,7 @@ from hbsim.adapter import CostLedger, StepResult
 from hbsim.contract import TRL_STATE
 from hbsim.folders import atomic_write, file_mode
 from hbsim.loop import StepRecorder, step_overhead
+from hbsim.sampling import GroupFilter
 from policies.errors import UserError
 from real_runs.integrations.signals import group_signals
 from real_runs.native.sketch import ParamSketch, global_sketch
@@ -103,6 +110,7 @@ class _Signals:
 
     arms: list[int]
     rewards: np.ndarray | None = None
+    keep: np.ndarray | None = None      # (groups,) the group filter's mask (None: the filter is not set)
     sketch: torch.Tensor | None = None
     before: torch.Tensor | None = None
     update: torch.Tensor | None = None
@@ -129,14 +137,16 @@ class HarnessScheduler(TrainerCallback):
                  evaluate: Callable[[], pd.DataFrame] | None = None, eval_every: int | None = None,
                  config: dict | None = None, block_path: str = "model.layers", sketch_dim: int = 65536,
                  sketch_blocks: int | None = None, sketch_patterns: tuple[str, ...] = ("*",),
-                 update_sketch: bool = True, advantage: str = "loo"):
+                 update_sketch: bool = True, advantage: str = "loo", group_filter: GroupFilter | None = None,
+                 eval_budget: str | None = None):
         if policy.n_arms != len(harnesses):
             raise UserError(f"policy n_arms={policy.n_arms} is not allowed: expected len(harnesses)={len(harnesses)}")
         self.harnesses, self.seed = list(harnesses), int(seed)
         self.sampler = TaskPool.of_column(dataset["harness"], self.harnesses, seed)
         self.recorder = StepRecorder(policy, self.harnesses, label=label, seed=seed, eval_every=eval_every,
-                                     batch_groups=1, evaluate=evaluate, env=config)
+                                     batch_groups=1, evaluate=evaluate, env=config, eval_budget=eval_budget)
         self.policy, self.advantage = policy, advantage
+        self.filter = group_filter or GroupFilter(advantage=advantage)
         self.sketch_knobs = dict(block_path=block_path, dim=sketch_dim, last_blocks=sketch_blocks,
                                  patterns=tuple(sketch_patterns), update=update_sketch)
         self.sketch: ParamSketch | None = None
@@ -183,7 +193,21 @@ class HarnessScheduler(TrainerCallback):
         rewards = (per_func * weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
         rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
         self._step.rewards = rewards.detach().cpu().numpy().astype(np.float64)
+        if not self.filter.default:
+            r = self._step.rewards.reshape(-1, self.group_size)
+            self._step.keep = self.filter.mask(r) & np.isfinite(r).all(axis=1)
         self._step.own += time.perf_counter() - t0
+
+    def filter_advantages(self, advantages: torch.Tensor, rank: int = 0) -> torch.Tensor:
+        """Rank `rank`'s advantages (n,) with the rows of the groups the filter drops set to
+        0 (unchanged when the filter is not set); rank r holds global rows [r n, (r + 1) n)."""
+        step = self._step
+        if step is None or step.keep is None:
+            return advantages
+        n = advantages.shape[0]
+        rows = np.repeat(step.keep, self.group_size)[rank * n:(rank + 1) * n]
+        return advantages * torch.as_tensor(rows, device=advantages.device).to(advantages.dtype).reshape(
+            (n,) + (1,) * (advantages.dim() - 1))
 
     def take_sketch(self, grads_synced: bool, backward_seconds: float = 0.0) -> None:
         """Before clipping: raw gradient sketch (global) and the parameters' values."""
@@ -221,6 +245,7 @@ class HarnessScheduler(TrainerCallback):
             self.finish()
         if self.recorder.eval_every and self.recorder.t % self.recorder.eval_every == 0:
             self.recorder.evaluate()
+        self.recorder.evaluate_budget()
 
     def on_save(self, args, state, control, **kwargs):
         folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
@@ -257,15 +282,23 @@ class HarnessScheduler(TrainerCallback):
         step, self._step = self._step, None
         n_groups = len(step.arms) // self.group_size
         rewards = step.rewards if step.rewards is not None else np.full(len(step.arms), np.nan)
-        learn, _ = group_signals(rewards, self.group_size, self.advantage)
         frac = step.frac_zero
-        retained = n_groups - int(round(frac * n_groups)) if np.isfinite(frac) else 0
+        if step.keep is None:
+            learn, _ = group_signals(rewards, self.group_size, self.advantage)
+            retained = n_groups - int(round(frac * n_groups)) if np.isfinite(frac) else 0
+        else:
+            learn, retained = group_signals(rewards, self.group_size, self.advantage, keep=step.keep)
         ledger = CostLedger(groups_generated=n_groups, groups_scored=n_groups, groups_retained=retained,
                             groups_optimized=n_groups, tokens=step.tokens, seconds=dict(step.seconds))
+        ok = np.isfinite(rewards)
+        arms = np.asarray(step.arms, dtype=np.int64)
+        generated = np.stack([np.bincount(arms[ok], minlength=len(self.harnesses)).astype(np.float64),
+                              np.bincount(arms[ok], weights=rewards[ok], minlength=len(self.harnesses))], axis=1)
         res = StepResult(learnability=learn, sketch=None if step.sketch is None else step.sketch.cpu().numpy(),
                          update_sketch=None if step.update is None else step.update.cpu().numpy(),
                          reward=float(np.nanmean(rewards)) if np.isfinite(rewards).any() else float("nan"),
-                         cost=ledger, extras={"grad_norm": step.grad_norm, "frac_reward_zero_std": frac})
+                         cost=ledger, extras={"grad_norm": step.grad_norm, "frac_reward_zero_std": frac},
+                         generated=generated)
         row = self.recorder.record(res, scheduler_seconds=step.own + (time.perf_counter() - t0))
         row["overhead_frac"] = step_overhead(row)
         return row
@@ -299,6 +332,7 @@ class HarnessGRPOTrainer(GRPOTrainer):
         rows = self.scheduler.begin(len(inputs), self.accelerator.process_index)
         t0 = time.perf_counter()
         out = super()._generate_and_score_completions([self.train_dataset[i] for i in rows])
+        out["advantages"] = self.scheduler.filter_advantages(out["advantages"], self.accelerator.process_index)
         self.scheduler.generated(time.perf_counter() - t0, self._metrics["train"]["frac_reward_zero_std"][-1],
                                  out["num_items_in_batch"])
         self._hb_backward_start = time.perf_counter()

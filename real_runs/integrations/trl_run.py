@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import shutil
 import sys
 import time
 from pathlib import Path
 
-import pandas as pd
-import torch
-
-from hbsim.folders import claim_output_dir
+from hbsim.contract import TRL_CHECKPOINT, TRL_STATE
+from hbsim.folders import check_resume_dir, claim_output_dir, complete_output_dir
+from hbsim.sampling import FILTER_KNOBS, GroupFilter, when_set
 from policies import validate
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
@@ -37,19 +38,22 @@ def _harness_list(name: str, value) -> tuple:
     if not isinstance(value, (list, tuple)) or len(value) < 2:
         raise UserError(f"{name}={value!r} is not allowed: expected {_harness_list.allowed}")
     from real_runs.world.harnesses import get_harness
-    for harness in value:
+    for i, harness in enumerate(value):
         get_harness(harness)       # an unknown name raises UserError listing the valid ones
+        if harness in value[:i]:   # one arm, one p_<harness> column
+            raise UserError(f"{name}={list(value)!r} is not allowed: {harness!r} is listed twice; "
+                            f"expected {_harness_list.allowed}")
     return tuple(value)
 
 
-_harness_list.allowed = "a list of at least 2 harness names"   # Knob.allowed() lists it
+_harness_list.allowed = "a list of at least 2 distinct harness names"   # Knob.allowed() lists it
 _MAX = validate.MAX_BATCH_GROUPS
 
 TRL_KNOBS = Knobs({
     "harnesses": Knob(("json", "xml", "func", "shell", "sexp", "kv"), "the training harnesses (arms)",
                       parse=_harness_list),
     "batch_groups": Knob(2, "prompts (groups) per optimizer step", 1, _MAX),
-    "group_size": Knob(4, "completions per prompt (TRL's num_generations)", 1, _MAX),
+    "group_size": Knob(4, "completions per prompt (TRL's num_generations; GRPO needs 2 or more)", 2, _MAX),
     "max_completion_length": Knob(24, "tokens per completion", 1, _MAX),
     "lr": Knob(1e-4, "learning rate", 0.0),
     "beta": Knob(0.0, "TRL's KL coefficient", 0.0),
@@ -61,12 +65,49 @@ TRL_KNOBS = Knobs({
     "sketch_dim": Knob(65536, "sketch coordinates d", 1, 2**31 - 1),
     "block_path": Knob("model.layers", "module path of the model's decoder blocks"),
     "threads": Knob(1, "torch CPU threads of the process (0 = torch's default)", 0, validate.MAX_JOBS),
+    # the group filter (hbsim.sampling.GroupFilter): TRL keeps every group in its batch, so a
+    # filtered group's advantages are set to 0 (as TRL does for zero-variance groups)
+    **FILTER_KNOBS,
 }, scope="trl", owner="--backend trl")
 
 
 def env_section(cfg) -> dict:
-    """The TRL knobs as they stand in a run config's env section (harnesses as a list)."""
-    return {**dataclasses.asdict(cfg), "harnesses": list(cfg.harnesses)}
+    """The TRL knobs as they stand in a run config's env section (harnesses as a list; the
+    group filter's knobs only when set)."""
+    return when_set({**dataclasses.asdict(cfg), "harnesses": list(cfg.harnesses)})
+
+
+def settings(args) -> tuple:
+    """(TRL knobs, resolved policy section) of `hb real --backend trl` args: every check of
+    the knobs, harness names and policy, torch-free (real_runs.cli calls it before any
+    torch or transformers import)."""
+    from hbsim.experiment import resolve_policy
+    trl_knobs, policy_knobs = {}, {}
+    for key, value in validate.parse_sets(args.set).items():
+        (policy_knobs if key.startswith("policy.") else trl_knobs)[key.removeprefix("policy.")] = value
+    cfg = TRL_KNOBS.settings(trl_knobs)
+    policy_cfg = resolve_policy({"name": args.policy, "label": args.label or args.policy, **policy_knobs},
+                                len(cfg.harnesses))
+    if args.model is None and args.preset not in SIZES:
+        raise UserError(f"--preset {args.preset!r} is not allowed for --backend trl: expected one of "
+                        f"{', '.join(SIZES)}")
+    return cfg, policy_cfg
+
+
+def resume_checkpoint(out) -> Path:
+    """The TRL checkpoint folder `--resume` continues: the newest COMPLETE one (it holds
+    harnessbandit.pt, written by `on_save` after TRL's own files). Newer checkpoint-N
+    folders without it (a run killed while saving) are removed, so TRL, hb's check and
+    the scheduler's state all agree on the same step."""
+    newest = check_resume_dir(out, TRL_CHECKPOINT).parent       # numerically newest complete one
+    step = int(re.search(r"checkpoint-(\d+)$", newest.name).group(1))
+    for folder in (Path(out) / "trl").glob("checkpoint-*"):
+        m = re.fullmatch(r"checkpoint-(\d+)", folder.name)
+        if m and int(m.group(1)) > step and folder.is_dir() and not (folder / TRL_STATE).is_file():
+            shutil.rmtree(folder)
+            print(f"removed {folder}: an incomplete checkpoint (the run was killed while saving it)",
+                  file=sys.stderr)
+    return newest
 
 
 def byte_tokenizer():
@@ -84,6 +125,7 @@ def byte_tokenizer():
 
 def tiny_qwen2(tokenizer, size: str = "tiny", seed: int = 0):
     """A Qwen2 causal LM from a config (no download), weights drawn from a generator of `seed`."""
+    import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
     if size not in SIZES:
         raise UserError(f"preset={size!r} is not allowed for --backend trl: expected one of {', '.join(SIZES)}")
@@ -121,7 +163,7 @@ def held_out_evaluator(model, tokenizer, harnesses: list[str], tasks, *, seed: i
     from real_runs.native.evaluation import heldout_eval
     from real_runs.native.hf import HFCausalLM
 
-    def evaluate() -> pd.DataFrame:
+    def evaluate():
         was_training = model.training
         try:
             return heldout_eval(HFCausalLM(model, tokenizer, block_path, max_len=1024), harnesses, tasks, seed=seed,
@@ -136,6 +178,7 @@ def build(cfg, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str
           model_path: str | None = None, preset: str = "tiny", eval_every: int | None = None,
           checkpoint_every: int = 10, extra_args: dict | None = None, extra_rewards: list | None = None):
     """(trainer, scheduler, run config) of one TRL run; nothing is trained yet."""
+    import torch
     from trl import GRPOConfig
 
     from policies import make
@@ -160,7 +203,7 @@ def build(cfg, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str
                                   max_new=cfg.max_completion_length, block_path=cfg.block_path)
     sched = HarnessScheduler(policy, harnesses, data, seed=seed, label=policy_cfg.get("label"), evaluate=evaluate,
                              eval_every=eval_every, config=config["env"], block_path=cfg.block_path,
-                             sketch_dim=cfg.sketch_dim)
+                             sketch_dim=cfg.sketch_dim, group_filter=GroupFilter.of(cfg, "loo"))
     trl_args = dict(output_dir=os.path.join(out, "trl"), max_steps=steps, seed=seed, learning_rate=cfg.lr,
                     per_device_train_batch_size=cfg.batch_groups * cfg.group_size, num_generations=cfg.group_size,
                     max_completion_length=cfg.max_completion_length, beta=cfg.beta, max_grad_norm=cfg.max_grad_norm,
@@ -176,20 +219,16 @@ def build(cfg, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str
 
 def main(args) -> int:
     """The `hb real --backend trl` command (args from real_runs.cli.add_arguments)."""
-    from hbsim.experiment import resolve_policy
     from hbsim.records import write_run
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    cfg, policy_cfg = settings(args)     # checked already by real_runs.cli before torch was imported
+    label = policy_cfg["label"]
+    out = Path(args.out)   # checked by real_runs.cli._check_out before torch was imported
+    resume = resume_checkpoint(out) if args.resume else None
     try:
         import trl
     except ImportError:
         raise UserError("--backend trl needs the optional extra: pip install 'harnessbandit[trl]'") from None
-    trl_knobs, policy_knobs = {}, {}
-    for key, value in validate.parse_sets(args.set).items():
-        (policy_knobs if key.startswith("policy.") else trl_knobs)[key.removeprefix("policy.")] = value
-    cfg = TRL_KNOBS.settings(trl_knobs)
-    label = args.label or args.policy
-    policy_cfg = resolve_policy({"name": args.policy, "label": label, **policy_knobs}, len(cfg.harnesses))
-    out = Path(args.out)   # checked by real_runs.cli._check_out before torch was imported
     from real_runs.native.adapter import pick_device
     device = pick_device(args.device or "auto").type   # hb real's --device defaults to None (the preset's)
     t0 = time.perf_counter()
@@ -201,7 +240,7 @@ def main(args) -> int:
     print(f"TRL trainer ready in {time.perf_counter() - t0:.1f}s ({len(cfg.harnesses)} harnesses)", file=sys.stderr)
     if args.eval_every and sched.recorder.t == 0 and not args.resume:
         sched.recorder.evaluate()   # step 0, as `hb real` does
-    trainer.train(resume_from_checkpoint=True if args.resume else None)
+    trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
     for row in sched.recorder.rows[-args.steps:]:
         print(f"step {row['step']} arm={row['arm']} reward={row['reward']:.3f} L={row['learnability']:.3f} "
               f"T={row['transfer']:.3f} {row['seconds_step']:.2f}s overhead={100 * row['overhead_frac']:.2f}%",
@@ -212,6 +251,7 @@ def main(args) -> int:
     import transformers
     result.meta["versions"].update(trl=trl.__version__, transformers=transformers.__version__)
     write_run(result, out, overwrite=True)
+    complete_output_dir(out)                   # the marker last: the run is complete
     train = result.train
     print(f"run {out}: {len(train)} steps, policy {label}, seed {args.seed}; mean step "
           f"{train['seconds_step'].mean():.3f}s, scheduler overhead {100 * train['overhead_frac'].mean():.2f}%")

@@ -8,7 +8,9 @@ One `train_step(allocation)`:
      task pool, with over-sampling, for up to `sample_rounds` rounds;
   2. the harness's control loop and checker score every rollout (`rollout.play`, one
      batched call per round for all harnesses);
-  3. zero-variance groups are dropped; retained groups beyond the request go to the
+  3. groups that fail the group filter (`hbsim.sampling.GroupFilter`: zero variance, and
+     the `keep_band` / `min_abs_adv` knobs when set) are dropped, after their rollouts and
+     rewards are counted per harness (`StepResult.generated`); retained groups beyond the request go to the
      harness's leftover buffer (at most `leftover_max` groups, groups older than
      `leftover_max_age` steps dropped; 0 = no age limit);
   4. advantages, micro-batched PPO-clip + k3-KL backward, the gradient sketch of the
@@ -38,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from hbsim.adapter import CostLedger, StepResult
-from hbsim.sampling import DynamicSampler
+from hbsim.sampling import DynamicSampler, GroupFilter, when_set
 from policies import Allocation
 from policies.errors import UserError
 from real_runs import streams
@@ -59,6 +61,15 @@ def pick_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise UserError(f"device={name!r} is not available: torch sees no CUDA device; use cpu or auto")
     return torch.device(name)
+
+
+def global_sum_array(values: np.ndarray, device) -> np.ndarray:
+    """Element-wise sum of a float array over ranks, one all-reduce (a copy outside torch.distributed)."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        t = torch.as_tensor(np.asarray(values, dtype=np.float64), device=device)
+        dist.all_reduce(t)
+        return t.cpu().numpy()
+    return np.array(values, dtype=np.float64)
 
 
 def _rank_world() -> tuple[int, int]:
@@ -96,7 +107,8 @@ class GRPOAdapter:
             streams.torch_seed(self.seed, streams.ROLLOUT, self.rank))
         self._sampler = DynamicSampler(len(self.harnesses), oversample=self.cfg.oversample,
                                        max_rounds=self.cfg.sample_rounds, max_age=self.cfg.leftover_max_age,
-                                       max_size=self.cfg.leftover_max)
+                                       max_size=self.cfg.leftover_max,
+                                       group_filter=GroupFilter.of(self.cfg, self.cfg.advantage))
         self._step = 0
 
     def _build_model(self, progress=None):
@@ -144,9 +156,11 @@ class GRPOAdapter:
         return n // self.world + (1 if self.rank < n % self.world else 0)
 
     def collect(self, counts: np.ndarray, ledger: CostLedger) -> list[Group]:
-        """The optimizer batch of this rank for allocation counts (H,) (SPEC §2.2)."""
+        """The optimizer batch of this rank for allocation counts (H,) (SPEC §2.2); the
+        step's (H, 2) generated rollouts and reward sums of this rank go to `self._generated`."""
         need = {h: self._share(int(c)) for h, c in enumerate(counts) if c > 0}
         sample = self._sampler.collect(need, self._step, lambda requests: self._generate(requests, ledger))
+        self._generated = sample.generated_array(len(self.harnesses))
         ledger.groups_generated = ledger.groups_scored = sample.generated
         ledger.groups_retained = sample.retained
         ledger.leftover_used, ledger.leftover_age = sample.leftover_used, sample.leftover_age
@@ -181,13 +195,15 @@ class GRPOAdapter:
         ledger.groups_optimized = len(groups)
         for name in ("groups_generated", "groups_scored", "groups_retained", "groups_optimized", "tokens"):
             setattr(ledger, name, int(global_sum(getattr(ledger, name), self.device)))   # over all ranks
+        generated = global_sum_array(self._generated, self.device)
         reward_sum = global_sum(sum(float(g.rewards.sum()) for g in groups), self.device)
         n_roll = global_sum(sum(len(g.rewards) for g in groups), self.device)
         self._step += 1
         extras = {"loss": stats["loss"], "grad_norm": grad_norm, "kl": stats["kl_sum"] / max(n_tokens, 1.0),
                   "clip_frac": stats["clipped"] / max(n_tokens, 1.0)}
         return StepResult(learnability=learn, sketch=sketch, update_sketch=update,
-                          reward=reward_sum / n_roll if n_roll else float("nan"), cost=ledger, extras=extras)
+                          reward=reward_sum / n_roll if n_roll else float("nan"), cost=ledger, extras=extras,
+                          generated=generated)
 
     def _learnability(self, rows) -> float | None:
         """SPEC §2.3 from per-token advantages and masks, over all ranks' retained groups."""
@@ -212,7 +228,7 @@ class GRPOAdapter:
 
     # -- records and state -----------------------------------------------------------
     def config(self) -> dict:
-        return {"kind": "real", "n_harnesses": len(self.harnesses), **dataclasses.asdict(self.cfg)}
+        return when_set({"kind": "real", "n_harnesses": len(self.harnesses), **dataclasses.asdict(self.cfg)})
 
     def state_dict(self) -> dict:
         return {"step": self._step, "model": self.model.state_dict(), "ref": self.ref.state_dict(),

@@ -31,7 +31,13 @@ def load(run_dir) -> dict | None:
     path = Path(run_dir) / CHECKPOINT
     if not path.exists():
         return None
-    state = torch.load(path, map_location="cpu", weights_only=False)
-    if state.get("format") != FORMAT:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - truncated, not a torch file, unpickling errors of any kind
+        first = str(exc).splitlines()[0][:160] if str(exc) else ""
+        raise UserError(f"checkpoint {path} is not readable ({type(exc).__name__}: {first}); it is corrupt: "
+                        "start a new run in another --out") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        state = state if isinstance(state, dict) else {}
         raise UserError(f"checkpoint {path} has format={state.get('format')!r}; this version reads {FORMAT}")
     return state

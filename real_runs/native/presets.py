@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from hbsim.sampling import FILTER_KNOBS, when_set
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
 from real_runs.world.tasks import MAX_TASKS
@@ -79,6 +80,7 @@ REAL_KNOBS = Knobs({
     "sample_rounds": _count(2, "sampling rounds per step before accepting a short batch"),
     "leftover_max": _count(16, "groups kept per harness buffer (oldest dropped)"),
     "leftover_max_age": _count(4, "steps a leftover group stays usable (0 = no age limit)", 0),
+    **FILTER_KNOBS,     # the group filter (hbsim.sampling.GroupFilter), as in the synthetic envs
     "max_new_tokens": _count(72, "tokens per model call (< max_len; the longest demonstrated reply is 69 bytes)"),
     "temperature": Knob(1.0, "sampling temperature", 0.0, 100.0, low_open=True),
     # GRPO objective and optimizer
@@ -164,9 +166,9 @@ def config_of(env: dict) -> RealConfig:
 
 def resolve_env(env: dict) -> dict:
     """The resolved env section of a real run's config: `{"kind": "real", "n_harnesses",
-    **every knob}` (see `config_of`)."""
+    **every knob}` (see `config_of`; the group filter's knobs only when set: `hbsim.sampling.when_set`)."""
     from real_runs.world.harnesses import TRAIN_HARNESSES
-    return {"kind": "real", "n_harnesses": len(TRAIN_HARNESSES), **dataclasses.asdict(config_of(env))}
+    return when_set({"kind": "real", "n_harnesses": len(TRAIN_HARNESSES), **dataclasses.asdict(config_of(env))})
 
 
 def model_dict(cfg) -> dict:

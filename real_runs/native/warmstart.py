@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from hbsim.folders import atomic_write
+from policies.errors import UserError
 from real_runs import streams
 from real_runs.native.model import ByteTokenizer, ModelConfig, Transformer, right_pad
 from real_runs.native.presets import model_dict
@@ -149,7 +150,11 @@ def warm_start(cfg, seed: int, harnesses: list, tasks: list, device, others: lis
         rows += demonstration_rows(list(others), tasks[:cfg.warm_other_tasks], cfg.max_len, cfg.max_new_tokens)
     key = warm_key(cfg, seed, rows, torch.device(device).type)
     root = Path(cfg.cache_dir or os.environ.get("HB_CACHE_DIR") or Path.home() / ".cache" / "harnessbandit")
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise UserError(f"warm-start cache {str(root)!r} (cache_dir / HB_CACHE_DIR) is not a folder: a file is "
+                        "in its place; choose another cache folder") from None
     path = root / f"warm-{key}.pt"
     with open(root / f"warm-{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

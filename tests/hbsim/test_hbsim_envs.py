@@ -35,7 +35,10 @@ def test_knobs_defaults_and_validation():
     assert knobs["n_harnesses"] == 6 and knobs["n_tasks"] == 200 and knobs["group_size"] == 8
     assert knobs["oversample"] == 1.5 and knobs["advantage"] == "loo" and knobs["negative_fraction"] == 0.2
     env = make_env("bernoulli", seed=0)
-    assert env.config() == {"kind": "bernoulli", **knobs}
+    # the group filter's, cost and validation-split knobs are recorded only when set (hbsim.sampling.when_set)
+    unset = ("keep_band", "min_abs_adv", "n_validation_tasks", "group_tokens", "group_tool_seconds", "token_seconds")
+    assert env.config() == {"kind": "bernoulli", **{k: v for k, v in knobs.items() if k not in unset}}
+    assert make_env("bernoulli", seed=0, group_tokens=[5, 5, 5, 5, 5, 7]).config()["group_tokens"] == "5,5,5,5,5,7"
     assert isinstance(env, TrainingAdapter)
     assert env.harnesses == ["h0", "h1", "h2", "h3", "h4", "h5"]
     with pytest.raises(ValueError, match=r"env kind 'bernoulli' has no knob 'lrate'; valid knobs: n_harnesses, .*lr"):

@@ -80,8 +80,17 @@ def test_umask_027_gives_0750_folders_and_0640_files(tmp_path, umask027):
 
 def test_claim_output_dir_marker(tmp_path):
     root = folders.claim_output_dir(tmp_path / "s", "sim", "h1", tool="hb sim")
-    assert (root / contract.KIND_FILE).read_text() == '{"config_hash": "h1", "kind": "sim", "tool": "hb sim"}\n'
-    assert folders.read_marker(root) == {"kind": "sim", "config_hash": "h1", "tool": "hb sim"}
+    assert (root / contract.KIND_FILE).read_text() == ('{"command": null, "config_hash": "h1", "files": [], '
+                                                       '"kind": "sim", "state": "incomplete", "tool": "hb sim"}\n')
+    folders.atomic_write(root / "a.txt", "a")                          # written after the claim: listed
+    (root / "mine.txt").write_text("not hb's")                         # not through atomic_write: not listed
+    folders.complete_output_dir(root)
+    assert folders.read_marker(root) == {"kind": "sim", "config_hash": "h1", "tool": "hb sim", "command": None,
+                                         "state": "complete", "files": ["a.txt"]}
+    assert folders.written_files(root) == {root / "a.txt"}
+    folders.claim_output_dir(root, "sim", "h1", tool="hb sim")         # a rerun keeps the list, incomplete again
+    assert folders.read_marker(root)["state"] == "incomplete" and folders.read_marker(root)["files"] == ["a.txt"]
+    (root / "a.txt").unlink(), (root / "mine.txt").unlink()
     (root / contract.KIND_FILE).write_text('{"kind": "nope"}')
     with pytest.raises(UserError, match="kind='nope' is unknown; valid kinds: sim, run, grid, report, study"):
         folders.read_marker(root)

@@ -103,3 +103,62 @@ def test_array_blocks_and_state_round_trip():
         np.testing.assert_array_equal(x, y)
     with pytest.raises(ValueError, match="buffers"):
         DynamicSampler(3, oversample=1.0, max_rounds=1).load_state_dict(state)
+
+
+# -- the group filter (keep_band, min_abs_adv) --------------------------------------------
+from hbsim.sampling import FILTER_KNOBS, GroupFilter, when_set  # noqa: E402
+from policies.errors import UserError  # noqa: E402
+from policies.knobs import Knobs  # noqa: E402
+
+#: binary groups of G = 4 with 0..4 successes: means 0, .25, .5, .75, 1
+BINARY = np.array([[0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]], dtype=float)
+
+
+def test_band_edges_are_inclusive_and_zero_variance_is_always_dropped():
+    assert GroupFilter().mask(BINARY).tolist() == [False, True, True, True, False]
+    assert GroupFilter("0.25,0.75").mask(BINARY).tolist() == [False, True, True, True, False]    # edges kept
+    assert GroupFilter("0.3,0.75").mask(BINARY).tolist() == [False, False, True, True, False]
+    assert GroupFilter("0.5,0.5").mask(BINARY).tolist() == [False, False, True, False, False]
+    assert GroupFilter("0.0,1.0").mask(BINARY).tolist() == [False, True, True, True, False]     # variance rule
+    assert GroupFilter("0.8,1.0").mask(BINARY).tolist() == [False] * 5
+
+
+def test_abs_advantage_threshold_on_the_group_mean_hand_computed():
+    # LOO: A_i = G/(G-1) (r_i - mean); mean |A|: k=1 -> 4/3 * 2 * 0.75 / 4 = 0.5, k=2 -> 4/3 * 0.5 = 2/3
+    r = BINARY[1:4]
+    assert GroupFilter(min_abs_adv=0.49).mask(r).tolist() == [True, True, True]
+    assert GroupFilter(min_abs_adv=0.5).mask(r).tolist() == [False, True, False]   # |A| <= threshold dropped
+    assert GroupFilter(min_abs_adv=2 / 3).mask(r).tolist() == [False, False, False]
+    # the "mean" kind: r - mean, mean |A| = 0.375 (k = 1, 3) and 0.5 (k = 2)
+    assert GroupFilter(min_abs_adv=0.4, advantage="mean").mask(r).tolist() == [False, True, False]
+    both = GroupFilter("0.5,1.0", 0.49)
+    assert both.mask(BINARY).tolist() == [False, False, True, True, False]
+
+
+def test_filter_knobs_parse_and_refuse_bad_values():
+    table = Knobs(FILTER_KNOBS, scope="env")
+    assert table.resolve({"keep_band": [0.2, 0.8]})["keep_band"] == "0.2,0.8"
+    assert table.resolve({"keep_band": " 0.25 , 1 "})["keep_band"] == "0.25,1.0"
+    assert table.resolve({})["keep_band"] == "" and table.resolve({"keep_band": ""})["keep_band"] == ""
+    for bad in ([0.8, 0.2], [0.1], "a,b", [0.1, float("nan")], 0.5, [True, 1.0], "0.1,0.2,0.3"):
+        with pytest.raises(UserError, match=r"^env\.keep_band=.* is not allowed: expected a band \"lo,hi\""):
+            table.resolve({"keep_band": bad})
+    with pytest.raises(UserError, match=r"^env\.min_abs_adv=-0\.1 is out of range"):
+        table.resolve({"min_abs_adv": -0.1})
+    assert when_set({"a": 1, "keep_band": "", "min_abs_adv": 0.0}) == {"a": 1}
+    assert when_set({"keep_band": "0.1,0.2", "min_abs_adv": 0.5}) == {"keep_band": "0.1,0.2", "min_abs_adv": 0.5}
+
+
+def test_sampler_with_band_refills_and_counts_all_generated_rewards():
+    quarter, half = [1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]
+    s = DynamicSampler(1, oversample=1.0, max_rounds=3, group_filter=GroupFilter("0.5,0.5"))
+    gen = Script({0: [quarter, half, FLAT, half, half]})
+    out = s.collect({0: 3}, step=0, generate=gen)
+    # round 1: 3 groups, only the half-solved one passes; round 2: 2 more, both pass
+    assert gen.calls == [{0: 3}, {0: 2}]
+    assert out.parts[0] == [[(0, 1)], [(0, 3), (0, 4)]]
+    assert (out.generated, out.retained) == (5, 3)
+    assert out.generated_rewards == {0: [20, 1.0 + 2.0 + 4.0 + 2.0 + 2.0]}
+    np.testing.assert_array_equal(out.generated_array(2), [[20, 11.0], [0, 0]])
+    default = DynamicSampler(1, oversample=1.0, max_rounds=1).collect({0: 3}, 0, Script({0: [quarter, half, FLAT]}))
+    assert default.parts[0] == [[(0, 0), (0, 1)]] and default.generated_rewards == {0: [12, 7.0]}

@@ -14,10 +14,11 @@ ALL = sorted(POLICIES)
 
 
 def test_registry_has_the_eight_names():
-    from policies.registry import PAPER_POLICIES
+    from policies.registry import PAPER_POLICIES, PUBLISHED_POLICIES
     assert set(PAPER_POLICIES) == {"uniform", "round_robin", "learnability", "transfer", "harnessbandit",
                                    "product", "min", "mixed"}
-    assert set(PAPER_POLICIES) | {"exp3s", "ucb1", "dts", "rank"} == set(POLICIES)
+    assert PUBLISHED_POLICIES == ("sec", "variance", "tac")
+    assert set(PAPER_POLICIES) | {"exp3s", "ucb1", "dts", "rank"} | set(PUBLISHED_POLICIES) == set(POLICIES)
 
 
 # -- warm-up and the exploration floor ---------------------------------------------------

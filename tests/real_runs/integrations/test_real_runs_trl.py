@@ -364,3 +364,82 @@ def test_data_parallel_two_ranks_agree(tmp_path):
     np.testing.assert_array_equal(r0["transfer"], r1["transfer"])
     np.testing.assert_array_equal(r0["sketch"], r1["sketch"])
     assert np.isfinite(r0["learn"]).any() and (np.abs(r0["sketch"]).sum(axis=1) > 0).all()
+
+
+def test_group_filter_zeroes_dropped_groups_and_counts_kept_ones():
+    """TRL keeps every generated group: with `keep_band` set, the groups the filter drops
+    (the native trainer's rule, on the step's global rewards) get advantage 0, and L,
+    groups_retained and `generated` follow the filter."""
+    from hbsim.sampling import GroupFilter
+    from real_runs.integrations.trl_grpo import HarnessScheduler
+    tasks = make_tasks(0, n_train=6, n_heldout=1)[0]
+    data = harness_dataset(tasks, HARNESSES)
+    sched = HarnessScheduler(make("uniform", n_arms=3, seed=0), HARNESSES, data, seed=0,
+                             group_filter=GroupFilter("0.5,1.0"))
+    sched.group_size, sched.recorder.batch_groups = 4, 3
+    rows = sched.begin()
+    assert len(rows) == 12
+    # group 0: mean .25 (dropped by the band), group 1: mean .5 (kept), group 2: mean .75 (kept)
+    rewards = torch.tensor([1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0], dtype=torch.float32)
+    sched.set_rewards(rewards.unsqueeze(1), torch.ones(1))
+    assert sched._step.keep.tolist() == [False, True, True]
+    adv = torch.ones(12)
+    np.testing.assert_array_equal(sched.filter_advantages(adv).numpy(), [0] * 4 + [1] * 8)
+    np.testing.assert_array_equal(sched.filter_advantages(torch.ones(6), rank=1).numpy(), [1] * 6)   # rows 6..11
+    np.testing.assert_array_equal(sched.filter_advantages(torch.ones(6), rank=0).numpy(), [0] * 4 + [1] * 2)
+    np.testing.assert_array_equal(sched.filter_advantages(torch.ones(12, 3)).numpy()[:, 0], [0] * 4 + [1] * 8)
+    sched.generated(0.1, 0.0, 48)
+    row = sched.finish()
+    # L over the kept groups: LOO mean |A| = 2/3 (k = 2 of 4) and 0.5 (k = 3 of 4)
+    assert row["groups_retained"] == 2 and row["groups_optimized"] == 3
+    assert row["learnability"] == pytest.approx((2 / 3 + 0.5) / 2)
+    fb = sched.recorder.rows[-1]
+    assert fb["step"] == 1
+    plain = HarnessScheduler(make("uniform", n_arms=3, seed=0), HARNESSES, data, seed=0)
+    plain.group_size, plain.recorder.batch_groups = 4, 3
+    plain.begin()
+    plain.set_rewards(rewards.unsqueeze(1), torch.ones(1))
+    assert plain._step.keep is None and plain.filter_advantages(adv) is adv       # no filter: untouched
+    plain.generated(0.1, 0.0, 48)
+    assert plain.finish()["groups_retained"] == 3
+
+
+def test_trl_knobs_include_the_group_filter_recorded_only_when_set(tmp_path):
+    from hbsim.sampling import FILTER_KNOBS
+    for name, knob in FILTER_KNOBS.items():
+        assert trl_run.TRL_KNOBS[name] == knob
+    cfg = trl_run.TRL_KNOBS.settings({"keep_band": [0.25, 0.75], "min_abs_adv": 0.1})
+    assert trl_run.env_section(cfg)["keep_band"] == "0.25,0.75"
+    assert "keep_band" not in trl_run.env_section(trl_run.TRL_KNOBS.settings({}))
+    with pytest.raises(UserError, match=r"^trl\.keep_band='x' is not allowed"):
+        trl_run.TRL_KNOBS.settings({"keep_band": "x"})
+
+
+def test_trainer_applies_the_filter_to_trls_advantages(tmp_path):
+    torch.set_num_threads(1)
+    cfg = trl_run.TRL_KNOBS.settings(dict(harnesses=HARNESSES, n_train_tasks=12, n_heldout_tasks=2, eval_tasks=1,
+                                          max_completion_length=MAXLEN, batch_groups=2, group_size=4, lr=1e-3,
+                                          sketch_dim=512, keep_band=[0.0, 0.3]))
+    pc = resolve_policy({"name": "uniform", "label": "uniform"}, len(HARNESSES))
+    trainer, sched, config = trl_run.build(cfg, policy_cfg=pc, seed=0, steps=2, out=str(tmp_path / "f"),
+                                           extra_rewards=[Recorder()], checkpoint_every=100)
+    assert sched.filter.keep_band == "0.0,0.3" and config["env"]["keep_band"] == "0.0,0.3"
+    seen = []
+    real = sched.filter_advantages
+
+    def spy(adv, rank=0):
+        out = real(adv, rank)
+        seen.append((sched._step.keep.copy(), adv.clone(), out.clone()))
+        return out
+
+    sched.filter_advantages = spy
+    trainer.train()
+    assert len(seen) == 2
+    for keep, before, after in seen:
+        rows = np.repeat(keep, 4)
+        np.testing.assert_array_equal(after.numpy()[~rows], 0.0)
+        np.testing.assert_array_equal(after.numpy()[rows], before.numpy()[rows])
+    # TRL gave the dropped groups non-zero advantages, which the filter removed
+    assert any(np.abs(b.numpy()[~np.repeat(k, 4)]).sum() > 0 for k, b, _ in seen)
+    train = sched.result(config).train
+    assert train["groups_retained"].tolist() == [int(k.sum()) for k, _, _ in seen]

@@ -124,3 +124,39 @@ def test_resume_gives_identical_tables(cache, fake_checker):
     pd.testing.assert_frame_equal(a[1], b[1])
     for p, q in zip(straight.adapter.model.parameters(), resumed.adapter.model.parameters()):
         assert torch.equal(p, q)
+
+
+def test_keep_band_filters_the_native_sampler_and_generated_counts_everything(cache, fake_checker, monkeypatch):
+    """The native trainer's dynamic sampling uses the same group filter as the synthetic envs
+    (`env.keep_band`): only groups whose mean reward is in the band are optimized, and
+    `StepResult.generated` counts every generated rollout before filtering."""
+    from hbsim.sampling import GroupFilter
+    ad = _adapter(cache, keep_band=[0.4, 0.6], sample_rounds=3)
+    assert ad._sampler.filter == GroupFilter("0.4,0.6", 0.0, "loo")
+    assert ad.config()["keep_band"] == "0.4,0.6" and "keep_band" not in _adapter(cache).config()
+    seen = {"generated": [], "optimized": []}
+    real_generate, real_build = ad._generate, adapter_mod.build_rows
+
+    def spy_generate(requests, ledger):
+        out = real_generate(requests, ledger)
+        seen["generated"].extend(rewards for _, rewards in out.values())
+        return out
+
+    def spy_build(groups, kind):
+        seen["optimized"].append(np.stack([g.rewards for g in groups]) if groups else np.zeros((0, 4)))
+        return real_build(groups, kind)
+
+    monkeypatch.setattr(ad, "_generate", spy_generate)
+    monkeypatch.setattr(adapter_mod, "build_rows", spy_build)
+    res = ad.train_step(Allocation.pure(3, 6, 2))
+    everything = np.concatenate(seen["generated"])              # rewards in {0, 0.5, 1} (the stand-in checker)
+    mean = everything.mean(axis=1)
+    varied = (everything != everything[:, :1]).any(axis=1)
+    passing = varied & (mean >= 0.4) & (mean <= 0.6)
+    assert res.cost.groups_generated == len(everything) and res.cost.groups_retained == int(passing.sum())
+    optimized = seen["optimized"][0]
+    assert len(optimized) == res.cost.groups_optimized == min(2, int(passing.sum())) >= 1
+    assert (varied & ~passing).any()                          # the band dropped groups the default keeps
+    assert ((optimized.mean(axis=1) >= 0.4) & (optimized.mean(axis=1) <= 0.6)).all()
+    np.testing.assert_array_equal(res.generated[3], [everything.size, everything.sum()])
+    assert res.generated[[0, 1, 2, 4, 5]].sum() == 0

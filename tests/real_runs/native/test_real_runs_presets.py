@@ -64,3 +64,15 @@ def test_resolved_env_hashes_as_before_the_knob_table():
     for preset, digest in pinned.items():
         assert config_hash({"env": resolve_env({"kind": "real", "preset": preset})}) == digest
     assert config_hash({"env": resolve_env({"kind": "real", "lr": 3e-3})}) == "efe481c51edca3a9"
+
+
+def test_group_filter_knobs_are_real_knobs_recorded_only_when_set():
+    from hbsim.sampling import FILTER_KNOBS
+    for name, knob in FILTER_KNOBS.items():
+        assert REAL_KNOBS[name] == knob
+    cfg = resolve(keep_band="0.2,0.8", min_abs_adv=0.1)
+    assert (cfg.keep_band, cfg.min_abs_adv) == ("0.2,0.8", 0.1)
+    env = resolve_env({"kind": "real", "keep_band": [0.2, 0.8]})
+    assert env["keep_band"] == "0.2,0.8" and "min_abs_adv" not in env
+    with pytest.raises(UserError, match=r"^env\.keep_band=\[0\.9, 0\.1\] is not allowed"):
+        resolve(keep_band=[0.9, 0.1])
