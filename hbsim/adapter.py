@@ -72,6 +72,9 @@ class StepResult:
     extras: env-specific per-step columns (e.g. oracle_arm, regret, true_p_<harness>)
     generated: (H, 2) per harness [rollouts, reward sum] of ALL groups generated this step,
         before dynamic-sampling filtering (`Feedback.generated`), or None
+    update_norm: L2 norm of the parameter update the step applied (all parameters, not the
+        sketch's coordinates; 0.0 when nothing was optimized), None where not measured;
+        the train column `hbsim.contract.UPDATE_NORM`
     """
 
     learnability: float | None
@@ -81,6 +84,7 @@ class StepResult:
     cost: CostLedger
     extras: dict[str, float] = field(default_factory=dict)
     generated: np.ndarray | None = None
+    update_norm: float | None = None
 
 
 @runtime_checkable
@@ -93,6 +97,22 @@ class TrainingAdapter(Protocol):
         per attempt; the loop adds run_id, policy, seed and step)
     config(): the resolved configuration (for run.json)
     state_dict() / load_state_dict(): exact resume, every RNG included
+
+    Two OPTIONAL methods (looked up with getattr, so they are not part of the Protocol):
+
+    target_gains(candidates, target) -> (C,): the environment's GROUND TRUTH -- for
+        candidate allocations (C, H) int group counts, the exact expected one-step change of
+        the mean true success on `target` ("train": training tasks x training harnesses,
+        "heldout_tasks", "heldout_harness": the eval suites; policies.clairvoyant.TARGETS) if
+        that allocation were optimized from the current state, which it must not change.
+        The synthetic envs have it (hbsim.envs.base.SyntheticEnv.target_gains); the real
+        trainer has none. The loop hands it to a policy with `needs_ground_truth` (the
+        clairvoyant `oracle`) and refuses such a policy, with one line, where it is missing.
+    set_lr_scale(scale): multiply the trainer's learning rate by `scale` (absolute, not
+        cumulative; 1.0 = the configured lr), applied to every later step and to the
+        expected steps of `target_gains`. The loop calls it with the policy's `lr_scale`
+        (policies.base.LR_SCALE) before the first step; a trainer without it runs only
+        designs with lr_scale = 1.
     """
 
     harnesses: list[str]

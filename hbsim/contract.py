@@ -42,6 +42,9 @@ TRL_CHECKPOINT = f"trl/checkpoint-*/{TRL_STATE}"
 # -- columns -----------------------------------------------------------------------------
 #: the first columns of every train and eval row (the loop adds them)
 ROW_KEYS = ("run_id", "policy", "seed", "step")
+#: the train column of the norm of the parameter update each step applied (0 when the step
+#: optimized nothing; NaN where a trainer does not measure it): `StepResult.update_norm`
+UPDATE_NORM = "update_norm"
 #: the columns of a `TrainingAdapter.evaluate()` frame, one row per attempt
 EVAL_COLUMNS = ("suite", "task", "category", "harness", "attempt", "reward", "success")
 #: the columns of an eval table

@@ -51,23 +51,11 @@ import math
 import numpy as np
 import pandas as pd
 
+from hbsim.envs.base import TARGETS, target_means  # noqa: F401  (TARGETS: part of this module's API)
 from hbsim.loop import float_or_nan, step_feedback
 from policies import Allocation
 from policies.signals import MemoryBank, as_float_sketch, sketch_norm, transfer_and_update
 from policies.errors import UserError
-
-#: the three targets: name -> (rows, columns) of the success matrix, resolved per env
-TARGETS = ("train", "heldout_tasks", "heldout_harness")
-
-
-def target_means(success: np.ndarray, n_tasks: int, n_harnesses: int) -> np.ndarray:
-    """success (..., n_all, H+1) -> (..., 3) mean success on the three TARGETS: training
-    tasks x training harnesses, held-out tasks x training harnesses, held-out tasks on the
-    held-out harness (column H)."""
-    return np.stack([success[..., :n_tasks, :n_harnesses].mean(axis=(-1, -2)),
-                     success[..., n_tasks:, :n_harnesses].mean(axis=(-1, -2)),
-                     success[..., n_tasks:, n_harnesses].mean(axis=-1)], axis=-1)
-
 
 def cosine_matrix(directions: np.ndarray) -> np.ndarray:
     """directions (K, D) -> (K, K) cosines; NaN for a zero direction."""

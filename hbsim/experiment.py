@@ -26,7 +26,7 @@ from policies.knobs import Knob, Knobs
 from policies.validate import MAX_SEED, MAX_SEEDS, MAX_STEPS, check_name
 
 from hbsim.envs import ENVS, expand_preset, make_env
-from hbsim.loop import EVAL_BUDGET, EVAL_EVERY, RunResult, run
+from hbsim.loop import EVAL_BUDGET, EVAL_EVERY, RunResult, attach_ground_truth, run
 from hbsim.sampling import when_set
 
 #: the run settings: the one place their defaults and bounds are written
@@ -95,6 +95,8 @@ def _resolve(partial: dict | None, resolve_env: bool | Callable[[dict], dict]) -
     if not isinstance(n_arms, int):
         raise UserError(f"env.n_harnesses={n_arms!r} is not allowed: expected an integer >= 1")
     policy, section = build_policy(partial.get("policy") or {}, n_arms, top.get("policy_seed", top["seed"]))
+    if callable(resolve_env):     # a real run's env: no ground truth, so no clairvoyant policy (one line)
+        attach_ground_truth(policy, None)
     return {"env": env, "policy": section, **top}, policy
 
 

@@ -34,7 +34,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from hbsim.contract import BUDGET_COLUMNS, BUDGET_UNITS, EVAL_COLUMNS
+from hbsim.contract import BUDGET_COLUMNS, BUDGET_UNITS, EVAL_COLUMNS, UPDATE_NORM
 from hbsim.records import RunResult, config_hash, versions, write_run
 from policies import Allocation, Feedback
 from policies.base import BATCH_GROUPS
@@ -140,6 +140,30 @@ def step_feedback(allocation: Allocation, res) -> Feedback:
                     counts=np.asarray(allocation.counts), generated=getattr(res, "generated", None))
 
 
+def attach_ground_truth(policy, ground_truth: Callable | None) -> None:
+    """Hand `ground_truth` (an adapter's `target_gains`) to a policy that declares
+    `needs_ground_truth` (policies.clairvoyant); UserError, one line, when there is none."""
+    if not getattr(policy, "needs_ground_truth", False):
+        return
+    if not callable(ground_truth):
+        name = getattr(policy, "name", type(policy).__name__)
+        raise UserError(f"policy={name!r} is not allowed here: it needs the environment's ground truth "
+                        f"(the adapter method target_gains), which this trainer does not have; use a synthetic "
+                        f"env (hb sim) or a policy that learns from feedback")
+    policy.attach_ground_truth(ground_truth)
+
+
+def apply_lr_scale(policy, set_lr_scale: Callable[[float], None] | None) -> None:
+    """Hand the policy's `lr_scale` (policies.base.LR_SCALE) to the trainer's `set_lr_scale`;
+    UserError, one line, for a scale other than 1 where the trainer has none."""
+    scale = float(getattr(policy, "lr_scale", 1.0))
+    if callable(set_lr_scale):
+        set_lr_scale(scale)
+    elif scale != 1.0:
+        raise UserError(f"policy.lr_scale={scale!r} is not allowed here: this trainer cannot scale its learning "
+                        f"rate (no adapter method set_lr_scale); expected 1.0")
+
+
 @dataclass
 class PendingStep:
     """A step begun (`StepRecorder.begin`) and not yet recorded."""
@@ -157,12 +181,19 @@ class StepRecorder:
     hands the StepResult to `record(res)`, which feeds the policy (`step_feedback`) and
     returns the step's train row. `Loop` drives an adapter through it; a trainer that runs
     its own steps (TRL's GRPOTrainer, verl's driver) holds one. evaluate: () -> eval frame
-    (EVAL_COLUMNS) of `evaluate()`; env: the env section of the default run config."""
+    (EVAL_COLUMNS) of `evaluate()`; env: the env section of the default run config;
+    ground_truth: the adapter's optional `target_gains` (hbsim/adapter.py), handed to a
+    policy with `needs_ground_truth` -- without one such a policy is refused (UserError)
+    before any step; set_lr_scale: the trainer's optional `set_lr_scale`, called with the
+    policy's `lr_scale` (without one, only lr_scale = 1 runs)."""
 
     def __init__(self, policy, harnesses: list[str], *, label: str | None = None, seed: int = 0,
                  eval_every: int | None = None, batch_groups: int | None = None,
                  evaluate: Callable[[], pd.DataFrame] | None = None, env: dict | None = None,
-                 eval_budget: str | None = None):
+                 eval_budget: str | None = None, ground_truth: Callable | None = None,
+                 set_lr_scale: Callable[[float], None] | None = None):
+        attach_ground_truth(policy, ground_truth)
+        apply_lr_scale(policy, set_lr_scale)
         eval_every = EVAL_EVERY.check("eval_every", eval_every)
         self.eval_budget = EVAL_BUDGET.check("eval_budget", eval_budget)
         self._budget_unit, self._milestones = budget_milestones(self.eval_budget)
@@ -232,6 +263,7 @@ class StepRecorder:
         for key in _SCALARS:
             row[key] = float_or_nan(diag.get(key))
         row["reward"] = float_or_nan(res.reward)
+        row[UPDATE_NORM] = float_or_nan(getattr(res, "update_norm", None))
         row.update(zip(self._columns["p"], p.tolist()))
         row["entropy"] = normalised_entropy(p)
         nan_arms = [float("nan")] * len(self.harnesses)
@@ -333,7 +365,9 @@ class Loop(StepRecorder):
     def __init__(self, policy, adapter, *, label: str | None = None, seed: int = 0,
                  eval_every: int | None = None, batch_groups: int | None = None, eval_budget: str | None = None):
         super().__init__(policy, adapter.harnesses, label=label, seed=seed, eval_every=eval_every,
-                         batch_groups=batch_groups, evaluate=adapter.evaluate, eval_budget=eval_budget)
+                         batch_groups=batch_groups, evaluate=adapter.evaluate, eval_budget=eval_budget,
+                         ground_truth=getattr(adapter, "target_gains", None),
+                         set_lr_scale=getattr(adapter, "set_lr_scale", None))
         self.adapter = adapter
         #: hook(loop) callables run at the start of every step, before the policy is asked
         #: (e.g. hbsim.counterfactual.Probe); they must leave policy and adapter as they found them

@@ -9,22 +9,62 @@ true success on training tasks x training harnesses), hence the `[train]` in the
 headers; per-target oracles and regret (held-out tasks, held-out harness) come from
 `--counterfactual` runs through `hb validity`, mean visits per harness (steps with groups on the
 harness), and groups generated per optimized group (ratio of sums).
+
+With `fixed` runs a `best_fixed` row follows (the best fixed arm in hindsight, per seed and
+suite: hbsim.references.best_fixed); with `uniform` and an `oracle` aimed at an eval suite
+or the training objective (knob `target`), a block of each policy's share of the achievable
+gain follows the table
+(hbsim.references.share_of_gap: the ratio, its seed-bootstrap interval, the raw delta).
+The policy name and knobs of a label come from run.json (`runs`, hbsim.references.run_table);
+without it, from the label (`name[knob=value]`).
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pandas as pd
 from hbsim.contract import BUDGET_UNIT, ROW_KEYS
+from hbsim import references
 from hbsim.envs.base import SUITES
 
 #: the eval columns `summary_table` reads (a caller may read just these: the eval table is the large one)
 EVAL_COLUMNS_READ = [*ROW_KEYS, "suite", "reward"]
 
 
+def _t_central(theta: float, df: int) -> float:
+    """P(|T| <= sqrt(df) tan(theta)) for Student's t with an integer ``df`` (Abramowitz &
+    Stegun 26.7.3-4: a finite series in cos(theta))."""
+    c2, s = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2 == 0:
+        term = total = 1.0
+        for k in range(1, df // 2):
+            term *= c2 * (2 * k - 1) / (2 * k)
+            total += term
+        return s * total
+    total, term = 0.0, 1.0
+    if df > 1:
+        total = 1.0
+        for k in range(1, (df - 1) // 2):
+            term *= c2 * (2 * k) / (2 * k + 1)
+            total += term
+    return 2.0 / math.pi * (theta + s * math.cos(theta) * total)
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The p-quantile (p > 1/2) of Student's t with integer ``df`` >= 1, to double precision
+    (bisection on the angle; scipy.special.stdtrit agrees to ~1e-13 and costs a 60 ms import)."""
+    target, lo, hi = 2.0 * p - 1.0, 0.0, math.pi / 2
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        lo, hi = (mid, hi) if _t_central(mid, df) < target else (lo, mid)
+    return math.sqrt(df) * math.tan(0.5 * (lo + hi))
+
+
 def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     """Mean and half-width of the two-sided t-interval; half-width nan below 2 values."""
-    from scipy.special import stdtrit      # imported here: keeps `hb` start-up light
-
     values = np.asarray(values, dtype=np.float64)
     values = values[np.isfinite(values)]
     if values.size == 0:
@@ -32,8 +72,19 @@ def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     mean = float(values.mean())
     if values.size < 2:
         return mean, float("nan")
-    half = stdtrit(values.size - 1, 0.5 + level / 2) * values.std(ddof=1) / np.sqrt(values.size)
+    half = t_quantile(0.5 + level / 2, values.size - 1) * values.std(ddof=1) / np.sqrt(values.size)
     return mean, float(half)
+
+
+def summary_rows(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """What `summarize` reads of one run: its train rows and the EVAL_COLUMNS_READ of its
+    final evaluation (a grid worker returns them, so the wrap-up reads no cell files)."""
+    if BUDGET_UNIT in eval_df.columns:      # budget evaluations (eval_budget) are not the final one
+        eval_df = eval_df[eval_df[BUDGET_UNIT].isna()]
+    if eval_df.empty:
+        return train_df, eval_df.loc[:, [c for c in EVAL_COLUMNS_READ if c in eval_df.columns]]
+    final = eval_df[eval_df["step"] == eval_df["step"].max()]
+    return train_df, final.loc[:, EVAL_COLUMNS_READ].reset_index(drop=True)
 
 
 def final_scores(eval_df: pd.DataFrame) -> pd.DataFrame:
@@ -48,10 +99,12 @@ def final_scores(eval_df: pd.DataFrame) -> pd.DataFrame:
         columns={"reward": "score"})
 
 
-def summarize(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> pd.DataFrame:
+def summarize(train_df: pd.DataFrame, eval_df: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per policy label: <suite>_mean, <suite>_t95_seeds (half-width of the 95%
     t-interval over seeds), regret, regret_t95_seeds, seeds,
-    oracle_share (nan for mixed batches), gen_per_opt, visits_<harness>."""
+    oracle_share (nan for mixed batches), gen_per_opt, visits_<harness>; then `best_fixed`
+    (suite columns only) where there are fixed runs. runs: `references.run_table` (default:
+    read from the labels)."""
     scores = final_scores(eval_df)
     if "policy" not in train_df:  # runs of 0 steps have an empty train table without columns
         train_df = pd.DataFrame(columns=["policy", "seed", "arm", "groups_generated", "groups_optimized"])
@@ -75,7 +128,19 @@ def summarize(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> pd.DataFrame:
         for col in alloc_cols:
             row[f"visits_{col[len('alloc_'):]}"] = float((tr[col] > 0).groupby(tr["seed"]).sum().mean())
         rows.append(row)
+    best = references.best_fixed(scores, _runs(runs, scores))
+    if not best.empty:
+        arms = int(best["arms"].max())
+        row = {"policy": f"{references.BEST_FIXED} ({arms} arm{'s' if arms != 1 else ''})",
+               "seeds": int(best["seed"].nunique())}
+        for suite in SUITES:
+            row[f"{suite}_mean"], row[f"{suite}_t95_seeds"] = t_interval(best.loc[best["suite"] == suite, "score"])
+        rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _runs(runs: pd.DataFrame | None, scores: pd.DataFrame) -> pd.DataFrame:
+    return references.runs_from_labels(scores["policy"]) if runs is None else runs
 
 
 def _pm(mean: float, half: float, digits: int = 3) -> str:
@@ -88,9 +153,10 @@ def _pct(share: float) -> str:
     return f"{100 * share:.0f}%" if np.isfinite(share) else "-"
 
 
-def summary_table(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> str:
-    """Fixed-width text table, one line per policy label (see the module docstring)."""
-    summ = summarize(train_df, eval_df)
+def summary_table(train_df: pd.DataFrame, eval_df: pd.DataFrame, runs: pd.DataFrame | None = None) -> str:
+    """Fixed-width text table, one line per policy label, then the share-of-gap block where
+    the references were run (see the module docstring)."""
+    summ = summarize(train_df, eval_df, runs)
     if summ.empty:
         return "(no runs)"
     visit_cols = [c for c in summ.columns if c.startswith("visits_")]
@@ -102,8 +168,16 @@ def summary_table(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> str:
         lines.append([str(r["policy"]), str(r["seeds"])]
                      + [_pm(r[f"{s}_mean"], r[f"{s}_t95_seeds"]) for s in SUITES]
                      + [_pm(r.get("regret", np.nan), r.get("regret_t95_seeds", np.nan), 3),
-                        _pct(r.get("oracle_share", np.nan)), f"{r['gen_per_opt']:.2f}",
-                        "/".join(f"{r[c]:.0f}" for c in visit_cols)])
+                        _pct(r.get("oracle_share", np.nan)), _num(r.get("gen_per_opt", np.nan), "{:.2f}"),
+                        "/".join(_num(r[c], "{:.0f}") for c in visit_cols)])
     widths = [max(len(header[i]), *(len(line[i]) for line in lines)) for i in range(len(header))]
     fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(line) for line in lines])
+    scores = final_scores(eval_df)
+    both = pd.concat([references.train_scores(train_df), scores], ignore_index=True)
+    shares = references.share_lines(references.share_of_gap(both, _runs(runs, scores)))
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(line) for line in lines]
+                     + ([""] + shares if shares else []))
+
+
+def _num(value, spec: str) -> str:
+    return spec.format(value) if np.isfinite(value) else "-"

@@ -25,6 +25,12 @@ from policies.validate import MAX_BATCH_GROUPS, check_int
 #: groups per optimizer step: the one definition of its default and bounds (the run
 #: config's `batch_groups`, hbsim.experiment.RUN_KNOBS, is this knob)
 BATCH_GROUPS = Knob(8, "groups per optimizer step", 1, MAX_BATCH_GROUPS)
+#: the learning-rate multiplier of a design's optimizer steps: a knob of EVERY policy (added to
+#: each table, so a grid's [[policies]] table, a `policy.lr_scale` sweep and `--set` set it per
+#: design), applied by the adapter (`set_lr_scale`, hbsim/adapter.py); `config()` leaves it out
+#: at its default, so configs hash as before it existed (docs/ARCHITECTURE.md "lr_scale")
+LR_SCALE = Knob(1.0, "learning-rate multiplier of this design's optimizer steps (applied by the env or "
+                     "trainer; 1 = the env's lr)", 0.05, 20.0)
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,12 @@ class Policy:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     mixed: ClassVar[bool] = False
+    #: a clairvoyant reference (policies.clairvoyant): "" for a learning design, else the
+    #: one-line mark `hb policies` shows
+    reference: ClassVar[str] = ""
+    #: reads the environment's ground truth: the loop hands it `attach_ground_truth(fn)`
+    #: (the adapter's optional `target_gains`) and refuses adapters without one
+    needs_ground_truth: ClassVar[bool] = False
     #: a published method's citation and its departures from the source (`hb policies` prints them)
     source: ClassVar[str] = ""
     departures: ClassVar[tuple[str, ...]] = ()
@@ -99,7 +111,8 @@ class Policy:
         """Every policy's table is named after it (`policy 'ucb1' has no knob ...`), its
         docstring lists the knobs, and `_RECORD` is the table `self.cfg` is a record of."""
         super().__init_subclass__(**kwargs)
-        cls.KNOBS = cls.KNOBS.named(owner=f"policy {cls.name!r}", scope="policy")
+        table = cls.KNOBS if "lr_scale" in cls.KNOBS else cls.KNOBS | {"lr_scale": LR_SCALE}
+        cls.KNOBS = table.named(owner=f"policy {cls.name!r}", scope="policy")
         if cls.__doc__ and cls.KNOBS:
             cls.__doc__ = cls.KNOBS.docstring(cls.__doc__)
         cls._RECORD = cls._record_table()
@@ -114,6 +127,7 @@ class Policy:
         self.seed = check_int("seed", seed, 0, 2**63 - 1)
         self._knobs = self.KNOBS.resolve(knobs)          # this policy's knobs, resolved: its config()
         self.cfg = self._RECORD.record(self._knobs)
+        self.lr_scale = float(self._knobs["lr_scale"])
         self._rng = np.random.default_rng(self.seed)
         self.t = 0
         self._visits = np.zeros(self.n_arms, dtype=np.int64)   # steps with groups on each arm
@@ -169,8 +183,10 @@ class Policy:
                 "nonfinite_signals": 0}
 
     def config(self) -> dict:
-        """The resolved constructor arguments of this policy: n_arms, seed and its knobs."""
-        return {"n_arms": self.n_arms, "seed": self.seed, **copy.deepcopy(self._knobs)}
+        """The resolved constructor arguments of this policy: n_arms, seed and its knobs
+        (`lr_scale` only where it is not 1: see LR_SCALE)."""
+        knobs = {k: v for k, v in self._knobs.items() if k != "lr_scale" or v != LR_SCALE.default}
+        return {"n_arms": self.n_arms, "seed": self.seed, **copy.deepcopy(knobs)}
 
     def state_dict(self) -> dict:
         return {"name": self.name, "n_arms": self.n_arms, "config": self.config(), "t": self.t,

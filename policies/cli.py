@@ -1,11 +1,17 @@
 """`hb policies`: list every registered policy with a one-line description and its knobs
-(`name = default: doc (allowed)`, from the policy's `KNOBS` table)."""
+(`name = default: doc (allowed)`, from the policy's `KNOBS` table); the clairvoyant
+references (policies.clairvoyant) carry their mark in brackets."""
 from __future__ import annotations
 
 import argparse
 import json
 
+from policies.base import LR_SCALE
+from policies.knobs import Knobs
 from policies.registry import POLICIES
+
+#: the one knob every policy shares, listed once (policies.base.LR_SCALE)
+LR_SCALE_LINE = Knobs({"lr_scale": LR_SCALE}).listing()[0]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,14 +21,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({name: {"summary": cls.summary, "knobs": cls.knobs(),
+                                 **({"reference": cls.reference} if cls.reference else {}),
                                  **({"source": cls.source, "departures": list(cls.departures)} if cls.source else {})}
                           for name, cls in POLICIES.items()}, indent=2))
         return 0
     width = max(map(len, POLICIES))
     for name, cls in POLICIES.items():
         print(f"{name:<{width}}  {cls.summary}")
+        if cls.reference:
+            print(f"{'':<{width}}  [{cls.reference}]")
         if cls.source:
             print(f"{'':<{width}}  source: {cls.source}")
             print("\n".join(f"{'':<{width}}  departure: {d}" for d in cls.departures))
-        print("\n".join(cls.KNOBS.listing(" " * (width + 4))) or f"{'':<{width}}    (no knobs)")
+        print("\n".join(cls.KNOBS.without("lr_scale").listing(" " * (width + 4))) or f"{'':<{width}}    (no knobs)")
+    print(f"\nevery policy also has {LR_SCALE_LINE}")
     return 0

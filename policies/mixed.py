@@ -41,11 +41,17 @@ class Mixed(Policy):
         return p
 
     def select(self, batch_groups: int = BATCH_GROUPS.default) -> Allocation:
-        k = len(self.arms)
-        base, rem = divmod(checked_batch_groups(batch_groups), k)
-        counts = np.zeros(self.n_arms, dtype=np.int64)
-        counts[self.arms] = base
-        start = (self.t * rem) % k
-        for i in range(rem):
-            counts[self.arms[(start + i) % k]] += 1
-        return Allocation(counts)
+        return Allocation(even_split(self.arms, self.n_arms, checked_batch_groups(batch_groups), self.t))
+
+
+def even_split(arms: list[int], n_arms: int, batch_groups: int, t: int) -> np.ndarray:
+    """(n_arms,) int counts of a batch of `batch_groups` split evenly over `arms` at update t
+    (the remainder rule of the module docstring)."""
+    k = len(arms)
+    base, rem = divmod(batch_groups, k)
+    counts = np.zeros(n_arms, dtype=np.int64)
+    counts[arms] = base
+    start = (t * rem) % k
+    for i in range(rem):
+        counts[arms[(start + i) % k]] += 1
+    return counts

@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from hbsim import folders
+from hbsim import folders, threads
 from hbsim.contract import CHECKPOINT, RUN_JSON, TRL_CHECKPOINT
 from policies import validate
 from policies.errors import UserError
@@ -108,8 +108,14 @@ def _init_distributed(args) -> int:
 
 
 def _check_out(args) -> None:
-    """Before torch is imported: the numeric flags bounded, --out checked by `check_run_dir`."""
+    """Before torch is imported: a clairvoyant --policy refused, the numeric flags bounded, --out
+    checked by `check_run_dir`."""
     trl = args.backend == "trl"
+    from hbsim.loop import attach_ground_truth
+    from policies import POLICIES
+
+    if args.policy in POLICIES:           # a clairvoyant reference needs ground truth a real run lacks
+        attach_ground_truth(POLICIES[args.policy], None)
     validate.check_int("--steps", args.steps, 1, validate.MAX_STEPS)
     validate.check_int("--seed", args.seed, 0, validate.MAX_SEED)
     validate.check_int("--checkpoint-every", args.checkpoint_every, 1, validate.MAX_STEPS)
@@ -169,6 +175,7 @@ def check_run_dir(out, resume: bool, trl: bool = False) -> None:
 
 def main(args) -> int:
     _check_out(args)
+    threads.pin_one_thread(threads.NUMPY_VARS, this_process=True)  # numpy's BLAS vs torch's threads
     if args.backend == "trl":
         from real_runs.integrations.trl_run import main as trl_main
         return trl_main(args)

@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from reports import load
+from reports import gap, load
 from reports.text import conclusion, headline_table  # noqa: F401 (public: reports.headline_table)
 from policies.errors import UserError
 
@@ -20,7 +20,7 @@ from policies.errors import UserError
 # inputs are validated, so that a rejected call answers quickly.
 
 TABLES = ("summary", "category_values", "per_task", "paired", "per_seed", "categories", "flips", "flip_counts", "gee",
-          "sensitivity", "diagnostics", "cost", "visits")
+          "sensitivity", "diagnostics", "cost", "visits", "aggregates", "profiles", "iqm_steps")
 
 
 @dataclass
@@ -35,6 +35,7 @@ class ReportResult:
     policies: list[str]
     out: Path | None = None
     files: dict[str, Path] = field(default_factory=dict)
+    views: "rliable_views.Views | None" = None  # noqa: F821 (rliable's views and the score matrices)
 
     def __getattr__(self, name):  # result.paired, result.summary, ...
         tables = self.__dict__.get("tables", {})
@@ -135,6 +136,11 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     if tables["paired"].empty and len(policies) > 1:
         raise UserError(f"--baseline {baseline!r}: no candidate shares a seed and a task with it in any suite, "
                         "so nothing can be compared: " + "; ".join(n for n in notes if "not compared" in n))
+    from reports import rliable_views
+    views = rliable_views.compute(fr, cells, tables["summary"], policies, baseline, ks, resamples=resamples, seed=seed,
+                                  alpha=alpha)
+    tables.update(views.tables)
+    notes += views.notes
     notes += _power_notes(tables["paired"], alpha, resamples)
     if axis:
         tables["sensitivity"] = analysis.sensitivity_rows(tables["paired"], axis, axis_values, baseline)
@@ -142,6 +148,7 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     diag = diagnostics.compute(fr.train, fr.eval_all)
     notes += diag.notes
     tables["diagnostics"], tables["cost"], tables["visits"] = diag.spearman, diag.cost, diag.visits
+    tables["gap"] = gap.gap_table(fr)                         # share of the achievable gain (reports.gap)
     for line in notes:
         if "excluded" in line or "lacks" in line:
             warnings.warn(line, stacklevel=2)
@@ -152,7 +159,7 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
                                                    "primary", "unpaired", "target_delta", "runs")},
                            sort_keys=True, separators=(",", ":"))
     config["config_hash"] = hashlib.sha256(canonical.encode()).hexdigest()[:16]
-    result = ReportResult(config, tables, diag, notes, attempts, policies)
+    result = ReportResult(config, tables, diag, notes, attempts, policies, views=views)
     if out is not None:
         from reports import render, validity
         page = validity.write_page_if_any(fr.source if fr.source != "frames" else None, Path(out))  # validity.html

@@ -4,7 +4,7 @@ truth logging and held-out evaluation are shared; a subclass only writes its mod
 
 A subclass sets `kind` (its registry name) and `KNOBS` (COMMON_KNOBS | its own knobs) and
 writes the hooks of "subclass hooks" below: `_build`, `success_matrix`, `_learn`,
-`expected_gains`, `_model_state` / `_load_model_state`; optionally `_check_knobs`,
+`expected_gains`, `expected_success`, `_model_state` / `_load_model_state`; optionally `_check_knobs`,
 `rewards_from_uniform` and `_advance`.
 
 The base provides `self.knobs` (resolved), `self.harnesses`, `self.heldout_harness`,
@@ -44,6 +44,7 @@ import pandas as pd
 from hbsim.adapter import CostLedger, StepResult
 from hbsim.contract import EVAL_COLUMNS, VALIDATION_SUITE
 from hbsim import grpo
+from policies.clairvoyant import TARGETS
 from policies.errors import UserError
 from hbsim.sampling import FILTER_KNOBS, DynamicSampler, GroupFilter, when_set
 from hbsim.envs.costs import COST_KNOBS, VALIDATION_KNOBS, harness_costs
@@ -58,6 +59,16 @@ STREAM_STRUCTURE, STREAM_TASKS, STREAM_REWARDS, STREAM_LEARN, STREAM_EVAL, STREA
 
 SUITES = ("heldout_tasks", "heldout_harness")
 STREAM_VALIDATION = 6                   # the validation suite's eval uniforms (`n_validation_tasks`)
+assert TARGETS == ("train", *SUITES)      # the oracle's targets: the training objective, then the suites
+
+
+def target_means(success: np.ndarray, n_tasks: int, n_harnesses: int) -> np.ndarray:
+    """success (..., n_all, H+1) -> (..., 3) mean success on the three TARGETS: training
+    tasks x training harnesses, held-out tasks x training harnesses, held-out tasks on the
+    held-out harness (column H)."""
+    return np.stack([success[..., :n_tasks, :n_harnesses].mean(axis=(-1, -2)),
+                     success[..., n_tasks:, :n_harnesses].mean(axis=(-1, -2)),
+                     success[..., n_tasks:, n_harnesses].mean(axis=-1)], axis=-1)
 
 
 #: knobs every synthetic environment has
@@ -161,6 +172,8 @@ class SyntheticEnv:
                                        max_age=k["leftover_max_age"],
                                        group_filter=GroupFilter.of(k, k["advantage"]))
         self.step_count = 0
+        self.lr_scale = 1.0               # the design's learning-rate multiplier (`set_lr_scale`)
+        self._update_norm = float("nan")  # set by `_learn`: the norm of the update it applied
         self._build(structure)
 
     # -- subclass hooks ------------------------------------------------------------
@@ -175,15 +188,47 @@ class SyntheticEnv:
 
     def _learn(self, batch: Batch, rng: np.random.Generator) -> tuple[np.ndarray | None, np.ndarray | None]:
         """One optimizer step built from the optimized batch (its advantages!): mutate the
-        model, return the (d,) float32 gradient sketch and the update sketch (each or None).
+        model, set `self._update_norm` (the L2 norm of the parameter update it applied, the
+        train column `update_norm`), return the (d,) float32 gradient sketch and the update
+        sketch (each or None). The step's learning rate is the env's lr x `self.lr_scale`.
         `rng` is the step's learn stream (the same for every policy at step t); not called
         when no group was optimized."""
         raise NotImplementedError
+
+    def set_lr_scale(self, scale: float) -> None:
+        """The adapter's optional `set_lr_scale` (hbsim/adapter.py): every later step, and the
+        expected steps of the ground truth, use lr x scale (`lr_scale`; a subclass reads it,
+        GradientEnv through its optimizer)."""
+        self.lr_scale = float(scale)
 
     def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
         """candidates (C, H) int group counts -> (C,) true expected one-step change of the mean
         training success (training tasks x training harnesses) if that allocation were
         optimized from the CURRENT state; must not change the state."""
+        raise NotImplementedError
+
+    def target_gains(self, candidates: np.ndarray, target: str = "train") -> np.ndarray:
+        """The adapter's optional ground truth (hbsim/adapter.py; the `oracle` policy's):
+        candidates (C, H) int group counts -> (C,) true expected one-step change of the mean
+        success on `target` (TARGETS) if that allocation were optimized from the CURRENT
+        state; the state is not changed. train: `expected_gains` (the objective of the
+        `oracle_arm` / `regret` extras); a suite: from `expected_success` (both leave out
+        what the env's oracle leaves out, e.g. drift)."""
+        if target == "train":
+            return self.expected_gains(candidates)
+        if target not in TARGETS:
+            raise UserError(f"target={target!r} is not allowed: expected one of {', '.join(TARGETS)}")
+        heldout = slice(self.n_tasks, None)                    # the held-out rows only: the suites' tasks
+        after = self.expected_success(np.asarray(candidates), tasks=heldout)       # (C, n_heldout, H+1)
+        now = self.success_matrix()[heldout]
+        if target == "heldout_tasks":
+            return after[:, :, : self.H].mean(axis=(1, 2)) - now[:, : self.H].mean()
+        return after[:, :, self.H].mean(axis=1) - now[:, self.H].mean()
+
+    def expected_success(self, candidates: np.ndarray, tasks: slice = slice(None)) -> np.ndarray:
+        """candidates (K, H) -> (K, n, H+1) true success matrix after the expected step of
+        each candidate allocation from the current state, rows `tasks` of the success matrix
+        (all: n = n_all; `target_gains` asks for the held-out rows); must not change the state."""
         raise NotImplementedError
 
     def _model_state(self) -> dict:
@@ -224,6 +269,7 @@ class SyntheticEnv:
         else:
             gains = self.expected_gains(np.vstack([pure, counts[None, :]]))
         t2 = time.perf_counter()
+        self._update_norm = float("nan") if len(batch) else 0.0
         sketch, update_sketch = (self._learn(batch, _stream(self.seed, STREAM_LEARN, self.step_count))
                                  if len(batch) else (None, None))
         self._advance(_stream(self.seed, STREAM_WORLD, self.step_count))
@@ -241,7 +287,7 @@ class SyntheticEnv:
         reward = float(batch.rewards.sum() / batch.rewards.size) if len(batch) else float("nan")
         return StepResult(learnability=L, sketch=sketch, update_sketch=update_sketch, reward=reward,
                           cost=ledger, extras=self._ground_truth(gains, counts),
-                          generated=sample.generated_array(self.H))
+                          generated=sample.generated_array(self.H), update_norm=self._update_norm)
 
     def evaluate(self) -> pd.DataFrame:
         """Both held-out suites, k attempts per task, with uniforms from the stateless eval
@@ -379,7 +425,12 @@ class SyntheticEnv:
 class GradientEnv(SyntheticEnv):
     """A parameter vector `theta` moved by the optimizer `self.opt`: the subclass writes
     `true_gradients()` (H+1, D), the expected policy gradient per retained group of each
-    harness, and `_logits(thetas (D, K))` -> (n_all, H+1, K); the expected steps are shared."""
+    harness, and `_logits(thetas (D, K), tasks=slice(None))` -> (n, H+1, K) (rows `tasks` of the
+    success matrix); the expected steps are shared."""
+
+    def set_lr_scale(self, scale: float) -> None:
+        super().set_lr_scale(scale)
+        self.opt.lr = self.knobs["lr"] * self.lr_scale
 
     @classmethod
     def _check_knobs(cls, knobs: dict) -> None:
@@ -393,18 +444,23 @@ class GradientEnv(SyntheticEnv):
         the current state -- and whether that step moves theta at all."""
         cand = np.asarray(candidates, dtype=np.float64)
         frac = cand / cand.sum(axis=1, keepdims=True)
-        grad = -(frac @ self.true_gradients()[: self.H])                             # (K, D)
+        success = self.success_matrix()
+        cache = getattr(self, "_gradient_cache", None)
+        if cache is None or cache[0] is not success:     # once per state (the step's oracle and the policy's)
+            self._gradient_cache = cache = (success, self.true_gradients()[: self.H])
+        grad = -(frac @ cache[1])                                                    # (K, D)
         thetas = np.ascontiguousarray((self.theta + self.opt.peek(grad)).T)          # (D, K); C order keeps BLAS fast
         return thetas, np.any(grad != 0.0, axis=1)
 
-    def expected_success(self, candidates: np.ndarray) -> np.ndarray:
-        """(K, n_all, H+1) true success matrix after the expected step of each candidate
-        allocation (K, H) from the current state (drift left out); the state is not changed."""
+    def expected_success(self, candidates: np.ndarray, tasks: slice = slice(None)) -> np.ndarray:
+        """(K, n, H+1) true success matrix (rows `tasks`) after the expected step of each
+        candidate allocation (K, H) from the current state (drift left out); the state is not
+        changed."""
         from scipy.special import expit     # imported here: the bernoulli env needs no scipy
 
         thetas, moved = self._expected_step(candidates)
-        p_new = expit(self._logits(thetas)).transpose(2, 0, 1)                       # (K, n_all, H+1)
-        return np.where(moved[:, None, None], p_new, self.success_matrix()[None])
+        p_new = expit(self._logits(thetas, tasks)).transpose(2, 0, 1)                # (K, n, H+1)
+        return np.where(moved[:, None, None], p_new, self.success_matrix()[tasks][None])
 
     def true_directions(self) -> np.ndarray:
         """(H+1, D) true expected loss-gradient direction of a pure step per harness (the

@@ -21,6 +21,8 @@ rewards and LOO advantages s_g = L_g / 2 exactly, so learnability is learning pr
 
     S[c, h]  = sum_{g: c_g=c, h_g=h} s_g / n          (n = optimized groups)
     z       <- z + lr * S @ M,    u_t <- u_t + task_lr * sum_{g: t_g=t} s_g / n
+    (lr and task_lr times the design's `lr_scale`, `set_lr_scale`; `update_norm` is the norm
+    of (lr S M, task_lr du) together)
     then, every step whatever was trained (the step's world stream, common to all policies):
     z, u    <- (1 - forget) (z, u);   z <- z + drift * N(0, 1)
 
@@ -135,8 +137,10 @@ class BernoulliEnv(SyntheticEnv):
         S = np.bincount(cell, weights=s / n, minlength=C * H).reshape(C, H)
         gz = S @ self.M                                                                 # (C, H+1)
         gu = np.bincount(batch.tasks, weights=s / n, minlength=self.n_tasks)
-        self.z = self.z + k["lr"] * gz
-        self.u = self.u + k["task_lr"] * gu
+        lr, task_lr = k["lr"] * self.lr_scale, k["task_lr"] * self.lr_scale
+        self.z = self.z + lr * gz
+        self.u = self.u + task_lr * gu
+        self._update_norm = float(np.sqrt(np.sum((lr * gz) ** 2) + np.sum((task_lr * gu) ** 2)))
         self._logit_cache = self._success_cache = None
         noise = k["grad_noise"] * rng.standard_normal(k["noise_dims"])
         sketch = np.concatenate([gz.ravel(), gu, noise]).astype(np.float32)
@@ -149,13 +153,17 @@ class BernoulliEnv(SyntheticEnv):
         k, H = self.knobs, self.H
         cand = np.asarray(candidates, dtype=np.float64)                               # (K, H)
         frac = cand / cand.sum(axis=1, keepdims=True)
-        p = self.success_matrix()[: self.n_tasks, :H]                                  # (n, H)
-        es, keep = grpo.expected_group_signal(p, self.G, k["advantage"])                 # (n, H) each
-        total = keep.sum(axis=0)                                                       # (H,)
-        per_group = np.divide(es, total[None, :], out=np.zeros_like(es), where=total[None, :] > 1e-300)
-        D = self._onehot.T @ per_group                                                 # (C, H)
-        dz = k["lr"] * (D[None, :, :] * frac[:, None, :]) @ self.M                     # (K, C, H+1)
-        du = k["task_lr"] * frac @ per_group.T                                         # (K, n)
+        success = self.success_matrix()
+        cache = getattr(self, "_signal_cache", None)
+        if cache is None or cache[0] is not success:     # once per state (the step's oracle and the policy's)
+            p = success[: self.n_tasks, :H]                                            # (n, H)
+            es, keep = grpo.expected_group_signal(p, self.G, k["advantage"])             # (n, H) each
+            total = keep.sum(axis=0)                                                   # (H,)
+            per_group = np.divide(es, total[None, :], out=np.zeros_like(es), where=total[None, :] > 1e-300)
+            self._signal_cache = cache = (success, per_group, self._onehot.T @ per_group)   # D: (C, H)
+        _, per_group, D = cache
+        dz = k["lr"] * self.lr_scale * (D[None, :, :] * frac[:, None, :]) @ self.M     # (K, C, H+1)
+        du = k["task_lr"] * self.lr_scale * frac @ per_group.T                         # (K, n)
         return dz, du
 
     def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
@@ -175,17 +183,20 @@ class BernoulliEnv(SyntheticEnv):
         p_old = self.success_matrix()[: self.n_tasks, :H]
         return p_new.reshape(len(p_new), -1).sum(axis=1) / n_cells - p_old.sum() / n_cells
 
-    def expected_success(self, candidates: np.ndarray) -> np.ndarray:
-        """(K, n_all, H+1) true success matrix after the expected (drift-free) step of each
-        candidate allocation (K, H), forgetting included; the state is not changed."""
+    def expected_success(self, candidates: np.ndarray, tasks: slice = slice(None)) -> np.ndarray:
+        """(K, n, H+1) true success matrix (rows `tasks`) after the expected (drift-free) step
+        of each candidate allocation (K, H), forgetting included; the state is not changed."""
         forget = self.knobs["forget"]
         dz, du = self.expected_update(candidates)                                      # (K, C, H+1), (K, n)
-        cats = self.task_category
-        x = dz[:, cats, :]                                                             # (K, n_all, H+1)
-        x[:, : self.n_tasks] += du[:, :, None]
-        logit = self._logits()
+        rows = np.arange(self.n_tasks + self.n_heldout)[tasks]
+        cats = self.task_category[rows]
+        x = dz[:, cats, :]                                                             # (K, n, H+1)
+        train = rows < self.n_tasks                                                    # the task skill u
+        if train.any():
+            x[:, train] += du[:, rows[train], None]
+        logit = self._logits()[rows]
         if forget:
-            u_all = np.concatenate([self.u, np.zeros(self.n_heldout)])
+            u_all = np.concatenate([self.u, np.zeros(self.n_heldout)])[rows]
             x *= 1.0 - forget
             logit = logit - forget * (self.z[cats] + u_all[:, None])
         x += logit
@@ -196,7 +207,7 @@ class BernoulliEnv(SyntheticEnv):
         training harness (the sketch's (S M, task-skill) part, no noise). No pure step on the
         held-out harness exists here, so it has no row."""
         dz, du = self.expected_update(np.eye(self.H, dtype=np.int64))
-        lr, task_lr = self.knobs["lr"], self.knobs["task_lr"]
+        lr, task_lr = self.knobs["lr"] * self.lr_scale, self.knobs["task_lr"] * self.lr_scale
         gz = dz.reshape(self.H, -1) / lr if lr else np.zeros_like(dz.reshape(self.H, -1))
         gu = du / task_lr if task_lr else np.zeros_like(du)
         return np.concatenate([gz, gu], axis=1)

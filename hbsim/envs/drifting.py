@@ -219,11 +219,11 @@ class DriftingEnv(GradientEnv):
         self._W, self._p = self._targets(), None
 
     # -- truth ---------------------------------------------------------------------
-    def _logits(self, thetas: np.ndarray) -> np.ndarray:
-        """thetas (D, K) -> logits (n_all, H+1, K) of K parameter vectors."""
+    def _logits(self, thetas: np.ndarray, tasks: slice = slice(None)) -> np.ndarray:
+        """thetas (D, K) -> logits (n, H+1, K) of K parameter vectors (rows `tasks`)."""
         C, H1, D = self._W.shape
         wt = (self._W.reshape(C * H1, D) @ thetas).reshape(C, H1, -1)               # (C, H+1, K)
-        return wt[self.task_category] + self.b[:, :, None]
+        return wt[self.task_category[tasks]] + self.b[tasks, :, None]
 
     def success_matrix(self) -> np.ndarray:
         """(n_all, H+1) true success probabilities, cached until theta or the drift moves
@@ -257,6 +257,7 @@ class DriftingEnv(GradientEnv):
         grad = -signal + k["noise"] * self.noise_scale * self.xi / np.sqrt(k["dim"] * n)
         delta = self.opt.step(grad)
         self.theta, self._p = self.theta + delta, None
+        self._update_norm = float(np.linalg.norm(delta))
         return grad[self.coords].astype(np.float32), delta[self.coords].astype(np.float32)
 
     def expected_gains(self, candidates: np.ndarray) -> np.ndarray:

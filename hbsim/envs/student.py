@@ -124,6 +124,7 @@ class StudentEnv(GradientEnv):
         grad = -(sig @ phi) / n
         delta = self.opt.step(grad)
         self.theta, self._p = self.theta + delta, None
+        self._update_norm = float(np.linalg.norm(delta))
         return grad[self.coords].astype(np.float32), delta[self.coords].astype(np.float32)
 
     def expected_gains(self, candidates: np.ndarray) -> np.ndarray:
@@ -131,9 +132,12 @@ class StudentEnv(GradientEnv):
         p_new = expit(self._phi_train @ thetas)                                      # (n H, K)
         return np.where(moved, p_new.mean(axis=0) - self.success_matrix()[: self.n_tasks, : self.H].mean(), 0.0)
 
-    def _logits(self, thetas: np.ndarray) -> np.ndarray:
-        """thetas (D, K) -> logits (n_all, H+1, K) of K parameter vectors."""
-        return (self._phi2 @ thetas).reshape(*self.phi.shape[:2], -1)
+    def _logits(self, thetas: np.ndarray, tasks: slice = slice(None)) -> np.ndarray:
+        """thetas (D, K) -> logits (n, H+1, K) of K parameter vectors (rows `tasks`)."""
+        if tasks == slice(None):
+            return (self._phi2 @ thetas).reshape(*self.phi.shape[:2], -1)
+        phi = self.phi[tasks]                                                        # contiguous rows: a view
+        return (phi.reshape(-1, phi.shape[2]) @ thetas).reshape(*phi.shape[:2], -1)
 
     # -- state ---------------------------------------------------------------------
     def _model_state(self) -> dict:

@@ -167,6 +167,12 @@ class GRPOAdapter:
         ledger.leftover_size = sample.leftover_size
         return [g for h in sorted(sample.parts) for block in sample.parts[h] for g in block]
 
+    def set_lr_scale(self, scale: float) -> None:
+        """The adapter's optional `set_lr_scale` (hbsim/adapter.py): Adam's lr = cfg.lr x scale
+        (a checkpoint's optimizer state carries it)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.cfg.lr * float(scale)
+
     # -- the step --------------------------------------------------------------------
     def train_step(self, allocation: Allocation) -> StepResult:
         cfg, ledger = self.cfg, CostLedger()
@@ -186,9 +192,9 @@ class GRPOAdapter:
                                          clip_high=cfg.clip_high, kl_coef=cfg.kl_coef)
         learn = self._learnability(rows)
         ledger.seconds["backward"] = time.perf_counter() - t0
-        sketch, update, grad_norm = None, None, float("nan")
+        sketch, update, grad_norm, update_norm = None, None, float("nan"), 0.0
         if n_tokens > 0:
-            sketch, update, grad_norm, seconds = sketch_and_update(
+            sketch, update, grad_norm, seconds, update_norm = sketch_and_update(
                 self.model, self.optimizer, self.sketch, update_sketch=cfg.update_sketch,
                 max_grad_norm=cfg.max_grad_norm)
             ledger.seconds.update(seconds)
@@ -203,7 +209,7 @@ class GRPOAdapter:
                   "clip_frac": stats["clipped"] / max(n_tokens, 1.0)}
         return StepResult(learnability=learn, sketch=sketch, update_sketch=update,
                           reward=reward_sum / n_roll if n_roll else float("nan"), cost=ledger, extras=extras,
-                          generated=generated)
+                          generated=generated, update_norm=update_norm)
 
     def _learnability(self, rows) -> float | None:
         """SPEC §2.3 from per-token advantages and masks, over all ranks' retained groups."""

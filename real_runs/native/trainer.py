@@ -224,18 +224,30 @@ def sketch_and_update(model, optimizer, sketch: ParamSketch, *, update_sketch: b
     """The end of every optimizer step (the adapter's and the DDP test's): the local gradients'
     sketch SUMmed over ranks BEFORE clipping, then `apply_update` (with the update sketch when
     `update_sketch`). Returns (sketch (dim,) float32 numpy, update sketch or None, grad_norm,
-    seconds by phase: sketch, allreduce, optimizer)."""
+    seconds by phase: sketch, allreduce, optimizer, update norm: the L2 norm of the parameter
+    delta of the optimizer step over every trainable parameter, the same on every rank)."""
     t0 = time.perf_counter()
     local = sketch.grad()
     t1 = time.perf_counter()
     raw = all_reduce_sum(local)
     t2 = time.perf_counter()
+    params = [p for p in model.parameters() if p.requires_grad]
+    before = [p.detach().clone() for p in params]      # one copy of the trainable weights, for the norm
     grad_norm, upd = apply_update(model, optimizer, sketch if update_sketch else None, max_grad_norm)
+    update_norm = parameter_delta_norm(params, before)
     t3 = time.perf_counter()
     raw_np = raw.cpu().numpy()
     update = upd.cpu().numpy() if upd is not None else None
     seconds = {"sketch": (t1 - t0) + (time.perf_counter() - t3), "allreduce": t2 - t1, "optimizer": t3 - t2}
-    return raw_np, update, grad_norm, seconds
+    return raw_np, update, grad_norm, seconds, update_norm
+
+
+def parameter_delta_norm(params, before) -> float:
+    """L2 norm of (params - before) over all tensors, in float64."""
+    total = torch.zeros((), dtype=torch.float64, device=params[0].device) if params else torch.zeros(())
+    for p, b in zip(params, before):
+        total += ((p.detach() - b).double() ** 2).sum()
+    return float(total.sqrt())
 
 
 def apply_update(model, optimizer, sketch: ParamSketch | None, max_grad_norm: float):

@@ -31,3 +31,32 @@ def test_bench_bernoulli_train_step(benchmark):
     # a pure batch of 8: buffered groups first, then retained fresh ones, up to 8
     assert cost.groups_optimized == min(8, cost.leftover_used + cost.groups_retained)
     assert (res.extras["regret"] == 0) == (res.extras["oracle_arm"] == arm) and np.isfinite(res.extras["regret"])
+
+
+def _one_run(policy: dict, kind: str = "bernoulli"):
+    cfg = hbsim.resolve_config({"env": {"kind": kind}, "policy": policy, "seed": 0, "steps": 150})
+    return lambda: hbsim.run_config(cfg)
+
+
+def test_bench_one_150_step_run_uniform(benchmark):
+    """The reference of the oracle's cost: the same default run under `uniform`."""
+    res = benchmark(_one_run({"name": "uniform"}))
+    assert len(res.train) == 150
+
+
+def test_bench_one_150_step_run_oracle_heldout_harness(benchmark):
+    """The oracle's ground truth every step (6 candidates' expected success matrix) on the
+    default run; issue 18 bounds it at 2x the uniform run (README, "Clairvoyant references")."""
+    res = benchmark(_one_run({"name": "oracle", "target": "heldout_harness", "with_mixed": True}))
+    assert len(res.train) == 150 and res.train["seconds_scheduler"].gt(0).all()
+
+
+def test_bench_one_150_step_run_oracle_student(benchmark):
+    """The same on the student env (the costliest expected step: a (n_all (H+1), D) product per candidate)."""
+    res = benchmark(_one_run({"name": "oracle", "target": "heldout_harness", "with_mixed": True}, "student"))
+    assert len(res.train) == 150
+
+
+def test_bench_one_150_step_run_uniform_student(benchmark):
+    res = benchmark(_one_run({"name": "uniform"}, "student"))
+    assert len(res.train) == 150

@@ -100,7 +100,8 @@ def test_determinism_every_policy(name):
     frames_equal(a.eval, b.eval)
     pure = a.train[a.train.arm >= 0]                  # a pure step has no regret exactly when it picked the oracle
     np.testing.assert_array_equal(pure.regret == 0, pure.arm == pure.oracle_arm)
-    assert a.train.regret.sum() > 0                    # 40 steps: every policy misses the oracle sometimes
+    # 40 steps: every policy misses the oracle sometimes, except the oracle (target train) itself
+    assert (a.train.regret.sum() > 0) == (name != "oracle")
 
 
 def test_crn_two_policies_same_seed():

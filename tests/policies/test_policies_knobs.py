@@ -30,7 +30,7 @@ def test_unknown_key_names_the_owner_and_the_valid_knobs():
     with pytest.raises(UserError) as exc:
         TABLE.resolve({"lrr": 0.1})
     assert str(exc.value) == "policy 'toy' has no knob 'lrr'; valid knobs: lr, rounds, mode"
-    with pytest.raises(UserError, match=r"^policy 'uniform' has no knob 'tau'; valid knobs: none$"):
+    with pytest.raises(UserError, match=r"^policy 'uniform' has no knob 'tau'; valid knobs: lr_scale$"):
         make("uniform", n_arms=2, tau=0.1)
 
 
@@ -131,17 +131,23 @@ def test_policy_knobs_are_its_table_and_config_round_trips(name):
     assert cls.knobs() == cls.KNOBS.defaults() and cls.KNOBS.owner == f"policy {name!r}"
     pol = make(name, n_arms=4, seed=7)
     config = pol.config()
-    assert config == {"n_arms": 4, "seed": 7, **cls.knobs(), **({"arms": [0, 1, 2, 3]} if name == "mixed" else {})}
+    defaults = {k: v for k, v in cls.knobs().items() if k != "lr_scale"}     # lr_scale = 1: left out
+    assert config == {"n_arms": 4, "seed": 7, **defaults, **({"arms": [0, 1, 2, 3]} if name == "mixed" else {})}
+    assert cls.knobs()["lr_scale"] == 1.0
     again = make(name, **config)
     assert again.config() == config
     again.load_state_dict(pol.state_dict())       # the same knobs: the state fits
+    scaled = make(name, n_arms=4, seed=7, lr_scale=1.5)
+    assert scaled.config() == {**config, "lr_scale": 1.5} and scaled.lr_scale == 1.5
+    with pytest.raises(ValueError, match="lr_scale"):
+        scaled.load_state_dict(pol.state_dict())
 
 
 def test_variants_are_the_family_table_minus_knobs_and_keep_family_defaults():
     learn, transfer = POLICIES["learnability"], POLICIES["transfer"]
     assert list(learn.KNOBS) == [k for k in SCORED_KNOBS
-                                 if k not in ("fusion", "alpha", "eta", "transfer_source", "max_memory_age")]
-    assert list(transfer.KNOBS) == [k for k in SCORED_KNOBS if k not in ("fusion", "alpha")]
+                                 if k not in ("fusion", "alpha", "eta", "transfer_source", "max_memory_age")] + ["lr_scale"]
+    assert list(transfer.KNOBS) == [k for k in SCORED_KNOBS if k not in ("fusion", "alpha")] + ["lr_scale"]
     pol = make("learnability", n_arms=3, tau=0.2)
     assert (pol.cfg.fusion, pol.cfg.alpha, pol.cfg.eta, pol.cfg.tau) == ("learnability", 0.5, 0.3, 0.2)
     assert "alpha" not in pol.config() and "fusion" not in pol.config()

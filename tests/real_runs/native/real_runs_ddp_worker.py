@@ -48,7 +48,7 @@ def step(rows, n_tokens):
     accumulate_gradients(m, model().requires_grad_(False), rows, micro_batch=2, n_tokens_global=n_tokens,
                          clip_low=0.2, clip_high=0.2, kl_coef=0.05)
     opt = torch.optim.SGD(m.parameters(), lr=5.0)
-    sketch, update, norm, _ = sketch_and_update(m, opt, sketch_of(m), update_sketch=True, max_grad_norm=0.005)
+    sketch, update, norm, _, _ = sketch_and_update(m, opt, sketch_of(m), update_sketch=True, max_grad_norm=0.005)
     params = torch.cat([p.detach().reshape(-1) for p in m.parameters()]).numpy()
     return {"sketch": sketch, "update": update, "grad_norm": np.float64(norm), "params": params}
 

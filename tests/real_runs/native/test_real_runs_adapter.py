@@ -160,3 +160,17 @@ def test_keep_band_filters_the_native_sampler_and_generated_counts_everything(ca
     assert ((optimized.mean(axis=1) >= 0.4) & (optimized.mean(axis=1) <= 0.6)).all()
     np.testing.assert_array_equal(res.generated[3], [everything.size, everything.sum()])
     assert res.generated[[0, 1, 2, 4, 5]].sum() == 0
+
+
+def test_update_norm_is_the_parameter_delta_and_lr_scale_sets_adams_lr(cache, fake_checker):
+    ad = _adapter(cache)
+    ad.set_lr_scale(2.0)
+    assert all(g["lr"] == 2.0 * ad.cfg.lr for g in ad.optimizer.param_groups)
+    params = [p for p in ad.model.parameters() if p.requires_grad]
+    before = [p.detach().clone() for p in params]
+    res = ad.train_step(Allocation.pure(0, len(ad.harnesses), 2))
+    delta = float(torch.sqrt(sum(((p.detach() - b).double() ** 2).sum() for p, b in zip(params, before))))
+    assert res.cost.groups_optimized > 0 and delta > 0
+    assert res.update_norm == pytest.approx(delta, rel=1e-9)
+    ad.set_lr_scale(1.0)                                   # absolute, not cumulative
+    assert all(g["lr"] == ad.cfg.lr for g in ad.optimizer.param_groups)

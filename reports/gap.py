@@ -1,0 +1,42 @@
+"""The report's "share of the achievable gain" section: per policy and eval suite,
+(policy - uniform) / (oracle - uniform) with its seed-bootstrap interval, beside the raw
+delta -- where the runs include `uniform` and an `oracle` aimed at the suite (knob
+`target`; `train`: the training objective, from the synthetic train table), plus the best fixed arm in hindsight where there are `fixed` runs. The numbers
+are `hbsim.references` (the one implementation, also behind the `hb sim` summary); this
+module only reads the data contract (final eval rows, run.json's policy name and knobs)
+and renders the table.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from hbsim import references
+from hbsim.summary import final_scores
+
+
+def gap_table(frames) -> pd.DataFrame:
+    """`references.share_of_gap` of a report's `load.Frames` (labels' knobs from run.json,
+    else from the labels); empty when no suite has both references."""
+    scores = final_scores(frames.eval)
+    both = pd.concat([references.train_scores(frames.train), scores], ignore_index=True)
+    runs = (references.run_table(frames.runs.values()) if frames.runs
+            else references.runs_from_labels(scores["policy"]))
+    return references.share_of_gap(both, runs)
+
+
+def section(doc, result) -> None:
+    """The section of `reports.render.write` (nothing without the references)."""
+    table = result.tables.get("gap")
+    if table is None or table.empty:
+        return
+    with doc.details("Share of the achievable gain (clairvoyant references)", 2):
+        _body(doc, table)
+
+
+def _body(doc, table) -> None:
+    doc.p("share = mean over seeds of (policy - uniform) / mean of (oracle - uniform), final evaluation, paired by "
+          "seed, the oracle being the `oracle` run aimed at the suite (knob target); interval: 95% percentile "
+          f"bootstrap of the seeds ({references.N_BOOT} resamples) of that ratio of means; delta: mean paired "
+          "difference against uniform with its 95% t half-width. 1 = what the greedy one-step oracle gains.")
+    doc.pre("\n".join(references.share_lines(table)))
+    doc.table(table)

@@ -1,0 +1,48 @@
+"""The report's share-of-gap section (reports.gap over hbsim.references)."""
+import pandas as pd
+import pytest
+
+from hbsim.summary import final_scores
+from reports import gap, load
+from reports.build import build_report
+from reports_synth import make_synthetic
+
+EFFECTS = {"uniform": 0.0, "hb": 0.4, "oracle[target=heldout_harness]": 1.2}
+
+
+def _frames(runs=None):
+    ev, tr = make_synthetic(EFFECTS, n_seeds=4)
+    return load.make_frames(ev, tr, runs=runs), ev
+
+
+def test_gap_table_matches_the_final_scores_by_hand():
+    frames, ev = _frames()
+    table = gap.gap_table(frames)                   # no run.json: the oracle's target read from its label
+    assert table["suite"].tolist() == ["heldout_harness"] and table["policy"].tolist() == ["hb"]
+    scores = final_scores(frames.eval)
+    scores = scores[scores.suite == "heldout_harness"].pivot(index="seed", columns="policy", values="score")
+    want = ((scores["hb"] - scores["uniform"]).mean()
+            / (scores["oracle[target=heldout_harness]"] - scores["uniform"]).mean())
+    assert table["share"].iloc[0] == pytest.approx(want, rel=1e-12)
+    assert table["delta"].iloc[0] == pytest.approx((scores["hb"] - scores["uniform"]).mean(), rel=1e-12)
+
+
+def test_gap_table_reads_the_target_from_run_json():
+    ev, _ = make_synthetic(EFFECTS, n_seeds=4)
+    runs = {rid: {"run_id": rid, "policy": pol.split("[")[0], "label": pol, "seed": int(seed),
+                  "config": {"policy": {"name": pol.split("[")[0], "target": "heldout_tasks"}}}
+            for rid, pol, seed in ev[["run_id", "policy", "seed"]].drop_duplicates().itertuples(index=False)}
+    table = gap.gap_table(load.make_frames(ev, runs=runs))
+    assert table["suite"].tolist() == ["heldout_tasks"]            # run.json wins over the label
+
+
+def test_report_has_the_section(tmp_path):
+    frames, _ = _frames()
+    result = build_report(frames, baseline="uniform", out=tmp_path, resamples=20)
+    assert result.tables["gap"]["policy"].tolist() == ["hb"]
+    page = (tmp_path / "report.md").read_text()
+    assert "## Share of the achievable gain" in page and "seed-bootstrap" in page
+    assert pd.read_csv(tmp_path / "gap.csv")["policy"].tolist() == ["hb"]
+    plain = build_report(make_synthetic({"uniform": 0.0, "hb": 0.4}, n_seeds=3), baseline="uniform",
+                         out=tmp_path / "plain", resamples=20)
+    assert plain.tables["gap"].empty and "Share of the achievable" not in (tmp_path / "plain" / "report.md").read_text()
