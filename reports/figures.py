@@ -115,7 +115,7 @@ def rliable_plot(agg: pd.DataFrame, prof: pd.DataFrame, pi: pd.DataFrame, steps:
 
 def sensitivity_plot(rows: pd.DataFrame, axis: str, title: str = ""):
     """Delta against the baseline (with its interval) as a function of a swept knob, one
-    panel per metric. rows: metric, axis_value, delta, boot_low, boot_high, p_holm
+    panel per metric. rows: metric, axis_value, delta, ci_low, ci_high (the headline interval), p_holm
     (in the order to draw); numeric knob values on a numeric axis, others as categories."""
     metrics = list(rows["metric"].drop_duplicates())
     fig, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics) + 0.8, 3.4), squeeze=False)
@@ -125,7 +125,7 @@ def sensitivity_plot(rows: pd.DataFrame, axis: str, title: str = ""):
         numeric = bool(x.notna().all())
         xs = x.to_numpy(dtype=float) if numeric else np.arange(len(r), dtype=float)
         d = r["delta"].to_numpy(dtype=float)
-        err = np.vstack([d - r["boot_low"].to_numpy(dtype=float), r["boot_high"].to_numpy(dtype=float) - d])
+        err = np.vstack([d - r["ci_low"].to_numpy(dtype=float), r["ci_high"].to_numpy(dtype=float) - d])
         sig = r["p_holm"].to_numpy(dtype=float) < 0.05
         ax.errorbar(xs, d, yerr=err, fmt="-", color="tab:blue", lw=1, capsize=3, zorder=2)
         ax.scatter(xs[sig], d[sig], color="tab:blue", zorder=3, s=20)
@@ -137,7 +137,7 @@ def sensitivity_plot(rows: pd.DataFrame, axis: str, title: str = ""):
         ax.set_title(metric, fontsize=9)
         ax.tick_params(labelsize=7)
     axes[0, 0].set_ylabel("delta vs baseline", fontsize=8)
-    fig.suptitle(f"{title} (bootstrap intervals; filled: p_holm < 0.05)", fontsize=9)
+    fig.suptitle(f"{title} (headline t intervals over seeds; filled: p_holm < 0.05)", fontsize=9)
     fig.subplots_adjust(left=0.12, right=0.98, top=_top(fig), bottom=0.25, wspace=0.3)
     return fig, axes
 
