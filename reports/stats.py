@@ -403,7 +403,7 @@ def wilcoxon_p(d: np.ndarray) -> float:
     a = np.abs(d)
     clean = d.size <= 50 and not (a == 0).any() and np.unique(a).size == a.size
     p = float(sps.wilcoxon(d, zero_method="zsplit", method="exact" if clean else "approx").pvalue)
-    return min(1.0, max(p, 2.0 / 2.0 ** int((d != 0).sum())))
+    return min(1.0, max(p, 2.0 ** (1 - int((d != 0).sum()))))   # = 2 / 2**n, no overflow at n > 1023
 
 
 def wins_ties_losses(d: np.ndarray) -> tuple[int, int, int]:
