@@ -82,10 +82,17 @@ def weighted_median(x: np.ndarray, ws: np.ndarray, wt: np.ndarray) -> np.ndarray
     x: (..., seeds, tasks); ws: (B, seeds); wt: (B, tasks) integer counts -> (B, ...).
     The task counts are turned back into the drawn task indices (each row sums to T)."""
     s, t = x.shape[-2:]
-    m = np.moveaxis(np.matmul(np.swapaxes(x, -1, -2), ws.T), -1, 0) / s  # (B, ..., T) task means, resampled seeds
-    drawn = np.repeat(np.tile(np.arange(t), wt.shape[0]), np.rint(wt).astype(np.int64).ravel()).reshape(-1, t)
-    drawn = drawn.reshape(drawn.shape[0], *(1,) * (m.ndim - 2), t)
-    return np.median(np.take_along_axis(m, drawn, axis=-1), axis=-1)
+    lead = x.shape[:-2]
+    out = np.empty((ws.shape[0], *lead))
+    # in blocks of replicates: the task means, their gather and the median's partition copy
+    step = stats.block_rows(3 * 8 * int(np.prod(lead, dtype=np.int64)) * t, ws.shape[0])
+    for b0 in range(0, ws.shape[0], step):
+        w_s, w_t = ws[b0:b0 + step], wt[b0:b0 + step]
+        m = np.moveaxis(np.matmul(np.swapaxes(x, -1, -2), w_s.T), -1, 0) / s  # (b, ..., T) task means
+        drawn = np.repeat(np.tile(np.arange(t), w_t.shape[0]), np.rint(w_t).astype(np.int64).ravel()).reshape(-1, t)
+        drawn = drawn.reshape(drawn.shape[0], *(1,) * (m.ndim - 2), t)
+        out[b0:b0 + step] = np.median(np.take_along_axis(m, drawn, axis=-1), axis=-1)
+    return out
 
 
 def weighted_profile(x: np.ndarray, ws: np.ndarray, wt: np.ndarray, taus=TAUS) -> np.ndarray:
