@@ -79,13 +79,15 @@ def cmd_run(args) -> int:
     spec = load_spec(args.grid)
     if spec.tune:
         return _run_tuned(spec, args)
+    rows: dict[str, tuple] = {}
     report = run_grid(spec, args.out, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
-                      force_mixed=args.force_mixed, progress=ProgressBar())
+                      force_mixed=args.force_mixed, progress=ProgressBar(),
+                      on_done=lambda answer: rows.update({answer["id"]: answer["rows"]} if "rows" in answer else {}))
     print(f"grid {spec.name!r}: {report.total} cells, {report.skipped} already done, {report.ran} run, "
           f"{len(report.failed)} failed; results in {args.out}")
     for failed in report.failed:
         print(f"  FAILED {failed['id']}: {failed['reason']}  (log: {failed['log']})")
-    summary = _summary(args.out, {c.id for c in spec.cells()})
+    summary = _summary(args.out, {c.id for c in spec.cells()}, rows)
     if summary:
         print(summary)
     return 1 if report.failed else 0
@@ -116,12 +118,19 @@ def _run_tuned(spec, args) -> int:
     return 1 if report.failed else 0
 
 
-def _summary(out, ids: set[str]) -> str | None:
-    """The `hb sim` summary table of the grid's cells (None, with a note, if none is done)."""
+def _summary(out, ids: set[str], rows: dict[str, tuple] | None = None) -> str | None:
+    """The `hb sim` summary table of the grid's cells (None, with a note, if none is done):
+    from the rows the workers returned when every cell ran now, else read from the cells."""
+    import pandas as pd
+
     from hbsim.references import run_table
     from hbsim.summary import EVAL_COLUMNS_READ, summary_table
     try:
-        train, evals = load_cells(out, only=ids, eval_columns=EVAL_COLUMNS_READ)
+        if ids and ids <= (rows or {}).keys():
+            order = sorted(ids)   # load_cells' order
+            train, evals = (pd.concat([rows[i][k] for i in order], ignore_index=True) for k in (0, 1))
+        else:
+            train, evals = load_cells(out, only=ids, eval_columns=EVAL_COLUMNS_READ)
         runs = run_table(read_meta(Path(out) / CELLS / i) for i in sorted(ids))   # labels' names and knobs
         try:
             return summary_table(train, evals, runs)

@@ -4,7 +4,8 @@
     {"id": unique name, "config": resolved run config, "dir": run directory to write, or
      None (the RunResult comes back in the answer); optional "replace" (rerun a complete
      run), "meta" (extra run.json keys), "log" (write log.txt), "failures" (a folder, the
-     grid's, keeping failed/<id>/log.txt), "plugins" (modules to import first)}
+     grid's, keeping failed/<id>/log.txt), "plugins" (modules to import first), "summary"
+     (the answer carries the run's summary rows, `ablations.worker`)}
 
 `run_many` removes the hidden temporaries killed writers left next to the run
 directories, skips runs already complete with the same config (resume) and runs the rest
@@ -34,6 +35,7 @@ from typing import Callable
 
 from ablations import store, worker
 from ablations.spec import GridSpec
+from hbsim import threads
 from hbsim.contract import CELLS
 from hbsim.records import config_hash, is_complete, read_meta
 from policies.errors import UserError
@@ -161,17 +163,19 @@ def run_many(tasks: list[dict], *, jobs: int | None = None, backend: str = "loca
 
 def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None, backend: str = "local",
              ray_address: str | None = None, force_mixed: bool = False,
-             progress: Callable[[int, int, int], None] | None = None) -> RunReport:
+             progress: Callable[[int, int, int], None] | None = None,
+             on_done: Callable[[dict], None] | None = None) -> RunReport:
     """Run every cell of `spec` missing from the grid directory `out`: DIR/cells/<id>/ with
-    log.txt, failures in DIR/failed/ (`run_many`)."""
+    log.txt, failures in DIR/failed/ (`run_many`; each answer carries its summary rows)."""
     check_run_options(jobs, backend, ray_address)
     store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=force_mixed)
     out = Path(out).resolve()
     tasks = [{"id": c.id, "config": c.config, "dir": str(out / CELLS / c.id), "log": True, "failures": str(out),
+              "summary": True,
               "plugins": spec.plugins, "meta": {"grid": {"name": spec.name, "cell_id": c.id, "sweep": c.sweep,
                                                          "label": c.label, "seed": c.seed}}}
              for c in spec.cells()]
-    return run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress)
+    return run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress, on_done=on_done)
 
 
 # -- progress ------------------------------------------------------------------------
@@ -222,10 +226,9 @@ def _hms(seconds: float) -> str:
 PRELOAD = ["ablations.worker", "hbsim.experiment", "hbsim.records", "hbsim.envs.bernoulli",
            "hbsim.envs.drifting", "hbsim.envs.student", "pyarrow.parquet"]
 
-#: one BLAS/OpenMP thread per worker: N workers x (spinning) BLAS threads on N cores made
-#: every cell ~2.5x slower with --jobs 2 on a 2-core machine
-SINGLE_THREAD_ENV = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                                            "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")}
+#: one BLAS/OpenMP thread per worker (`hbsim.threads`): N workers x (spinning) BLAS threads
+#: on N cores made every cell ~2.5x slower with --jobs 2 on a 2-core machine
+SINGLE_THREAD_ENV = {name: "1" for name in threads.WORKER_VARS}
 
 
 def _pool_context():
@@ -273,8 +276,7 @@ def run_local(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], **_
         for task in tasks:
             on_done(worker.execute(task))
         return
-    for name, value in SINGLE_THREAD_ENV.items():   # inherited by the workers; user settings win
-        os.environ.setdefault(name, value)
+    threads.pin_one_thread()   # inherited by the workers; user settings win
     with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=_pool_context(),
                              initializer=_worker_init) as pool:
         pending_runs = {pool.submit(worker.execute, t): t for t in tasks}
@@ -302,7 +304,9 @@ def run_ray(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], *,
     except ImportError as exc:
         raise UserError(f"--backend ray needs the ray package (pip install 'harnessbandit[ray]'): {exc}") from None
     kwargs = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False,
-              "runtime_env": {"env_vars": {k: os.environ.get(k, v) for k, v in SINGLE_THREAD_ENV.items()}},
+              "runtime_env": {"env_vars": {k: os.environ.get(k, v) for k, v in SINGLE_THREAD_ENV.items()}
+                              if not threads.user_set() else {k: os.environ[k] for k in threads.WORKER_VARS
+                                                              if k in os.environ}},
               **({"address": ray_address} if ray_address else {"num_cpus": jobs})}
     started_here = not ray.is_initialized()
     if started_here:

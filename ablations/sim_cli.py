@@ -4,7 +4,8 @@ same seeds (common random numbers), and print a compact per-policy table.
     hb sim --env bernoulli --policy harnessbandit --policy uniform --seeds 10 --steps 150 \
            [--out DIR] [--set env.lr=0.5] [--set policy.tau=0.1] [--jobs N] [--backend local|ray]
 
-`--policy all` runs every registered policy. `--set policy.KNOB=V` goes to every selected
+`--scenario NAME` takes the env, steps and seed count of a shipped scenario (`hb scenarios`;
+the oracle is aimed at its target). `--policy all` runs every registered policy. `--set policy.KNOB=V` goes to every selected
 policy that has the knob (an error if none has it). `--out DIR` writes one run directory
 per (policy, seed): DIR/<label>/seed<seed>/, in a folder of kind "sim" (hbsim.folders):
 runs already there with the identical config are reused, not rerun; a different run at the
@@ -25,6 +26,7 @@ import pandas as pd
 
 from ablations import runner
 from hbsim.envs import ENV_PRESETS, ENVS, expand_preset
+from hbsim import scenarios
 from hbsim.experiment import RUN_KNOBS, resolve_config
 from hbsim.folders import check_output_dir, output_dir
 from hbsim.records import config_hash, read_run
@@ -36,15 +38,19 @@ from policies.validate import MAX_SEED, check_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", default="bernoulli",
-                        help=f"environment kind: {', '.join(ENVS)}; or a preset: {', '.join(ENV_PRESETS)}")
+    parser.add_argument("--env", default=None,
+                        help=f"environment kind: {', '.join(ENVS)}; or a preset: {', '.join(ENV_PRESETS)} "
+                             f"(default bernoulli)")
+    parser.add_argument("--scenario", default=None, metavar="NAME",
+                        help="a shipped scenario (`hb scenarios`): its env, steps and seed count (--set, "
+                             "--steps and --seeds override them)")
     parser.add_argument("--policy", action="append", default=None, metavar="NAME",
                         help=f"policy to run (repeatable) or 'all': {', '.join(POLICIES)} (default: all)")
-    parser.add_argument("--seeds", type=int, default=RUN_KNOBS["seeds"].default,
-                        help=f"number of seeds, 0..N-1 (default {RUN_KNOBS['seeds'].default})")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help=f"number of seeds, 0..N-1 (default {RUN_KNOBS['seeds'].default}, or the scenario's)")
     parser.add_argument("--seed-offset", type=int, default=0, help="first seed (default 0)")
-    parser.add_argument("--steps", type=int, default=RUN_KNOBS["steps"].default,
-                        help=f"optimizer steps per run (default {RUN_KNOBS['steps'].default})")
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"optimizer steps per run (default {RUN_KNOBS['steps'].default}, or the scenario's)")
     parser.add_argument("--batch-groups", type=int, default=RUN_KNOBS["batch_groups"].default,
                         help=f"groups per optimizer step (default {RUN_KNOBS['batch_groups'].default})")
     parser.add_argument("--eval-every", type=int, default=None,
@@ -86,8 +92,29 @@ def policy_names(requested: list[str] | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def apply_scenario(args: argparse.Namespace) -> dict:
+    """Fill --env/--steps/--seeds from --scenario (or their defaults); the scenario's env
+    section (its knobs are defaults that --set overrides), {} without one."""
+    env = {}
+    if args.scenario is not None:
+        if args.env is not None:
+            raise UserError(f"--env {args.env} and --scenario {args.scenario} are not allowed together: the "
+                            f"scenario names its env")
+        sc = scenarios.get(args.scenario)
+        env, args.env = dict(sc.env), sc.env["kind"]
+        args.steps = sc.steps if args.steps is None else args.steps
+        args.seeds = sc.seeds if args.seeds is None else args.seeds
+        if sc.batch_groups is not None and args.batch_groups == RUN_KNOBS["batch_groups"].default:
+            args.batch_groups = sc.batch_groups
+    args.env = "bernoulli" if args.env is None else args.env
+    args.steps = RUN_KNOBS["steps"].default if args.steps is None else args.steps
+    args.seeds = RUN_KNOBS["seeds"].default if args.seeds is None else args.seeds
+    return env
+
+
 def build_configs(args: argparse.Namespace) -> list[dict]:
     """Every resolved (policy, seed) config; all validation happens here, before any run."""
+    scenario_env = apply_scenario(args)
     for flag in ("seeds", "steps", "batch_groups", "eval_every"):
         RUN_KNOBS[flag].check("--" + flag.replace("_", "-"), getattr(args, flag))
     check_int("--seed-offset", args.seed_offset, 0, MAX_SEED - args.seeds + 1)
@@ -103,8 +130,11 @@ def build_configs(args: argparse.Namespace) -> list[dict]:
     configs = []
     for name in names:
         knobs = {k: v for k, v in policy_knobs.items() if k in POLICIES[name].KNOBS}
+        if args.scenario is not None and name == "oracle":      # aimed at the scenario's target unless set
+            knobs.setdefault("target", scenarios.get(args.scenario).target)
         for seed in range(args.seed_offset, args.seed_offset + args.seeds):
-            configs.append(resolve_config({"env": {"kind": args.env, **env_knobs}, "policy": {"name": name, **knobs},
+            configs.append(resolve_config({"env": {**scenario_env, "kind": args.env, **env_knobs},
+                                           "policy": {"name": name, **knobs},
                                            "seed": seed, "steps": args.steps, "eval_every": args.eval_every,
                                            "batch_groups": args.batch_groups,
                                            "counterfactual": args.counterfactual,
@@ -118,6 +148,7 @@ def run_dir(out: str | Path, cfg: dict) -> Path:
 
 def main(args: argparse.Namespace) -> int:
     if args.knobs:      # `name = default: doc (allowed)` for every knob of the env kind (or preset's kind)
+        apply_scenario(args)
         print("\n".join(ENVS[expand_preset({"kind": args.env})["kind"]].KNOBS.listing()))
         return 0
     configs = build_configs(args)

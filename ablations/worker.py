@@ -2,7 +2,7 @@
 process a backend puts it: in this process (--jobs 1), a pool worker or a Ray task.
 
 The answer is {"id", "ok", "seconds", "reason"} (+ "result", the RunResult, for a task
-without a run directory), never an exception: a failed run answers with "traceback" and
+without a run directory; + "rows", `hbsim.summary.summary_rows`, for a task with "summary"), never an exception: a failed run answers with "traceback" and
 "log" (FAILURES/failed/<id>/log.txt for a task with "failures") and the batch goes on.
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ from hbsim.contract import LOG
 from hbsim.experiment import run_config
 from hbsim.folders import write_dir_atomic
 from hbsim.records import fill_run_dir, is_complete
+from hbsim.summary import summary_rows
 
 
 def adapter_factory(config: dict):
@@ -50,6 +51,8 @@ def execute(task: dict) -> dict:
             if task.get("failures"):
                 store.clear_failure(task["failures"], task["id"])
         answer = {"id": task["id"], "ok": True, "seconds": time.perf_counter() - started, "reason": ""}
+        if task.get("summary"):
+            answer["rows"] = summary_rows(result.train, result.eval)
         return answer if task.get("dir") else {**answer, "result": result}
     except Exception as exc:  # noqa: BLE001 - a run's failure must not stop the batch
         text = (f"run {task.get('id')} failed\n"

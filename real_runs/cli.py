@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from hbsim import folders
+from hbsim import folders, threads
 from hbsim.contract import CHECKPOINT, RUN_JSON, TRL_CHECKPOINT
 from policies import validate
 from policies.errors import UserError
@@ -175,6 +175,7 @@ def check_run_dir(out, resume: bool, trl: bool = False) -> None:
 
 def main(args) -> int:
     _check_out(args)
+    threads.pin_one_thread(threads.NUMPY_VARS, this_process=True)  # numpy's BLAS vs torch's threads
     if args.backend == "trl":
         from real_runs.integrations.trl_run import main as trl_main
         return trl_main(args)

@@ -89,31 +89,35 @@ def align(cells: pd.DataFrame, suite: str, policies: list[str], baseline: str,
     seeds = sorted(base["seed"].unique().tolist())
     tasks = sorted(base["task"].unique().tolist())
     notes = []
-    present = set(zip(sub["policy"], sub["seed"], sub["task"]))
+    mine = {pol: sub[sub["policy"] == pol] for pol in policies}
     for pol in policies:
-        mine = sub[sub["policy"] == pol]
-        extra_s = sorted(set(mine["seed"]) - set(seeds))
-        extra_t = sorted(set(mine["task"]) - set(tasks))
+        extra_s = sorted(set(mine[pol]["seed"]) - set(seeds))
+        extra_t = sorted(set(mine[pol]["task"]) - set(tasks))
         if extra_s or extra_t:
             notes.append(f"{suite}: policy {pol!r} has seeds {extra_s} / {len(extra_t)} task(s) the baseline "
                          f"{baseline!r} lacks; excluded")
     for pol in policies:
-        lost = [s for s in seeds if not (sub["seed"][sub["policy"] == pol] == s).any()]
+        has = set(mine[pol]["seed"].tolist())
+        lost = [s for s in seeds if s not in has]
         if lost:
             notes.append(f"{suite}: policy {pol!r} lacks seed(s) {lost} that the baseline has; "
                          "excluded in both arms of its comparison and from the all-policy summary")
             seeds = [s for s in seeds if s not in lost]
     for pol in policies:
-        lost = [t for t in tasks if any((pol, s, t) not in present for s in seeds)]
+        rows = mine[pol][mine[pol]["seed"].isin(seeds)]
+        complete = rows.groupby("task")["seed"].nunique()
+        complete = set(complete.index[complete == len(seeds)].tolist())
+        lost = [t for t in tasks if t not in complete] if seeds else []
         if lost:
             shown = ", ".join(lost[:5]) + (" ..." if len(lost) > 5 else "")
             notes.append(f"{suite}: policy {pol!r} lacks {len(lost)} task(s) the baseline has ({shown}); "
                          "excluded in both arms of its comparison and from the all-policy summary")
             tasks = [t for t in tasks if t not in lost]
-    idx = pd.MultiIndex.from_product([policies, seeds, tasks], names=["policy", "seed", "task"])
-    table = sub.set_index(["policy", "seed", "task"])
-    x = np.stack([table[m].reindex(idx).to_numpy(dtype=np.float64) for m in metrics])
-    x = x.reshape(len(metrics), len(policies), len(seeds), len(tasks))
+    x = np.full((len(metrics), len(policies), len(seeds), len(tasks)), np.nan)
+    pos = [pd.Index(v).get_indexer(sub[k]) for k, v in (("policy", policies), ("seed", seeds), ("task", tasks))]
+    keep = (pos[0] >= 0) & (pos[1] >= 0) & (pos[2] >= 0)
+    for i, m in enumerate(metrics):
+        x[i, pos[0][keep], pos[1][keep], pos[2][keep]] = sub[m].to_numpy(dtype=np.float64)[keep]
     cat = base.drop_duplicates("task").set_index("task")["category"].reindex(tasks).to_numpy()
     return Aligned(list(policies), seeds, tasks, cat, list(metrics), x), notes
 
@@ -130,11 +134,11 @@ def bootstrap_summary(al: Aligned, suite: str, baseline: str, *, resamples: int,
     flat = al.x.reshape(m * p, s, t)
     b_idx = al.policies.index(baseline)
 
+    base = np.repeat(al.x[:, b_idx:b_idx + 1], p, axis=1).reshape(m * p, s, t)
+    table = stats.superiority_table(flat, base)  # once: the draws only reweight it
+
     def stat(x, ws, wt):
-        parts = [stats.weighted_mean(x, ws, wt), stats.weighted_iqm(x, ws, wt)]
-        xr = x.reshape(m, p, s, t)
-        base = np.broadcast_to(xr[:, b_idx:b_idx + 1], xr.shape)
-        parts.append(stats.weighted_prob_improvement(xr, base, ws, wt).reshape(-1, m * p))
+        parts = [stats.weighted_mean(x, ws, wt), stats.weighted_iqm(x, ws, wt), stats.table_prob_improvement(table, ws, wt)]
         return np.stack(parts, axis=1)  # (b, 3, m*p)
 
     reps = stats.crossed_bootstrap(flat, stat, resamples=resamples, rng=rng, progress=progress,

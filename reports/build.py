@@ -20,7 +20,7 @@ from policies.errors import UserError
 # inputs are validated, so that a rejected call answers quickly.
 
 TABLES = ("summary", "category_values", "per_task", "paired", "per_seed", "categories", "flips", "flip_counts", "gee",
-          "sensitivity", "diagnostics", "cost", "visits")
+          "sensitivity", "diagnostics", "cost", "visits", "aggregates", "profiles", "iqm_steps")
 
 
 @dataclass
@@ -35,6 +35,7 @@ class ReportResult:
     policies: list[str]
     out: Path | None = None
     files: dict[str, Path] = field(default_factory=dict)
+    views: "rliable_views.Views | None" = None  # noqa: F821 (rliable's views and the score matrices)
 
     def __getattr__(self, name):  # result.paired, result.summary, ...
         tables = self.__dict__.get("tables", {})
@@ -116,6 +117,11 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
                                 resamples=resamples, stages=(si * len(policies), stages), progress=progress)
     tables = {name: _concat(frames) for name, frames in acc.items() if frames or name in _COMPARISON}
     tables["paired"] = _holm(tables["paired"])
+    from reports import rliable_views
+    views = rliable_views.compute(fr, cells, tables["summary"], policies, baseline, ks, resamples=resamples, seed=seed,
+                                  alpha=alpha)
+    tables.update(views.tables)
+    notes += views.notes
     notes += _power_notes(tables["paired"], alpha)
     if axis:
         tables["sensitivity"] = analysis.sensitivity_rows(tables["paired"], axis, axis_values, baseline)
@@ -133,7 +139,7 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
                                                    "runs")},
                            sort_keys=True, separators=(",", ":"))
     config["config_hash"] = hashlib.sha256(canonical.encode()).hexdigest()[:16]
-    result = ReportResult(config, tables, diag, notes, attempts, policies)
+    result = ReportResult(config, tables, diag, notes, attempts, policies, views=views)
     if out is not None:
         from reports import render, validity
         page = validity.write_page_if_any(fr.source if fr.source != "frames" else None, Path(out))  # validity.html

@@ -30,59 +30,86 @@ def _top(fig, inches: float = 0.6) -> float:
     return 1.0 - inches / fig.get_figheight()
 
 
-def _metric_panels(rows: pd.DataFrame, key: str, panel_width: float, extra_width: float, row_height: float):
-    """One panel per metric sharing the y axis, rows in first-seen order of `key`.
-    Returns fig, axes (1, M), y positions, labels, and [(ax, metric, rows reindexed by label)]."""
-    metrics = list(rows["metric"].drop_duplicates())
-    labels = list(rows[key].drop_duplicates())
-    width = panel_width * len(metrics) + extra_width
-    fig, axes = plt.subplots(1, len(metrics), figsize=(width, row_height * len(labels) + 1.4), sharey=True,
-                             squeeze=False)
-    panels = [(ax, metric, rows[rows["metric"] == metric].set_index(key).reindex(labels))
-              for ax, metric in zip(axes[0], metrics)]
-    return fig, axes, np.arange(len(labels))[::-1], labels, panels
-
-
-def interval_plot(summary: pd.DataFrame, title: str = ""):
-    """Value and interval per policy, one panel per metric.
-    summary rows: metric, policy, value, boot_low, boot_high, is_baseline."""
-    fig, axes, y, pols, panels = _metric_panels(summary, "policy", 2.6, 2, 0.32)
-    width = fig.get_figwidth()
-    for ax, metric, rows in panels:
-        colors = ["tab:red" if b else "tab:blue" for b in rows["is_baseline"]]
-        ax.hlines(y, rows["boot_low"], rows["boot_high"], colors=colors, lw=2)
-        ax.scatter(rows["value"], y, color=colors, zorder=3, s=14)
-        base = rows[rows["is_baseline"].astype(bool)]
-        if len(base):
-            ax.axvline(base["value"].iloc[0], color="tab:red", ls=":", lw=1)
-        ax.set_title(metric, fontsize=9)
+def headline_plot(rows: pd.DataFrame, interval: str = "interval"):
+    """The report's one figure: per suite (one panel each), every candidate's delta on the
+    primary metric with its headline interval, the baseline at 0.
+    rows: suite, title, candidate, delta, low, high, significant (in the order to draw)."""
+    suites = list(rows["suite"].drop_duplicates())
+    n = max(1, max(int((rows["suite"] == s).sum()) for s in suites))
+    fig, axes = plt.subplots(1, len(suites), figsize=(4.3 * len(suites) + 1.2, 0.27 * n + 1.3), squeeze=False)
+    labels = list(rows["candidate"].drop_duplicates())
+    for ax, suite in zip(axes[0], suites):
+        r = rows[rows["suite"] == suite].set_index("candidate").reindex(labels)
+        y = np.arange(len(labels))[::-1]
+        d = r["delta"].to_numpy(dtype=float)
+        sig = r["significant"].fillna(False).to_numpy(dtype=bool)
+        color = np.where(d >= 0, "tab:green", "tab:red")
+        ax.hlines(y, r["low"], r["high"], colors=color, lw=2)
+        ax.scatter(d[sig], y[sig], c=color[sig], zorder=3, s=22)
+        ax.scatter(d[~sig], y[~sig], facecolors="white", edgecolors=color[~sig], zorder=3, s=22)
+        ax.axvline(0, color="black", lw=0.9)
+        ax.set_title(str(r["title"].dropna().iloc[0]) if r["title"].notna().any() else suite, fontsize=8)
         ax.tick_params(labelsize=7)
-    axes[0, 0].set_yticks(y, pols, fontsize=8)
-    fig.suptitle(f"{title} (percentile bootstrap intervals; red = baseline)", fontsize=9)
-    fig.subplots_adjust(left=_label_margin(pols, 8, width), right=0.98, top=_top(fig), bottom=0.5 / fig.get_figheight(),
-                        wspace=0.08)
+        ax.xaxis.set_major_locator(plt.MaxNLocator(5))
+        ax.set_yticks(y, labels if ax is axes[0, 0] else [""] * len(labels), fontsize=7)
+    fig.suptitle(f"delta vs baseline (0) with the {interval}; filled: significant", fontsize=8)
+    fig.subplots_adjust(left=_label_margin(labels, 7, fig.get_figwidth()), right=0.98, top=_top(fig, 0.5),
+                        bottom=0.35 / fig.get_figheight(), wspace=0.06)
     return fig, axes
 
 
-def forest_plot(rows: pd.DataFrame, title: str = "", p_column: str = "p"):
-    """Deltas with intervals, one panel per metric, rows in the same order in each panel.
-    rows: metric, label, delta, boot_low, boot_high, <p_column>; filled marker: p < 0.05."""
-    fig, axes, y, labels, panels = _metric_panels(rows, "label", 2.8, 3, 0.22)
-    width = fig.get_figwidth()
-    for ax, metric, r in panels:
-        sig = r[p_column].to_numpy(dtype=float) < 0.05
-        color = np.where(r["delta"].to_numpy(dtype=float) >= 0, "tab:green", "tab:red")
-        ax.hlines(y, r["boot_low"], r["boot_high"], colors=color, lw=1.5)
-        ax.scatter(r["delta"][sig], y[sig], c=color[sig], zorder=3, s=14)
-        ax.scatter(r["delta"][~sig], y[~sig], facecolors="white", edgecolors=color[~sig], zorder=3, s=14)
-        ax.axvline(0, color="black", lw=0.8)
-        ax.set_title(metric, fontsize=9)
-        ax.tick_params(labelsize=7)
-        ax.xaxis.set_major_locator(plt.MaxNLocator(5))
-    axes[0, 0].set_yticks(y, labels, fontsize=7)
-    fig.suptitle(f"{title} (filled: {p_column} < 0.05)", fontsize=9)
-    fig.subplots_adjust(left=_label_margin(labels, 7, width), right=0.98, top=_top(fig),
-                        bottom=0.3 / (0.22 * len(labels) + 1.4), wspace=0.08)
+def rliable_plot(agg: pd.DataFrame, prof: pd.DataFrame, pi: pd.DataFrame, steps: pd.DataFrame, title: str = ""):
+    """rliable's views of one suite on one metric, one figure: the aggregates (median,
+    IQM, mean, optimality gap; top row), the performance profile with its band, the
+    probability of improvement over the baseline, and IQM over evaluation steps (bottom).
+    agg: policy, aggregate, value, low, high; prof: policy, tau, value, low, high;
+    pi: policy, value, low, high (candidates); steps: policy, step, iqm, low, high."""
+    pols = list(agg["policy"].drop_duplicates())
+    col = _colors(pols)
+    names = [("median", "Median"), ("iqm", "IQM"), ("mean", "Mean"), ("optimality_gap", "Optimality gap")]
+    fig = plt.figure(figsize=(12.5, 0.22 * len(pols) + 5.2))
+    grid = fig.add_gridspec(2, 12, height_ratios=[0.22 * len(pols) + 0.6, 3.2], hspace=0.3, wspace=1.2)
+    y = np.arange(len(pols))[::-1]
+    axes = []
+    for i, (key, label) in enumerate(names):
+        ax = fig.add_subplot(grid[0, 3 * i:3 * i + 3])
+        r = agg[agg["aggregate"] == key].set_index("policy").reindex(pols)
+        ax.hlines(y, r["low"], r["high"], colors=[col[p] for p in pols], lw=4, alpha=0.6)
+        ax.scatter(r["value"], y, c="black", s=6, zorder=3)
+        ax.set_title(label, fontsize=8)
+        ax.set_yticks(y, pols if i == 0 else [""] * len(pols), fontsize=7)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.xaxis.set_major_locator(plt.MaxNLocator(4))
+        axes.append(ax)
+    ax = fig.add_subplot(grid[1, 0:4])
+    for p, g in prof.groupby("policy", sort=False):
+        ax.plot(g["tau"], g["value"], color=col.get(p, "grey"), lw=1.2, label=str(p))
+        ax.fill_between(g["tau"], g["low"], g["high"], color=col.get(p, "grey"), alpha=0.15, lw=0)
+    ax.set_xlabel("tau", fontsize=7)
+    ax.set_title("performance profile: share of runs x tasks > tau", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=6, ncol=2)
+    axes.append(ax)
+    ax = fig.add_subplot(grid[1, 5:8])  # column 4 left free for its labels
+    cands = list(pi["policy"])
+    yc = np.arange(len(cands))[::-1]
+    ax.hlines(yc, pi["low"], pi["high"], colors=[col.get(p, "grey") for p in cands], lw=4, alpha=0.6)
+    ax.scatter(pi["value"], yc, c="black", s=6, zorder=3)
+    ax.axvline(0.5, color="grey", lw=0.8, ls=":")
+    ax.set_yticks(yc, cands, fontsize=6)
+    ax.set_title("P(candidate > baseline)", fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+    axes.append(ax)
+    ax = fig.add_subplot(grid[1, 8:12])
+    for p, g in steps.groupby("policy", sort=False) if not steps.empty else ():
+        ax.plot(g["step"], g["iqm"], color=col.get(p, "grey"), lw=1.2, marker="o", ms=2)
+        ax.fill_between(g["step"], g["low"], g["high"], color=col.get(p, "grey"), alpha=0.15, lw=0)
+    ax.set_xlabel("step", fontsize=7)
+    ax.set_title("IQM over evaluation steps", fontsize=8)
+    ax.tick_params(labelsize=7)
+    axes.append(ax)
+    fig.suptitle(f"{title} (bands and bars: 95% crossed-bootstrap intervals)", fontsize=9)
+    fig.subplots_adjust(left=_label_margin(pols, 7, 12.5), right=0.98, top=_top(fig, 0.45), bottom=0.08)
     return fig, axes
 
 

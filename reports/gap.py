@@ -29,7 +29,11 @@ def section(doc, result) -> None:
     table = result.tables.get("gap")
     if table is None or table.empty:
         return
-    doc.h(2, "Share of the achievable gain")
+    with doc.details("Share of the achievable gain (clairvoyant references)", 2):
+        _body(doc, table)
+
+
+def _body(doc, table) -> None:
     doc.p("share = mean over seeds of (policy - uniform) / mean of (oracle - uniform), final evaluation, paired by "
           "seed, the oracle being the `oracle` run aimed at the suite (knob target); interval: 95% percentile "
           f"bootstrap of the seeds ({references.N_BOOT} resamples) of that ratio of means; delta: mean paired "

@@ -1,12 +1,21 @@
-"""Lay out a finished ReportResult: CSVs, PNG figures, a self-contained index.html
-(figures embedded as base64 PNG) and report.md. Nothing is computed here except
-formatting and the selection of rows to show."""
+"""Lay out a finished ReportResult: CSVs, PNG figures, the rliable export, a self-contained
+index.html (figures embedded as base64 PNG) and report.md. Nothing is computed here except
+formatting and the selection of rows to show.
+
+One screen first: the top of index.html is the conclusion, one figure (per suite, each
+candidate's delta on the primary metric with its headline interval, the baseline at 0)
+and one compact table (the same rows); everything else follows in collapsible groups
+(`<details>`). No table is wider than the page at a 1400 px window: a table whose
+estimated width exceeds `TABLE_PX` is cut into column groups that repeat its key columns
+(tests/reports/test_reports_page.py measures it in headless Chromium).
+"""
 from __future__ import annotations
 
 import base64
 import html
 import json
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -14,12 +23,22 @@ import pandas as pd
 
 from hbsim.contract import REPORT_INDEX, REPORT_MARKDOWN
 from hbsim.folders import atomic_write, written_files
-from reports import figures, gap, text
+from reports import figures, gap, rliable_views, text
 
-CSS = ("body{font-family:sans-serif;max-width:1100px;margin:auto;padding:1em;color:#222}"
-       "table{border-collapse:collapse;font-size:12px;margin:.5em 0}td,th{border:1px solid #ccc;"
+CSS = ("body{font-family:sans-serif;max-width:1320px;margin:auto;padding:0 1em;color:#222}"
+       "h1{font-size:1.4em;margin:.5em 0 .3em}h2{font-size:1.2em;margin:1em 0 .3em}h3,h4{margin:.6em 0 .3em}"
+       "p{margin:.4em 0}table{border-collapse:collapse;font-size:12px;margin:.4em 0}td,th{border:1px solid #ccc;"
        "padding:2px 6px;text-align:right}th{background:#eee}pre{background:#f6f6f6;padding:.5em;"
-       "font-size:12px;overflow-x:auto}img{max-width:100%;display:block;margin:.5em 0}.note{color:#a33}")
+       "font-size:12px;white-space:pre-wrap;overflow-wrap:anywhere}img{max-width:100%;display:block;margin:.4em 0}"
+       ".note{color:#a33}.conclusion{font-size:15px;line-height:1.35}.meta{color:#666;font-size:12px}"
+       "details{margin:.3em 0;border-left:3px solid #ddd;padding-left:.6em}"
+       "summary{cursor:pointer;font-weight:bold;padding:.15em 0}")
+
+#: estimated width (px) above which a table is cut into column groups; the content box of
+#: the page is about 1350 px at a 1400 px window, and the estimate is generous
+TABLE_PX = 1250
+#: one character of a 12 px table cell, of its bold header, and a cell's padding and border (px), for the estimate
+CHAR_PX, HEAD_PX, CELL_PX = 7, 8, 14
 
 
 def slug(text: str) -> str:
@@ -59,13 +78,52 @@ def md_table(df: pd.DataFrame, max_rows: int = 60) -> str:
     return "\n".join(lines) + "\n"
 
 
-def html_table(df: pd.DataFrame, max_rows: int = 60) -> str:
+def _col_px(header, cells) -> int:
+    """Estimated width of a column: headers break after '_' (`<wbr>`) and at spaces, cells do not."""
+    head = max((len(w) for w in re.split(r"(?<=_)| ", str(header))), default=1)
+    return max(HEAD_PX * head, CHAR_PX * max((len(c) for c in cells), default=0)) + CELL_PX
+
+
+def column_groups(columns, widths, keys: int, budget: int = TABLE_PX) -> list[list[int]]:
+    """Column indices of each table a wide table is cut into: the first ``keys`` columns in
+    every group, the others in order while the group's estimated width fits ``budget``."""
+    key = list(range(min(keys, len(columns))))
+    base = sum(widths[i] for i in key)
+    groups, cur, used = [], [], base
+    for i in range(len(key), len(columns)):
+        if cur and used + widths[i] > budget:
+            groups.append(key + cur)
+            cur, used = [], base
+        cur.append(i)
+        used += widths[i]
+    if cur or not groups:
+        groups.append(key + cur)
+    return groups
+
+
+def _key_count(df: pd.DataFrame) -> int:
+    """Leading text columns (labels such as metric, candidate, policy), at most 3."""
+    n = 0
+    for c in df.columns[:3]:
+        if pd.api.types.is_numeric_dtype(df[c]) or pd.api.types.is_bool_dtype(df[c]):
+            break
+        n += 1
+    return max(n, 1)
+
+
+def html_table(df: pd.DataFrame, max_rows: int = 60, keys: int | None = None) -> str:
     if df.empty:
         return "<p><i>(none)</i></p>"
     df = df.head(max_rows)
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in _rows(df))
-    return f"<div style='overflow-x:auto'><table><tr>{head}</tr>{body}</table></div>"
+    cells = list(_rows(df))
+    cols = [str(c) for c in df.columns]
+    widths = [_col_px(c, [r[i] for r in cells]) for i, c in enumerate(cols)]
+    out = []
+    for group in column_groups(cols, widths, _key_count(df) if keys is None else keys):
+        head = "".join(f"<th>{html.escape(cols[i]).replace('_', '_<wbr>')}</th>" for i in group)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(r[i])}</td>" for i in group) + "</tr>" for r in cells)
+        out.append(f"<table><tr>{head}</tr>{body}</table>")
+    return "".join(out)
 
 
 class Doc:
@@ -87,11 +145,21 @@ class Doc:
         self.md.append("```\n" + text.rstrip() + "\n```\n")
         self.html.append(f"<pre>{html.escape(text)}</pre>")
 
-    def table(self, df: pd.DataFrame, max_rows: int = 60):
+    def table(self, df: pd.DataFrame, max_rows: int = 60, keys: int | None = None):
         self.md.append(md_table(df, max_rows))
-        self.html.append(html_table(df, max_rows))
+        self.html.append(html_table(df, max_rows, keys))
         if len(df) > max_rows:
             self.p(f"({len(df) - max_rows} more rows in the CSV)")
+
+    @contextmanager
+    def details(self, summary: str, level: int = 3):
+        """A collapsed group in index.html (a heading in report.md)."""
+        self.md.append(f"{'#' * level} {summary}\n")
+        self.html.append(f"<details><summary>{html.escape(summary)}</summary>")
+        try:
+            yield self
+        finally:
+            self.html.append("</details>")
 
     def figure(self, name: str, fig_ax):
         path = self.fig_dir / f"{slug(name)}.png"
@@ -102,28 +170,120 @@ class Doc:
         self.html.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
 
 
+# ------------------------------------------------------------------ paired columns
+
+def interval_columns(paired: pd.DataFrame, alpha: float) -> tuple[str, str, str]:
+    """(low, high, label) of the headline interval, looked up here only: the t interval
+    over seeds (ci_low, ci_high) where paired.csv has it, else the crossed bootstrap."""
+    pct = f"{100 * (1 - alpha):.0f}%"
+    if {"ci_low", "ci_high"} <= set(paired.columns):
+        return "ci_low", "ci_high", f"{pct} CI"
+    return "boot_low", "boot_high", f"{pct} boot CI"
+
+
+def verdict(r, alpha: float) -> str:
+    """The per-candidate sentence of earlier reports, as one table cell."""
+    if int(r["n_seeds"]) < 2:
+        return "one seed: no test"
+    if r["p_holm"] < alpha:
+        return "ahead" if r["delta"] > 0 else "behind"
+    mde = r.get("mde", np.nan)
+    if np.isfinite(mde) and abs(r["delta"]) < mde:
+        return "not detectable (|delta| < MDE)"
+    return "not significant (Holm)"
+
+
+def fmt_mde(v) -> str:
+    """The MDE; above 1 no attainable delta is detectable (every metric lies in [0, 1])."""
+    if v is None or not np.isfinite(v):
+        return "n/a"
+    return "> 1 (none)" if v > 1 else f"{v:.3f}"
+
+
+def primary_rows(result) -> pd.DataFrame:
+    """The paired rows of each suite's primary metric (rliable_views.primary_metric)."""
+    paired = result.tables["paired"]
+    if paired.empty:
+        return paired
+    primary = result.config.get("primary", "score")
+    keep = [g[g["metric"] == rliable_views.primary_metric(g["metric"].drop_duplicates(), primary)]
+            for _, g in paired.groupby("suite", sort=True)]
+    return pd.concat(keep, ignore_index=True)
+
+
+def headline_table(result) -> pd.DataFrame:
+    """The compact table under the figure: one row per suite x candidate, primary metric;
+    the values are the pair's own (the seeds and tasks of its delta)."""
+    rows = primary_rows(result)
+    alpha = result.config["alpha"]
+    lo, hi, label = interval_columns(result.tables["paired"], alpha)
+    return pd.DataFrame({
+        "suite": rows["suite"], "metric": rows["metric"], "candidate": rows["candidate"],
+        "seeds": rows["n_seeds"].astype(int).astype(str), "candidate value": rows["candidate_value"],
+        "baseline value": rows["baseline_value"], "delta": rows["delta"],
+        label: [f"[{a:+.3f}, {b:+.3f}]" if np.isfinite(a) else "n/a" for a, b in zip(rows[lo], rows[hi])],
+        "p_holm": rows["p_holm"], "seeds +/-": [f"{int(u)}/{int(d)}" for u, d in zip(rows["seeds_up"],
+                                                                                rows["seeds_down"])],
+        "MDE": rows["mde"].map(fmt_mde), "verdict": [verdict(r, alpha) for _, r in rows.iterrows()]})
+
+
+def _headline(doc: Doc, result) -> None:
+    """The top of the page: conclusion, the one figure, the compact table."""
+    cfg = result.config
+    cands = [p for p in result.policies if p != cfg["baseline"]]
+    doc.h(1, f"{len(cands)} candidate(s) against the baseline {cfg['baseline']}")
+    doc.p(text.conclusion(result), "conclusion")
+    rows = primary_rows(result)
+    if not rows.empty:
+        lo, hi, label = interval_columns(result.tables["paired"], cfg["alpha"])
+        titles = {s: f"{s}: {g['metric'].iloc[0]}, {int(g['n_seeds'].max())} seeds x {int(g['n_tasks'].max())} tasks"
+                  for s, g in rows.groupby("suite")}
+        fig_rows = pd.DataFrame({"suite": rows["suite"], "title": rows["suite"].map(titles),
+                                 "candidate": rows["candidate"], "delta": rows["delta"], "low": rows[lo],
+                                 "high": rows[hi], "significant": rows["p_holm"] < cfg["alpha"]})
+        doc.figure("headline", figures.headline_plot(fig_rows, f"{label} (p_holm < {cfg['alpha']})"))
+        doc.table(headline_table(result), max_rows=200, keys=3)
+        doc.p(f"delta = candidate - baseline on the seeds and tasks both have; {label}: "
+              + ("t interval over the per-seed differences" if lo == "ci_low" else
+                 "crossed bootstrap over tasks and seeds")
+              + "; p_holm: seed-level sign-flip test, Holm-adjusted; seeds +/-: seeds where the candidate is "
+                "ahead / behind; MDE: smallest true delta detectable with power 0.8 at these seeds. Every "
+                "metric and column: the groups below and paired.csv.", "meta")
+    doc.p(f"Source: {cfg['source']}. Policies: {', '.join(result.policies)}. Bootstrap: {cfg['resamples']} "
+          f"crossed task x seed resamples (generator seed {cfg['seed']}), alpha = {cfg['alpha']}. "
+          f"Runs hash {cfg['runs']['hash']}.", "meta")
+    if "validity" in result.files:
+        doc.md.append("Signal validity (what-if probes, `--counterfactual`): [validity.html](validity.html)\n")
+        doc.html.append('<p class="meta">Signal validity (what-if probes, <code>--counterfactual</code>): '
+                        '<a href="validity.html">validity.html</a></p>')
+    if result.notes:
+        with doc.details(f"Warnings and exclusions ({len(result.notes)})", 2):
+            for line in result.notes:
+                doc.p(line, "note")
+
+
+# ------------------------------------------------------------------------ writing
+
 def write(result, out: Path) -> None:
-    """Write CSVs, figures, report.md and index.html into ``out`` (files replaced atomically,
-    created with the user's umask: `hbsim.folders.atomic_write`)."""
+    """Write CSVs, figures, the rliable export, report.md and index.html into ``out``
+    (files replaced atomically, created with the user's umask: `hbsim.folders.atomic_write`)."""
+    from reports import sections
+
     out.mkdir(parents=True, exist_ok=True)
     fig_dir = out / "figures"
     fig_dir.mkdir(exist_ok=True)
     for name, df in result.tables.items():
         atomic_write(out / f"{name}.csv", df.to_csv(index=False))
         result.files[name] = out / f"{name}.csv"
+    _export(result, out / EXPORT_DIR)
     doc = Doc(fig_dir)
-    _header(doc, result, text.headline_table(result))
+    _headline(doc, result)
     for suite in sorted(result.suites):
-        _suite_section(doc, result, suite)
-    _sensitivity(doc, result)
+        sections.suite(doc, result, suite)
+    sections.sensitivity(doc, result)
     gap.section(doc, result)
-    _diagnostics_section(doc, result)
-    doc.h(2, "Provenance")
-    cfg = {k: v for k, v in result.config.items() if k != "runs"}
-    doc.pre(json.dumps(cfg, default=str))
-    runs = pd.DataFrame([{"run_id": k, **v} for k, v in result.config["runs"]["runs"].items()])
-    doc.p(f"{len(runs)} runs in the final evaluation (runs hash {result.config['runs']['hash']}):")
-    doc.table(runs, max_rows=400)
+    sections.diagnostics(doc, result)
+    sections.reference(doc, result)
     atomic_write(out / REPORT_MARKDOWN, "\n".join(doc.md))
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>harnessbandit report</title>"
             f"<style>{CSS}</style></head><body>{''.join(doc.html)}</body></html>")
@@ -136,218 +296,22 @@ def write(result, out: Path) -> None:
     result.out = out
 
 
-def _header(doc: Doc, result, headline: str) -> None:
-    cfg = result.config
-    doc.h(1, f"Paired report against baseline {cfg['baseline']}")
-    doc.p(f"Source: {cfg['source']}. Policies: {', '.join(result.policies)}. Bootstrap: {cfg['resamples']} "
-          f"crossed task x seed resamples (generator seed {cfg['seed']}), alpha = {cfg['alpha']}. "
-          f"Runs hash {cfg['runs']['hash']}.")
-    doc.p(text.conclusion(result))
-    doc.pre(headline)
-    doc.p(text.LEGEND)
-    doc.p("Why the seed is the unit: every task of one training run shares that run's luck (the model it "
-          "trained), so tasks are not independent replications of a training method. p_seed and p_holm "
-          "test the per-seed paired difference over seeds; the task-level tests (p_task_*) answer 'on these "
-          "tasks, for these trained models' and are shown for that question only. `hb calibrate` measures "
-          "each test's false-positive rate on A/A comparisons.")
-    if "validity" in result.files:
-        doc.md.append("Signal validity (what-if probes, `--counterfactual`): [validity.html](validity.html)\n")
-        doc.html.append('<p>Signal validity (what-if probes, <code>--counterfactual</code>): '
-                        '<a href="validity.html">validity.html</a></p>')
-    if result.notes:
-        doc.h(2, "Warnings and exclusions")
-        for line in result.notes:
-            doc.p(line, "note")
+#: the folder of the rliable export inside the report folder
+EXPORT_DIR = "rliable"
 
 
-def _verdict(r, alpha: float) -> str:
-    if r["p_holm"] < alpha:
-        word = "distinguishable from seed noise"
-    elif np.isfinite(r["mde"]) and abs(r["delta"]) < r["mde"]:
-        word = (f"not distinguishable: |delta| is below the minimum detectable effect {r['mde']:.3f} at "
-                f"{int(r['n_seeds'])} seeds (about {text.fmt_seeds(r['seeds_needed'])} seeds would detect it)")
-    else:
-        word = "not significant after Holm adjustment"
-    return (f"{r['candidate']} on {r['metric']}: delta {r['delta']:+.3f} [{r['boot_low']:+.3f}, {r['boot_high']:+.3f}], "
-            f"p_seed {text.fmt_p(r['p_seed'])}, p_holm {text.fmt_p(r['p_holm'])}, ahead on "
-            f"{int(r['seeds_up'])} of {int(r['n_seeds'])} seeds: {word}.")
+def export_stem(suite: str, metric: str) -> str:
+    return f"{slug(suite)}__{slug(metric)}"
 
 
-#: the paired columns shown in the page (paired.csv has them all)
-SHOWN = ["metric", "candidate", "delta", "boot_low", "boot_high", "p_seed", "p_holm", "p_seed_t", "p_seed_wilcoxon",
-         "seeds_up", "seeds_down", "mde", "seeds_needed", "p_task_permutation", "wins", "ties", "losses"]
-
-
-def _suite_section(doc: Doc, result, suite: str) -> None:
-    t = result.tables
-    summ = t["summary"][t["summary"]["suite"] == suite] if not t["summary"].empty else pd.DataFrame()
-    if summ.empty:
+def _export(result, folder: Path) -> None:
+    """rliable's input form: one .npz per suite x metric, {policy: (runs, tasks)}."""
+    if result.views is None or not result.views.matrices:
         return
-    paired = t["paired"][t["paired"]["suite"] == suite]
-    doc.h(2, f"Suite {suite}")
-    doc.h(3, "Is the delta distinguishable from seed noise?")
-    for _, r in paired.iterrows():
-        doc.p(_verdict(r, result.config["alpha"]))
-    doc.table(paired[SHOWN].assign(seeds_needed=paired["seeds_needed"].map(text.fmt_seeds)))
-    doc.p("p_seed / p_seed_t / p_seed_wilcoxon: sign-flip, paired t and Wilcoxon tests over seeds; "
-          "p_task_permutation: over tasks, conditional on these trained models (all columns in paired.csv).")
-    doc.h(3, "Values with crossed-bootstrap intervals")
-    doc.table(summ.drop(columns=["suite", "is_baseline"]))
-    doc.figure(f"intervals_{suite}", figures.interval_plot(summ, suite))
-    cv = result.tables.get("category_values", pd.DataFrame())
-    if not cv.empty and (cv["suite"] == suite).any():
-        doc.h(3, "Values per category (mean over seeds and the category's tasks)")
-        sub = cv[cv["suite"] == suite]
-        wide = sub.pivot_table(index=["metric", "category", "n_tasks"], columns="policy", values="value", sort=False)
-        doc.table(wide.reset_index(), max_rows=80)
-    _forests(doc, result, suite)
-    _passk(doc, summ, suite)
-    _scatter(doc, result, suite)
-    _per_seed(doc, result, suite)
-    _flips(doc, result, suite)
-    _categories(doc, result, suite)
-    gee = t["gee"]
-    if not gee.empty and (gee["suite"] == suite).any():
-        doc.h(3, "Model-based check: GEE logistic, success ~ policy, clustered by seed")
-        doc.table(gee[gee["suite"] == suite].drop(columns=["suite"]))
-
-
-def _forests(doc: Doc, result, suite: str) -> None:
-    paired, cats = result.tables["paired"], result.tables["categories"]
-    rows = []
-    for metric in paired.loc[paired["suite"] == suite, "metric"].drop_duplicates():
-        for _, r in paired[(paired["suite"] == suite) & (paired["metric"] == metric)].iterrows():
-            rows.append({"metric": metric, "label": f"{r['candidate']}: all", "delta": r["delta"], "boot_low": r["boot_low"],
-                         "boot_high": r["boot_high"], "p": r["p_holm"]})
-            if not cats.empty:
-                sel = cats[(cats["suite"] == suite) & (cats["metric"] == metric) & (cats["candidate"] == r["candidate"])]
-                rows += [{"metric": metric, "label": f"{r['candidate']}: {c['category']} ({c['n_tasks']})", "delta": c["delta"],
-                          "boot_low": c["boot_low"], "boot_high": c["boot_high"], "p": c["p_bh"]} for _, c in sel.iterrows()]
-    if rows:
-        doc.figure(f"forest_{suite}", figures.forest_plot(
-            pd.DataFrame(rows), f"{suite}: delta vs baseline (all: seed-level p_holm; categories: task-level BH)"))
-
-
-def _passk(doc: Doc, summ: pd.DataFrame, suite: str) -> None:
-    rows = []
-    for _, r in summ.iterrows():
-        m = re.fullmatch(r"pass([@^])(\d+)", r["metric"])
-        if m:
-            kinds = ["pass@k", "pass^k"] if m.group(2) == "1" else ["pass@k" if m.group(1) == "@" else "pass^k"]
-            rows += [{"policy": r["policy"], "kind": kind, "k": int(m.group(2)), "value": r["value"]} for kind in kinds]
-    curves = pd.DataFrame(rows)
-    if not curves.empty and curves["k"].nunique() > 1:
-        doc.figure(f"passk_{suite}", figures.passk_plot(curves, f"{suite}: pass@k and pass^k against k"))
-
-
-def _scatter(doc: Doc, result, suite: str) -> None:
-    per_task, base = result.tables["per_task"], result.config["baseline"]
-    sub = per_task[(per_task["suite"] == suite) & (per_task["metric"] == "score")]
-    if sub.empty:
-        return
-    wide = sub.pivot(index="task", columns="policy", values="value")
-    pairs = {c: (wide[base].to_numpy(), wide[c].to_numpy()) for c in wide.columns if c != base}
-    if pairs:
-        doc.figure(f"scatter_{suite}", figures.paired_scatter(pairs, base, "score", f"{suite}: per-task score"))
-
-
-def _per_seed(doc: Doc, result, suite: str) -> None:
-    ps = result.tables["per_seed"]
-    if ps.empty:
-        return
-    sub = ps[ps["suite"] == suite]
-    doc.h(3, "Per seed: delta of each seed (is the sign stable across seeds?)")
-    wide = sub.pivot_table(index=["metric", "candidate"], columns="seed", values="delta", sort=False)
-    wide.columns = [f"seed {c}" for c in wide.columns]
-    doc.table(wide.reset_index(), max_rows=80)
-    mc = sub[sub["mcnemar_p"].notna()]
-    if not mc.empty:
-        doc.h(3, "Per seed: exact McNemar p (mid-p) on the binary per-task outcome")
-        mc = mc.assign(cell=[f"{p:.3g} ({m:.3g}) {a}:{b}" for p, m, a, b in
-                             zip(mc["mcnemar_p"], mc["mcnemar_mid_p"], mc["n10"], mc["n01"])])
-        wide = mc.pivot(index=["metric", "candidate"], columns="seed", values="cell")
-        wide.columns = [f"seed {c}" for c in wide.columns]
-        doc.p("cell = exact p (mid-p) candidate-only:baseline-only discordant tasks")
-        doc.table(wide.reset_index(), max_rows=80)
-
-
-def _flips(doc: Doc, result, suite: str) -> None:
-    counts, flips = result.tables["flip_counts"], result.tables["flips"]
-    if counts.empty:
-        return
-    doc.h(3, "Which tasks flipped (seed-majority outcome)")
-    sub = counts[counts["suite"] == suite]
-    for _, r in sub.iterrows():
-        if r["gained"] and r["lost"]:
-            doc.p(f"{r['candidate']} {r['metric']}: {r['baseline_passed']} -> {r['candidate_passed']} tasks passed, "
-                  f"but {r['gained']} gained and {r['lost']} lost: equal counts hide a swap of tasks.")
-    doc.table(sub.drop(columns=["suite", "baseline"]))
-    if not flips.empty:
-        doc.table(flips[flips["suite"] == suite].drop(columns=["suite", "baseline"]), max_rows=40)
-
-
-def _categories(doc: Doc, result, suite: str) -> None:
-    cats = result.tables["categories"]
-    if cats.empty:
-        return
-    sub = cats[cats["suite"] == suite]
-    doc.h(3, "Which categories regressed")
-    alpha = result.config["alpha"]
-    if not sub["regresses"].any():
-        doc.p(f"No category regresses significantly (negative delta with BH-adjusted p < {alpha}); "
-              "the worst category of each candidate and metric is marked in the table.")
-    for _, r in sub[sub["regresses"]].iterrows():
-        doc.p(f"{r['candidate']} regresses on {r['category']} ({r['metric']}): delta {r['delta']:+.3f} "
-              f"[{r['boot_low']:+.3f}, {r['boot_high']:+.3f}], BH p {r['p_bh']:.3g}", "note")
-    doc.table(sub.drop(columns=["suite", "baseline"]), max_rows=80)
-
-
-def _sensitivity(doc: Doc, result) -> None:
-    sens = result.tables.get("sensitivity", pd.DataFrame())
-    axis = result.config.get("axis")
-    if not axis:
-        return
-    doc.h(2, f"Sensitivity: delta against {result.config['baseline']} as a function of {axis}")
-    if sens.empty:
-        doc.p(f"No candidate carries a value of {axis}.", "note")
-        return
-    doc.table(sens.drop(columns=["axis", "baseline"]), max_rows=120)
-    for suite, g in sens.groupby("suite", sort=True):
-        doc.figure(f"sensitivity_{suite}", figures.sensitivity_plot(g, axis, f"{suite}: delta vs {axis}"))
-
-
-def _diagnostics_section(doc: Doc, result) -> None:
-    d = result.diag
-    doc.h(2, "Training diagnostics and cost")
-    if not d.cost.empty:
-        doc.h(3, "What it cost (sum over each run; mean and sd over seeds)")
-        doc.table(d.cost.pivot(index="policy", columns="quantity", values="mean").reset_index())
-        shown = d.cost.groupby("quantity")["mean"].transform(lambda v: bool((v != 0).any()))
-        doc.figure("cost", figures.facet_bars(d.cost[shown.astype(bool)], "quantity", "policy", "mean", "sd",
-                                              "cost per run (mean ± sd over seeds)"))
-    if not d.spearman.empty and d.spearman["rho"].notna().any():
-        doc.h(3, "Are learnability and transfer distinct signals? (Spearman per run)")
-        agg = d.spearman.groupby("policy")["rho"].agg(["median", "min", "max", "count"]).reset_index()
-        doc.table(agg)
-        high = int((d.spearman["rho"].abs() > 0.7).sum())
-        doc.p(f"{high} of {int(d.spearman['rho'].notna().sum())} runs have |rho| > 0.7 (signals largely redundant "
-              "there); small |rho| supports the claim that L and T carry distinct information.")
-        doc.figure("spearman", figures.strip_plot(d.spearman, "policy", "rho", "Spearman(L, T) per run", "rho", 0.0))
-    if not d.selection.empty:
-        doc.figure("selection", figures.band_plot(d.selection, "harness", "selection probability", "p", "policy"))
-    if not d.visits.empty:
-        doc.figure("visits", figures.bar_plot(d.visits, "policy", "harness", "visits", "visits_sd",
-                                              "visits per harness (pure steps)"))
-    for name, sigs in (("signals_raw", ("learnability", "transfer")), ("signals_norm", ("l_norm", "t_norm"))):
-        sub = d.signals[d.signals["signal"].isin(sigs)] if not d.signals.empty else d.signals
-        if not sub.empty:
-            title = "raw signals" if name == "signals_raw" else "normalised signals"
-            doc.figure(name, figures.band_plot(sub, "policy", f"{title} (mean ± sd over seeds)", "value", "signal"))
-    if not d.memory.empty:
-        doc.figure("memory", figures.band_plot(d.memory, "policy", "memory (mean over harnesses)", "", "quantity"))
-    if not d.regret.empty:
-        doc.figure("regret", figures.band_plot(d.regret, "policy", "cumulative regret", "regret"))
-    if not d.eval_curves.empty:
-        doc.figure("eval_curves", figures.band_plot(d.eval_curves, "policy", "eval reward over steps", "reward", "suite"))
-    for line in d.notes:
-        doc.p(line, "note")
+    folder.mkdir(exist_ok=True)
+    files = rliable_views.export_files(result.views, export_stem)
+    for name, data in files.items():
+        atomic_write(folder / name, data)
+    for stale in {p for p in written_files(folder.parent) if p.parent == folder} - {folder / n for n in files}:
+        stale.unlink()  # matrices an earlier report wrote here (its marker lists them); the user's stay
+    result.files["rliable"] = folder

@@ -63,19 +63,45 @@ def pass_hat_k(n, c, k: int) -> np.ndarray:
 
 # ------------------------------------------------------------------ crossed bootstrap
 
+#: bytes one bootstrap temporary may take: every statistic below splits its resamples (and
+#: policies) into blocks of at most this size (`block_rows`); results do not depend on it
+BLOCK_BYTES = 16 * 2 ** 20
+
+#: resamples drawn per block of the random stream (seed draws, then task draws): part of
+#: what a seed means, so it is fixed (changing it would change every interval)
+DRAW_BLOCK = 1000
+
+
+def block_rows(row_bytes: int, rows: int, multiple: int = 1) -> int:
+    """Rows of ``row_bytes`` bytes each that fit in BLOCK_BYTES: at least ``multiple``, a
+    multiple of it, at most ``rows`` (the one chunk-size rule of the bootstraps)."""
+    fit = max(multiple, int(BLOCK_BYTES // max(1, row_bytes)) // multiple * multiple)
+    return max(1, min(rows, fit))
+
+
 def draw_counts(rng: np.random.Generator, size: int, n: int) -> np.ndarray:
     """Multiplicities of ``n`` items in ``size`` bootstrap draws of n with replacement:
-    (size, n) float64, each row sums to n."""
-    idx = rng.integers(0, n, size=(size, n))  # (size, n) drawn item indices
-    flat = (idx + n * np.arange(size)[:, None]).ravel()
-    return np.bincount(flat, minlength=size * n).reshape(size, n).astype(np.float64)
+    (size, n) float64, each row sums to n. Drawn in row blocks (the same stream as one draw)."""
+    out = np.empty((size, n))
+    step = block_rows(16 * n, size)
+    for start in range(0, size, step):
+        b = min(step, size - start)
+        idx = rng.integers(0, n, size=(b, n))  # (b, n) drawn item indices
+        idx += n * np.arange(b)[:, None]
+        out[start:start + b] = np.bincount(idx.ravel(), minlength=b * n).reshape(b, n)
+    return out
 
 
 def weighted_mean(x: np.ndarray, ws: np.ndarray, wt: np.ndarray) -> np.ndarray:
     """Bootstrap means. x: (..., seeds, tasks); ws: (B, seeds); wt: (B, tasks) -> (B, ...)."""
     s, t = x.shape[-2:]
-    y = np.einsum("...st,bt->b...s", x, wt)  # (B, ..., seeds)
-    return np.einsum("b...s,bs->b...", y, ws) / (s * t)
+    lead = x.shape[:-2]
+    out = np.empty((ws.shape[0], *lead))
+    step = block_rows(8 * int(np.prod(lead, dtype=np.int64)) * s, ws.shape[0])
+    for b0 in range(0, ws.shape[0], step):
+        y = np.einsum("...st,bt->b...s", x, wt[b0:b0 + step])  # (b, ..., seeds)
+        out[b0:b0 + step] = np.einsum("b...s,bs->b...", y, ws[b0:b0 + step]) / (s * t)
+    return out
 
 
 def iqm(values: np.ndarray) -> float:
@@ -86,15 +112,29 @@ def iqm(values: np.ndarray) -> float:
 def _trimmed(values: np.ndarray, w: np.ndarray, n: int) -> np.ndarray:
     """Mean of sorted positions [cut, n - cut) of the multiset {values[j] x w[b, j]}.
     values: (U,) ascending; w: (B, U) integer multiplicities summing to n -> (B,).
-    ``w`` is overwritten (it is a temporary of the caller)."""
+    ``w`` is overwritten (it is a temporary of the caller). The multiplicity kept of value
+    j is clip(end_j) - clip(end_{j-1}), ends = cumulative weights clipped to [cut, n - cut]
+    (exact: integers)."""
     cut = int(0.25 * n)
-    hi = np.cumsum(w, axis=1)  # end position of each value's block
-    lo = np.subtract(hi, w, out=w)  # start position
-    np.maximum(lo, cut, out=lo)
-    np.minimum(hi, n - cut, out=hi)
-    hi -= lo
-    np.maximum(hi, 0, out=hi)  # multiplicity kept inside [cut, n - cut)
-    return hi @ values.astype(hi.dtype) / (n - 2 * cut)
+    ends = np.cumsum(w, axis=1)  # end position of each value's block
+    np.clip(ends, cut, n - cut, out=ends)
+    np.subtract(ends[:, 1:], ends[:, :-1], out=w[:, 1:])  # multiplicity kept inside [cut, n - cut)
+    np.subtract(ends[:, 0], cut, out=w[:, 0])
+    return w @ values.astype(w.dtype) / (n - 2 * cut)
+
+
+def _level_counts(inverse: np.ndarray, levels: int, ws: np.ndarray, wt: np.ndarray) -> np.ndarray:
+    """(B, levels) resampled multiplicity of each value: sum_st ws[b, s] wt[b, t] [inverse[s, t] = u]
+    (integer sums, so exact whatever the order). inverse: (seeds, tasks)."""
+    s, t = inverse.shape
+    out = np.empty((ws.shape[0], levels))
+    step = block_rows(8 * s * max(t, ws.shape[0]), levels)
+    for u0 in range(0, levels, step):
+        u = np.arange(u0, min(levels, u0 + step))
+        onehot = (inverse[None] == u[:, None, None]).reshape(-1, t).astype(np.float64)  # (u * S, T)
+        per = (wt @ onehot.T).reshape(-1, u.size, s)  # (B, u, S)
+        out[:, u] = np.einsum("bus,bs->bu", per, ws)
+    return out
 
 
 def weighted_iqm(x: np.ndarray, ws: np.ndarray, wt: np.ndarray, max_levels: int = 64) -> np.ndarray:
@@ -105,24 +145,69 @@ def weighted_iqm(x: np.ndarray, ws: np.ndarray, wt: np.ndarray, max_levels: int 
     kept sorted positions [cut, n - cut) are integrated with cumulative weights. With at
     most ``max_levels`` distinct values (binary metrics) multiplicities are summed per
     value first, which is much cheaper. Multiplicities are integers < 2**24, so float32
-    sums are exact.
+    sums are exact. Resamples in blocks of about BLOCK_BYTES (`_gemv_blocks`).
     """
     p, s, t = x.shape
     out = np.empty((ws.shape[0], p))
+    ws32, wt32 = ws.astype(np.float32), wt.astype(np.float32)
     for j in range(p):
         levels, inverse = np.unique(x[j], return_inverse=True)
-        inverse = inverse.reshape(s, t)
         if levels.size <= max_levels:
-            onehot = (inverse[None] == np.arange(levels.size)[:, None, None]).astype(np.float64)  # (U, S, T)
-            w = weighted_mean(onehot, ws, wt) * (s * t)  # (B, U) multiplicity of each value
-            out[:, j] = _trimmed(levels, np.rint(w), s * t)
-        else:
-            flat = x[j].ravel()
-            order = np.argsort(flat, kind="stable")
-            w = ws.astype(np.float32)[:, order // t]  # (B, S*T) in sorted order
-            w *= wt.astype(np.float32)[:, order % t]
-            out[:, j] = _trimmed(flat[order], w, s * t)
+            out[:, j] = _trimmed(levels, np.rint(_level_counts(inverse.reshape(s, t), levels.size, ws, wt)), s * t)
+            continue
+        flat = x[j].ravel()
+        order = np.argsort(flat, kind="stable")
+        values, seed_of, task_of = flat[order].astype(np.float32), order // t, order % t
+        for b0, b1 in _gemv_blocks(ws.shape[0], block_rows(8 * s * t, ws.shape[0], multiple=16)):
+            cols = 4 if b1 - b0 < 4 <= ws.shape[0] else b1 - b0  # see _kept_product
+            w = np.zeros((-(-s * t // GROUP) * GROUP, cols), np.float32)  # (S*T, b) weights in sorted order
+            np.multiply(np.take(ws32[b0:b1].T, seed_of, axis=0), np.take(wt32[b0:b1].T, task_of, axis=0),
+                        out=w[:s * t, :b1 - b0])
+            out[b0:b1, j] = _kept_product(values, w, s * t, 3 if cols > b1 - b0 else cols)[:b1 - b0]
     return out
+
+
+def _gemv_blocks(rows: int, step: int) -> list[tuple[int, int]]:
+    """Row blocks of a float32 matrix-vector product that give every row the result of one
+    call on all ``rows``: OpenBLAS's column-major sgemv sends the first (rows & 12) rows
+    through its 4/8-row path, then 16-row steps, the last rows % 4 through its scalar path
+    (row counts below 4096); each block here stays on one path (tests check the equality)."""
+    if rows >= 4096:
+        return [(0, rows)]
+    head, tail = rows & 12, rows - rows % 4
+    body = [(b, min(b + step, tail)) for b in range(head, tail, step)]
+    return [blk for blk in [(0, head), *body, (tail, rows)] if blk[1] > blk[0]]
+
+
+#: positions per group of `_kept_product`: the cumulative weights are summed per group,
+#: exactly, and only the groups where a cut falls are summed position by position
+GROUP = 64
+
+
+def _kept_product(values: np.ndarray, w: np.ndarray, n: int, rows: int) -> np.ndarray:
+    """The sum of `_trimmed` for the columns of ``w`` (weights (U padded to GROUP, >= rows) in
+    sorted order of ``values`` (U,) float32; overwritten by the kept multiplicities), as
+    the weights column-major -- the layout of the gathered weights -- times ``values``, so
+    that the product takes the same BLAS path. The last rows % 4 of a larger set come as
+    3 rows of a leading dimension 4 (zeros after them): OpenBLAS's scalar path for them
+    sums each row in order, but takes another path when the leading dimension equals the
+    rows, and numpy a dot product for one row."""
+    cut = int(0.25 * n)
+    top = n - cut
+    groups = w.reshape(-1, GROUP, w.shape[1])  # (G, GROUP, b)
+    size = groups.sum(axis=1)  # (G, b) exact: integers < 2**24
+    end = np.cumsum(size, axis=0)
+    start = end - size
+    cols = np.arange(w.shape[1])
+    exact = []
+    for g in (np.argmax(end > cut, axis=0), np.where((end > top).any(axis=0), np.argmax(end > top, axis=0), 0)):
+        block = groups[g, :, cols]  # (b, GROUP): the groups where a cut may fall, position by position
+        ends = np.clip(start[g, cols][:, None] + np.cumsum(block, axis=1), cut, top)
+        exact.append((g, np.diff(ends, axis=1, prepend=np.clip(start[g, cols], cut, top)[:, None])))
+    groups *= ((start >= cut) & (end <= top))[:, None, :]  # whole groups inside [cut, n - cut) or out
+    for g, kept in exact:
+        groups[g, :, cols] = kept
+    return w[:n, :rows].T @ values / (n - 2 * cut)
 
 
 def _superiority(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -133,46 +218,87 @@ def _superiority(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return ((diff > 0) & ~eq) + 0.5 * eq
 
 
+def superiority_table(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """2 g (`_superiority`) of x, y: (K, seeds, tasks), seed pairs folded by symmetry for the
+    bootstrap: (S (S + 1) / 2, K, T) int8 holding 2 (g[i, j] + g[j, i]) for i < j and 2 g[i, i]
+    (weights ws[i] ws[j] are symmetric). Built one row of K at a time."""
+    k, s, t = x.shape
+    iu, ju = np.triu_indices(s, 1)
+    out = np.empty((s + iu.size, k, t), dtype=np.int8)
+    for r in range(k):
+        g2 = (2 * _superiority(x[r], y[r])).astype(np.int8)  # (S, S, T)
+        out[:s, r] = g2[np.arange(s), np.arange(s)]
+        out[s:, r] = g2[iu, ju] + g2[ju, iu]
+    return out
+
+
 def prob_improvement(x: np.ndarray, y: np.ndarray) -> float:
     """rliable's P(X > Y): per task the Mann-Whitney probability that a run of X beats a
     run of Y (ties count 1/2), averaged over tasks. x, y: (seeds, tasks)."""
     return float(_superiority(x, y).mean())
 
 
+def table_prob_improvement(table: np.ndarray, ws: np.ndarray, wt: np.ndarray) -> np.ndarray:
+    """(B, K) bootstrap P(X > Y) from a `superiority_table`: sum_ij ws_i ws_j g_ijt, then the
+    task weights, / (S^2 T). Every sum is of integers and halves below 2 S^2 T, so it is
+    exact (float32 while that is below 2^24) and equal to the float64 sum of any order."""
+    pairs, k, t = table.shape
+    s = ws.shape[1]
+    dtype = np.float32 if 2 * s * s * t < 2 ** 24 else np.float64
+    size = np.dtype(dtype).itemsize
+    iu, ju = np.triu_indices(s, 1)
+    half = (np.concatenate([ws * ws, ws[:, iu] * ws[:, ju]], axis=1) * 0.5).astype(dtype)  # (B, pairs)
+    wt = wt.astype(dtype)[:, :, None]  # (B, T, 1)
+    out = np.empty((ws.shape[0], k))
+    kb = block_rows(pairs * t * (1 + size), k)
+    rows = block_rows(kb * t * size, ws.shape[0])
+    for k0 in range(0, k, kb):
+        k1 = min(k, k0 + kb)
+        g = table[:, k0:k1].reshape(pairs, -1).astype(dtype)  # (pairs, kb * T)
+        for b0 in range(0, ws.shape[0], rows):
+            per = (half[b0:b0 + rows] @ g).reshape(-1, k1 - k0, t)  # (b, kb, T)
+            out[b0:b0 + rows, k0:k1] = (per @ wt[b0:b0 + rows])[..., 0]
+    return out / (s * s * t)
+
+
 def weighted_prob_improvement(x: np.ndarray, y: np.ndarray, ws: np.ndarray, wt: np.ndarray) -> np.ndarray:
     """Bootstrap P(X > Y) with seed draws shared by both arms.
 
     x, y: (..., seeds, tasks); ws: (B, seeds); wt: (B, tasks) -> (B, ...). One GEMM over
-    the seed pairs: sum_ij ws[b, i] ws[b, j] g[..., i, j, t], then the task weights.
+    the seed pairs: sum_ij ws[b, i] ws[b, j] g[..., i, j, t], then the task weights
+    (`superiority_table`, `table_prob_improvement`; a caller with many draw blocks builds the table once).
     """
     s, t = x.shape[-2:]
     lead = x.shape[:-2]
-    g = _superiority(x, y).reshape(-1, s * s, t)  # (K, S*S, T)
-    pair = (ws[:, :, None] * ws[:, None, :]).reshape(-1, s * s)  # (B, S*S)
-    per = (pair @ g.transpose(1, 0, 2).reshape(s * s, -1)).reshape(-1, g.shape[0], t)  # (B, K, T)
-    out = np.einsum("bkt,bt->bk", per, wt) / (s * s * t)
+    x, y = np.broadcast_arrays(x, y)
+    out = table_prob_improvement(superiority_table(x.reshape(-1, s, t), y.reshape(-1, s, t)), ws, wt)
     return out.reshape(out.shape[0], *lead)
 
 
 def crossed_bootstrap(x: np.ndarray, stat: Callable, *, resamples: int, rng: np.random.Generator,
-                      chunk: int = 1000, progress: Progress | None = None, label: str = "") -> np.ndarray:
+                      chunk: int = DRAW_BLOCK, progress: Progress | None = None, label: str = "") -> np.ndarray:
     """Generic crossed bootstrap. x: (..., seeds, tasks); stat(x, ws, wt) -> (b, ...).
 
     Tasks and seeds are resampled with replacement, one task draw and one seed draw per
     replicate shared by everything in ``x`` (so paired arms share them). Returns the
-    (resamples, ...) replicates. Processed in chunks; progress(done, total, label).
+    (resamples, ...) replicates. Drawn in blocks of ``chunk`` resamples (the random
+    stream: seeds then tasks of each block); the statistics bound their own memory
+    (`block_rows`); progress(done, total, label).
     """
     if resamples < 1:
         raise UserError(f"resamples: got {resamples}, allowed: an integer >= 1")
     s, t = x.shape[-2:]
-    parts = []
+    out = None
     for start in range(0, resamples, chunk):
         b = min(chunk, resamples - start)
         ws, wt = draw_counts(rng, b, s), draw_counts(rng, b, t)
-        parts.append(stat(x, ws, wt))
+        part = stat(x, ws, wt)
+        if out is None:
+            out = np.empty((resamples, *part.shape[1:]), dtype=part.dtype)
+        out[start:start + b] = part
         if progress is not None:
             progress(start + b, resamples, label)
-    return np.concatenate(parts, axis=0)
+    return out
 
 
 def percentile_interval(reps: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:

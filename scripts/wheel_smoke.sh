@@ -24,9 +24,11 @@ import sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
 packages = sorted({n.rsplit("/", 1)[0].replace("/", ".") for n in names if n.endswith("/__init__.py")})
 grids = [n for n in names if n.startswith("ablations/examples/") and n.endswith(".toml")]
-print(f"wheel-smoke: {sys.argv[1].rsplit('/', 1)[-1]}: packages {', '.join(packages)}; {len(grids)} grid files",
-      file=sys.stderr)
+scenarios = [n for n in names if n.startswith("hbsim/scenarios/") and n.endswith(".toml")]
+print(f"wheel-smoke: {sys.argv[1].rsplit('/', 1)[-1]}: packages {', '.join(packages)}; {len(grids)} grid files; "
+      f"{len(scenarios)} scenario files", file=sys.stderr)
 assert "hbsim.envs" in packages and "ablations/examples/demo_grid.toml" in grids, (packages, grids)
+assert "hbsim/scenarios/table1.toml" in scenarios and len(scenarios) >= 12, scenarios
 PYEOF
 "$PY" -m venv "$WORK/venv"
 step "installing it into a fresh venv"
@@ -51,6 +53,10 @@ hb policies
 shown "^(uniform|harnessbandit|rank) "
 hb sim --env bernoulli --policy uniform --seeds 1 --steps 5 --out sim
 shown "^(policy|uniform) "
+hb scenarios
+shown "^table1 "
+hb sim --scenario table1 --policy oracle --policy uniform --seeds 1 --steps 5 --jobs 1
+shown "^(oracle|uniform) "
 hb grid run "$grids/bench_grid.toml" --out bench --jobs 2
 shown "cells, .* failed"
 hb grid collect bench
@@ -60,4 +66,4 @@ shown "^report: "
 hb demo --out demo
 shown "^demo: (grid '|total)|^report: .*index.html"
 test -f demo/report/index.html && test -f bench/report/index.html && test -f sim/uniform/seed0/run.json
-step "ok: hb policies, sim, grid run/collect, report and demo ran from the installed wheel"
+step "ok: hb policies, sim, scenarios, grid run/collect, report and demo ran from the installed wheel"

@@ -22,6 +22,7 @@ ENV_CLASSES: dict[str, tuple[str, str]] = {
     "bernoulli": ("hbsim.envs.bernoulli", "BernoulliEnv"),
     "drifting": ("hbsim.envs.drifting", "DriftingEnv"),
     "student": ("hbsim.envs.student", "StudentEnv"),
+    "scenario": ("hbsim.envs.scenario", "ScenarioEnv"),
 }
 
 

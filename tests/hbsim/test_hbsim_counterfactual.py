@@ -35,7 +35,7 @@ def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:
     pd.testing.assert_frame_equal(a[cols], b[cols], check_exact=True)
 
 
-@pytest.mark.parametrize("kind", ["bernoulli", "drifting", "student"])
+@pytest.mark.parametrize("kind", ["bernoulli", "drifting", "student", "scenario"])
 @pytest.mark.parametrize("policy", ["harnessbandit", "mixed"])
 def test_a_run_with_the_probe_equals_the_run_without_it_bit_for_bit(kind, policy):
     plain = run_config(_cfg(kind, policy))
@@ -66,7 +66,7 @@ def test_every_k_probes_only_steps_divisible_by_k():
     assert sorted(res.counterfactual["step"].unique()) == [5, 10]
 
 
-@pytest.mark.parametrize("kind", ["bernoulli", "drifting", "student"])
+@pytest.mark.parametrize("kind", ["bernoulli", "drifting", "student", "scenario"])
 def test_gain_train_is_the_oracles_pure_gain_and_target_means_by_hand(kind):
     env = make_env(kind, seed=2, **SMALL)
     hbsim.run(make("round_robin", n_arms=6, seed=2), env, 9, seed=2)

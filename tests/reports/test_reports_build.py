@@ -199,7 +199,7 @@ def test_single_policy_single_suite_without_train_renders(tmp_path, frames):
     assert set(res.tables["summary"]["suite"]) == {"heldout_harness"}
     assert "no train table: training diagnostics skipped" in res.notes
     html = (tmp_path / "rep" / "index.html").read_text()
-    assert "intervals_heldout_harness" in html and "(baseline)" in reports.headline_table(res)
+    assert "rliable_heldout_harness" in html and "(baseline)" in reports.headline_table(res)
     with pytest.raises(ValueError, match="--suite: got 'nope', allowed: one of"):
         reports.build_report(ev, "base", None, suite="nope")
 

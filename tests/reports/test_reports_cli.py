@@ -2,7 +2,6 @@
 import base64
 import io
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -52,10 +51,11 @@ def test_report_smoke_writes_everything(smoke, grid):
                  "flips.csv", "gee.csv", "diagnostics.csv", "cost.csv", "config.json"):
         assert (rep / name).stat().st_size > 0, name
     pngs = sorted(p.name for p in (rep / "figures").glob("*.png"))
-    assert {"forest_heldout_tasks.png", "intervals_heldout_harness.png", "passk_heldout_harness.png",
+    assert {"headline.png", "rliable_heldout_tasks.png", "passk_heldout_harness.png",
             "selection.png", "cost.png", "spearman.png"} <= set(pngs)
     md = (rep / "report.md").read_text()
-    assert "Is the delta distinguishable from seed noise?" in md and "Which tasks flipped" in md
+    assert "Every metric: paired tests against the baseline" in md and "Which tasks flipped" in md
+    assert (rep / "rliable" / "index.json").exists() and (rep / "rliable" / "heldout_tasks__score.npz").exists()
 
 
 @pytest.mark.slow
@@ -144,30 +144,16 @@ def test_missing_baseline_is_a_usage_error(grid, capsys):
     assert "--n: only allowed with `hb report marginals`" in capsys.readouterr().err
 
 
-def _chromium():
-    for name in ("chromium", "chromium-browser"):
-        if shutil.which(name):
-            return shutil.which(name)
-    pytest.skip("chromium not installed: apt-get install -y chromium (CI installs it)")
-
-
 @pytest.mark.slow
 def test_index_html_renders_in_headless_chromium(smoke, grid, tmp_path):
     import matplotlib.image as mpimg
 
-    exe = _chromium()
+    from reports_browser import dump_dom, screenshot
+
     index = grid / "report" / "index.html"
-    shot = tmp_path / "shot.png"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}"]
-    subprocess.run([exe, *flags, f"--screenshot={shot}", "--window-size=1200,2000", index.as_uri()],
-                   capture_output=True, timeout=120, check=False)
-    assert shot.exists(), "chromium wrote no screenshot"
-    img = mpimg.imread(shot)
+    img = mpimg.imread(screenshot(index, tmp_path / "shot.png", tmp_path, 1200, 2000))
     assert img.shape[:2] == (2000, 1200)
     assert float(np.var(img[..., :3])) > 1e-3  # not a blank page
-    dom = subprocess.run([exe, *flags, "--dump-dom", index.as_uri()], capture_output=True, text=True,
-                         timeout=120, check=False).stdout
-    assert "Paired report against baseline base" in dom
+    dom = dump_dom(index, tmp_path)
+    assert "2 candidate(s) against the baseline base" in dom
     assert dom.count("data:image/png;base64,") == len(re.findall(r"<img", dom)) >= 10

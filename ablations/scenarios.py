@@ -1,0 +1,97 @@
+"""Measuring the scenario suite (hbsim.scenarios): every run through the one multi-run path
+(`ablations.runner.run_many`, in this process by default), read on the noise-free truth of
+the final train row (hbsim.scenarios.target_truth), so a paired seed-level comparison of
+two policies has no evaluation noise.
+
+    truth = final_truth("trap", [{"name": "oracle", "target": "train"}, {"name": "uniform"}])
+    truth["uniform"]                  # (seeds, 3): train, heldout_tasks, heldout_harness
+    gap = oracle_gap("trap")          # {"delta", "mde", "ratio", ...}: oracle vs uniform, paired over seeds
+    lr_sweep("trap", (0.5, 1, 2))     # uniform's mean final training success per lr multiplier
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ablations import runner
+from hbsim.counterfactual import TARGETS, target_means
+from hbsim.envs import make_env
+from hbsim.experiment import resolve_config
+from hbsim.scenarios import get, scenario_config, target_truth
+from reports.stats import mde
+
+#: the knobs a learning-rate multiplier scales, per env kind
+LR_KNOBS = {"scenario": ("lr", "skill_lr"), "bernoulli": ("lr", "task_lr"), "student": ("lr",), "drifting": ("lr",)}
+
+
+def oracle_policy(name: str) -> dict:
+    """The oracle aimed at scenario `name`'s target."""
+    return {"name": "oracle", "target": get(name).target}
+
+
+def label_of(policy: dict) -> str:
+    return policy.get("label") or policy["name"]
+
+
+def final_truth(name: str, policies: list[dict], seeds: int | None = None, *, steps: int | None = None,
+                jobs: int = 1, **env_overrides) -> dict[str, np.ndarray]:
+    """{"start": (seeds, 3), label: (seeds, 3)}: the truth of the three TARGETS before training
+    and after the final step of each policy ({"name", "label"?, **knobs}), seeds 0..N-1."""
+    sc = get(name)
+    n = sc.seeds if seeds is None else seeds
+    tasks = []
+    for i, policy in enumerate(policies):
+        for seed in range(n):
+            cfg = scenario_config(name, {**policy, "label": label_of(policy)}, seed, **env_overrides)
+            if steps is not None:
+                cfg["steps"] = steps
+            tasks.append({"id": f"{i}:{label_of(policy)}/seed{seed}", "config": resolve_config(cfg)})
+    answers = {}
+    runner.run_many(tasks, jobs=jobs, on_done=lambda a: answers.update({a["id"]: a})).check()
+    env = dict(tasks[0]["config"]["env"])
+    kind = env.pop("kind")
+    starts = []
+    for seed in range(n):
+        e = make_env(kind, seed=seed, **env)
+        starts.append(target_means(e.success_matrix(), e.n_tasks, e.H))
+    harnesses = make_env(kind, seed=0, **env).harnesses
+    out: dict[str, list] = {"start": starts}
+    for t in tasks:
+        train = answers[t["id"]]["result"].train
+        row = [float(target_truth(train, target, harnesses).iloc[-1]) for target in TARGETS]
+        out.setdefault(t["config"]["policy"]["label"], []).append(row)
+    return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
+
+
+def paired(a: np.ndarray, b: np.ndarray) -> dict:
+    """Paired comparison of per-seed values a - b: mean delta, sd, its paired t MDE (alpha
+    0.05, power 0.8) and delta / MDE."""
+    d = np.asarray(a) - np.asarray(b)
+    m = mde(d, 0.05)
+    return {"delta": float(d.mean()), "sd": float(d.std(ddof=1)), "mde": m,
+            "ratio": float(d.mean() / m) if m > 0 else float("inf"), "seeds": int(d.size)}
+
+
+def oracle_gap(name: str, seeds: int | None = None, **kw) -> dict:
+    """The oracle (aimed at the scenario's target) against uniform at the shipped seed count,
+    on that target."""
+    i = TARGETS.index(get(name).target)
+    truth = final_truth(name, [oracle_policy(name), {"name": "uniform"}], seeds, **kw)
+    return {**paired(truth["oracle"][:, i], truth["uniform"][:, i]), "start": float(truth["start"][:, i].mean()),
+            "oracle": float(truth["oracle"][:, i].mean()), "uniform": float(truth["uniform"][:, i].mean())}
+
+
+def lr_sweep(name: str, factors=(0.25, 0.5, 1.0, 2.0, 4.0, 8.0), policy: dict | None = None,
+             seeds: int | None = None) -> dict[float, float]:
+    """factor -> mean final TRAINING success of `policy` (default uniform) with the scenario's
+    learning-rate knobs (LR_KNOBS) multiplied by factor: the rate at which it stops rising
+    is where the design is trained."""
+    env = get(name).env
+    policy = policy or {"name": "uniform"}
+    out = {}
+    for f in factors:
+        scaled = {k: env[k] * f for k in LR_KNOBS.get(env.get("kind"), ()) if k in env}
+        out[float(f)] = float(final_truth(name, [policy], seeds, **scaled)[label_of(policy)][:, 0].mean())
+    return out
+
+
+__all__ = ["LR_KNOBS", "final_truth", "label_of", "lr_sweep", "oracle_gap", "oracle_policy", "paired"]

@@ -1,0 +1,123 @@
+"""`hb scenarios`: the shipped scenario suite (hbsim.scenarios).
+
+    hb scenarios                      # every scenario: name, target, seeds x steps, its paragraph
+    hb scenarios NAME                 # its config (the scenario file's settings, the env knobs)
+    hb scenarios NAME --check [--policy mixed --policy 'mixed:arms=[0,1]'] [--seeds N]
+        # the oracle (on the scenario's target) vs uniform, paired over the shipped seeds, and
+        # each --policy's mean gain on the three targets (noise-free truth of the final step)
+    hb scenarios NAME --sweep         # uniform's final training success per learning-rate multiplier
+
+Runs go through `ablations.runner.run_many` in this process (--jobs N: worker processes).
+`hb sim --scenario NAME` runs a scenario like any env, with the full per-policy table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import textwrap
+
+from ablations import scenarios as measure
+from hbsim.counterfactual import TARGETS
+from hbsim.scenarios import SCENARIOS, get
+from policies.errors import UserError
+from policies.validate import MAX_SEEDS, check_int, parse_value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", nargs="?", default=None, help=f"a scenario: {', '.join(SCENARIOS)}")
+    parser.add_argument("--check", action="store_true", help="measure the oracle against uniform (and --policy)")
+    parser.add_argument("--sweep", action="store_true", help="uniform's training success per lr multiplier")
+    parser.add_argument("--policy", action="append", default=[], metavar="NAME[:KNOB=V,...]",
+                        help="also measure this policy with --check (repeatable; V parsed as JSON)")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default: the scenario's)")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1: in this process)")
+
+
+def parse_policy(text: str) -> dict:
+    """"mixed:arms=[0,1]" -> {"name": "mixed", "arms": [0, 1], "label": "mixed:arms=[0,1]"}."""
+    name, _, rest = text.partition(":")
+    policy = {"name": name.strip()}
+    for item in filter(None, _split(rest)):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise UserError(f"--policy {text!r} is not allowed: expected NAME or NAME:KNOB=VALUE,...")
+        policy[key.strip()] = parse_value(value.strip())
+    if rest:
+        policy["label"] = text
+    return policy
+
+
+def _split(text: str) -> list[str]:
+    """Split on commas outside brackets."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return out + [cur]
+
+
+def listing() -> str:
+    lines = []
+    for sc in SCENARIOS.values():
+        lines.append(f"{sc.name}  (target {sc.target}; {sc.seeds} seeds x {sc.steps} steps; env {sc.env['kind']})")
+        lines += textwrap.wrap(sc.summary, 96, initial_indent="    ", subsequent_indent="    ")
+    return "\n".join(lines)
+
+
+def show(name: str) -> str:
+    sc = get(name)
+    lines = [f"name = {sc.name}", f"target = {sc.target}", f"seeds = {sc.seeds}", f"steps = {sc.steps}"]
+    if sc.batch_groups is not None:
+        lines.append(f"batch_groups = {sc.batch_groups}")
+    lines += ["summary:"] + textwrap.wrap(sc.summary, 96, initial_indent="    ", subsequent_indent="    ")
+    lines += ["lr:"] + textwrap.wrap(sc.lr_note, 96, initial_indent="    ", subsequent_indent="    ")
+    lines += ["[env]"] + [f"{k} = {json.dumps(v)}" for k, v in sc.env.items()]
+    return "\n".join(lines)
+
+
+def check(name: str, extra: list[dict], seeds: int | None, jobs: int) -> str:
+    sc = get(name)
+    policies = [measure.oracle_policy(name), {"name": "uniform"}] + extra
+    truth = measure.final_truth(name, policies, seeds, jobs=jobs)
+    start = truth["start"].mean(axis=0)
+    i = TARGETS.index(sc.target)
+    lines = [f"{name}: mean gain over the start (noise-free truth after step {sc.steps}; "
+             f"{truth['start'].shape[0]} seeds); start " + "  ".join(f"{t} {v:.3f}" for t, v in zip(TARGETS, start))]
+    for p in policies:
+        label = measure.label_of(p)
+        gain = truth[label].mean(axis=0) - start
+        lines.append(f"  {label:24s} " + "  ".join(f"{t} {g:+.3f}" for t, g in zip(TARGETS, gain)))
+    g = measure.paired(truth["oracle"][:, i], truth["uniform"][:, i])
+    lines.append(f"oracle - uniform on {sc.target}: {g['delta']:+.4f} (sd {g['sd']:.4f}); paired MDE "
+                 f"{g['mde']:.4f} (alpha 0.05, power 0.8); gain = {g['ratio']:.1f} x MDE")
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.seeds is not None:
+        check_int("--seeds", args.seeds, 2, MAX_SEEDS)
+    check_int("--jobs", args.jobs, 1, 1024)
+    if args.name is None:
+        if args.check or args.sweep or args.policy:
+            raise UserError("hb scenarios: --check, --sweep and --policy need a scenario NAME")
+        print(listing())
+        return 0
+    get(args.name)
+    extra = [parse_policy(p) for p in args.policy]
+    if args.policy and not args.check:
+        raise UserError("hb scenarios: --policy is measured by --check; pass --check too")
+    print(show(args.name))
+    if args.sweep:
+        sweep = measure.lr_sweep(args.name, seeds=args.seeds)
+        print(f"{args.name}: uniform's final training success per lr multiplier: "
+              + "  ".join(f"x{f:g} {v:.3f}" for f, v in sweep.items()))
+    if args.check:
+        print(check(args.name, extra, args.seeds, args.jobs))
+    return 0

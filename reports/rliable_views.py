@@ -1,0 +1,257 @@
+"""rliable's views of a report, and the score matrices in the form rliable's functions take.
+
+Agarwal et al. (2021), "Deep RL at the edge of the statistical precipice", and its library
+`rliable`: aggregate metrics (median of the per-task means, IQM = 25% trimmed mean over
+every run x task, mean, optimality gap), performance profiles (share of runs x tasks
+scoring above tau), probability of improvement, and IQM over training steps, each with an
+interval. rliable itself cannot be a dependency (rliable 1.2 needs arch 7.2, which fails
+to import under pandas 3.1); the point estimates here are rliable's definitions
+(`rliable.metrics`, `rliable.library.run_score_deviation`) in numpy/scipy, and
+`score_matrices` exports the data so that rliable can be run on it in its own venv.
+
+Intervals: the crossed bootstrap of `reports.stats` (tasks and seeds resampled together:
+new tasks and new runs), with ``min(resamples, VIEW_RESAMPLES)`` resamples from a
+generator of its own (``seed`` with stream `STREAM`), so the report's other numbers do
+not move. rliable's default resamples runs within each task (these tasks, new runs) and
+gives narrower intervals; `rliable.library.get_interval_estimates(...,
+task_bootstrap=True)` is the closer analogue. Mean, IQM and P(X > baseline) come from the
+summary table (the same statistic, the summary's draws); median and optimality gap are
+computed here.
+"""
+from __future__ import annotations
+
+import io
+import zipfile
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from reports import stats
+
+#: optimality gap threshold: every metric of the report lies in [0, 1]
+GAMMA = 1.0
+#: performance-profile thresholds (scores lie in [0, 1])
+TAUS = np.round(np.linspace(0.0, 1.0, 21), 10)
+#: resamples of the views' bands (rliable's default for performance profiles is 2000)
+VIEW_RESAMPLES = 2000
+#: at most this many evaluation steps in the IQM-over-steps view (evenly spaced, first and last kept)
+MAX_STEPS = 12
+#: the views' random stream: np.random.default_rng([seed, STREAM])
+STREAM = 0x726C69
+
+
+def primary_metric(metrics, primary: str = "score") -> str:
+    """The metric a suite's headline is about: ``primary`` when the suite has it; "score"
+    folded into "pass@1" (binary rewards) -> "pass@1"; otherwise the suite's first metric."""
+    metrics = list(metrics)
+    if primary in metrics:
+        return primary
+    if primary == "score" and "pass@1" in metrics:
+        return "pass@1"
+    return metrics[0]
+
+
+# ------------------------------------------------------------- point estimates (rliable's)
+
+def aggregate_mean(x: np.ndarray) -> float:
+    """Mean of the per-task means. x: (runs, tasks)."""
+    return float(np.mean(np.mean(x, axis=0)))
+
+
+def aggregate_median(x: np.ndarray) -> float:
+    """Median of the per-task means (over runs). x: (runs, tasks)."""
+    return float(np.median(np.mean(x, axis=0)))
+
+
+def optimality_gap(x: np.ndarray, gamma: float = GAMMA) -> float:
+    """gamma - mean of min(x, gamma) over every run and task."""
+    return float(gamma - np.mean(np.minimum(x, gamma)))
+
+
+def profile(x: np.ndarray, taus=TAUS) -> np.ndarray:
+    """Score distribution: share of runs x tasks with a score above each tau. -> (taus,)."""
+    x = np.asarray(x, dtype=np.float64).ravel()
+    return (x[:, None] > np.asarray(taus)[None, :]).mean(axis=0)
+
+
+# --------------------------------------------------------------- bootstrap statistics
+
+def weighted_median(x: np.ndarray, ws: np.ndarray, wt: np.ndarray) -> np.ndarray:
+    """Bootstrap median of per-task means, exactly `aggregate_median` of each replicate.
+    x: (..., seeds, tasks); ws: (B, seeds); wt: (B, tasks) integer counts -> (B, ...).
+    The task counts are turned back into the drawn task indices (each row sums to T)."""
+    s, t = x.shape[-2:]
+    m = np.moveaxis(np.matmul(np.swapaxes(x, -1, -2), ws.T), -1, 0) / s  # (B, ..., T) task means, resampled seeds
+    drawn = np.repeat(np.tile(np.arange(t), wt.shape[0]), np.rint(wt).astype(np.int64).ravel()).reshape(-1, t)
+    drawn = drawn.reshape(drawn.shape[0], *(1,) * (m.ndim - 2), t)
+    return np.median(np.take_along_axis(m, drawn, axis=-1), axis=-1)
+
+
+def weighted_profile(x: np.ndarray, ws: np.ndarray, wt: np.ndarray, taus=TAUS) -> np.ndarray:
+    """Bootstrap score distributions, exactly `profile` of each replicate.
+    x: (..., seeds, tasks) -> (B, ..., taus). A value is above taus[k] exactly when k is
+    below its bin (the number of taus under it), so only the bins' resampled shares are
+    needed: a one-hot over the bins that occur (at most len(taus) + 1, four for pass@1 of
+    three attempts)."""
+    taus = np.asarray(taus, dtype=np.float64)
+    bins = np.searchsorted(taus, x, side="left")  # (..., S, T): taus[k] < x  <=>  k < bins
+    levels = np.unique(bins)
+    onehot = (bins[..., None, :, :] == levels[:, None, None]).astype(np.float64)  # (..., U, S, T)
+    share = stats.weighted_mean(onehot, ws, wt)  # (B, ..., U)
+    return share @ (levels[None, :] > np.arange(taus.size)[:, None]).T.astype(np.float64)  # (B, ..., K)
+
+
+# ------------------------------------------------------------------------- the views
+
+@dataclass
+class Views:
+    """The tables of rliable's views and the exported score matrices.
+
+    matrices: (suite, metric) -> {policy: (runs, tasks) array}, the final evaluation;
+    steps: (suite, metric) -> (steps, {policy: (runs, tasks, steps) array});
+    index: what each matrix is (seeds and tasks in row / column order)."""
+
+    tables: dict = field(default_factory=dict)
+    matrices: dict = field(default_factory=dict)
+    steps: dict = field(default_factory=dict)
+    index: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+
+
+def compute(fr, cells: pd.DataFrame, summary: pd.DataFrame, policies: list[str], baseline: str, ks, *,
+            resamples: int, seed: int, alpha: float, primary: str = "score") -> Views:
+    """rliable's views of every suite of ``summary`` on its primary metric, and the
+    score matrices of every metric. fr: the report's `load.Frames`; cells: the final
+    evaluation's `analysis.cell_metrics`; summary: the summary table (its metrics per
+    suite and its mean / IQM / P(improvement) intervals)."""
+    from reports import analysis
+
+    views = Views()
+    if summary.empty:
+        return views
+    rng = np.random.default_rng([seed, STREAM])
+    reps = min(resamples, VIEW_RESAMPLES)
+    agg, prof, steps = [], [], []
+    for suite in sorted(summary["suite"].unique()):
+        summ = summary[summary["suite"] == suite]
+        metrics = list(summ["metric"].drop_duplicates())
+        al, _ = analysis.align(cells, suite, policies, baseline, metrics)
+        for i, metric in enumerate(al.metrics):
+            views.matrices[(suite, metric)] = {p: al.x[i, j].copy() for j, p in enumerate(al.policies)}
+        views.index[suite] = {"seeds": [int(s) for s in al.seeds], "tasks": list(al.tasks)}
+        metric = primary_metric(metrics, primary)
+        x = al.x[al.metrics.index(metric)]  # (policies, seeds, tasks)
+        agg.append(_aggregates(x, al, summ[summ["metric"] == metric], suite, metric, reps, rng, alpha))
+        prof.append(_profiles(x, al, suite, metric, reps, rng, alpha))
+        steps.append(_iqm_steps(fr.eval_all, al, suite, metric, baseline, ks, reps, rng, alpha, views))
+    views.tables = {"aggregates": pd.concat(agg, ignore_index=True), "profiles": pd.concat(prof, ignore_index=True),
+                    "iqm_steps": pd.concat(steps, ignore_index=True)}
+    return views
+
+
+def _aggregates(x, al, summ, suite, metric, reps, rng, alpha) -> pd.DataFrame:
+    """Median (bootstrapped here), IQM and mean (the summary's intervals) and the
+    optimality gap: every metric lies in [0, GAMMA], so gap = GAMMA - mean exactly and its
+    interval is the mean's, reflected."""
+    lo, hi = stats.percentile_interval(stats.crossed_bootstrap(x, weighted_median, resamples=reps, rng=rng), alpha)
+    by = summ.set_index("policy")
+    rows = []
+    for j, pol in enumerate(al.policies):
+        s = by.loc[pol]
+        own = {"median": (aggregate_median(x[j]), lo[j], hi[j]),
+               "iqm": (stats.iqm(x[j]), s["iqm_low"], s["iqm_high"]),
+               "mean": (aggregate_mean(x[j]), s["boot_low"], s["boot_high"]),
+               "optimality_gap": (optimality_gap(x[j]), GAMMA - s["boot_high"], GAMMA - s["boot_low"])}
+        for name, (v, a, b) in own.items():
+            rows.append({"suite": suite, "metric": metric, "policy": pol, "n_seeds": len(al.seeds),
+                         "n_tasks": len(al.tasks), "aggregate": name, "value": float(v), "low": float(a),
+                         "high": float(b)})
+    return pd.DataFrame(rows)
+
+
+def _profiles(x, al, suite, metric, reps, rng, alpha) -> pd.DataFrame:
+    boot = stats.crossed_bootstrap(x, weighted_profile, resamples=reps, rng=rng)  # (B, policies, taus)
+    lo, hi = stats.percentile_interval(boot, alpha)
+    rows = []
+    for j, pol in enumerate(al.policies):
+        point = profile(x[j])
+        rows += [{"suite": suite, "metric": metric, "policy": pol, "tau": float(tau), "value": float(point[k]),
+                  "low": float(lo[j, k]), "high": float(hi[j, k])} for k, tau in enumerate(TAUS)]
+    return pd.DataFrame(rows)
+
+
+def shown_steps(steps, most: int = MAX_STEPS) -> list:
+    """At most ``most`` of the sorted ``steps``, evenly spaced, the first and the last kept."""
+    steps = sorted(steps)
+    if len(steps) <= most:
+        return steps
+    return [steps[i] for i in sorted(set(np.linspace(0, len(steps) - 1, most).round().astype(int)))]
+
+
+def _iqm_steps(eval_all, al, suite, metric, baseline, ks, reps, rng, alpha, views) -> pd.DataFrame:
+    """IQM of ``metric`` at each evaluation step on the final rectangle's seeds and tasks."""
+    from reports import analysis
+
+    sub = eval_all[(eval_all["suite"] == suite) & eval_all["policy"].isin(al.policies)]
+    kept, mats = [], []
+    idx = pd.MultiIndex.from_product([al.policies, al.seeds, al.tasks], names=["policy", "seed", "task"])
+    all_steps = sorted(sub["step"].unique().tolist())
+    for step in shown_steps(all_steps):
+        c = analysis.cell_metrics(sub[sub["step"] == step], ks)
+        v = c.set_index(["policy", "seed", "task"])[metric].reindex(idx).to_numpy(dtype=np.float64)
+        if np.isnan(v).any():
+            views.notes.append(f"{suite}: step {step} lacks some of the final evaluation's seeds x tasks; "
+                               "left out of the IQM-over-steps view")
+            continue
+        kept.append(int(step))
+        mats.append(v.reshape(len(al.policies), len(al.seeds), len(al.tasks)))
+    if len(all_steps) > len(shown_steps(all_steps)):
+        views.notes.append(f"{suite}: IQM over steps shows {MAX_STEPS} of {len(all_steps)} evaluation steps")
+    if not kept:
+        return pd.DataFrame()
+    x = np.stack(mats, axis=1)  # (policies, steps, seeds, tasks)
+    views.steps[(suite, metric)] = (kept, {p: np.moveaxis(x[j], 0, -1).copy() for j, p in enumerate(al.policies)})
+    p, k = x.shape[:2]
+    boot = stats.crossed_bootstrap(x.reshape(p * k, *x.shape[2:]), stats.weighted_iqm, resamples=reps, rng=rng)
+    lo, hi = stats.percentile_interval(boot, alpha)
+    rows = []
+    for j, pol in enumerate(al.policies):
+        for i, step in enumerate(kept):
+            rows.append({"suite": suite, "metric": metric, "policy": pol, "step": step, "iqm": stats.iqm(x[j, i]),
+                         "low": float(lo[j * k + i]), "high": float(hi[j * k + i])})
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------- the export
+
+def npz_bytes(arrays: dict) -> bytes:
+    """An .npz archive (what np.savez writes) of {name: array}, any name (np.savez takes
+    names as keyword arguments, so a policy called "file" would clash); np.load reads it."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, arr in arrays.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:
+                np.lib.format.write_array(fh, np.ascontiguousarray(arr), allow_pickle=False)
+    return buf.getvalue()
+
+
+def export_files(views: Views, name) -> dict:
+    """{file name: bytes} of the export: one .npz per suite x metric ({policy: (runs,
+    tasks)}), one *__steps.npz per suite on its primary metric ({policy: (runs, tasks,
+    steps)}), and index.json describing them. ``name(suite, metric)`` makes a file stem."""
+    import json
+
+    files, index = {}, []
+    for (suite, metric), mats in views.matrices.items():
+        fname = f"{name(suite, metric)}.npz"
+        files[fname] = npz_bytes(mats)
+        index.append({"file": fname, "suite": suite, "metric": metric, "shape": "(runs, tasks)",
+                      "policies": list(mats), **views.index[suite]})
+    for (suite, metric), (steps, mats) in views.steps.items():
+        fname = f"{name(suite, metric)}__steps.npz"
+        files[fname] = npz_bytes(mats)
+        index.append({"file": fname, "suite": suite, "metric": metric, "shape": "(runs, tasks, steps)",
+                      "steps": steps, "policies": list(mats), **views.index[suite]})
+    files["index.json"] = (json.dumps(index, indent=1) + "\n").encode()
+    return files
