@@ -2,6 +2,7 @@
 
     hb calibrate [--env bernoulli] [--policy uniform] [--blocks 20] [--seeds 8] [--steps 100]
                  [--alpha 0.05] [--resamples 2000] [--seed 0] [--csv FILE] [--jobs N] [--backend local|ray]
+                 [--asymmetric Q]
 
 Each of K blocks runs the same policy twice on S seeds: arm A with policy seed s, arm B
 with policy seed s + 1,000,000, both on the environment built with seed s (common random
@@ -13,6 +14,14 @@ A valid test's rate is about alpha; one whose interval lies above alpha is too o
 The 2 K S runs go through `ablations.runner.run_many` (results in memory, each block tested
 once complete). Progress goes to stderr. This module runs simulations, so it lives in
 `ablations` (`reports` only provides the pure tests).
+
+`--asymmetric Q` shows what the seed-level tests test: "the policy has no effect" (the two
+runs of a seed exchangeable), not "equal means". Arm B's runs then get a skewed run
+effect with mean zero (`skew_arm`): with probability Q a run "breaks through" (a share of
+its failed attempts succeed), otherwise it trails slightly (a share of its successes
+fail), the shares chosen so that every run's expected success rate is unchanged. The
+means are equal, the distributions are not, and the tests reject more often than alpha,
+mostly saying that B trails (printed).
 """
 from __future__ import annotations
 
@@ -44,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resamples", type=int, default=2000, help="permutation resamples (default 2000)")
     parser.add_argument("--seed", type=int, default=0, help="first environment seed and permutation generator seed")
     parser.add_argument("--csv", help="also write the per-block p-values to this CSV file")
+    parser.add_argument("--asymmetric", type=float, default=None, metavar="Q",
+                        help="arm B's runs break through with probability Q (0 < Q <= 0.5), the mean success "
+                             "rate unchanged: the tests' rejection rate under skewed run effects with equal means")
     runner.add_run_options(parser)
 
 
@@ -54,6 +66,8 @@ def _check(args) -> None:
     check_int("--steps", args.steps, 1, MAX_STEPS)
     check_int("--resamples", args.resamples, 1, MAX_RESAMPLES)
     check_float("--alpha", args.alpha, 0.0, 1.0, low_open=True, high_open=True)
+    if args.asymmetric is not None:
+        check_float("--asymmetric", args.asymmetric, 0.0, 0.5, low_open=True)
     # environment seeds seed .. seed + blocks * seeds - 1, policy seeds up to that + POLICY_SEED_OFFSET
     check_int("--seed", args.seed, 0, MAX_SEED - POLICY_SEED_OFFSET - args.blocks * args.seeds)
     check_choice("--env", args.env, sorted(ENVS))
@@ -78,8 +92,42 @@ def aa_tasks(env: str, policy: str, seeds: list[int], steps: int) -> list[dict]:
             for s in seeds for label, policy_seed in (("A", s), ("B", s + POLICY_SEED_OFFSET))]
 
 
+#: share of a breakthrough run's failed attempts that succeed (`skew_arm`)
+BREAKTHROUGH = 0.5
+
+
+def skew_arm(ev: pd.DataFrame, arm: str, q: float, rng: np.random.Generator) -> pd.DataFrame:
+    """A mean-zero, right-skewed run effect on the runs of policy ``arm``.
+
+    Per run (rate p = its success rate): with probability q every failed attempt succeeds
+    with probability u = min(BREAKTHROUGH, (1 - q) p / (q (1 - p))); otherwise every
+    success fails with probability v = q (1 - p) u / ((1 - q) p). Then the run's expected
+    success rate is p + q (1 - p) u - (1 - q) p v = p: equal means, skewed spread. A
+    changed attempt gets reward 1.0 (success) or 0.0. Rows of other policies unchanged."""
+    ev = ev.copy()
+    for run_id in sorted(ev.loc[ev["policy"] == arm, "run_id"].unique()):
+        rows = (ev["run_id"] == run_id).to_numpy()
+        succ = ev.loc[rows, "success"].to_numpy(dtype=bool)
+        p = float(succ.mean())
+        if p in (0.0, 1.0):
+            continue
+        u = min(BREAKTHROUGH, (1 - q) * p / (q * (1 - p)))
+        flip = rng.random(succ.size)
+        if rng.random() < q:
+            new = succ | (flip < u)
+        else:
+            new = succ & ~(flip < q * (1 - p) * u / ((1 - q) * p))
+        changed = new != succ
+        ev.loc[rows, "success"] = new
+        reward = ev.loc[rows, "reward"].to_numpy(dtype=np.float64).copy()
+        reward[changed] = new[changed].astype(np.float64)
+        ev.loc[rows, "reward"] = reward
+    return ev
+
+
 def block_pvalues(ev: pd.DataFrame, *, resamples: int, rng: np.random.Generator) -> list[dict]:
-    """Rows (suite, metric, test, p) of every test of one A/A block (B against A)."""
+    """Rows (suite, metric, test, p, delta) of every test of one A/A block (B against A);
+    delta = B - A on the metric (the GEE row: on the success rate)."""
     from reports import analysis, inference, load
 
     final = load.make_frames(ev).eval
@@ -89,19 +137,23 @@ def block_pvalues(ev: pd.DataFrame, *, resamples: int, rng: np.random.Generator)
         metrics = ["pass@1"] if analysis.score_is_pass1(cells, suite) else ["score", "pass@1"]
         al, _ = analysis.align(cells, suite, ["A", "B"], "A", metrics)
         tests = inference.paired_tests(al.x[:, 1] - al.x[:, 0], resamples=resamples, rng=rng)
+        delta = (al.x[:, 1] - al.x[:, 0]).mean(axis=(1, 2))
         for i, metric in enumerate(metrics):
-            rows += [{"suite": suite, "metric": metric, "test": name, "p": float(p[i])} for name, p in tests.items()]
+            rows += [{"suite": suite, "metric": metric, "test": name, "p": float(p[i]), "delta": float(delta[i])}
+                     for name, p in tests.items()]
         gee, _ = analysis.gee_rows(final, al, suite, "A")
         p = gee[0]["p"] if gee else np.nan
-        rows.append({"suite": suite, "metric": "success", "test": "p_gee_seed", "p": float(p)})
+        rows.append({"suite": suite, "metric": "success", "test": "p_gee_seed", "p": float(p),
+                     "delta": float(delta[metrics.index("pass@1")])})
     return rows
 
 
 def calibrate(env: str, policy: str, blocks: int, seeds: int, steps: int, *, resamples: int, seed: int,
               jobs: int | None = None, backend: str = "local", ray_address: str | None = None,
-              progress=None) -> pd.DataFrame:
-    """Per-block p-values of every test: block, suite, metric, test, p. Block b is the
-    environment seeds seed + b S .. seed + (b + 1) S - 1; progress(done, total, failed) counts runs."""
+              progress=None, asymmetric: float | None = None) -> pd.DataFrame:
+    """Per-block p-values of every test: block, suite, metric, test, p, delta. Block b is the
+    environment seeds seed + b S .. seed + (b + 1) S - 1; progress(done, total, failed) counts
+    runs. asymmetric: `skew_arm` arm B of every block with that q (generator [seed, block])."""
     rng = np.random.default_rng(seed)
     tasks, n = aa_tasks(env, policy, list(range(seed, seed + blocks * seeds)), steps), 2 * seeds
     index = {t["id"]: i for i, t in enumerate(tasks)}
@@ -116,6 +168,8 @@ def calibrate(env: str, policy: str, blocks: int, seeds: int, steps: int, *, res
             evals[index[answer["id"]]] = answer["result"].eval
         while tested < blocks and all(i in evals for i in range(tested * n, tested * n + n)):
             ev = pd.concat([evals.pop(i) for i in range(tested * n, tested * n + n)], ignore_index=True)
+            if asymmetric is not None:
+                ev = skew_arm(ev, "B", asymmetric, np.random.default_rng([seed, tested, 7]))
             rows.extend({"block": tested, **r} for r in block_pvalues(ev, resamples=resamples, rng=rng))
             tested += 1
 
@@ -130,10 +184,17 @@ def fpr_table(pvals: pd.DataFrame, alpha: float) -> pd.DataFrame:
 
     parts = []
     for (suite, metric), g in pvals.groupby(["suite", "metric"], sort=True):
-        tab = false_positive_rates({t: gg["p"].to_numpy() for t, gg in g.groupby("test", sort=False)}, alpha)
-        parts.append(tab.assign(suite=suite, metric=metric))
+        tests = dict(list(g.groupby("test", sort=False)))
+        tab = false_positive_rates({t: gg["p"].to_numpy() for t, gg in tests.items()}, alpha)
+        trails = []
+        for t in tab["test"]:
+            gg = tests[t]
+            hit = gg["p"].to_numpy(dtype=float) < alpha
+            d = gg["delta"].to_numpy(dtype=float) if "delta" in gg else np.full(hit.size, np.nan)
+            trails.append(float((d[hit] < 0).mean()) if hit.any() else np.nan)
+        parts.append(tab.assign(suite=suite, metric=metric, b_trails=trails))
     out = pd.concat(parts, ignore_index=True)
-    return out[["suite", "metric", "test", "blocks", "rejections", "fpr", "fpr_low", "fpr_high"]]
+    return out[["suite", "metric", "test", "blocks", "rejections", "fpr", "fpr_low", "fpr_high", "b_trails"]]
 
 
 def main(args: argparse.Namespace) -> int:
@@ -142,7 +203,7 @@ def main(args: argparse.Namespace) -> int:
           f"{args.steps} steps", file=sys.stderr)
     pvals = calibrate(args.env, args.policy, args.blocks, args.seeds, args.steps, resamples=args.resamples,
                       seed=args.seed, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
-                      progress=runner.ProgressBar(noun="runs"))
+                      progress=runner.ProgressBar(noun="runs"), asymmetric=args.asymmetric)
     if args.csv:
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)    # checked writable before the runs
         remove_temp(Path(args.csv).parent, Path(args.csv).name)      # a killed call's temporary of this CSV
@@ -152,10 +213,17 @@ def main(args: argparse.Namespace) -> int:
     print(f"A/A calibration: {args.policy} vs {args.policy} (policy seeds differ, environment seeds shared) on "
           f"{args.env}, {args.blocks} blocks x {args.seeds} seeds, {args.steps} steps; false-positive rate at "
           f"alpha = {args.alpha} (exact binomial 95% interval; a valid test is near {args.alpha})")
-    print(f"  {'suite':<16} {'metric':<8} {'test':<19} {'p < alpha':>9}  {'FPR':>5}  {'95% interval':>14}")
+    if args.asymmetric is not None:
+        print(f"asymmetric: arm B's runs break through with probability {args.asymmetric} and otherwise trail "
+              "slightly, every run's expected success rate unchanged (equal means, skewed run effects); the seed-level "
+              "tests test 'no effect' (runs of a seed exchangeable), so a rate above alpha here is what they are "
+              "built to detect, not a false claim about means; 'B trails' = share of the rejections with delta < 0")
+    print(f"  {'suite':<16} {'metric':<8} {'test':<19} {'p < alpha':>9}  {'FPR':>5}  {'95% interval':>14}  "
+          f"{'B trails':>8}")
     for r in table.itertuples(index=False):
+        trails = f"{r.b_trails:8.2f}" if np.isfinite(r.b_trails) else f"{'':>8}"
         print(f"  {r.suite:<16} {r.metric:<8} {r.test:<19} {f'{r.rejections}/{r.blocks}':>9}  {r.fpr:5.2f}  "
-              f"[{r.fpr_low:.2f}, {r.fpr_high:.2f}]")
+              f"[{r.fpr_low:.2f}, {r.fpr_high:.2f}]  {trails}")
     print("  p_seed*: tests over seeds (the replication unit); p_task*: over tasks, conditional on the trained "
           "models; p_gee_seed: GEE logistic clustered by seed")
     return 0

@@ -59,7 +59,11 @@ def cmd_plan(args) -> int:
     points = math.prod(len(v) for v in spec.sweep.values())
     policy_keys = any(k.startswith("policy.") for k in spec.sweep)
     note = " (policy.* keys apply only to policies with that knob)" if policy_keys else ""
-    if spec.tune:
+    if spec.parts:
+        parts = ", ".join(f"{p.part} ({len(p.cells())} cells, env {p.env.get('kind')!r}, {p.steps} steps)"
+                          for p in spec.parts)
+        print(f"grid {spec.name!r}: {len(cells)} cells in {len(spec.parts)} parts: {parts}")
+    elif spec.tune:
         print(f"grid {spec.name!r} with [tune]: {len(cells)} tuning cells (designs x tune points x tuning seeds "
               f"{spec.tune.seeds}) in DIR/tune/, then {len(spec.policies)} designs x {len(spec.seeds)} test seeds "
               f"{spec.seeds} at the selected settings; {spec.steps} steps, env {spec.env.get('kind')!r}")
@@ -87,9 +91,10 @@ def cmd_run(args) -> int:
           f"{len(report.failed)} failed; results in {args.out}")
     for failed in report.failed:
         print(f"  FAILED {failed['id']}: {failed['reason']}  (log: {failed['log']})")
-    summary = _summary(args.out, {c.id for c in spec.cells()}, rows)
-    if summary:
-        print(summary)
+    for part in spec.parts or [spec]:      # a grid of parts: one summary per part (its own uniform, oracle)
+        summary = _summary(args.out, {c.id for c in part.cells()}, rows)
+        if summary:
+            print(f"part {part.part!r}:\n{summary}" if part.part else summary)
     return 1 if report.failed else 0
 
 

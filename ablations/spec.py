@@ -21,7 +21,19 @@ A grid file describes an ablation once::
     [sweep]                     # optional cartesian product over env.* / policy.* knobs
     "policy.window" = [16, 32]
 
-Cells = policy variants x sweep points x seeds. A cell's id is the hash of its fully
+A grid of PARTS holds several such grids in one folder (`hb stress`: one part per
+scenario), each part with its own env, policies, steps, ...; a top-level key other than
+name, description, plugins and parts is every part's default::
+
+    name = "stress"
+    seeds = 4                   # the parts' default
+    [[parts]]
+    name = "trap"               # unique; the cells' labels end in [part=trap], their
+    steps = 100                 # sweep (and the collected tables) get part = "trap"
+    env = {kind = "bernoulli"}
+    policies = [{name = "uniform"}, {name = "harnessbandit"}]
+
+Cells = policy variants x sweep points x seeds (of a grid of parts: its parts' cells, in order). A cell's id is the hash of its fully
 resolved config (`hbsim.resolve_config` fills every default), so reordering the file,
 or spelling a default out, never changes an id. The `policy` label of a cell is unique
 per variant AND sweep point (`harnessbandit[window=16]`, or the user's label with the
@@ -55,7 +67,10 @@ from policies.knobs import Knob, Knobs
 from policies.validate import MAX_SEEDS
 
 TOP_KEYS = ("name", "description", "steps", "seeds", "eval_every", "batch_groups", "plugins",
-            "env", "policies", "sweep", "counterfactual", "eval_budget", "tune")
+            "env", "policies", "sweep", "counterfactual", "eval_budget", "tune", "parts")
+#: the keys of a grid of parts that are not its parts' defaults
+OWN_KEYS = ("name", "description", "plugins", "parts")
+PART = "part"
 REAL_KIND = "real"
 #: the most cells one grid may plan (policies x sweep points x seeds); checked before planning
 MAX_CELLS = 100_000
@@ -101,6 +116,8 @@ class GridSpec:
     counterfactual: int | None = None     # what-if probe every k-th step (hbsim.counterfactual)
     eval_budget: str | None = None        # equal-cost evaluations (hbsim.loop.EVAL_BUDGET)
     tune: Any = None                      # ablations.tune.TuneSpec of a [tune] table
+    parts: list["GridSpec"] = field(default_factory=list)   # a grid of parts: its parts, in file order
+    part: str | None = None               # the part's name (label suffix [part=NAME], sweep part = NAME)
     _cells: list[Cell] | None = None
 
     def cells(self) -> list[Cell]:
@@ -127,12 +144,16 @@ def load_spec(path: str | os.PathLike) -> GridSpec:
     return parse_spec(raw, path)
 
 
-def parse_spec(raw: dict, path: str = "<grid>") -> GridSpec:
+def parse_spec(raw: dict, path: str = "<grid>", part: str | None = None) -> GridSpec:
     """Validate a parsed grid dict; see the module docstring for the format."""
     err = _errors(path)
     unknown = sorted(set(raw) - set(TOP_KEYS))
     if unknown:
         err(unknown[0], f"unknown key; valid top-level keys: {', '.join(TOP_KEYS)}")
+    if "parts" in raw:
+        if part is not None:
+            err("parts", "a part cannot have parts of its own")
+        return _parse_parts(raw, path, err)
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
         err("name", f"{name!r} is not allowed: expected a non-empty string")
@@ -160,10 +181,41 @@ def parse_spec(raw: dict, path: str = "<grid>") -> GridSpec:
     spec = GridSpec(path=path, name=name, steps=steps, seeds=seeds, eval_every=eval_every,
                     batch_groups=batch_groups, env=dict(env), policies=[dict(p) for p in policies],
                     sweep=dict(sweep), plugins=list(plugins), raw=raw,
-                    counterfactual=counterfactual, eval_budget=eval_budget)
+                    counterfactual=counterfactual, eval_budget=eval_budget, part=part)
     from ablations import tune       # imports this module
     spec.tune = tune.parse_tune(raw.get("tune"), path, seeds, raw)
     spec._cells = tune.tuning_spec(spec).cells() if spec.tune else plan_cells(spec)
+    return spec
+
+
+def _parse_parts(raw: dict, path: str, err) -> GridSpec:
+    """A grid of parts (module docstring): each part parsed as a grid of its own, with the
+    top-level defaults, its cells labelled [part=NAME]."""
+    parts, name = raw["parts"], raw.get("name")
+    if not isinstance(name, str) or not name.strip():
+        err("name", f"{name!r} is not allowed: expected a non-empty string")
+    if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) for p in parts):
+        err("parts", f"{parts!r} is not allowed: expected a non-empty list of tables ([[parts]])")
+    defaults = {k: v for k, v in raw.items() if k not in OWN_KEYS}
+    specs, seen = [], set()
+    for i, part in enumerate(parts):
+        pname = part.get("name")
+        if not isinstance(pname, str) or not pname.strip() or any(c in pname for c in "[],=/"):
+            err(f"parts[{i}].name", f"{pname!r} is not allowed: expected a non-empty string without [],=/")
+        if pname in seen:
+            err(f"parts[{i}].name", f"part {pname!r} is named twice; give each part a distinct name")
+        bad = sorted(set(part) & set(OWN_KEYS) - {"name"})
+        if bad:
+            err(f"parts[{i}].{bad[0]}", "is a key of the whole grid, not of a part")
+        seen.add(pname)
+        sub = {**defaults, **part, "name": f"{name}/{pname}", "plugins": raw.get("plugins", [])}
+        spec = parse_spec(sub, f"{path} parts[{i}] ({pname})", part=pname)
+        specs.append(spec)
+    spec = GridSpec(path=path, name=name, steps=specs[0].steps, seeds=specs[0].seeds, eval_every=None,
+                    batch_groups=None, env={}, policies=[], sweep={}, plugins=list(raw.get("plugins", [])),
+                    raw=raw, parts=specs)
+    cells = spec.cells()
+    assert len({c.id for c in cells}) == len(cells), "labels end in the part's name, so the cells' configs differ"
     return spec
 
 
@@ -229,7 +281,10 @@ def env_table(kind: str) -> Knobs:
 
 # -- cells ---------------------------------------------------------------------------
 def plan_cells(spec: GridSpec) -> list[Cell]:
-    """Policy variants x sweep points x seeds, validated, with stable ids (file order)."""
+    """Policy variants x sweep points x seeds, validated, with stable ids (file order); of a
+    grid of parts, its parts' cells."""
+    if spec.parts:
+        return [c for part in spec.parts for c in part.cells()]
     err = _errors(spec.path)
     kind, env_base, table = _check_env(err, spec.env)
     bound = len(spec.policies) * len(spec.seeds) * math.prod(len(v) if isinstance(v, list) else 1
@@ -251,7 +306,7 @@ def plan_cells(spec: GridSpec) -> list[Cell]:
             if suffix in seen_points:  # a policy.* key this policy lacks: same cell as before
                 continue
             seen_points.add(suffix)
-            label = _label(base_label, name, knobs, suffix)
+            label = _label(base_label, name, knobs, suffix) + (f"[{PART}={spec.part}]" if spec.part else "")
             where = f"policies[{i}]" + (f" at sweep point {suffix}" if suffix else "")
             if label in labels:
                 err(f"policies[{i}].label", f"label {label!r} is used twice (also by {labels[label]}); "
@@ -268,6 +323,8 @@ def plan_cells(spec: GridSpec) -> list[Cell]:
                                      env["n_harnesses"])
             sweep_values = {k: v for k, v in zip(sweep_keys, point)
                             if k.startswith("env.") or k[len("policy."):] in ptable}
+            if spec.part:
+                sweep_values[PART] = spec.part
             for seed in spec.seeds:
                 config = {"env": copy.deepcopy(env), "policy": copy.deepcopy(policy),
                           **resolve_run({**top, "seed": seed})}

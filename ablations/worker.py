@@ -1,8 +1,9 @@
 """Running one task of `ablations.runner` (the task dict is described there) in whatever
 process a backend puts it: in this process (--jobs 1), a pool worker or a Ray task.
 
-The answer is {"id", "ok", "seconds", "reason"} (+ "result", the RunResult, for a task
-without a run directory; + "rows", `hbsim.summary.summary_rows`, for a task with "summary"), never an exception: a failed run answers with "traceback" and
+The answer is {"id", "ok", "seconds", "cpu_seconds", "reason"} (cpu: this process's CPU time)
+(+ "result", the RunResult, for a task without a run directory; + "rows",
+`hbsim.summary.summary_rows`, for a task with "summary"), never an exception: a failed run answers with "traceback" and
 "log" (FAILURES/failed/<id>/log.txt for a task with "failures") and the batch goes on.
 """
 from __future__ import annotations
@@ -32,7 +33,7 @@ def adapter_factory(config: dict):
 
 def execute(task: dict) -> dict:
     """Run one task; its run directory is written atomically (`hbsim.folders.write_dir_atomic`)."""
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     try:
         import_plugins(task.get("plugins", []))
         result = run_config(task["config"], adapter_factory=adapter_factory(task["config"]))
@@ -50,7 +51,8 @@ def execute(task: dict) -> dict:
             write_dir_atomic(task["dir"], write_into, keep=(lambda d: False) if task.get("replace") else is_complete)
             if task.get("failures"):
                 store.clear_failure(task["failures"], task["id"])
-        answer = {"id": task["id"], "ok": True, "seconds": time.perf_counter() - started, "reason": ""}
+        answer = {"id": task["id"], "ok": True, "seconds": time.perf_counter() - started,
+                  "cpu_seconds": time.process_time() - cpu, "reason": ""}
         if task.get("summary"):
             answer["rows"] = summary_rows(result.train, result.eval)
         return answer if task.get("dir") else {**answer, "result": result}

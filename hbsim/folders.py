@@ -132,7 +132,7 @@ def atomic_write(path: str | os.PathLike, content: Content, *, exclusive: bool =
     it was. The folder must exist.
     """
     path = Path(path)
-    fd, name = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}-", suffix=path.suffix, dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=path.suffix, dir=path.parent)
     tmp = Path(name)
     try:
         if callable(content):
@@ -168,7 +168,7 @@ def make_temp_dir(beside: str | os.PathLike) -> Path:
     """A new, empty, hidden folder next to `beside` (`.tmp-<name>-XXXX`, unique) with the
     mode a plain mkdir gives: fill it, then rename it into place."""
     beside = Path(beside)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{beside.name}-", dir=beside.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(beside), dir=beside.parent))
     os.chmod(tmp, dir_mode())
     return tmp
 
@@ -202,13 +202,39 @@ def write_dir_atomic(final: str | os.PathLike, fill: Callable[[Path], None], *,
     return True
 
 
+def _temp_prefix(path: Path) -> str:
+    """`.tmp-<name>-<pid>-`: the writer's process id lets `remove_temp` tell a killed
+    writer's temporary from one a live command (two commands on one folder) is writing."""
+    return f"{TMP_PREFIX}{path.name}-{os.getpid()}-"
+
+
+def _writer_alive(name: str) -> bool:
+    """Whether the process that made temporary `name` still runs (another than this one;
+    names without a pid, from older versions, count as dead)."""
+    m = _TEMP_PID.search(name)
+    if m is None or int(m.group(1)) == os.getpid():
+        return False
+    try:
+        os.kill(int(m.group(1)), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:          # exists, another user's
+        return True
+    return True
+
+
+_TEMP_PID = re.compile(r"-(\d+)-[A-Za-z0-9_]+(\.[^.]*)?$")
+
+
 def remove_temp(folder: str | os.PathLike, target: str | None = None) -> int:
     """Remove the temporaries killed writers left in `folder` (not below it): hidden names
-    holding TMP_PREFIX (ours; older write_run's `.<name>.tmp-*`); only those of the file
-    `target` when given (a user's folder: `hb calibrate --csv`); returns how many."""
+    holding TMP_PREFIX (ours; older write_run's `.<name>.tmp-*`) whose writer no longer
+    runs; only those of the file `target` when given (a user's folder: `hb calibrate
+    --csv`); returns how many."""
     mine = (lambda n: n.startswith(f"{TMP_PREFIX}{target}-")) if target else (lambda n: TMP_PREFIX in n)
     try:
-        stale = [p for p in Path(folder).iterdir() if p.name.startswith(".") and mine(p.name)]
+        stale = [p for p in Path(folder).iterdir()
+                 if p.name.startswith(".") and mine(p.name) and not _writer_alive(p.name)]
     except OSError:
         return 0
     for p in stale:
@@ -501,13 +527,22 @@ def claim_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None
     command = shlex.join(["hb", *sys.argv[1:]]) if os.path.basename(sys.argv[0]) in ("hb", "cli.py") else None
     record = {"kind": kind, "config_hash": config_hash, "tool": tool or f"hb {kind}", "state": "incomplete",
               "command": command, "files": list(previous.get("files") or [])}
-    atomic_write(root / KIND_FILE, json.dumps(record, sort_keys=True) + "\n")
+    mine = (json.dumps(record, sort_keys=True) + "\n").encode()
+    for attempt in range(3):
+        try:
+            atomic_write(root / KIND_FILE, mine)
+            break
+        except FileNotFoundError:    # a concurrent refused command undid its claim of the same new folder
+            if attempt == 2:
+                raise
+            root.mkdir(parents=True, exist_ok=True)
     _written[root.resolve()] = set()
-    _claims[root.resolve()] = (created, marker_before, [p.name for p in _visible(root)])
+    _claims[root.resolve()] = (created, marker_before, [p.name for p in _visible(root)], mine)
     return root
 
 
-#: claimed folder -> (its nearest ancestor that existed before, the marker's bytes before, its entries)
+#: claimed folder -> (its nearest ancestor that existed before, the marker's bytes before, its entries,
+#: the marker this process wrote)
 _claims: dict[Path, tuple[Path, bytes | None, list[str]]] = {}
 
 
@@ -522,15 +557,20 @@ def output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = Non
     try:
         yield root
     except BaseException:
-        existed, marker, entries = _claims.pop(key)
+        existed, marker, entries, mine = _claims.pop(key)
         if not _written.get(key) and [p.name for p in _visible(root)] == entries:   # nothing written yet
-            _undo_claim(root, existed, marker)
+            _undo_claim(root, existed, marker, mine)
         raise
     complete_output_dir(root)
 
 
-def _undo_claim(root: Path, existed: Path, marker: bytes | None) -> None:
+def _undo_claim(root: Path, existed: Path, marker: bytes | None, mine: bytes) -> None:
     _written.pop(root.resolve(), None)
+    try:
+        if (root / KIND_FILE).read_bytes() != mine:
+            return                   # another command claimed the folder since: its marker stays
+    except OSError:
+        return
     if marker is not None:
         atomic_write(root / KIND_FILE, marker)
         return

@@ -7,7 +7,9 @@ Decisions (each visible in the report):
   all-policy summary uses the rectangle common to every policy. Whatever is dropped is
   named in a note (and a warning) -- never silently.
 * D_t = per-task difference of the seed-averaged cell metric; delta = mean_t D_t.
-* Intervals: crossed bootstrap over tasks and seeds (draws shared by both arms).
+* Intervals: the headline interval (ci_low, ci_high) is the t interval of mean(d_s) over
+  seeds, simultaneous over the headline family (`inference.headline`); boot_low/boot_high
+  are the crossed bootstrap over tasks and seeds (draws shared by both arms).
 * Per-seed McNemar only where the metric is binary by construction (pass@k / pass^k with
   k = number of attempts).
 * Flips: a seed passes a task when its metric is >= 0.5; the majority outcome passes when
@@ -158,39 +160,76 @@ def bootstrap_summary(al: Aligned, suite: str, baseline: str, *, resamples: int,
 
 # ------------------------------------------------------------------ paired tables
 
-#: p_seed (and p_holm, its Holm adjustment) is the headline test; p_task_* are conditional on the models
-PAIRED_COLUMNS = ["suite", "metric", "candidate", "baseline", "n_tasks", "n_seeds", "candidate_value",
-                  "baseline_value", "delta", "boot_low", "boot_high", "p_seed", "p_holm", "p_seed_t",
-                  "p_seed_wilcoxon", "seeds_up", "seeds_down", "sd_seed", "mde", "seeds_needed", "p_floor",
-                  "p_task_permutation", "p_task_wilcoxon", "p_task_sign", "wins", "ties", "losses",
-                  "prob_improvement"]
+#: The columns of paired.csv, in order -- the one contract other modules read (render, figures).
+#:   suite, metric, candidate, baseline, n_tasks, n_seeds: the comparison and its rectangle
+#:   role: "primary" (the `--primary` metric: the headline, Holm over candidates x suites) or
+#:     "secondary" (other metrics: max-T over the candidate's metrics, p_maxt)
+#:   pairing: "paired" (common random numbers checked from run.json, or seed labels when no
+#:     run.json says otherwise) or "unpaired" (`--unpaired`: the seeds are independent runs)
+#:   candidate_value, baseline_value, delta: means over the pair's own seeds x tasks
+#:     (delta = candidate_value - baseline_value, always the same rectangle)
+#:   ci_low, ci_high: THE headline interval: t(df_seed) interval of mean(d_s) over seeds
+#:     (population: these tasks, new training runs), at level ci_level = 1 - alpha / family,
+#:     simultaneous over the family; ci_widened: a non-rejected row's interval was widened to 0
+#:   family: size of the row's multiplicity family (primary: candidates x suites; secondary:
+#:     the candidate's metrics in the suite)
+#:   boot_low, boot_high: crossed bootstrap over tasks AND seeds (population: new tasks and new
+#:     runs); undercovers below 5 seeds (a note says so)
+#:   p_seed: seed-level permutation test (sign-flip of d_s; unpaired: two-sample); p_holm: its
+#:     Holm adjustment over the primary family (NaN on secondary rows); p_maxt: max-T sign-flip
+#:     over the candidate's metrics (NaN when unpaired: those rows are descriptive)
+#:   p_seed_t, p_seed_wilcoxon: paired t / Wilcoxon over seeds (unpaired: Welch / Mann-Whitney)
+#:   seeds_up, seeds_down: seeds where d_s > 0 / < 0
+#:   sd_seed, se_seed, df_seed, skew_seed: spread of d_s (see inference.seed_spread)
+#:   mde, target_delta, seeds_needed, p_floor: power of the procedure used (inference.design)
+#:   p_task_permutation, p_task_wilcoxon, p_task_sign, wins, ties, losses: over tasks,
+#:     CONDITIONAL on the trained models (a screen, not a claim about the method)
+#:   prob_improvement: rliable's P(candidate run > baseline run), averaged over tasks
+PAIRED_COLUMNS = ["suite", "metric", "role", "candidate", "baseline", "pairing", "n_tasks", "n_seeds",
+                  "candidate_value", "baseline_value", "delta", "ci_low", "ci_high", "ci_level", "ci_widened",
+                  "family", "boot_low", "boot_high", "p_seed", "p_holm", "p_maxt", "p_seed_t", "p_seed_wilcoxon",
+                  "seeds_up", "seeds_down", "sd_seed", "se_seed", "df_seed", "skew_seed", "mde", "target_delta",
+                  "seeds_needed", "p_floor", "p_task_permutation", "p_task_wilcoxon", "p_task_sign", "wins", "ties",
+                  "losses", "prob_improvement"]
 
 
 def paired_rows(al: Aligned, suite: str, cand: str, baseline: str, *, resamples: int,
-                rng: np.random.Generator, alpha: float, progress=None) -> list[dict]:
-    """Rows of paired.csv for one (suite, candidate), every metric (p_holm filled later).
+                rng: np.random.Generator, alpha: float, primary: str | None = None, unpaired: bool = False,
+                progress=None) -> list[dict]:
+    """Rows of paired.csv for one (suite, candidate), every metric (the headline columns --
+    p_holm, ci_*, mde, seeds_needed -- are filled by `inference.headline` once every
+    comparison is known).
 
-    Tests: `inference.paired_tests` (seed level first, then the task-level ones,
-    conditional on the trained models); interval: the crossed bootstrap."""
+    Tests: `inference.paired_tests` (or `unpaired_tests`), seed level first, then the
+    task-level ones, conditional on the trained models; p_maxt: `stats.max_t_sign_flip`
+    over the metrics; boot_*: the crossed bootstrap."""
     c, b = al.policies.index(cand), al.policies.index(baseline)
     diff = al.x[:, c] - al.x[:, b]  # (metrics, seeds, tasks)
     reps = stats.crossed_bootstrap(diff, stats.weighted_mean, resamples=resamples, rng=rng,
                                    progress=progress, label=f"paired {suite} {cand}")
     lo, hi = stats.percentile_interval(reps, alpha)
-    tests = inference.paired_tests(diff, resamples=resamples, rng=rng)
+    if unpaired:
+        tests = inference.unpaired_tests(al.x[:, c], al.x[:, b], resamples=resamples, rng=rng)
+    else:
+        tests = inference.paired_tests(diff, resamples=resamples, rng=rng)
     d_seed = stats.exact_ties(diff.mean(axis=2))  # (metrics, seeds)
+    if unpaired or len(al.seeds) < 2:
+        p_maxt = np.full(len(al.metrics), np.nan)
+    else:
+        p_maxt = stats.max_t_sign_flip(d_seed, resamples=resamples, rng=rng)
     rows = []
     for i, metric in enumerate(al.metrics):
         w, ti, lo_ = stats.wins_ties_losses(diff[i].mean(axis=0))
-        row = {"suite": suite, "metric": metric, "candidate": cand, "baseline": baseline,
+        row = {"suite": suite, "metric": metric, "role": "primary" if metric == primary else "secondary",
+               "candidate": cand, "baseline": baseline, "pairing": "unpaired" if unpaired else "paired",
                "n_tasks": len(al.tasks), "n_seeds": len(al.seeds),
                "candidate_value": float(al.x[i, c].mean()), "baseline_value": float(al.x[i, b].mean()),
                "delta": float(diff[i].mean()), "boot_low": float(lo[i]), "boot_high": float(hi[i]),
-               "p_holm": np.nan, "seeds_up": int((d_seed[i] > 0).sum()), "seeds_down": int((d_seed[i] < 0).sum()),
-               "wins": w, "ties": ti, "losses": lo_,
+               "p_maxt": float(p_maxt[i]), "seeds_up": int((d_seed[i] > 0).sum()),
+               "seeds_down": int((d_seed[i] < 0).sum()), "wins": w, "ties": ti, "losses": lo_,
                "prob_improvement": stats.prob_improvement(al.x[i, c], al.x[i, b])}
         row.update({name: float(p[i]) for name, p in tests.items()})
-        row.update(inference.power_columns(diff[i].mean(axis=1), alpha, resamples))
+        row.update(inference.seed_spread(al.x[i, c], al.x[i, b], unpaired))
         rows.append(row)
     return rows
 
@@ -223,35 +262,48 @@ def per_seed_rows(al: Aligned, suite: str, cand: str, baseline: str, attempts: i
 
 
 def category_rows(al: Aligned, suite: str, cand: str, baseline: str, *, resamples: int,
-                  rng: np.random.Generator, alpha: float) -> list[dict]:
-    """Per category: delta, crossed-bootstrap interval, task-level sign-flip p (conditional
-    on the trained models: a screen for where to look, not a claim about the method),
-    BH-adjusted p and flags."""
+                  rng: np.random.Generator, alpha: float, unpaired: bool = False) -> list[dict]:
+    """Per category: delta, crossed-bootstrap interval, and two tests.
+
+    p_seed: the seed-level test on the per-seed difference of the category's mean (the
+    same test as the headline: sign-flip over seeds, two-sample when unpaired); p_bh: BH
+    across the categories of a (candidate, metric); regresses = delta < 0 and p_bh < alpha.
+    p_task_permutation / p_task_bh: the task-level sign-flip and its BH adjustment,
+    conditional on the trained models (a screen for where to look, not a claim about the
+    method; A/A runs shaped like the demo flag a category in 28% of comparisons with it)."""
     c, b = al.policies.index(cand), al.policies.index(baseline)
     rows = []
     cats = sorted(set(al.categories.tolist()))
     for cat in cats:
         mask = al.categories == cat
-        diff = al.x[:, c][..., mask] - al.x[:, b][..., mask]  # (metrics, seeds, tasks_c)
+        xc, xb = al.x[:, c][..., mask], al.x[:, b][..., mask]
+        diff = xc - xb  # (metrics, seeds, tasks_c)
         reps = stats.crossed_bootstrap(diff, stats.weighted_mean, resamples=resamples, rng=rng)
         lo, hi = stats.percentile_interval(reps, alpha)
         dall = diff.mean(axis=1)  # (metrics, tasks_c)
         p_perm = stats.sign_flip_test(dall, resamples=resamples, rng=rng)
+        if len(al.seeds) < 2:
+            p_seed = np.full(len(al.metrics), np.nan)
+        elif unpaired:
+            p_seed = stats.two_sample_permutation_test(xc.mean(axis=2), xb.mean(axis=2), resamples=resamples, rng=rng)
+        else:
+            p_seed = np.atleast_1d(stats.sign_flip_test(diff.mean(axis=2), resamples=resamples, rng=rng))
         for i, metric in enumerate(al.metrics):
             d = dall[i]
             rows.append({"suite": suite, "metric": metric, "candidate": cand, "baseline": baseline,
                          "category": cat, "n_tasks": int(mask.sum()), "n_seeds": len(al.seeds),
-                         "candidate_value": float(al.x[i, c][..., mask].mean()),
-                         "baseline_value": float(al.x[i, b][..., mask].mean()),
+                         "candidate_value": float(xc[i].mean()), "baseline_value": float(xb[i].mean()),
                          "delta": float(d.mean()), "boot_low": float(lo[i]), "boot_high": float(hi[i]),
-                         "p_task_permutation": float(p_perm[i])})
+                         "p_seed": float(p_seed[i]), "p_task_permutation": float(p_perm[i])})
     out = pd.DataFrame(rows)
     if out.empty:
         return rows
     out["p_bh"] = np.nan
+    out["p_task_bh"] = np.nan
     out["worst"] = False
     for _, idx in out.groupby("metric").groups.items():
-        out.loc[idx, "p_bh"] = stats.adjust(out.loc[idx, "p_task_permutation"].to_numpy(), "fdr_bh")
+        out.loc[idx, "p_bh"] = stats.adjust(out.loc[idx, "p_seed"].to_numpy(), "fdr_bh")
+        out.loc[idx, "p_task_bh"] = stats.adjust(out.loc[idx, "p_task_permutation"].to_numpy(), "fdr_bh")
         out.loc[out.loc[idx, "delta"].idxmin(), "worst"] = True
     out["regresses"] = (out["delta"] < 0) & (out["p_bh"] < alpha)
     return out.to_dict("records")
@@ -323,6 +375,8 @@ def gee_rows(final: pd.DataFrame, al: Aligned, suite: str, baseline: str) -> tup
     else:
         notes = []
     exog = np.column_stack([np.ones(len(sub))] + [(pol == c).astype(np.float64) for c in cands])
+    # a candidate whose every attempt equals the baseline's (rows in the same seed, task, attempt order)
+    same = np.array([False] + [np.array_equal(y[pol == c], y[pol == baseline]) for c in cands])
     groups = pd.factorize(sub["seed"])[0]
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -332,7 +386,11 @@ def gee_rows(final: pd.DataFrame, al: Aligned, suite: str, baseline: str) -> tup
             df = max(k - 1, 1)
             bse = np.asarray(res.bse) * (np.sqrt(k / (k - 1)) if k > 1 else np.nan)     # CR1
             params = np.asarray(res.params)
-            pvals = 2.0 * sps.t.sf(np.abs(params / bse), df)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                pvals = 2.0 * sps.t.sf(np.abs(params / bse), df)
+            # arms with identical outcomes: the estimate is 0 (its se may be 0 or undefined): p = 1
+            pvals = np.where(same | (~np.isfinite(pvals) & (np.abs(params) < 1e-9)), 1.0, pvals)
+            params = np.where(same, 0.0, params)
             corr = float(np.ravel(res.cov_struct.dep_params)[0])
         notes += sorted({f"{suite}: GEE warning: {str(w.message).splitlines()[0]}" for w in caught})
     except (np.linalg.LinAlgError, ValueError) as exc:
@@ -379,8 +437,8 @@ def category_values(al: Aligned, suite: str) -> pd.DataFrame:
 def sensitivity_rows(paired: pd.DataFrame, axis: str, values: dict, baseline: str) -> pd.DataFrame:
     """Effect against the baseline as a function of a swept knob: the paired rows of the
     candidates that carry a value of ``axis`` (values: label -> knob value), sorted by it."""
-    cols = ["suite", "metric", "axis", "axis_value", "candidate", "baseline", "n_seeds", "delta", "boot_low",
-            "boot_high", "p_seed", "p_holm", "mde"]
+    cols = ["suite", "metric", "role", "axis", "axis_value", "candidate", "baseline", "n_seeds", "delta", "ci_low",
+            "ci_high", "boot_low", "boot_high", "p_seed", "p_holm", "p_maxt", "mde"]
     sub = paired[paired["candidate"].isin(list(values))]
     if sub.empty:
         return pd.DataFrame(columns=cols)

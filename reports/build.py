@@ -56,7 +56,8 @@ def _frames(obj, extra: tuple[str, ...] = ()) -> load.Frames:
     return load.read_dir(obj, extra=extra)
 
 
-def _validate(fr: load.Frames, baseline: str, suite: str | None, ks, resamples: int, alpha: float):
+def _validate(fr: load.Frames, baseline: str, suite: str | None, ks, resamples: int, alpha: float, primary: str,
+              target_delta: float | None):
     policies = sorted(fr.eval["policy"].unique().tolist())
     if baseline not in policies:
         raise UserError(f"--baseline: got {baseline!r}, allowed: one of the policy labels {policies}")
@@ -78,6 +79,13 @@ def _validate(fr: load.Frames, baseline: str, suite: str | None, ks, resamples: 
         raise UserError(f"--alpha: got {alpha}, allowed: 0 < alpha < 1")
     if resamples < 1:
         raise UserError(f"--resamples: got {resamples}, allowed: an integer >= 1")
+    from reports.analysis import metric_names
+
+    names = sorted({m for n in attempts.values() for m in metric_names(ks, n)})
+    if primary not in names:
+        raise UserError(f"--primary: got {primary!r}, allowed: one of the metrics of this report {names}")
+    if target_delta is not None and not (np.isfinite(target_delta) and 0 < target_delta <= 1):
+        raise UserError(f"--target-delta: got {target_delta!r}, allowed: a number in (0, 1] (metrics lie in [0, 1])")
     return policies, attempts, ks
 
 
@@ -87,9 +95,15 @@ DEFAULT_KS = (1, 3)
 
 def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = None, ks=None,
                  resamples: int = 10000, seed: int = 0, alpha: float = 0.05,
-                 progress: Callable[[int, int, str], None] | None = None, axis: str | None = None) -> ReportResult:
+                 progress: Callable[[int, int, str], None] | None = None, axis: str | None = None,
+                 primary: str = "score", unpaired: bool = False, target_delta: float | None = None) -> ReportResult:
     """Paired comparison of every policy against ``baseline``; the seed is the unit of the
-    tests (reports.inference), the crossed bootstrap gives the intervals.
+    tests (reports.inference). The headline: ``primary`` (score; pass@1 where the two
+    agree) tested over seeds, Holm over candidates x suites, with its simultaneous t
+    interval and the power of that procedure (`inference.headline`); other metrics are
+    secondary (max-T over a candidate's metrics). Runs pair by seed only when their
+    run.json environments agree (else UserError, unless ``unpaired``: independent-sample
+    tests over seeds). target_delta: the effect `seeds_needed` plans for (default: mde).
 
     dir_or_frames: a grid/run directory, a `load.Frames`, an eval DataFrame, a dict
     {"eval": df, "train": df} or a tuple (eval_df, train_df). out: directory to write
@@ -99,7 +113,7 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     against the baseline per knob value) and its figure.
     """
     fr = _frames(dir_or_frames, (axis,) if axis else ())
-    policies, attempts, ks = _validate(fr, baseline, suite, ks, resamples, alpha)
+    policies, attempts, ks = _validate(fr, baseline, suite, ks, resamples, alpha, primary, target_delta)
     axis_values = load.axis_values(fr.eval, axis) if axis else None
     from reports import analysis, diagnostics
 
@@ -110,19 +124,24 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
         short = [s for s, n in attempts.items() if n < k]
         if short:
             notes.append(f"pass@{k}/pass^{k} not computed for suite(s) {short}: fewer than {k} attempts per task")
+    notes += _check_pairing(fr, cells, baseline, [p for p in policies if p != baseline], unpaired)
     acc = {name: [] for name in TABLES}
     stages = len(attempts) * len(policies)
     for si, s in enumerate(sorted(attempts)):
         notes += _compare_suite(acc, fr, cells, s, attempts[s], policies, baseline, ks, rng=rng, alpha=alpha,
-                                resamples=resamples, stages=(si * len(policies), stages), progress=progress)
+                                resamples=resamples, stages=(si * len(policies), stages), progress=progress,
+                                primary=primary, unpaired=unpaired)
     tables = {name: _concat(frames) for name, frames in acc.items() if frames or name in _COMPARISON}
-    tables["paired"] = _holm(tables["paired"])
+    tables["paired"] = _headline(tables["paired"], alpha, resamples, target_delta)
+    if tables["paired"].empty and len(policies) > 1:
+        raise UserError(f"--baseline {baseline!r}: no candidate shares a seed and a task with it in any suite, "
+                        "so nothing can be compared: " + "; ".join(n for n in notes if "not compared" in n))
     from reports import rliable_views
     views = rliable_views.compute(fr, cells, tables["summary"], policies, baseline, ks, resamples=resamples, seed=seed,
                                   alpha=alpha)
     tables.update(views.tables)
     notes += views.notes
-    notes += _power_notes(tables["paired"], alpha)
+    notes += _power_notes(tables["paired"], alpha, resamples)
     if axis:
         tables["sensitivity"] = analysis.sensitivity_rows(tables["paired"], axis, axis_values, baseline)
     _integer_counts(tables["per_seed"])
@@ -134,9 +153,10 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
         if "excluded" in line or "lacks" in line:
             warnings.warn(line, stacklevel=2)
     config = {"baseline": baseline, "suite": suite, "ks": list(ks), "resamples": resamples, "seed": seed,
-              "alpha": alpha, "axis": axis, "source": fr.source, "versions": _versions(), "runs": _runs(fr)}
+              "alpha": alpha, "axis": axis, "primary": primary, "unpaired": unpaired, "target_delta": target_delta,
+              "source": fr.source, "versions": _versions(), "runs": _runs(fr)}
     canonical = json.dumps({k: config[k] for k in ("baseline", "suite", "ks", "resamples", "seed", "alpha", "axis",
-                                                   "runs")},
+                                                   "primary", "unpaired", "target_delta", "runs")},
                            sort_keys=True, separators=(",", ":"))
     config["config_hash"] = hashlib.sha256(canonical.encode()).hexdigest()[:16]
     result = ReportResult(config, tables, diag, notes, attempts, policies, views=views)
@@ -154,8 +174,14 @@ _COMPARISON = ("summary", "category_values", "per_task", "paired", "per_seed", "
 
 def _compare_suite(acc: dict, fr: load.Frames, cells: pd.DataFrame, suite: str, attempts: int, policies: list[str],
                    baseline: str, ks, *, rng, alpha: float, resamples: int, stages: tuple[int, int],
-                   progress) -> list[str]:
-    """Append every comparison table of one suite to ``acc``; return the notes."""
+                   progress, primary: str, unpaired: bool) -> list[str]:
+    """Append every comparison table of one suite to ``acc``; return the notes.
+
+    Every pair (candidate, baseline) with a non-empty seeds x tasks rectangle is compared on
+    its own rectangle; a pair without one is named in one line, with why. The all-policy
+    tables (summary, per-task, categories' values, GEE) use the rectangle common to the
+    baseline and the comparable candidates; a candidate that would empty it is left out of
+    them (one line each)."""
     from reports import analysis
 
     metrics = analysis.metric_names(ks, attempts)
@@ -164,31 +190,93 @@ def _compare_suite(acc: dict, fr: load.Frames, cells: pd.DataFrame, suite: str, 
         metrics.remove("score")
         notes.append(f"{suite}: score equals pass@1 on every task (rewards are 1 for a success, else 0); "
                      "shown once, as pass@1")
-    al, align_notes = analysis.align(cells, suite, policies, baseline, metrics)
+    head = "pass@1" if primary == "score" and "score" not in metrics else primary
+    if head not in metrics:
+        notes.append(f"{suite}: the primary metric {primary} is not computed here (fewer attempts per task); "
+                     "every metric of this suite is secondary")
+    cands = [p for p in policies if p != baseline]
+    pairs, sizes = {}, {}
+    for cand in cands:
+        pal, _ = analysis.align(cells, suite, [cand, baseline], baseline, metrics)
+        if pal.tasks and pal.seeds:
+            pairs[cand], sizes[cand] = pal, len(pal.tasks) * len(pal.seeds)
+        else:
+            notes.append(f"{suite}: {cand!r} not compared with {baseline!r}: {_why_empty(cells, suite, cand, baseline)}")
+    members = [baseline] + list(pairs)
+    while True:
+        al, align_notes = analysis.align(cells, suite, members, baseline, metrics)
+        if (al.tasks and al.seeds) or len(members) <= 2:
+            break
+        drop = min(members[1:], key=lambda c: (sizes[c], c))
+        members.remove(drop)
+        notes.append(f"{suite}: {drop!r} left out of the all-policy tables (summary, per-task, GEE): no seeds x tasks "
+                     "are common to every policy with it; its paired comparison stands")
     notes += align_notes
-    if not al.tasks or not al.seeds:
-        return notes + [f"{suite}: no complete seeds x tasks rectangle; suite skipped"]
     first, total = stages
     kw = dict(resamples=resamples, rng=rng, alpha=alpha)
-    acc["summary"].append(analysis.bootstrap_summary(al, suite, baseline, progress=_stage(progress, first + 1, total),
-                                                     **kw))
-    acc["per_task"].append(analysis.per_task_rows(al, suite))
-    acc["category_values"].append(analysis.category_values(al, suite))
-    gee, gee_notes = analysis.gee_rows(fr.eval, al, suite, baseline)
-    acc["gee"].append(pd.DataFrame(gee))
-    notes += gee_notes
-    for ci, cand in enumerate(p for p in policies if p != baseline):
-        pal, _ = analysis.align(cells, suite, [cand, baseline], baseline, metrics)
-        if not pal.tasks or not pal.seeds:
-            notes.append(f"{suite}: {cand!r} shares no complete seeds x tasks with the baseline; not compared")
+    if al.tasks and al.seeds:
+        acc["summary"].append(analysis.bootstrap_summary(al, suite, baseline,
+                                                         progress=_stage(progress, first + 1, total), **kw))
+        acc["per_task"].append(analysis.per_task_rows(al, suite))
+        acc["category_values"].append(analysis.category_values(al, suite))
+        gee, gee_notes = analysis.gee_rows(fr.eval, al, suite, baseline)
+        acc["gee"].append(pd.DataFrame(gee))
+        notes += gee_notes
+    else:
+        notes.append(f"{suite}: the baseline {baseline!r} has no complete seeds x tasks rectangle; suite skipped")
+    for ci, cand in enumerate(cands):
+        if cand not in pairs:
             continue
+        pal = pairs[cand]
         stage = _stage(progress, first + 2 + ci, total)
-        acc["paired"].append(pd.DataFrame(analysis.paired_rows(pal, suite, cand, baseline, progress=stage, **kw)))
+        acc["paired"].append(pd.DataFrame(analysis.paired_rows(pal, suite, cand, baseline, progress=stage,
+                                                               primary=head, unpaired=unpaired, **kw)))
         acc["per_seed"].append(pd.DataFrame(analysis.per_seed_rows(pal, suite, cand, baseline, attempts)))
-        acc["categories"].append(pd.DataFrame(analysis.category_rows(pal, suite, cand, baseline, **kw)))
+        acc["categories"].append(pd.DataFrame(analysis.category_rows(pal, suite, cand, baseline, unpaired=unpaired,
+                                                                     **kw)))
         flips, counts = analysis.flip_rows(pal, suite, cand, baseline)
         acc["flips"].append(pd.DataFrame(flips))
         acc["flip_counts"].append(pd.DataFrame(counts))
+    return notes
+
+
+def _why_empty(cells: pd.DataFrame, suite: str, cand: str, baseline: str) -> str:
+    """One clause: why a pair has no common seeds x tasks rectangle."""
+    sub = cells[cells["suite"] == suite]
+    mine, base = sub[sub["policy"] == cand], sub[sub["policy"] == baseline]
+    if mine.empty:
+        return f"it has no evaluation on this suite"
+    if base.empty:
+        return "the baseline has no evaluation on this suite"
+    seeds = sorted(set(mine["seed"]) & set(base["seed"]))
+    if not seeds:
+        return (f"no common seed (its seeds {sorted(set(mine['seed']))[:6]}, the baseline's "
+                f"{sorted(set(base['seed']))[:6]})")
+    if not set(mine["task"]) & set(base["task"]):
+        return (f"no common task (it was evaluated on {mine['task'].nunique()} other task ids, e.g. "
+                f"{sorted(set(mine['task']))[0]!r})")
+    return "no task is complete on a common seed in both arms"
+
+
+def _check_pairing(fr: load.Frames, cells: pd.DataFrame, baseline: str, cands: list[str], unpaired: bool) -> list[str]:
+    """Common random numbers: runs pair by seed only when their run.json environments agree
+    (checked for the candidates that share a task with the baseline). A disagreement is a
+    UserError naming the two runs, unless --unpaired."""
+    shared = set(zip(cells["suite"][cells["policy"] == baseline], cells["task"][cells["policy"] == baseline]))
+    comparable = [c for c in cands if shared & set(zip(cells["suite"][cells["policy"] == c],
+                                                       cells["task"][cells["policy"] == c]))]
+    problems, unchecked = load.pairing_problems(fr.eval, fr.runs, baseline, comparable)
+    notes = []
+    if problems and not unpaired:
+        more = f" (and {len(problems) - 1} more pair(s))" if len(problems) > 1 else ""
+        raise UserError(f"pairing: {problems[0]}{more}; runs pair by seed only on the same environment and seed "
+                        "(common random numbers); pass --unpaired to compare them as independent runs")
+    if unpaired:
+        notes.append("--unpaired: the seed-level tests compare the two arms' per-seed means as independent samples "
+                     "(two-sample permutation, Welch, Mann-Whitney); secondary metrics are descriptive")
+    elif unchecked:
+        notes.append(f"pairing: {unchecked} (candidate, seed) pair(s) have no environment config in run.json; "
+                     "they are paired by seed label only (common random numbers not checked)")
     return notes
 
 
@@ -213,37 +301,66 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def _holm(paired: pd.DataFrame) -> pd.DataFrame:
-    """Holm over all candidates x metrics of each suite, applied to p_seed (the seed-level
-    sign-flip test: the replication unit of a training method is the seed)."""
-    from reports import analysis, stats
+def _headline(paired: pd.DataFrame, alpha: float, resamples: int, target_delta) -> pd.DataFrame:
+    """paired.csv's headline columns (inference.headline: Holm over candidates x suites on
+    the primary metric, its simultaneous t interval, the power of that procedure)."""
+    from reports import analysis, inference
 
     if paired.empty:
         return pd.DataFrame(columns=analysis.PAIRED_COLUMNS)
-    paired = paired.copy()
-    for _, idx in paired.groupby("suite").groups.items():
-        paired.loc[idx, "p_holm"] = stats.adjust(paired.loc[idx, "p_seed"].to_numpy(), "holm")
-    return paired[analysis.PAIRED_COLUMNS]
+    return inference.headline(paired, alpha, resamples, target_delta)[analysis.PAIRED_COLUMNS]
 
 
-def _power_notes(paired: pd.DataFrame, alpha: float) -> list[str]:
-    """Warnings: one seed (no seed-level test); p_seed at its floor (the test cannot say
-    how small p really is); a floor above alpha (nothing can be significant)."""
+#: |skewness of d_s| from which the report warns that the seed tests are tests of "no effect":
+#: at least this, and at least 2 standard errors of the sample skewness at S seeds
+#: (sqrt(6 S (S - 1) / ((S - 2) (S + 1) (S + 3))): 1.37 at 10 seeds), so normal noise rarely warns
+SKEW_WARN = 1.0
+
+
+def _skew_limit(n: int) -> float:
+    return max(SKEW_WARN, 2.0 * float(np.sqrt(6.0 * n * (n - 1) / ((n - 2) * (n + 1) * (n + 3))))) if n > 2 else np.inf
+
+
+def _power_notes(paired: pd.DataFrame, alpha: float, resamples: int) -> list[str]:
+    """Warnings: one seed (no interval, no p-value); the floor of the seed test above its
+    Holm threshold; p_seed at its floor; the bootstrap interval below 5 seeds; skewed d_s."""
+    from reports import inference
+
     notes = []
     for suite, g in paired.groupby("suite", sort=True):
         n_s = int(g["n_seeds"].min())
-        floor = float(g["p_floor"].iloc[0])
+        prim = g[g["role"] == "primary"]
         if n_s < 2:
-            notes.append(f"{suite}: only {n_s} seed: no seed-level test is possible (p_seed = 1, no t-test); "
-                         "the task-level tests are conditional on this one trained model per policy")
-        elif floor >= alpha:
-            notes.append(f"{suite}: with {n_s} seeds the smallest attainable p_seed is {floor:.4g} >= alpha = "
-                         f"{alpha}: no comparison can be significant; see mde and seeds_needed in paired.csv")
+            notes.append(f"{suite}: only {n_s} seed: no interval and no p-value over seeds; at least two seeds "
+                         "(training runs) per policy are needed; the task-level tests are conditional on this one "
+                         "trained model per policy")
+            continue
+        floor = float(g["p_floor"].iloc[0])
+        family = int(prim["family"].iloc[0]) if len(prim) else 1
+        if floor >= alpha / family:
+            notes.append(f"{suite}: with {n_s} seeds the smallest attainable p_seed is {floor:.4g} >= alpha / "
+                         f"{family} = {alpha / family:.4g} (Holm's first step over {family} comparisons): no "
+                         "comparison can be significant; mde is inf, see seeds_needed in paired.csv")
         at = g[np.isclose(g["p_seed"], floor, rtol=1e-9, atol=0)]
-        if n_s >= 2 and len(at):
+        if len(at):
             pairs = ", ".join(f"{c} {m}" for c, m in zip(at["candidate"], at["metric"]))
-            notes.append(f"{suite}: p_seed sits at its floor {floor:.4g} (every seed on the same side) for {pairs}; "
+            paired_ = bool((g["pairing"] == "paired").all())
+            exact = inference.floor_of(n_s, resamples, not paired_)[1]
+            why = ("every seed on the same side" if exact and paired_ else
+                   "no random sign pattern reached the observed statistic" if paired_ else
+                   "the arms' per-seed means do not overlap" if exact else
+                   "no random relabeling of the runs reached the observed difference")
+            notes.append(f"{suite}: p_seed sits at its floor {floor:.4g} ({why}) for {pairs}; "
                          "the true p may be smaller, only more seeds can show it")
+        if n_s < 5:
+            notes.append(f"{suite}: boot_low/boot_high (new tasks and new runs) resample only {n_s} seeds and "
+                         "undercover there (about 64-87% at 2-5 seeds in run-dominated data); read ci_low/ci_high")
+        skewed = prim[np.abs(prim["skew_seed"]) >= prim["n_seeds"].map(_skew_limit)]
+        for _, r in skewed.iterrows():
+            notes.append(f"{suite}: d_s of {r['candidate']} ({r['metric']}) is skewed (skewness {r['skew_seed']:+.2f} "
+                         f"over {int(r['n_seeds'])} seeds, beyond {_skew_limit(int(r['n_seeds'])):.2f}): the seed-level tests test 'no effect' (the two runs of a "
+                         "seed exchangeable), so a small p says the policy changes the outcome, not that it changes "
+                         "the mean in the direction of delta")
     return notes
 
 

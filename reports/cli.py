@@ -3,6 +3,7 @@
     hb report DIR --baseline LABEL [--out OUTDIR] [--suite NAME] [--k 1,3]
                   [--resamples 10000] [--seed 0] [--alpha 0.05] [--axis policy.tau] [--recollect] [--force]
                   [--budget groups|tokens|seconds [--at VALUE]]
+                  [--primary score] [--target-delta D] [--unpaired]
     hb report marginals --n 161 --a 67 --b 62      (n <= 1e9; closed form)
 
 The first positional word `marginals` selects the marginal-McNemar helper instead of a
@@ -41,6 +42,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compare at equal cost: each run at its evaluation when its cumulative cost first "
                              "crossed a milestone (runs with eval_budget), the largest every run reached")
     parser.add_argument("--at", type=float, default=None, help="with --budget: this milestone instead")
+    parser.add_argument("--primary", default="score",
+                        help="the headline metric: Holm over candidates x suites on it (default score, i.e. pass@1 "
+                             "for binary rewards); the other metrics are secondary (max-T over a candidate's metrics)")
+    parser.add_argument("--target-delta", type=float, default=None,
+                        help="the true effect on the primary metric that seeds_needed plans for (a design "
+                             "calculation; default: the minimum detectable effect at the current seeds)")
+    parser.add_argument("--unpaired", action="store_true",
+                        help="runs of a seed did not share their environment (run.json): compare the arms' per-seed "
+                             "means as independent samples instead of refusing")
     parser.add_argument("--recollect", action="store_true",
                         help="a grid whose cells are newer than its collected tables: collect them again first")
     parser.add_argument("--force", action="store_true",
@@ -154,7 +164,8 @@ def main(args: argparse.Namespace) -> int:
                         if args.budget else (args.dir, None))
         result = build_report(source, args.baseline, out, suite=args.suite, ks=_parse_ks(args.k),
                               resamples=args.resamples, seed=args.seed, alpha=args.alpha, progress=_Progress(),
-                              axis=args.axis)
+                              axis=args.axis, primary=args.primary, unpaired=args.unpaired,
+                              target_delta=args.target_delta)
     for line in result.notes:
         print(f"warning: {line}", file=sys.stderr)
     print(textwrap.fill(conclusion(result), width=110) + "\n")

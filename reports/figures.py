@@ -115,7 +115,7 @@ def rliable_plot(agg: pd.DataFrame, prof: pd.DataFrame, pi: pd.DataFrame, steps:
 
 def sensitivity_plot(rows: pd.DataFrame, axis: str, title: str = ""):
     """Delta against the baseline (with its interval) as a function of a swept knob, one
-    panel per metric. rows: metric, axis_value, delta, boot_low, boot_high, p_holm
+    panel per metric. rows: metric, axis_value, delta, ci_low, ci_high (the headline interval), p_holm
     (in the order to draw); numeric knob values on a numeric axis, others as categories."""
     metrics = list(rows["metric"].drop_duplicates())
     fig, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics) + 0.8, 3.4), squeeze=False)
@@ -125,7 +125,7 @@ def sensitivity_plot(rows: pd.DataFrame, axis: str, title: str = ""):
         numeric = bool(x.notna().all())
         xs = x.to_numpy(dtype=float) if numeric else np.arange(len(r), dtype=float)
         d = r["delta"].to_numpy(dtype=float)
-        err = np.vstack([d - r["boot_low"].to_numpy(dtype=float), r["boot_high"].to_numpy(dtype=float) - d])
+        err = np.vstack([d - r["ci_low"].to_numpy(dtype=float), r["ci_high"].to_numpy(dtype=float) - d])
         sig = r["p_holm"].to_numpy(dtype=float) < 0.05
         ax.errorbar(xs, d, yerr=err, fmt="-", color="tab:blue", lw=1, capsize=3, zorder=2)
         ax.scatter(xs[sig], d[sig], color="tab:blue", zorder=3, s=20)
@@ -137,7 +137,7 @@ def sensitivity_plot(rows: pd.DataFrame, axis: str, title: str = ""):
         ax.set_title(metric, fontsize=9)
         ax.tick_params(labelsize=7)
     axes[0, 0].set_ylabel("delta vs baseline", fontsize=8)
-    fig.suptitle(f"{title} (bootstrap intervals; filled: p_holm < 0.05)", fontsize=9)
+    fig.suptitle(f"{title} (headline t intervals over seeds; filled: p_holm < 0.05)", fontsize=9)
     fig.subplots_adjust(left=0.12, right=0.98, top=_top(fig), bottom=0.25, wspace=0.3)
     return fig, axes
 
@@ -266,3 +266,28 @@ def strip_plot(df: pd.DataFrame, x: str, value: str, title: str = "", ylabel: st
 def save(fig, path) -> None:
     fig.savefig(path, dpi=80)
     plt.close(fig)
+
+
+def share_heatmap(share: pd.DataFrame, marks: pd.DataFrame, title: str = ""):
+    """Rows x columns of shares of the oracle's gap (`hb stress`): diverging colours clipped
+    to [-1, 1] (0 = uniform, 1 = the oracle), each cell annotated with its share and `*`
+    where `marks` is True; NaN cells grey."""
+    values = share.to_numpy(dtype=float)
+    rows, cols = share.shape
+    fig, ax = plt.subplots(figsize=(1.0 + 0.75 * cols, 1.0 + 0.4 * rows))
+    cmap = plt.get_cmap("RdBu").with_extremes(bad="#dddddd")
+    image = ax.imshow(np.ma.masked_invalid(np.clip(values, -1.0, 1.0)), cmap=cmap, vmin=-1.0, vmax=1.0,
+                      aspect="auto")
+    for i in range(rows):
+        for j in range(cols):
+            if np.isfinite(values[i, j]):
+                star = "*" if bool(marks.iat[i, j]) else ""
+                ax.text(j, i, f"{values[i, j]:.2f}{star}", ha="center", va="center", fontsize=7,
+                        color="white" if abs(np.clip(values[i, j], -1, 1)) > 0.6 else "black")
+    ax.set_xticks(range(cols), [str(c) for c in share.columns], rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(rows), [str(r) for r in share.index], fontsize=8)
+    fig.colorbar(image, ax=ax, fraction=0.03, pad=0.02)
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig, ax

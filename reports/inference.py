@@ -42,6 +42,7 @@ def paired_tests(diff: np.ndarray, *, resamples: int, rng: np.random.Generator) 
     diff: (rows, seeds, tasks) = candidate - baseline on a complete rectangle. Returns
     {test name: (rows,) p-values}; the sign patterns are shared by the rows, so rows of
     a vectorised call are tested exactly as if tested one by one with the same draws.
+    With one seed there is no test over seeds: the p_seed* values are nan.
     """
     diff = np.asarray(diff, dtype=np.float64)
     d_seed, d_task = diff.mean(axis=2), diff.mean(axis=1)  # (rows, seeds), (rows, tasks)
@@ -49,24 +50,144 @@ def paired_tests(diff: np.ndarray, *, resamples: int, rng: np.random.Generator) 
            "p_seed_t": np.array([stats.t_test_p(r) for r in d_seed]),
            "p_seed_wilcoxon": np.array([stats.wilcoxon_p(r) for r in d_seed]),
            "p_task_permutation": np.atleast_1d(stats.sign_flip_test(d_task, resamples=resamples, rng=rng))}
+    if d_seed.shape[1] < 2:
+        for name in ("p_seed", "p_seed_t", "p_seed_wilcoxon"):
+            out[name] = np.full(d_seed.shape[0], np.nan)
     out["p_task_wilcoxon"] = np.array([stats.wilcoxon_p(r) for r in d_task])
     wtl = [stats.wins_ties_losses(r) for r in d_task]
     out["p_task_sign"] = np.array([stats.sign_test(w, lo) for w, _, lo in wtl])
     return out
 
 
-def power_columns(d_seed: np.ndarray, alpha: float, resamples: int) -> dict:
-    """Power beside p for one row of per-seed differences d_s: (seeds,).
+def unpaired_tests(cand: np.ndarray, base: np.ndarray, *, resamples: int, rng: np.random.Generator
+                   ) -> dict[str, np.ndarray]:
+    """`--unpaired`: the runs of a seed share no random numbers, so the seed-level tests
+    compare the per-seed means of the two arms as independent samples: p_seed = two-sample
+    permutation test, p_seed_t = Welch's t-test, p_seed_wilcoxon = Mann-Whitney U. The
+    task-level tests stay paired by task (the tasks are shared), conditional as always.
+    cand, base: (rows, seeds, tasks)."""
+    a, b = cand.mean(axis=2), base.mean(axis=2)  # (rows, seeds)
+    out = paired_tests(cand - base, resamples=resamples, rng=rng)
+    if a.shape[1] < 2:
+        return out
+    out["p_seed"] = stats.two_sample_permutation_test(a, b, resamples=resamples, rng=rng)
+    out["p_seed_t"] = np.array([_welch_p(x, y) for x, y in zip(a, b)])
+    out["p_seed_wilcoxon"] = np.array([float(sps.mannwhitneyu(x, y).pvalue) if np.ptp(np.r_[x, y]) > 0 else 1.0
+                                       for x, y in zip(stats.exact_ties(a), stats.exact_ties(b))])
+    return out
 
-    mde: the smallest true mean difference the paired t-test over these S seeds detects
-    with power 0.8 at ``alpha`` (from the observed sd of d_s); seeds_needed: seeds for
-    power 0.8 at the observed delta; p_floor: the smallest p the seed sign-flip test can
-    give at S seeds (2 / 2**S when exact)."""
-    d_seed = np.asarray(d_seed, dtype=np.float64)
-    sd = float(d_seed.std(ddof=1)) if d_seed.size > 1 else float("nan")
-    return {"sd_seed": sd, "mde": stats.mde(d_seed, alpha),
-            "seeds_needed": stats.seeds_needed(float(d_seed.mean()), sd, alpha) if d_seed.size > 1 else np.nan,
-            "p_floor": stats.p_floor(d_seed.size, resamples)}
+
+def _welch_p(x: np.ndarray, y: np.ndarray) -> float:
+    se, _ = welch_se_df(x, y)
+    if se == 0:
+        return 1.0 if x.mean() == y.mean() else 0.0
+    return float(sps.ttest_ind(x, y, equal_var=False).pvalue)
+
+
+def welch_se_df(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Standard error of mean(x) - mean(y) for independent samples and its Welch df."""
+    vx, vy = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
+    se = float(np.sqrt(vx + vy))
+    if se == 0:
+        return 0.0, float(x.size + y.size - 2)
+    return se, float((vx + vy) ** 2 / (vx ** 2 / (x.size - 1) + vy ** 2 / (y.size - 1)))
+
+
+def seed_spread(cand: np.ndarray, base: np.ndarray, unpaired: bool) -> dict:
+    """Per-seed spread of one row: sd_seed (paired: sd of d_s; unpaired: the root mean of
+    the two arms' per-seed variances), se_seed and df_seed of delta (paired: sd / sqrt(S),
+    S - 1; unpaired: Welch), skew_seed (skewness of d_s, paired only). cand, base: (seeds, tasks)."""
+    a, b = cand.mean(axis=1), base.mean(axis=1)
+    n = a.size
+    if n < 2:
+        return {"sd_seed": np.nan, "se_seed": np.nan, "df_seed": np.nan, "skew_seed": np.nan}
+    if unpaired:
+        se, df = welch_se_df(a, b)
+        sd = float(np.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2))
+        return {"sd_seed": sd, "se_seed": se, "df_seed": df, "skew_seed": np.nan}
+    d = stats.exact_ties(a - b)
+    sd = float(d.std(ddof=1))
+    return {"sd_seed": sd, "se_seed": sd / np.sqrt(n), "df_seed": float(n - 1), "skew_seed": stats.skewness(d)}
+
+
+def floor_of(n: int, resamples: int, unpaired: bool = False) -> tuple[float, bool]:
+    """(smallest attainable p, exact?) of the seed-level permutation test at n seeds per arm."""
+    from math import comb
+
+    if n < 2:
+        return float("nan"), False
+    if unpaired:
+        c = comb(2 * n, n)
+        return (2.0 / c, True) if c <= resamples else (1.0 / (resamples + 1), False)
+    exact = n <= 16 or 2 ** n <= resamples
+    return stats.p_floor(n, resamples), exact
+
+
+def design(delta: float, se: float, df: float, n: int, *, family: int, alpha: float, resamples: int,
+           unpaired: bool = False, target: float | None = None, power: float = 0.8) -> dict:
+    """Power of the procedure actually used, for one row.
+
+    level: the per-comparison threshold of the headline procedure (alpha / family, Holm's
+    first step; family = candidates x suites on the primary metric, or the candidate's
+    metrics for the max-T secondaries), rounded down to what the permutation test over
+    n seeds can attain (0 when its floor is above it). mde: the smallest true delta that
+    test detects with ``power`` (t approximation at that level; inf when the level is 0
+    or the mde exceeds 1, the widest a difference of metrics in [0, 1] can be).
+    target_delta: ``target`` or, by default, that mde (when it is inf: the mde the test
+    would have without its floor). seeds_needed: a design count, never post-hoc -- the
+    seeds per arm at which the same procedure detects target_delta with ``power``, with
+    the per-seed sd of these runs."""
+    floor, exact = floor_of(n, resamples, unpaired)
+    if n < 2 or not np.isfinite(se):
+        return {"mde": np.nan, "target_delta": np.nan if target is None else target, "seeds_needed": np.nan,
+                "p_floor": floor}
+    level = stats.attainable_level(alpha / family, floor, exact)
+    m = stats.mde_se(se, df, level, power)
+    m = m if m <= 1.0 else float("inf")
+    if target is None:
+        target = m if np.isfinite(m) else stats.mde_se(se, df, alpha / family, power)
+    sd = se * np.sqrt(n / 2.0) if unpaired else se * np.sqrt(n)
+    need = stats.seeds_needed(target, sd, alpha, power, family=family, resamples=resamples, unpaired=unpaired)
+    return {"mde": m, "target_delta": float(target), "seeds_needed": need, "p_floor": floor}
+
+
+def headline(paired: pd.DataFrame, alpha: float, resamples: int, target_delta: float | None = None
+             ) -> pd.DataFrame:
+    """The headline procedure on the rows of paired.csv (every suite and candidate).
+
+    Family: the primary-metric rows of every candidate x suite; p_holm = Holm over that
+    family of p_seed. ci_low/ci_high: the t(df) interval of mean(d_s) over seeds (target:
+    these tasks, new training runs) at the Bonferroni level alpha / family, simultaneous
+    over the family; a non-rejected row (p_holm >= alpha) whose interval excludes 0 is
+    widened to reach 0 (ci_widened), which only adds coverage, so an interval that
+    excludes 0 always has p_holm < alpha. Secondary rows: the same with p_maxt (max-T
+    over the candidate's metrics) and family = those metrics. mde, target_delta,
+    seeds_needed: `design` for the row's family (target_delta applies to the primary)."""
+    out = paired.copy()
+    prim = (out["role"] == "primary").to_numpy()
+    out["p_holm"] = np.nan
+    out.loc[prim, "p_holm"] = stats.adjust(out.loc[prim, "p_seed"].to_numpy(dtype=float), "holm")
+    n_primary = int(np.isfinite(out.loc[prim, "p_seed"].to_numpy(dtype=float)).sum())
+    per_cand = out.groupby(["suite", "candidate"])["metric"].transform("size").to_numpy()
+    family = np.where(prim, max(n_primary, 1), per_cand)
+    cols = {k: [] for k in ("family", "ci_level", "ci_low", "ci_high", "ci_widened", "mde", "target_delta",
+                            "seeds_needed", "p_floor")}
+    for i, r in enumerate(out.itertuples(index=False)):
+        fam = int(family[i])
+        level = alpha / fam
+        lo, hi = stats.t_interval(r.delta, r.se_seed, r.df_seed, level)
+        p_adj = r.p_holm if prim[i] else r.p_maxt
+        widened = bool(np.isfinite(lo) and not (p_adj < alpha) and (lo > 0 or hi < 0))
+        if widened:
+            lo, hi = min(lo, 0.0), max(hi, 0.0)
+        d = design(r.delta, r.se_seed, r.df_seed, int(r.n_seeds), family=fam, alpha=alpha, resamples=resamples,
+                   unpaired=r.pairing == "unpaired", target=target_delta if prim[i] else None)
+        for k, v in (("family", fam), ("ci_level", 1 - level), ("ci_low", lo), ("ci_high", hi),
+                     ("ci_widened", widened), *d.items()):
+            cols[k].append(v)
+    for k, v in cols.items():
+        out[k] = v
+    return out
 
 
 def false_positive_rates(pvalues: dict[str, np.ndarray], alpha: float = 0.05, confidence: float = 0.95

@@ -219,3 +219,46 @@ def axis_values(final: pd.DataFrame, axis: str) -> dict:
 def harnesses(train: pd.DataFrame) -> list[str]:
     """Training-harness names from the p_<harness> columns."""
     return [c[2:] for c in train.columns if c.startswith("p_")]
+
+
+def environment_key(meta: dict | None):
+    """What common random numbers need two runs to share, from a run record: the
+    environment section of its config and its seed (the policy, its label and its own seed
+    excluded). None when the record has no config (pairing is then by seed label only)."""
+    cfg = (meta or {}).get("config")
+    if not isinstance(cfg, dict) or "env" not in cfg:
+        return None
+    return {"env": cfg.get("env"), "seed": cfg.get("seed")}
+
+
+def pairing_problems(final: pd.DataFrame, runs: dict, baseline: str, candidates: list[str]
+                     ) -> tuple[list[str], int]:
+    """Runs paired by seed label that did not share their random numbers.
+
+    For every candidate and every seed it shares with the baseline: the two runs'
+    `environment_key` must agree. Returns (one line per disagreeing pair, naming the two
+    runs and the first differing key; the number of (candidate, seed) pairs whose records
+    carry no config, so only their seed labels could be compared)."""
+    ids = final[["policy", "seed", "run_id"]].drop_duplicates()
+    run_of = {(p, int(s)): r for p, s, r in ids.itertuples(index=False)}
+    problems, unchecked = [], 0
+    for cand in candidates:
+        for (pol, seed), run_b in sorted(run_of.items()):
+            if pol != baseline or (cand, seed) not in run_of:
+                continue
+            run_c = run_of[(cand, seed)]
+            kc, kb = environment_key(runs.get(run_c)), environment_key(runs.get(run_b))
+            if kc is None or kb is None:
+                unchecked += 1
+            elif kc != kb:
+                problems.append(f"runs {run_c!r} ({cand}, seed {seed}) and {run_b!r} (baseline {baseline}, seed {seed}) "
+                                f"do not share their environment: {_first_difference(kc, kb)}")
+    return problems, unchecked
+
+
+def _first_difference(a, b, where: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            if a.get(key) != b.get(key):
+                return _first_difference(a.get(key), b.get(key), f"{where}.{key}" if where else str(key))
+    return f"{where or 'config'} = {a!r} vs {b!r}"

@@ -136,7 +136,8 @@ def compute(fr, cells: pd.DataFrame, summary: pd.DataFrame, policies: list[str],
     for suite in sorted(summary["suite"].unique()):
         summ = summary[summary["suite"] == suite]
         metrics = list(summ["metric"].drop_duplicates())
-        al, _ = analysis.align(cells, suite, policies, baseline, metrics)
+        members = [p for p in policies if p in set(summ["policy"])]  # those of the suite's all-policy rectangle
+        al, _ = analysis.align(cells, suite, members, baseline, metrics)
         for i, metric in enumerate(al.metrics):
             views.matrices[(suite, metric)] = {p: al.x[i, j].copy() for j, p in enumerate(al.policies)}
         views.index[suite] = {"seeds": [int(s) for s in al.seeds], "tasks": list(al.tasks)}

@@ -124,11 +124,13 @@ def _categories(doc: Doc, result, name: str) -> None:
         doc.p(f"delta per category on {metric} (candidate - baseline; tasks in brackets):")
         doc.table(prim.pivot(index="category", columns="candidate", values="cell").reset_index(), keys=1)
         if flagged.empty:
-            doc.p(f"No category regresses significantly (negative delta with BH-adjusted p < {alpha}); "
+            doc.p(f"No category regresses significantly (negative delta with a seed-level test, BH-adjusted across "
+                  f"categories, p < {alpha}); "
                   "the worst category of each candidate and metric is marked in the table.")
         for _, r in flagged.iterrows():
             doc.p(f"{r['candidate']} regresses on {r['category']} ({r['metric']}): delta {r['delta']:+.3f} "
-                  f"[{r['boot_low']:+.3f}, {r['boot_high']:+.3f}], BH p {r['p_bh']:.3g}", "note")
+                  f"(task-bootstrap interval [{r['boot_low']:+.3f}, {r['boot_high']:+.3f}]), seed-level BH p {r['p_bh']:.3g}",
+                  "note")
         doc.table(sub.drop(columns=["suite", "baseline"]), max_rows=80, keys=3)
 
 

@@ -10,12 +10,16 @@ import numpy as np
 import pandas as pd
 
 #: every column of the headline table, explained once (stdout legend, report header)
-LEGEND = ("delta = candidate - baseline (mean over seeds and tasks); boot CI = percentile interval of the "
-          "crossed bootstrap (tasks and seeds resampled together); p_seed = sign-flip permutation test over "
-          "seeds of the per-seed paired difference d_s (exact for <= 16 seeds), p_holm = p_seed Holm-adjusted "
-          "over all candidates x metrics of the suite; seeds +/- = seeds where the candidate is ahead / behind; "
-          "MDE = smallest true delta the paired t-test over these seeds detects with power 0.8; "
-          "W/T/L = tasks won / tied / lost (seed-averaged, conditional on these trained models).")
+LEGEND = ("The primary metric (--primary) is the headline: p_seed = sign-flip permutation test over seeds of the "
+          "per-seed paired difference d_s (exact for <= 16 seeds), p_adj = p_seed Holm-adjusted over every "
+          "candidate x suite on the primary metric (p_holm); secondary metrics: p_adj = max-T sign-flip over the "
+          "candidate's metrics (p_maxt). The seed-level tests test 'the policy has no effect' (the two runs of a "
+          "seed exchangeable). CI = t interval of mean(d_s) over seeds for these tasks and new training runs, "
+          "simultaneous over the same family (an interval that excludes 0 has p_adj < alpha); boot_low/boot_high "
+          "in paired.csv target new tasks and new runs. value = the candidate's mean on the same seeds x tasks as "
+          "its delta; seeds +/- = seeds where the candidate is ahead / behind; MDE = smallest true delta the "
+          "headline procedure (this test, its floor and its Holm family) detects with power 0.8 ('none': not at "
+          "these seeds); W/T/L = tasks won / tied / lost (seed-averaged, conditional on these trained models).")
 
 
 def fmt_p(p) -> str:
@@ -26,93 +30,117 @@ def fmt_p(p) -> str:
 
 
 def fmt_seeds(n) -> str:
-    """seeds_needed: an integer, '>10000' (also for a zero delta), or 'n/a' (no estimate)."""
+    """seeds_needed: an integer, 'more than 10000' (also for a zero target), or 'n/a' (no estimate)."""
     if n is None or np.isnan(n):
         return "n/a"
-    return ">10000" if n > 10000 else str(int(n))
+    return "more than 10000" if n > 10000 else str(int(n))
+
+
+def fmt_ci(lo, hi) -> str:
+    return f"[{lo:+.3f}, {hi:+.3f}]" if np.isfinite(lo) and np.isfinite(hi) else "(no interval)"
 
 
 def _suite_sentence(g: pd.DataFrame, suite: str, base: str, alpha: float) -> str:
-    n_tests = len(g)  # Holm runs over every candidate x metric of the suite
-    metric = g["metric"].iloc[0]
-    g = g[g["metric"] == metric]
-    n_s = int(g["n_seeds"].max())
+    prim = g[g["role"] == "primary"]
+    if prim.empty:
+        return f"on {suite} the primary metric is not computed (no headline)"
+    metric = prim["metric"].iloc[0]
+    n_s = int(prim["n_seeds"].max())
+    m = int(prim["family"].iloc[0])
     head = f"at {n_s} seed{'s' if n_s != 1 else ''} on {suite} ({metric})"
-    sig = g[g["p_holm"] < alpha].sort_values("delta", ascending=False)
+    if n_s < 2:
+        return (f"{head}, no interval and no p-value over seeds: at least two seeds (training runs) per policy are "
+                "needed -- with one seed there is no seed-level test at all")
+    sig = prim[prim["p_holm"] < alpha].sort_values("delta", ascending=False)
     if len(sig):
         said = "; ".join(f"{r['candidate']} {'beats' if r['delta'] > 0 else 'trails'} {base} by {r['delta']:+.3f} "
-                         f"[{r['boot_low']:+.3f}, {r['boot_high']:+.3f}], p_holm = {fmt_p(r['p_holm'])}"
+                         f"{fmt_ci(r['ci_low'], r['ci_high'])}, p_holm = {fmt_p(r['p_holm'])}"
                          for _, r in sig.iterrows())
-        rest = len(g) - len(sig)
+        rest = len(prim) - len(sig)
         text = f"{head}, {said}" + (f"; the other {rest} candidate(s) do not differ detectably" if rest else "")
     else:
-        r = g.loc[g["delta"].abs().idxmax()]
-        mde = g["mde"].to_numpy(dtype=float)
-        mde_text = f"; minimum detectable effect about {np.median(mde):.3f}" if np.isfinite(mde).all() else ""
+        r = prim.loc[prim["delta"].abs().idxmax()]
+        mde = prim["mde"].to_numpy(dtype=float)
+        mde_text = (f"; minimum detectable effect about {np.median(mde):.3f}" if np.isfinite(mde).all() else "")
         text = (f"{head}, no policy differs detectably from {base} (largest |delta|: {r['candidate']} "
-                f"{r['delta']:+.3f} [{r['boot_low']:+.3f}, {r['boot_high']:+.3f}], p_holm = {fmt_p(r['p_holm'])}"
+                f"{r['delta']:+.3f} {fmt_ci(r['ci_low'], r['ci_high'])}, p_holm = {fmt_p(r['p_holm'])}"
                 f"{mde_text})")
-    floor, m = float(g["p_floor"].iloc[0]), int(n_tests)
-    if n_s < 2:
-        text += " -- with one seed there is no seed-level test at all"
-    elif floor * m >= alpha:
-        r = g.loc[g["delta"].abs().idxmax()]
+    floor = float(prim["p_floor"].iloc[0])
+    if floor >= alpha / m:
+        r = prim.loc[prim["delta"].abs().idxmax()]
+        unpaired = r["pairing"] == "unpaired"
+        t_test = "Welch's t-test over seeds, which assumes normal per-seed means" if unpaired else \
+            "the paired t-test over seeds, which assumes normal d_s"
         text += (f" -- with {n_s} seeds the smallest attainable p is {fmt_p(floor)}, too large to pass Holm over "
-                 f"{m} comparisons at alpha = {alpha}; at least {_min_seeds(alpha / m)} seeds are needed "
-                 f"(the paired t-test over seeds, which assumes normal d_s, gives {r['candidate']} "
-                 f"p = {fmt_p(r['p_seed_t'])})")
+                 f"{m} comparisons at alpha = {alpha}; at least {_min_seeds(alpha / m, unpaired)} seeds are needed "
+                 f"({t_test}, gives {r['candidate']} p = {fmt_p(r['p_seed_t'])})")
     return text
 
 
-def _min_seeds(alpha: float) -> int:
+def _min_seeds(alpha: float, unpaired: bool = False) -> int:
+    """Fewest seeds whose exact permutation floor is below alpha: 2 / 2**n (sign flips) or
+    2 / C(2n, n) (two-sample relabelings of n + n runs)."""
+    from math import comb
+
     n = 1
-    while 2.0 / 2 ** n >= alpha:
+    while (2.0 / comb(2 * n, n) if unpaired else 2.0 / 2 ** n) >= alpha:
         n += 1
     return n
 
 
 def conclusion(result) -> str:
-    """One paragraph: per suite, which candidates differ from the baseline on the suite's
-    first metric by the seed-level test (Holm), with delta, interval and p."""
+    """One paragraph: per suite, which candidates differ from the baseline on the primary
+    metric by the seed-level test (Holm over candidates x suites), with delta, the
+    headline interval and p."""
     paired, cfg = result.tables["paired"], result.config
     base, alpha = cfg["baseline"], cfg["alpha"]
     if paired.empty:
         return f"Conclusion: no candidate could be compared with the baseline {base} (see the warnings)."
+    prim = paired[paired["role"] == "primary"]
+    m = int(prim["family"].iloc[0]) if len(prim) else 0
+    test = ("two-sample permutation test over seeds (--unpaired)" if (paired["pairing"] == "unpaired").any()
+            else "seed-level sign-flip test")
     parts = [_suite_sentence(g, s, base, alpha) for s, g in paired.groupby("suite", sort=True)]
-    return ("Conclusion (seed-level sign-flip test, Holm-adjusted, alpha = " + f"{alpha}): " + "; ".join(parts)
-            + ". Task-level tests are conditional on these trained models (see the tables).")
+    return (f"Conclusion ({test} of 'no effect', Holm over {m} candidate x suite comparison(s) on the primary "
+            f"metric, alpha = {alpha}; intervals: simultaneous t intervals over seeds, for these tasks and new "
+            "training runs): " + "; ".join(parts)
+            + ". Secondary metrics: max-T over each candidate's metrics; task-level tests are conditional on these "
+            "trained models (see the tables).")
 
 
 def headline_table(result) -> str:
-    """Plain-text headline: per suite and metric, each policy's value and, for
-    candidates, delta vs the baseline with its bootstrap interval, p_seed, Holm p,
-    seeds ahead/behind, MDE and task W/T/L."""
+    """Plain-text headline: per suite and metric (primary first), each policy's value and,
+    for candidates, delta vs the baseline with the headline interval, p_seed, the
+    adjusted p (Holm on the primary, max-T on secondaries), seeds ahead/behind, MDE and
+    task W/T/L. A candidate's value is on the same seeds x tasks as its delta."""
     summ, paired = result.tables["summary"], result.tables["paired"]
-    if summ.empty:
+    if summ.empty and paired.empty:
         return "(no comparable data)"
     base = result.config["baseline"]
-    pct = f"{100 * (1 - result.config['alpha']):.0f}% boot CI"
+    pct = "CI (simultaneous)"
     width = max(12, max(len(p) for p in result.policies) + 2)
     lines = []
-    for s, g in summ.groupby("suite", sort=True):
-        n_t, n_s = int(g["n_tasks"].iloc[0]), int(g["n_seeds"].iloc[0])
+    for s in sorted(set(summ.get("suite", pd.Series(dtype=str))) | set(paired.get("suite", pd.Series(dtype=str)))):
+        g = summ[summ["suite"] == s] if len(summ) else summ
+        ps = paired[paired["suite"] == s] if len(paired) else paired
+        src = ps if len(ps) else g
+        n_t, n_s = int(src["n_tasks"].max()), int(src["n_seeds"].max())
         lines.append(f"suite {s}: {n_t} tasks x {n_s} seeds, {result.suites[s]} attempt(s), baseline {base}")
         lines.append(f"  {'metric':<8} {'policy':<{width}} {'value':>7}  {'delta':>7}  {pct:>18}  {'p_seed':>7}  "
-                     f"{'p_holm':>7}  {'seeds +/-':>9}  {'MDE':>6}  {'W/T/L':>11}")
-        for metric in g["metric"].drop_duplicates():
-            rows = g[g["metric"] == metric]
-            for _, r in pd.concat([rows[rows["is_baseline"]], rows[~rows["is_baseline"]]]).iterrows():
-                row = f"  {metric:<8} {r['policy']:<{width}} {r['value']:7.3f}"
-                p = paired[(paired["suite"] == s) & (paired["metric"] == metric) & (paired["candidate"] == r["policy"])]
-                if len(p):
-                    q = p.iloc[0]
-                    seeds = f"{int(q['seeds_up'])}/{int(q['seeds_down'])}"
-                    mde = f"{q['mde']:6.3f}" if np.isfinite(q["mde"]) else f"{'n/a':>6}"
-                    row += (f"  {q['delta']:+7.3f}  [{q['boot_low']:+.3f}, {q['boot_high']:+.3f}]  "
-                            f"{fmt_p(q['p_seed']):>7}  {fmt_p(q['p_holm']):>7}  {seeds:>9}  {mde}"
-                            f"  {int(q['wins']):>3}/{int(q['ties']):>3}/{int(q['losses']):>3}")
-                elif r["policy"] == base:
-                    row += "  (baseline)"
-                lines.append(row)
+                     f"{'p_adj':>11}  {'seeds +/-':>9}  {'MDE':>6}  {'W/T/L':>11}")
+        metrics = list(ps.sort_values("role", kind="stable")["metric"].drop_duplicates()) if len(ps) else []
+        metrics += [m for m in g["metric"].drop_duplicates() if m not in metrics] if len(g) else []
+        for metric in metrics:
+            b = g[(g["metric"] == metric) & g["is_baseline"]] if len(g) else g
+            if len(b):
+                lines.append(f"  {metric:<8} {base:<{width}} {b['value'].iloc[0]:7.3f}  (baseline)")
+            for _, q in (ps[ps["metric"] == metric].iterrows() if len(ps) else []):
+                seeds = f"{int(q['seeds_up'])}/{int(q['seeds_down'])}"
+                mde = (f"{q['mde']:6.3f}" if np.isfinite(q["mde"]) else f"{'none' if q['mde'] > 0 else 'n/a':>6}")
+                adj = (f"{fmt_p(q['p_holm'])} holm" if q["role"] == "primary" else
+                       f"{fmt_p(q['p_maxt'])} maxT" if np.isfinite(q["p_maxt"]) else "descriptive")
+                lines.append(f"  {metric:<8} {q['candidate']:<{width}} {q['candidate_value']:7.3f}  {q['delta']:+7.3f}  "
+                             f"{fmt_ci(q['ci_low'], q['ci_high']):>18}  {fmt_p(q['p_seed']):>7}  {adj:>11}  "
+                             f"{seeds:>9}  {mde}  {int(q['wins']):>3}/{int(q['ties']):>3}/{int(q['losses']):>3}")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"

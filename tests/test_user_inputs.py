@@ -356,6 +356,16 @@ CASES = [
      "--steps="),
     ("report-resamples-huge", lambda w: (["report", w.grid(), "--baseline", "uniform", "--resamples", HUGE],
                                          w.grid()), "--resamples="),
+    # hb stress (issue 18): names and --out refused before the grid is planned into a folder
+    ("stress-bad-scenario", lambda w: (["stress", "--scenarios", "trap,nosuch", "--out", w.missing()], w.tmp),
+     "--scenarios 'nosuch': unknown scenario"),
+    ("stress-bad-policy", lambda w: (["stress", "--policies", "nosuch", "--out", w.missing()], w.tmp),
+     "--policies 'nosuch': unknown policy"),
+    ("stress-out-file", lambda w: (["stress", "--scenarios", "trap", "--out", w.file()], w.file()), "is a file"),
+    ("stress-into-user-folder", lambda w: (["stress", "--scenarios", "trap", "--out", w.user()], w.user()),
+     "hb did not create"),
+    ("stress-into-grid", lambda w: (["stress", "--scenarios", "trap", "--out", w.grid()], w.grid()),
+     "not 'stress'"),
     # commands added after issue 11 (hb calibrate, hb validity, --counterfactual, --backend trl)
     ("calibrate-csv-exists", lambda w: ([*CAL, "--csv", w.file()], w.file()), "already exists"),
     ("calibrate-csv-too-long", lambda w: ([*CAL, "--csv", w.too_long()], w.tmp), "at most 255"),

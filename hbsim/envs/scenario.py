@@ -145,7 +145,7 @@ class ScenarioEnv(SyntheticEnv):
     kind = "scenario"
     summary = "named harness roles (trap, anchor, noise, dead, locked, ...) with interference and forgetting"
     KNOBS = COMMON_KNOBS | {
-        "roles": Knob("primary*2,anchor,trap,noise,dead", "role of each training harness, in order",
+        "roles": Knob("primary,primary,anchor,trap,noise,dead", "role of each training harness, in order",
                       parse=_roles_string),
         "lr": Knob(2.0, "step of the core competence z per unit of batch signal", 0.0, 1000.0),
         "skill_lr": Knob(2.0, "step of the harness-specific skill s per unit of batch signal", 0.0, 1000.0),

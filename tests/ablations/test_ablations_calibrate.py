@@ -28,6 +28,14 @@ def test_aa_block_pairs_env_seeds_and_differs_only_in_policy_seed():
     assert all(p in (0.5, 1.0) for p in seed_p)  # 2 seeds: exact sign-flip p is 2/4 or 1
 
 
+def test_skewed_block_rejects_and_says_b_trails():
+    """--asymmetric: equal means, skewed run effects; the fpr table says which way the rejections go."""
+    pv = pd.DataFrame({"suite": "s", "metric": "pass@1", "test": "p_seed", "p": [0.01, 0.02, 0.5, 0.9],
+                       "delta": [-0.02, -0.01, 0.05, -0.01]})
+    t = calibrate.fpr_table(pv, 0.05).set_index("test")
+    assert t.loc["p_seed", "rejections"] == 2 and t.loc["p_seed", "b_trails"] == 1.0
+
+
 def test_fpr_table_counts_rejections():
     pv = pd.DataFrame({"suite": "s", "metric": "pass@1", "test": ["p_seed"] * 4 + ["p_task_sign"] * 4,
                        "p": [0.01, 0.2, 0.5, 0.9, 0.01, 0.02, 0.03, 0.9]})
@@ -51,10 +59,12 @@ def test_calibrate_cli_smoke_and_bad_argument():
 
 
 @pytest.mark.cli
-@pytest.mark.parametrize("flag,value", [("--env", "nope"), ("--policy", "nope"), ("--alpha", "1.5")])
+@pytest.mark.parametrize("flag,value", [("--env", "nope"), ("--policy", "nope"), ("--alpha", "1.5"),
+                                        ("--asymmetric", "0.7")])
 def test_calibrate_rejects_bad_names(flag, value, capsys):
     from hbsim.cli import main
 
     assert main(["calibrate", flag, value]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: {flag}={value!r}" if flag != "--alpha" else "error: --alpha=1.5") and err.count("\n") == 1
+    want = f"error: {flag}={value!r}" if flag in ("--env", "--policy") else f"error: {flag}={value}"
+    assert err.startswith(want) and err.count("\n") == 1

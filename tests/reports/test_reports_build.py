@@ -36,9 +36,13 @@ def test_paired_table_has_exact_columns_and_consistent_values(result, frames):
     want = base.groupby(["seed", "task"])["success"].mean().groupby("seed").mean().mean()
     row = paired[(paired["suite"] == "heldout_tasks") & (paired["metric"] == "pass@1")].iloc[0]
     assert row["baseline_value"] == pytest.approx(want)
-    # Holm over candidates x metrics of the suite
-    sub = paired[paired["suite"] == "heldout_harness"]
-    np.testing.assert_allclose(sub["p_holm"], stats.adjust(sub["p_seed"].to_numpy(), "holm"))
+    # Holm over candidates x suites on the primary metric (score); secondary rows have none
+    prim = paired[paired["role"] == "primary"]
+    assert set(prim["metric"]) == {"score"} and len(prim) == 4 and (prim["family"] == 4).all()
+    np.testing.assert_allclose(prim["p_holm"], stats.adjust(prim["p_seed"].to_numpy(), "holm"))
+    assert paired.loc[paired["role"] == "secondary", "p_holm"].isna().all()
+    assert (paired["pairing"] == "paired").all()
+    assert ((paired["ci_low"] <= paired["delta"] + 1e-12) & (paired["delta"] <= paired["ci_high"] + 1e-12)).all()
 
 
 def test_cell_metrics_hand_case():
@@ -126,7 +130,8 @@ def test_categories_gee_and_diagnostics(result):
     assert set(cats["category"]) == {"coding", "memory", "skills"}
     for _, g in cats.groupby(["suite", "metric", "candidate"]):
         assert g["worst"].sum() == 1 and g.loc[g["worst"], "delta"].iloc[0] == g["delta"].min()
-        np.testing.assert_allclose(g["p_bh"], stats.adjust(g["p_task_permutation"].to_numpy(), "fdr_bh"))
+        np.testing.assert_allclose(g["p_bh"], stats.adjust(g["p_seed"].to_numpy(), "fdr_bh"))
+        np.testing.assert_allclose(g["p_task_bh"], stats.adjust(g["p_task_permutation"].to_numpy(), "fdr_bh"))
     gee = result.tables["gee"]
     assert set(gee["candidate"]) == {"hb", "mix"}
     hb = gee[(gee["candidate"] == "hb") & (gee["suite"] == "heldout_harness")].iloc[0]
@@ -256,10 +261,11 @@ def test_gee_matches_marginal_odds_ratio_on_balanced_data_and_flags_separation(f
 
 
 def test_a_planted_category_regression_is_flagged():
+    """By the seed-level test (8 seeds: exact sign-flip floor 2/256), BH across categories."""
     rows = []
     cats = ["coding"] * 10 + ["memory"] * 10
     for pol in ("base", "cand"):
-        for seed in range(3):
+        for seed in range(8):
             for t, cat in enumerate(cats):
                 ok = not (pol == "cand" and cat == "memory") and (t + seed) % 4 != 0
                 rows.append((f"{pol}{seed}", pol, seed, 1, "s", f"t{t:02d}", cat, "h", 0, float(ok), ok))
@@ -269,7 +275,9 @@ def test_a_planted_category_regression_is_flagged():
     assert bool(cats_t.loc[("pass@1", "memory"), "regresses"]) and bool(cats_t.loc[("pass@1", "memory"), "worst"])
     assert not bool(cats_t.loc[("pass@1", "coding"), "regresses"])
     assert cats_t.loc[("pass@1", "coding"), "delta"] == 0.0 and cats_t.loc[("pass@1", "coding"), "p_bh"] == 1.0
-    assert cats_t.loc[("pass@1", "memory"), "p_bh"] < 0.05 and cats_t.loc[("pass@1", "memory"), "boot_high"] < 0
+    assert cats_t.loc[("pass@1", "memory"), "p_seed"] == pytest.approx(2 / 256)
+    assert cats_t.loc[("pass@1", "memory"), "p_bh"] == pytest.approx(2 * 2 / 256)  # BH over 2 categories
+    assert cats_t.loc[("pass@1", "memory"), "boot_high"] < 0
 
 
 def test_a_users_own_eval_parquet_without_step_loads_and_reports(tmp_path):
@@ -308,7 +316,9 @@ def test_umask_conclusion_and_power_warnings(tmp_path, frames):
     assert any("smallest attainable p_seed is 0.25" in n for n in res.notes)
     assert any("sits at its floor 0.25" in n for n in res.notes)
     one = reports.build_report(frames[0][frames[0]["seed"] == 0], "base", None, resamples=50)
-    assert any("only 1 seed: no seed-level test" in n for n in one.notes)
+    assert any("only 1 seed: no interval and no p-value over seeds; at least two seeds" in n for n in one.notes)
+    row = one.tables["paired"].iloc[0]
+    assert np.isnan(row["p_seed"]) and np.isnan(row["ci_low"]) and np.isnan(row["p_holm"]) and np.isnan(row["mde"])
     assert "with one seed there is no seed-level test" in reports.build.conclusion(one)
 
 
@@ -320,7 +330,9 @@ def test_conclusion_names_a_clear_winner_at_eight_seeds():
     text = reports.build.conclusion(res)
     assert "at 8 seeds on heldout_tasks (score), hb beats base by +0." in text
     p = res.tables["paired"]
-    assert (p["p_seed"] == 2 / 256).all() and (p["p_holm"] < 0.05).all()
+    prim = p[p["role"] == "primary"]
+    assert (p["p_seed"] == 2 / 256).all() and (prim["p_holm"] == 2 * 2 / 256).all()  # Holm over 2 suites
+    assert (prim["ci_low"] > 0).all() and not prim["ci_widened"].any()
 
 
 def test_axis_gives_delta_per_knob_value(tmp_path):

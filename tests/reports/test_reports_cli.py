@@ -44,8 +44,10 @@ def test_report_smoke_writes_everything(smoke, grid):
     assert out.strip().endswith(str(grid / "report" / "index.html"))
     assert "bootstrap [1/6] summary heldout_harness: 200/200" in err
     assert "\r" not in err and "\r" not in out  # not a terminal: plain lines only
-    assert out.startswith("Conclusion (seed-level sign-flip test, Holm-adjusted, alpha = 0.05): at 3 seeds on")
+    assert out.replace("\n", " ").startswith("Conclusion (seed-level sign-flip test of 'no effect', Holm over 4 "
+                                             "candidate x suite comparison(s) on the primary")
     assert "p_seed = sign-flip permutation test over seeds" in out  # the columns, explained once
+    assert "tests test 'the policy has no effect'" in " ".join(out.split())
     rep = grid / "report"
     for name in ("index.html", "report.md", "summary.csv", "paired.csv", "per_seed.csv", "categories.csv",
                  "flips.csv", "gee.csv", "diagnostics.csv", "cost.csv", "config.json"):
@@ -131,6 +133,22 @@ def test_bad_inputs_give_one_line_and_exit_2(tmp_path):
         assert cases[name][2] in err, (name, err)
         assert out == ""
     assert not (tmp_path / "ok" / "report").exists()  # nothing written on a rejected call
+
+
+def test_primary_and_bad_primary_through_the_cli(grid, tmp_path, capsys):
+    from hbsim.cli import main
+
+    assert main(["report", str(grid), "--baseline", "base", "--resamples", "20", "--primary", "nope",
+                 "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --primary: got 'nope', allowed: one of the metrics of this report") and "\n" not in err
+    assert main(["report", str(grid), "--baseline", "base", "--resamples", "20", "--primary", "pass@3",
+                 "--target-delta", "0.1", "--out", str(tmp_path / "r2")]) == 0
+    import pandas as pd
+
+    paired = pd.read_csv(tmp_path / "r2" / "paired.csv")
+    prim = paired[paired["role"] == "primary"]
+    assert set(prim["metric"]) == {"pass@3"} and (prim["target_delta"] == 0.1).all()
 
 
 def test_missing_baseline_is_a_usage_error(grid, capsys):

@@ -49,14 +49,23 @@ def test_paired_tests_hand_case_and_rows_are_independent():
         assert together[name][1] == pytest.approx(alone[name][0]), name
 
 
-def test_power_columns():
-    d = np.array([0.02, 0.05, 0.03, 0.04, 0.01])
-    cols = inference.power_columns(d, 0.05, 10000)
-    assert cols["sd_seed"] == pytest.approx(np.std(d, ddof=1))
-    assert cols["mde"] == pytest.approx(stats.mde(d, 0.05)) and cols["p_floor"] == pytest.approx(2 / 32)
-    assert cols["seeds_needed"] == stats.seeds_needed(d.mean(), np.std(d, ddof=1), 0.05)
-    one = inference.power_columns(np.array([0.1]), 0.05, 10000)
-    assert np.isnan(one["mde"]) and np.isnan(one["seeds_needed"]) and one["p_floor"] == 1.0
+def test_design_columns_hand_case():
+    # 5 seeds: exact sign-flip floor 2/32 = 0.0625 >= 0.05, no rejection possible: mde = inf, and the
+    # design asks for the seeds at which the t-test mde (the default target) becomes detectable
+    se = 0.01
+    d = inference.design(0.03, se, 4.0, 5, family=1, alpha=0.05, resamples=10000)
+    assert d["mde"] == float("inf") and d["p_floor"] == pytest.approx(2 / 32)
+    assert d["target_delta"] == pytest.approx(stats.mde_se(se, 4, 0.05))
+    assert d["seeds_needed"] == stats.seeds_needed(d["target_delta"], se * np.sqrt(5), 0.05) >= 6
+    # 10 seeds, family 3: the level is the largest multiple of 2/1024 below 0.05/3
+    d = inference.design(0.03, se, 9.0, 10, family=3, alpha=0.05, resamples=10000)
+    level = 2 / 1024 * 8  # 0.015625 < 0.016667 <= 0.017578
+    assert d["mde"] == pytest.approx(stats.mde_se(se, 9, level))
+    assert d["seeds_needed"] == 10.0  # the default target is the mde at the current seeds
+    big = inference.design(0.0, 0.5, 1.0, 2, family=1, alpha=0.05, resamples=10000)
+    assert big["mde"] == float("inf")  # 2 seeds: floor 0.5; also above a bounded metric's range
+    one = inference.design(0.1, np.nan, np.nan, 1, family=1, alpha=0.05, resamples=10000)
+    assert np.isnan(one["mde"]) and np.isnan(one["seeds_needed"])
 
 
 def test_paired_tests_speed(benchmark):

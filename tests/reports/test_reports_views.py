@@ -144,7 +144,7 @@ def test_the_top_of_the_page_is_the_conclusion_one_figure_and_one_table(report):
     # values from the pair's own rectangle, the interval of its delta
     assert (r["candidate value"], r["baseline value"], r["delta"]) == (
         want["candidate_value"], want["baseline_value"], want["delta"])
-    assert r["95% boot CI"] == f"[{want['boot_low']:+.3f}, {want['boot_high']:+.3f}]"
+    assert r["95% CI"] == f"[{want['ci_low']:+.3f}, {want['ci_high']:+.3f}]"  # the headline t interval
     assert "not distinguishable: |delta| is below" not in page  # the sentences became the verdict column
     assert page.count("<details>") >= 10
     md = (res.out / "report.md").read_text()
