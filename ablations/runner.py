@@ -35,7 +35,7 @@ from typing import Callable
 
 from ablations import store, worker
 from ablations.spec import GridSpec
-from hbsim import threads
+from hbsim import folders, threads
 from hbsim.contract import CELLS
 from hbsim.records import config_hash, is_complete, read_meta
 from policies.errors import UserError
@@ -175,7 +175,11 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
               "plugins": spec.plugins, "meta": {"grid": {"name": spec.name, "cell_id": c.id, "sweep": c.sweep,
                                                          "label": c.label, "seed": c.seed}}}
              for c in spec.cells()]
-    return run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress, on_done=on_done)
+    report = run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress, on_done=on_done)
+    # the claim removed the temporaries of dead writers; workers of a killed earlier run may
+    # still have been exiting then (they notice the dead parent within a second), so again
+    folders.remove_temp(out / CELLS)
+    return report
 
 
 # -- progress ------------------------------------------------------------------------

@@ -270,7 +270,7 @@ class ScenarioEnv(SyntheticEnv):
             xi = rng.standard_normal((int(noisy.sum()), C))
             gz = gz + k["noise_scale"] * (sig[noisy] / n) @ xi
         gs = np.bincount(batch.harnesses, weights=np.where(noisy, 0.0, sig) / n, minlength=H)
-        dz, ds = k["lr"] * kappa * gz, k["skill_lr"] * kappa * gs
+        dz, ds = k["lr"] * self.lr_scale * kappa * gz, k["skill_lr"] * self.lr_scale * kappa * gs   # lr_scale: set_lr_scale
         clip = trust_region(k["max_step"], np.abs(dz).sum() + np.abs(ds).sum())
         dz, ds = dz * clip, ds * clip
         self.z, self.s, self._p = self.z + dz, self.s + ds, None
@@ -323,8 +323,8 @@ class ScenarioEnv(SyntheticEnv):
         kappa = np.clip(ratio, 0.0, 1.0) ** (k["interference"] / 2)                       # (K,)
         sig = e["D"][None] * share[:, None, :]                                            # (K, C, H)
         sig[:, :, self.noisy] = 0.0
-        dz = k["lr"] * kappa[:, None] * (sig @ self.read)
-        ds = k["skill_lr"] * kappa[:, None] * sig.sum(axis=1)
+        dz = k["lr"] * self.lr_scale * kappa[:, None] * (sig @ self.read)
+        ds = k["skill_lr"] * self.lr_scale * kappa[:, None] * sig.sum(axis=1)
         clip = trust_region(k["max_step"], np.abs(dz).sum(axis=1) + np.abs(ds).sum(axis=1))[:, None]
         dz, ds = dz * clip, ds * clip
         s = self.s[None] + ds

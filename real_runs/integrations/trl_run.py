@@ -9,7 +9,9 @@ The model is a tiny Qwen2 built in-process from a config with a byte-level token
 (`--preset tiny`, or `gpu-small` for a wider one), or any local Hugging Face causal-LM
 directory (`--model PATH`, nothing is downloaded). DIR gets the SPEC §7 files
 (train.parquet, eval.parquet, run.json) and TRL's checkpoints under DIR/trl/.
-Knobs: `--set KEY=VALUE` for the knobs of `TRL_KNOBS`, `--set policy.KNOB=VALUE`.
+Knobs: `--set KEY=VALUE` for the knobs of `TRL_KNOBS`, `--set policy.KNOB=VALUE`, and the run
+knob `--set eval_budget=groups:500,1000` (equal-cost evaluations, `hbsim.loop.EVAL_BUDGET`; checked
+by `hbsim.experiment.RUN_KNOBS`, recorded in the run config only when set, as `hb real` native).
 """
 from __future__ import annotations
 
@@ -77,21 +79,28 @@ def env_section(cfg) -> dict:
     return when_set({**dataclasses.asdict(cfg), "harnesses": list(cfg.harnesses)})
 
 
+#: the run-config keys `--set` takes besides the TRL and policy knobs (hbsim.experiment.RUN_KNOBS)
+RUN_SETS = ("eval_budget",)
+
+
 def settings(args) -> tuple:
-    """(TRL knobs, resolved policy section) of `hb real --backend trl` args: every check of
-    the knobs, harness names and policy, torch-free (real_runs.cli calls it before any
-    torch or transformers import)."""
-    from hbsim.experiment import resolve_policy
-    trl_knobs, policy_knobs = {}, {}
+    """(TRL knobs, resolved policy section, run keys {"eval_budget": ...}) of `hb real
+    --backend trl` args: every check of the knobs, harness names, policy and run keys,
+    torch-free (real_runs.cli calls it before any torch or transformers import)."""
+    from hbsim.experiment import RUN_KNOBS, resolve_policy
+    trl_knobs, policy_knobs, run = {}, {}, dict.fromkeys(RUN_SETS)
     for key, value in validate.parse_sets(args.set).items():
-        (policy_knobs if key.startswith("policy.") else trl_knobs)[key.removeprefix("policy.")] = value
+        if key in RUN_SETS:
+            run[key] = RUN_KNOBS[key].check(key, value)
+        else:
+            (policy_knobs if key.startswith("policy.") else trl_knobs)[key.removeprefix("policy.")] = value
     cfg = TRL_KNOBS.settings(trl_knobs)
     policy_cfg = resolve_policy({"name": args.policy, "label": args.label or args.policy, **policy_knobs},
                                 len(cfg.harnesses))
     if args.model is None and args.preset not in SIZES:
         raise UserError(f"--preset {args.preset!r} is not allowed for --backend trl: expected one of "
                         f"{', '.join(SIZES)}")
-    return cfg, policy_cfg
+    return cfg, policy_cfg, run
 
 
 def resume_checkpoint(out) -> Path:
@@ -176,8 +185,11 @@ def held_out_evaluator(model, tokenizer, harnesses: list[str], tasks, *, seed: i
 
 def build(cfg, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str = "cpu",
           model_path: str | None = None, preset: str = "tiny", eval_every: int | None = None,
-          checkpoint_every: int = 10, extra_args: dict | None = None, extra_rewards: list | None = None):
-    """(trainer, scheduler, run config) of one TRL run; nothing is trained yet."""
+          checkpoint_every: int = 10, extra_args: dict | None = None, extra_rewards: list | None = None,
+          eval_budget: str | None = None):
+    """(trainer, scheduler, run config) of one TRL run; nothing is trained yet. `eval_budget`:
+    also evaluate when the cumulative cost first crosses each milestone (a canonical
+    `hbsim.loop.EVAL_BUDGET` value, as `settings` returns it; in the config only when set)."""
     import torch
     from trl import GRPOConfig
 
@@ -198,12 +210,15 @@ def build(cfg, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str
     policy = make(policy_cfg["name"], n_arms=len(harnesses), seed=seed, **knobs)
     config = {"env": {"kind": "trl", "model": model_path or preset, **env_section(cfg)}, "policy": policy_cfg,
               "seed": seed, "steps": steps, "eval_every": eval_every, "batch_groups": cfg.batch_groups}
+    if eval_budget is not None:
+        config["eval_budget"] = eval_budget
     evaluate = held_out_evaluator(model, tok, harnesses, heldout[:cfg.eval_tasks], seed=seed,
                                   step=lambda: sched.recorder.t, attempts=cfg.eval_attempts,
                                   max_new=cfg.max_completion_length, block_path=cfg.block_path)
     sched = HarnessScheduler(policy, harnesses, data, seed=seed, label=policy_cfg.get("label"), evaluate=evaluate,
                              eval_every=eval_every, config=config["env"], block_path=cfg.block_path,
-                             sketch_dim=cfg.sketch_dim, group_filter=GroupFilter.of(cfg, "loo"))
+                             sketch_dim=cfg.sketch_dim, group_filter=GroupFilter.of(cfg, "loo"),
+                             eval_budget=eval_budget)
     trl_args = dict(output_dir=os.path.join(out, "trl"), max_steps=steps, seed=seed, learning_rate=cfg.lr,
                     per_device_train_batch_size=cfg.batch_groups * cfg.group_size, num_generations=cfg.group_size,
                     max_completion_length=cfg.max_completion_length, beta=cfg.beta, max_grad_norm=cfg.max_grad_norm,
@@ -221,7 +236,7 @@ def main(args) -> int:
     """The `hb real --backend trl` command (args from real_runs.cli.add_arguments)."""
     from hbsim.records import write_run
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    cfg, policy_cfg = settings(args)     # checked already by real_runs.cli before torch was imported
+    cfg, policy_cfg, run = settings(args)     # checked already by real_runs.cli before torch was imported
     label = policy_cfg["label"]
     out = Path(args.out)   # checked by real_runs.cli._check_out before torch was imported
     resume = resume_checkpoint(out) if args.resume else None
@@ -235,7 +250,7 @@ def main(args) -> int:
     trainer, sched, config = build(cfg, policy_cfg=policy_cfg, seed=args.seed, steps=args.steps, out=str(out),
                                    device=device, model_path=args.model,
                                    preset=args.preset, eval_every=args.eval_every,
-                                   checkpoint_every=args.checkpoint_every)
+                                   checkpoint_every=args.checkpoint_every, eval_budget=run["eval_budget"])
     claim_output_dir(out, "run", tool="hb real --backend trl")
     print(f"TRL trainer ready in {time.perf_counter() - t0:.1f}s ({len(cfg.harnesses)} harnesses)", file=sys.stderr)
     if args.eval_every and sched.recorder.t == 0 and not args.resume:

@@ -14,6 +14,12 @@ a cluster and without verl installed.
   `data.dataloader_num_workers=0` the choice for step k+1 follows `update(batch_k)`, which
   records the step (`record`: the policy's feedback, the SPEC §7 train row and its cost
   ledger). Rows come from the task world's per-harness pools (`world.pool.TaskPool`).
+* The group filter (`hbsim.sampling.GroupFilter`, knobs `keep_band`, `min_abs_adv` of
+  `FILTER_KNOBS`, in `data.harnessbandit`): L and the retained count are over the groups it
+  keeps, as in every other backend. verl trains on its own batch, so the sampler cannot drop
+  groups from the update: `keep_rows(batch, filter)` is the per-row mask for an advantage
+  hook that zeroes the dropped groups (what the TRL backend does); by default (no band, no
+  threshold) the filter is the zero-variance rule and nothing changes.
 """
 from __future__ import annotations
 
@@ -21,8 +27,10 @@ import numpy as np
 
 from hbsim.adapter import CostLedger, StepResult
 from hbsim.loop import StepRecorder
+from hbsim.sampling import FILTER_KNOBS, GroupFilter
 from policies import Allocation
 from policies.errors import UserError
+from policies.knobs import Knobs
 from real_runs.integrations.signals import group_signals
 from real_runs.world.pool import TaskPool
 
@@ -37,27 +45,60 @@ def _column(batch, key, required: bool = True):
     return None
 
 
-def verl_result(batch, harnesses: list[str], *, score_key: str = "token_level_scores",
-                harness_key: str = "harness", advantage: str = "loo") -> tuple[Allocation, StepResult]:
-    """(allocation trained, StepResult) of one verl step. Rows sharing a `uid` are one GRPO
-    group (all groups must have the same size G); a row's reward is the sum of its
-    token-level scores. Ledger: the batch's groups are generated, scored and optimized
-    (`meta_info["hb_groups_generated"]` overrides the generated count, e.g. from DAPO's
-    `num_gen_batches`), the groups with reward variance retained, tokens = the
-    `response_mask` sum when the batch has one."""
+#: the sampler's knobs in `data.harnessbandit` besides harnesses/policy/seed/steps: the group filter
+VERL_KNOBS = Knobs(dict(FILTER_KNOBS), scope="data.harnessbandit", owner="HarnessCurriculumSampler")
+
+
+def _groups(batch, score_key: str) -> tuple[np.ndarray, dict]:
+    """(rewards per row, uid -> its rows) of a verl batch; every group the same size G."""
     scores = _column(batch, score_key)
     rewards = scores.reshape(len(scores), -1).sum(axis=1).astype(np.float64)
-    uid = _column(batch, "uid")
-    names = _column(batch, harness_key)
     groups: dict = {}
-    for i, u in enumerate(uid.tolist()):
+    for i, u in enumerate(_column(batch, "uid").tolist()):
         groups.setdefault(u, []).append(i)
     sizes = {len(v) for v in groups.values()}
     if len(sizes) != 1:
         raise UserError(f"verl batch group sizes={sorted(sizes)} are not allowed: every uid must have the same "
                         "number of rollouts (actor_rollout_ref.rollout.n)")
+    return rewards, groups
+
+
+def _keep(r: np.ndarray, group_filter: GroupFilter | None) -> np.ndarray | None:
+    """The filter's mask of the groups r (n, G) (None: the default rule, group_signals' own)."""
+    if group_filter is None or group_filter.default:
+        return None
+    return group_filter.mask(r) & np.isfinite(r).all(axis=1)
+
+
+def keep_rows(batch, group_filter: GroupFilter, *, score_key: str = "token_level_scores") -> np.ndarray:
+    """(rows,) bool: whether each row's group (`uid`) is kept by `group_filter` (the
+    zero-variance rule included), for an advantage hook that zeroes the dropped groups."""
+    rewards, groups = _groups(batch, score_key)
+    rows = list(groups.values())
+    r = rewards[np.asarray(rows)]
+    keep = group_filter.mask(r) & np.isfinite(r).all(axis=1)
+    out = np.zeros(len(rewards), dtype=bool)
+    for k, idx in zip(keep, rows):
+        out[idx] = k
+    return out
+
+
+def verl_result(batch, harnesses: list[str], *, score_key: str = "token_level_scores",
+                harness_key: str = "harness", advantage: str = "loo",
+                group_filter: GroupFilter | None = None) -> tuple[Allocation, StepResult]:
+    """(allocation trained, StepResult) of one verl step. Rows sharing a `uid` are one GRPO
+    group (all groups must have the same size G); a row's reward is the sum of its
+    token-level scores. L and the retained groups: over the groups `group_filter` keeps
+    (None or the default filter: those with reward variance). Ledger: the batch's groups
+    are generated, scored and optimized (`meta_info["hb_groups_generated"]` overrides the
+    generated count, e.g. from DAPO's `num_gen_batches`), tokens = the `response_mask` sum
+    when the batch has one."""
+    rewards, groups = _groups(batch, score_key)
+    names = _column(batch, harness_key)
+    size = len(next(iter(groups.values())))
     index = np.asarray([i for rows in groups.values() for i in rows])
-    learn, retained = group_signals(rewards[index], sizes.pop(), advantage)
+    r = rewards[index]
+    learn, retained = group_signals(r, size, advantage, keep=_keep(r.reshape(-1, size), group_filter))
     counts = np.zeros(len(harnesses), dtype=np.int64)
     for rows in groups.values():
         name = str(names[rows[0]])
@@ -84,8 +125,10 @@ class HarnessCurriculumCore:
     SPEC §7 train row); `result(config)` is the run's RunResult."""
 
     def __init__(self, harness_column, harnesses: list[str], policy, *, batch_groups: int, steps: int,
-                 seed: int = 0, harness_key: str = "harness", label: str | None = None):
+                 seed: int = 0, harness_key: str = "harness", label: str | None = None,
+                 group_filter: GroupFilter | None = None):
         self.harnesses, self.harness_key = list(harnesses), harness_key
+        self.filter = group_filter or GroupFilter()
         self.steps = int(steps)
         self.recorder = StepRecorder(policy, self.harnesses, label=label, seed=seed, batch_groups=int(batch_groups))
         self.rows = TaskPool.of_column(harness_column, self.harnesses, seed)
@@ -112,7 +155,7 @@ class HarnessCurriculumCore:
         pending = self.recorder.pending
         if pending is None:
             raise UserError("update(batch) is not allowed before the sampler drew a step")
-        trained, res = verl_result(batch, self.harnesses, harness_key=self.harness_key)
+        trained, res = verl_result(batch, self.harnesses, harness_key=self.harness_key, group_filter=self.filter)
         if not np.array_equal(trained.counts, pending.allocation.counts):
             raise UserError(f"verl batch harness counts={trained.counts.tolist()} differ from the allocation "
                             f"{np.asarray(pending.allocation.counts).tolist()}: set data.dataloader_num_workers=0 "
@@ -140,7 +183,8 @@ class HarnessCurriculumSampler(HarnessCurriculumCore, _VerlBase):
     """verl: `data.sampler.class_path=pkg://real_runs.integrations.verl_sampler`,
     `data.sampler.class_name=HarnessCurriculumSampler`, `data.dataloader_num_workers=0`,
     and `data.harnessbandit = {harnesses: [...], policy: harnessbandit, policy_knobs: {},
-    seed: 0, steps: N}`; `data.train_batch_size` prompts (groups) per step. The dataset's
+    seed: 0, steps: N}` (optionally the group filter's `keep_band`, `min_abs_adv`: VERL_KNOBS);
+    `data.train_batch_size` prompts (groups) per step. The dataset's
     rows carry a `harness` column (verl keeps extra columns in `non_tensor_batch`)."""
 
     def __init__(self, data_source, data_config):
@@ -154,5 +198,6 @@ class HarnessCurriculumSampler(HarnessCurriculumCore, _VerlBase):
         table = getattr(data_source, "dataframe", data_source)
         policy = make(hb.get("policy", "harnessbandit"), n_arms=len(harnesses), seed=seed,
                       **dict(hb.get("policy_knobs", {}) or {}))
+        filt = VERL_KNOBS.settings({k: hb[k] for k in FILTER_KNOBS if k in hb})
         super().__init__(list(table[key]), harnesses, policy, batch_groups=int(data_config["train_batch_size"]),
-                         steps=int(hb["steps"]), seed=seed, harness_key=key)
+                         steps=int(hb["steps"]), seed=seed, harness_key=key, group_filter=GroupFilter.of(filt, "loo"))

@@ -117,3 +117,22 @@ def test_tune_and_sweep_together_is_refused(tmp_path):
     grid = write(tmp_path, sweep={"env.drift": [0.0, 0.1]})
     with pytest.raises(SpecError, match="key 'tune': a grid with \\[tune\\] has no \\[sweep\\]"):
         load_spec(grid)
+
+
+@pytest.mark.parametrize("env", ["bernoulli", "drifting", "student"])
+def test_shipped_competitor_grids_tune_lr_scale_per_design(env):
+    # README "Published schedulers, tuned": one file per default env; every design tunes its own
+    # lr_scale (every policy has it), tau only where it has the knob, on seeds apart from the test
+    name = "competitors" if env == "bernoulli" else f"competitors_{env}"
+    from pathlib import Path
+    spec = load_spec(Path(__file__).resolve().parents[2] / "ablations" / "examples" / f"{name}.toml")
+    assert spec.env["kind"] == env and spec.eval_budget.startswith("groups:")
+    assert not set(spec.tune.seeds) & set(spec.seeds) and len(spec.seeds) == 20
+    assert not any(k.startswith("env.") for k in spec.tune.knobs)
+    points = {label: {tuple(sorted(c.sweep)) for c in cells} for label, cells in tune.tuning_cells(spec).items()}
+    with_tau = {"harnessbandit", "sec", "tac"}
+    assert set(points) == with_tau | {"uniform", "mixed", "variance"}
+    for label, keys in points.items():
+        assert keys == {("policy.lr_scale", "policy.tau") if label in with_tau else ("policy.lr_scale",)}, label
+    cells = tune.tuning_cells(spec)
+    assert len(cells["harnessbandit"]) == 3 * 3 * 5 and len(cells["uniform"]) == 3 * 5

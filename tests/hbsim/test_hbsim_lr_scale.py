@@ -146,3 +146,22 @@ def test_lr_scale_is_tunable_per_design_by_a_tune_table():
     cells = tune.tuning_cells(spec)
     scales = sorted((label, c.config["policy"].get("lr_scale", 1.0)) for label, cs in cells.items() for c in cs)
     assert [s for _, s in scales] == [1.0, 1.5, 1.0, 1.5]
+
+
+def test_scenario_env_applies_lr_scale_to_both_rates_exactly():
+    def step(scale, **knobs):
+        env = make_env("scenario", seed=2, n_tasks=20, n_heldout_tasks=4, n_harnesses=3, roles="ordinary*3", max_step=0.0,
+                       forget=0.0, **knobs)
+        env.set_lr_scale(scale)
+        z0, s0 = env.z.copy(), env.s.copy()
+        res = env.train_step(make("fixed", n_arms=3, arm=1).select())
+        return env.z - z0, env.s - s0, res
+
+    dz, ds, res = step(1.0)
+    assert res.cost.groups_optimized > 0 and np.abs(dz).sum() > 0 and np.abs(ds).sum() > 0
+    dz2, ds2, _ = step(2.0)
+    np.testing.assert_array_equal(dz2, 2.0 * dz)        # no trust region, no forgetting: exactly twice the step
+    np.testing.assert_array_equal(ds2, 2.0 * ds)
+    dz_lr, ds_lr, _ = step(1.0, lr=4.0, skill_lr=4.0)   # x2 = the rates doubled (the scenario default is 2)
+    np.testing.assert_array_equal(dz2, dz_lr)
+    np.testing.assert_array_equal(ds2, ds_lr)

@@ -443,3 +443,29 @@ def test_trainer_applies_the_filter_to_trls_advantages(tmp_path):
     assert any(np.abs(b.numpy()[~np.repeat(k, 4)]).sum() > 0 for k, b, _ in seen)
     train = sched.result(config).train
     assert train["groups_retained"].tolist() == [int(k.sum()) for k, _, _ in seen]
+
+
+def test_trl_settings_take_eval_budget_as_the_native_backend_does():
+    from types import SimpleNamespace
+    args = SimpleNamespace(set=["eval_budget=groups:4,2", "lr=1e-3"], policy="uniform", label=None, model=None,
+                           preset="tiny")
+    cfg, policy_cfg, run = trl_run.settings(args)
+    assert run == {"eval_budget": "groups:2,4"} and cfg.lr == 1e-3 and policy_cfg["name"] == "uniform"
+    assert trl_run.settings(SimpleNamespace(**{**vars(args), "set": []}))[2] == {"eval_budget": None}
+    with pytest.raises(UserError, match="eval_budget='groups:x' is not allowed"):
+        trl_run.settings(SimpleNamespace(**{**vars(args), "set": ["eval_budget=groups:x"]}))
+
+
+def test_trl_run_evaluates_at_each_cost_milestone(tmp_path):
+    # 2 groups generated per step: milestones 3 and 4 are first reached after steps 2 and 2, 7 after step 4
+    trainer, sched, config, _ = _build(tmp_path, policy="uniform", checkpoint_every=100, eval_budget="groups:3,4,7")
+    assert config["eval_budget"] == "groups:3,4,7"
+    trainer.train()
+    result = sched.result(config)
+    assert result.meta["config"]["eval_budget"] == "groups:3,4,7"
+    ev = result.eval.dropna(subset=["budget_value"])
+    assert sorted(set(zip(ev["budget_value"], ev["step"], ev["cost_reached"]))) == [(3.0, 2, 4.0), (4.0, 2, 4.0),
+                                                                                      (7.0, 4, 8.0)]
+    assert set(ev["budget_unit"]) == {"groups"}
+    plain = _build(tmp_path, name="plain", policy="uniform", steps=1, checkpoint_every=100)[2]
+    assert "eval_budget" not in plain

@@ -117,3 +117,40 @@ def test_sampler_builds_from_a_verl_like_config():
     assert len(sampler) == 4 and sampler.policy.name == "mixed" and first[0] in range(4)
     with pytest.raises(UserError, match="required"):
         HarnessCurriculumSampler(data, {"train_batch_size": 2})
+
+
+def test_group_filter_shapes_l_and_retained_hand_computed():
+    from hbsim.sampling import GroupFilter
+    from real_runs.integrations.verl_sampler import keep_rows
+    # groups (G = 4): a = 1 success (mean 0.25, mean |LOO A| 1/2), b = 2 (0.5, 2/3), c = 3 (0.75, 1/2),
+    # d = 4 (no variance: dropped by every filter)
+    scores = [1, 0, 0, 0] + [1, 1, 0, 0] + [1, 1, 1, 0] + [1, 1, 1, 1]
+    b = _batch(scores, ["a"] * 4 + ["b"] * 4 + ["c"] * 4 + ["d"] * 4, ["kv"] * 16)
+    cases = {GroupFilter(): (5 / 9, 3), GroupFilter("0.3,0.8"): (7 / 12, 2), GroupFilter("0.25,0.5"): (7 / 12, 2),
+             GroupFilter(min_abs_adv=0.55): (2 / 3, 1), GroupFilter("0.9,1.0"): (None, 0)}
+    for filt, (learn, retained) in cases.items():
+        _, res = verl_result(b, H, group_filter=filt)
+        assert res.cost.groups_retained == retained and res.cost.groups_optimized == 4, filt
+        assert res.learnability == (None if learn is None else pytest.approx(learn)), filt
+    assert verl_result(b, H)[1].learnability == pytest.approx(5 / 9)      # no filter = the default filter
+    assert keep_rows(b, GroupFilter("0.3,0.8")).tolist() == [False] * 4 + [True] * 8 + [False] * 4
+    assert keep_rows(b, GroupFilter()).tolist() == [True] * 12 + [False] * 4
+
+
+def test_sampler_takes_the_filter_knobs_from_its_config():
+    from hbsim.sampling import GroupFilter
+    from real_runs.integrations.verl_sampler import HarnessCurriculumSampler
+    data = SimpleNamespace(dataframe={"harness": ["json", "xml", "kv", "kv"]})
+    hb = {"harnesses": H, "policy": "uniform", "steps": 1, "keep_band": [0.3, 0.8], "min_abs_adv": 0.1}
+    sampler = HarnessCurriculumSampler(data, {"train_batch_size": 2, "harnessbandit": hb})
+    assert sampler.filter == GroupFilter("0.3,0.8", 0.1, "loo")
+    rows = list(sampler)
+    arm = H.index(data.dataframe["harness"][rows[0]])
+    row = sampler.update(_batch([1, 0, 0, 0, 1, 1, 0, 0], ["a"] * 4 + ["b"] * 4, [H[arm]] * 8))
+    assert row["groups_retained"] == 1 and row["learnability"] == pytest.approx(2 / 3)    # only b is in the band
+    plain = HarnessCurriculumSampler(data, {"train_batch_size": 2, "harnessbandit": {**hb, "keep_band": ""}})
+    assert plain.filter == GroupFilter("", 0.1, "loo")
+    with pytest.raises(UserError, match="keep_band"):
+        HarnessCurriculumSampler(data, {"train_batch_size": 2, "harnessbandit": {**hb, "keep_band": [0.8, 0.3]}})
+    with pytest.raises(UserError, match="min_abs_adv"):
+        HarnessCurriculumSampler(data, {"train_batch_size": 2, "harnessbandit": {**hb, "min_abs_adv": -1}})
