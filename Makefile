@@ -5,24 +5,27 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-fast wheel-smoke demo bench clean
+.PHONY: venv browser test test-fast wheel-smoke demo bench clean
 
-# The report's page test (tests/reports/test_reports_page.py) drives headless Chromium: installed
-# here when missing (as root, Debian's package); otherwise the set-up stops and says how.
 $(STAMP): pyproject.toml constraints.txt
-	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-liberation; \
-	  else echo "set-up: chromium is missing (the report's page test needs it): apt-get install -y chromium" >&2; \
-	    exit 1; fi
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	$(VENV)/bin/python -m pip install -q -c constraints.txt -e '.[dev,torch,ray,trl]'
 	touch $(STAMP)
 
+# The report's page test (tests/reports/test_reports_page.py) drives headless Chromium: `make test`
+# installs it when missing (as root, Debian's package); otherwise it stops and says how. `make demo`
+# does not need it.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-liberation; \
+	  else echo "set-up: chromium is missing (the report's page test needs it): apt-get install -y chromium" >&2; \
+	    exit 1; fi
+
 venv: $(STAMP)
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(VENV)/bin/python -m pytest
 
 # the same without the `slow` tests (those that spawn processes: CLI subprocesses, --jobs 2, Ray, DDP);
