@@ -99,13 +99,12 @@ def weighted_profile(x: np.ndarray, ws: np.ndarray, wt: np.ndarray, taus=TAUS) -
     """Bootstrap score distributions, exactly `profile` of each replicate.
     x: (..., seeds, tasks) -> (B, ..., taus). A value is above taus[k] exactly when k is
     below its bin (the number of taus under it), so only the bins' resampled shares are
-    needed: a one-hot over the bins that occur (at most len(taus) + 1, four for pass@1 of
-    three attempts)."""
+    needed: the resampled counts of the bins that occur (at most len(taus) + 1, four for
+    pass@1 of three attempts; `stats.level_counts`, exact integers)."""
     taus = np.asarray(taus, dtype=np.float64)
     bins = np.searchsorted(taus, x, side="left")  # (..., S, T): taus[k] < x  <=>  k < bins
     levels = np.unique(bins)
-    onehot = (bins[..., None, :, :] == levels[:, None, None]).astype(np.float64)  # (..., U, S, T)
-    share = stats.weighted_mean(onehot, ws, wt)  # (B, ..., U)
+    share = stats.level_counts(bins, levels, ws, wt) / (bins.shape[-2] * bins.shape[-1])  # (B, ..., U)
     return share @ (levels[None, :] > np.arange(taus.size)[:, None]).T.astype(np.float64)  # (B, ..., K)
 
 

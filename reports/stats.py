@@ -138,6 +138,23 @@ def _level_counts(inverse: np.ndarray, levels: int, ws: np.ndarray, wt: np.ndarr
     return out
 
 
+def level_counts(x: np.ndarray, levels: np.ndarray, ws: np.ndarray, wt: np.ndarray) -> np.ndarray:
+    """(B, ..., U) resampled multiplicity of each of ``levels`` in every lead slice of x:
+    sum_st ws[b, s] wt[b, t] [x[..., s, t] = levels[u]]. x: (..., seeds, tasks). Integer
+    sums (exact whatever the order, so equal to the weighted mean of the one-hot times
+    S * T); the one-hot rows times the task counts in blocks of BLOCK_BYTES."""
+    s, t = x.shape[-2:]
+    lead = x.shape[:-2]
+    onehot = (x[..., None, :, :] == levels[:, None, None]).reshape(-1, t)  # (L * U * S, T) bool
+    per = np.empty((onehot.shape[0], ws.shape[0]))  # (L * U * S, B) task-weighted counts
+    step = block_rows(8 * max(t, ws.shape[0]), onehot.shape[0])
+    for r0 in range(0, onehot.shape[0], step):
+        per[r0:r0 + step] = onehot[r0:r0 + step].astype(np.float64) @ wt.T
+    per = per.reshape(-1, s, ws.shape[0])  # (L * U, S, B)
+    out = np.einsum("ksb,bs->bk", per, ws)  # (B, L * U)
+    return out.reshape(ws.shape[0], *lead, levels.size)
+
+
 def weighted_iqm(x: np.ndarray, ws: np.ndarray, wt: np.ndarray, max_levels: int = 64) -> np.ndarray:
     """Bootstrap IQM, exactly ``trim_mean(resample, 0.25)`` of each replicate.
 
