@@ -358,14 +358,14 @@ def gee_rows(final: pd.DataFrame, al: Aligned, suite: str, baseline: str) -> tup
 
     keep = ((final["suite"] == suite) & final["policy"].isin(al.policies)
             & final["seed"].isin(al.seeds) & final["task"].isin(al.tasks)).to_numpy()
-    pol = final["policy"].to_numpy()[keep]
     succ = final["success"].to_numpy(dtype=bool)[keep]
     seed = final["seed"].to_numpy()[keep]
     cands = [p for p in al.policies if p != baseline]
     if len(cands) == 0:
         return [], []
     order = [baseline] + cands
-    pcode = pd.Categorical(pol, categories=order).codes
+    codes, labels = pd.factorize(final["policy"])  # the column's own (arrow) codes: no object array of its rows
+    pcode = pd.Index(order).get_indexer(labels)[codes[keep]]
     n_pol = np.bincount(pcode, minlength=len(order))
     rate = dict(zip(order, np.bincount(pcode, weights=succ, minlength=len(order)) / n_pol))
     if rate[baseline] in (0.0, 1.0):

@@ -262,9 +262,10 @@ def _check_pairing(fr: load.Frames, cells: pd.DataFrame, baseline: str, cands: l
     """Common random numbers: runs pair by seed only when their run.json environments agree
     (checked for the candidates that share a task with the baseline). A disagreement is a
     UserError naming the two runs, unless --unpaired."""
-    shared = set(zip(cells["suite"][cells["policy"] == baseline], cells["task"][cells["policy"] == baseline]))
-    comparable = [c for c in cands if shared & set(zip(cells["suite"][cells["policy"] == c],
-                                                       cells["task"][cells["policy"] == c]))]
+    pairs = cells[["policy", "suite", "task"]].drop_duplicates()  # who has which (suite, task): no row loop
+    shared = pairs[pairs["policy"] == baseline][["suite", "task"]]
+    sharing = set(pairs.merge(shared, on=["suite", "task"])["policy"])
+    comparable = [c for c in cands if c in sharing]
     problems, unchecked = load.pairing_problems(fr.eval, fr.runs, baseline, comparable)
     notes = []
     if problems and not unpaired:

@@ -99,13 +99,12 @@ def weighted_profile(x: np.ndarray, ws: np.ndarray, wt: np.ndarray, taus=TAUS) -
     """Bootstrap score distributions, exactly `profile` of each replicate.
     x: (..., seeds, tasks) -> (B, ..., taus). A value is above taus[k] exactly when k is
     below its bin (the number of taus under it), so only the bins' resampled shares are
-    needed: a one-hot over the bins that occur (at most len(taus) + 1, four for pass@1 of
-    three attempts)."""
+    needed: the resampled counts of the bins that occur (at most len(taus) + 1, four for
+    pass@1 of three attempts; `stats.level_counts`, exact integers)."""
     taus = np.asarray(taus, dtype=np.float64)
     bins = np.searchsorted(taus, x, side="left")  # (..., S, T): taus[k] < x  <=>  k < bins
     levels = np.unique(bins)
-    onehot = (bins[..., None, :, :] == levels[:, None, None]).astype(np.float64)  # (..., U, S, T)
-    share = stats.weighted_mean(onehot, ws, wt)  # (B, ..., U)
+    share = stats.level_counts(bins, levels, ws, wt) / (bins.shape[-2] * bins.shape[-1])  # (B, ..., U)
     return share @ (levels[None, :] > np.arange(taus.size)[:, None]).T.astype(np.float64)  # (B, ..., K)
 
 
@@ -198,22 +197,13 @@ def shown_steps(steps, most: int = MAX_STEPS) -> list:
 
 
 def _iqm_steps(eval_all, al, suite, metric, baseline, ks, reps, rng, alpha, views) -> pd.DataFrame:
-    """IQM of ``metric`` at each evaluation step on the final rectangle's seeds and tasks."""
-    from reports import analysis
-
-    sub = eval_all[(eval_all["suite"] == suite) & eval_all["policy"].isin(al.policies)]
-    kept, mats = [], []
-    idx = pd.MultiIndex.from_product([al.policies, al.seeds, al.tasks], names=["policy", "seed", "task"])
-    all_steps = sorted(sub["step"].unique().tolist())
-    for step in shown_steps(all_steps):
-        c = analysis.cell_metrics(sub[sub["step"] == step], ks)
-        v = c.set_index(["policy", "seed", "task"])[metric].reindex(idx).to_numpy(dtype=np.float64)
-        if np.isnan(v).any():
-            views.notes.append(f"{suite}: step {step} lacks some of the final evaluation's seeds x tasks; "
-                               "left out of the IQM-over-steps view")
-            continue
-        kept.append(int(step))
-        mats.append(v.reshape(len(al.policies), len(al.seeds), len(al.tasks)))
+    """IQM of ``metric`` at each evaluation step on the final rectangle's seeds and tasks.
+    With one evaluation step overall that step is the final evaluation: its cells are ``al``'s."""
+    steps = eval_all["step"].unique()
+    if steps.size == 1:
+        kept, mats, all_steps = [int(steps[0])], [al.x[al.metrics.index(metric)]], [int(steps[0])]
+    else:
+        kept, mats, all_steps = _step_cells(eval_all, al, suite, metric, ks, views)
     if len(all_steps) > len(shown_steps(all_steps)):
         views.notes.append(f"{suite}: IQM over steps shows {MAX_STEPS} of {len(all_steps)} evaluation steps")
     if not kept:
@@ -229,6 +219,27 @@ def _iqm_steps(eval_all, al, suite, metric, baseline, ks, reps, rng, alpha, view
             rows.append({"suite": suite, "metric": metric, "policy": pol, "step": step, "iqm": stats.iqm(x[j, i]),
                          "low": float(lo[j * k + i]), "high": float(hi[j * k + i])})
     return pd.DataFrame(rows)
+
+
+def _step_cells(eval_all, al, suite, metric, ks, views):
+    """(kept steps, their (policies, seeds, tasks) matrices of ``metric``, every step) of
+    the shown evaluation steps that cover the final rectangle."""
+    from reports import analysis
+
+    sub = eval_all[(eval_all["suite"] == suite) & eval_all["policy"].isin(al.policies)]
+    kept, mats = [], []
+    idx = pd.MultiIndex.from_product([al.policies, al.seeds, al.tasks], names=["policy", "seed", "task"])
+    all_steps = sorted(sub["step"].unique().tolist())
+    for step in shown_steps(all_steps):
+        c = analysis.cell_metrics(sub[sub["step"] == step], ks)
+        v = c.set_index(["policy", "seed", "task"])[metric].reindex(idx).to_numpy(dtype=np.float64)
+        if np.isnan(v).any():
+            views.notes.append(f"{suite}: step {step} lacks some of the final evaluation's seeds x tasks; "
+                               "left out of the IQM-over-steps view")
+            continue
+        kept.append(int(step))
+        mats.append(v.reshape(len(al.policies), len(al.seeds), len(al.tasks)))
+    return kept, mats, all_steps
 
 
 # ------------------------------------------------------------------------- the export

@@ -94,11 +94,19 @@ def draw_counts(rng: np.random.Generator, size: int, n: int) -> np.ndarray:
 
 
 def weighted_mean(x: np.ndarray, ws: np.ndarray, wt: np.ndarray) -> np.ndarray:
-    """Bootstrap means. x: (..., seeds, tasks); ws: (B, seeds); wt: (B, tasks) -> (B, ...)."""
+    """Bootstrap means. x: (..., seeds, tasks); ws: (B, seeds); wt: (B, tasks) -> (B, ...).
+    Integer-valued x (binary metrics) by one matrix product per block: its sums are exact
+    integers, so the result is the same to the bit as the summation order of einsum."""
     s, t = x.shape[-2:]
     lead = x.shape[:-2]
     out = np.empty((ws.shape[0], *lead))
     step = block_rows(8 * int(np.prod(lead, dtype=np.int64)) * s, ws.shape[0])
+    if np.array_equal(x, np.rint(x)):  # integer values (binary metrics): exact sums in any order, so BLAS
+        rows = x.reshape(-1, t)
+        for b0 in range(0, ws.shape[0], step):
+            y = (rows @ wt[b0:b0 + step].T).reshape(*lead, s, -1)  # (..., seeds, b)
+            out[b0:b0 + step] = np.einsum("...sb,bs->b...", y, ws[b0:b0 + step]) / (s * t)
+        return out
     for b0 in range(0, ws.shape[0], step):
         y = np.einsum("...st,bt->b...s", x, wt[b0:b0 + step])  # (b, ..., seeds)
         out[b0:b0 + step] = np.einsum("b...s,bs->b...", y, ws[b0:b0 + step]) / (s * t)
@@ -136,6 +144,23 @@ def _level_counts(inverse: np.ndarray, levels: int, ws: np.ndarray, wt: np.ndarr
         per = (wt @ onehot.T).reshape(-1, u.size, s)  # (B, u, S)
         out[:, u] = np.einsum("bus,bs->bu", per, ws)
     return out
+
+
+def level_counts(x: np.ndarray, levels: np.ndarray, ws: np.ndarray, wt: np.ndarray) -> np.ndarray:
+    """(B, ..., U) resampled multiplicity of each of ``levels`` in every lead slice of x:
+    sum_st ws[b, s] wt[b, t] [x[..., s, t] = levels[u]]. x: (..., seeds, tasks). Integer
+    sums (exact whatever the order, so equal to the weighted mean of the one-hot times
+    S * T); the one-hot rows times the task counts in blocks of BLOCK_BYTES."""
+    s, t = x.shape[-2:]
+    lead = x.shape[:-2]
+    onehot = (x[..., None, :, :] == levels[:, None, None]).reshape(-1, t)  # (L * U * S, T) bool
+    per = np.empty((onehot.shape[0], ws.shape[0]))  # (L * U * S, B) task-weighted counts
+    step = block_rows(8 * max(t, ws.shape[0]), onehot.shape[0])
+    for r0 in range(0, onehot.shape[0], step):
+        per[r0:r0 + step] = onehot[r0:r0 + step].astype(np.float64) @ wt.T
+    per = per.reshape(-1, s, ws.shape[0])  # (L * U, S, B)
+    out = np.einsum("ksb,bs->bk", per, ws)  # (B, L * U)
+    return out.reshape(ws.shape[0], *lead, levels.size)
 
 
 def weighted_iqm(x: np.ndarray, ws: np.ndarray, wt: np.ndarray, max_levels: int = 64) -> np.ndarray:

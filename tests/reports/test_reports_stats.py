@@ -280,3 +280,24 @@ def test_sign_flip_p_does_not_depend_on_the_unit_of_the_differences():
     d = np.array([0.3, -0.1, 0.2, 0.05, -0.02])  # exact p = 12 / 32
     for scale in (1.0, 1e-3, 1e-8, 1e-12, 1e6):
         assert stats.sign_flip_test(d * scale, resamples=100, rng=np.random.default_rng(0)) == 12 / 32
+
+
+def test_level_counts_and_integer_means_equal_the_einsum_sums_to_the_bit():
+    """The exact-integer paths (profiles' level counts, binary cubes' means by BLAS) give
+    the bits of the summation they replace: a one-hot cube's einsum weighted mean."""
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 4, (3, 5, 37)).astype(float)  # 4 levels, lead 3
+    ws, wt = stats.draw_counts(rng, 50, 5), stats.draw_counts(rng, 50, 37)
+
+    def ref(cube):
+        return np.einsum("b...s,bs->b...", np.einsum("...st,bt->b...s", cube, wt), ws) / (5 * 37)
+
+    levels = np.unique(x)
+    onehot = (x[..., None, :, :] == levels[:, None, None]).astype(float)  # (3, 4, 5, 37)
+    counts = stats.level_counts(x, levels, ws, wt)
+    assert counts.shape == (50, 3, 4)
+    assert np.array_equal(counts / (5 * 37), ref(onehot))
+    assert np.array_equal(counts.sum(axis=-1), np.full((50, 3), 5.0 * 37))  # every draw counted once
+    assert np.array_equal(stats.weighted_mean(x, ws, wt), ref(x))  # integer cube: the BLAS path
+    y = x / 3  # not integer: the einsum path, unchanged
+    assert np.array_equal(stats.weighted_mean(y, ws, wt), ref(y))
