@@ -24,7 +24,7 @@ import numpy as np
 
 from policies.base import Feedback, Policy
 from policies.knobs import Knob, Knobs
-from policies.signals import MemoryBank, as_float_sketch, sketch_norm, transfer_and_update
+from policies.signals import MemoryBank, bank_for, sketch_norm, transfer_and_update
 
 _NAN = float("nan")
 
@@ -186,13 +186,7 @@ class TAC(SEC):
         """T of the trained harness's sketch against the other memories, then its memory's update."""
         if sketch is None:
             return _NAN
-        sketch = as_float_sketch(sketch)
-        if sketch.ndim != 1:
-            raise ValueError(f"feedback sketch has shape {sketch.shape}: expected a 1-d vector")
-        if self.bank is None:
-            self.bank = MemoryBank(self.n_arms, sketch.shape[0], sketch.dtype)
-        elif sketch.shape[0] != self.bank.rows.shape[1]:
-            raise ValueError(f"feedback sketch has length {sketch.shape[0]}: expected {self.bank.rows.shape[1]}")
+        self.bank, sketch = bank_for(self.bank, self.n_arms, sketch)
         g_norm = sketch_norm(sketch)
         if not math.isfinite(g_norm):
             self.counters["nonfinite_signals"] += 1

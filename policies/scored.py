@@ -24,7 +24,7 @@ import numpy as np
 from policies.base import Feedback, Policy
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
-from policies.signals import (FUSION_USES, FUSIONS, MemoryBank, as_float_sketch, inverse_cdf_draw, minmax_normalise,
+from policies.signals import (FUSION_USES, FUSIONS, MemoryBank, bank_for, inverse_cdf_draw, minmax_normalise,
                               selection_probabilities, sketch_norm, transfer_and_update, window_push, window_values)
 
 _NAN = float("nan")
@@ -176,14 +176,7 @@ class ScoredPolicy(Policy):
     def _transfer(self, arm: int, feedback: Feedback) -> float:
         sketch = feedback.update_sketch if self.cfg.transfer_source == "update" else feedback.sketch
         if sketch is not None:
-            sketch = as_float_sketch(sketch)
-            if sketch.ndim != 1:
-                raise ValueError(f"feedback sketch has shape {sketch.shape}: expected a 1-d vector")
-            if self.bank is None:
-                self.bank = MemoryBank(self.n_arms, sketch.shape[0], sketch.dtype)
-            elif sketch.shape[0] != self.bank.rows.shape[1]:
-                raise ValueError(f"feedback sketch has length {sketch.shape[0]}: expected "
-                                 f"{self.bank.rows.shape[1]} (the length of earlier sketches)")
+            self.bank, sketch = bank_for(self.bank, self.n_arms, sketch)
         g_norm = sketch_norm(sketch) if sketch is not None else _NAN
         if sketch is not None and math.isnan(g_norm):
             self.counters["nonfinite_signals"] += 1

@@ -108,6 +108,20 @@ SCALED_MIN_ETA = 1e-6
 CANCELLED_EPS = 64
 
 
+def bank_for(bank: "MemoryBank | None", n_arms: int, sketch) -> tuple["MemoryBank", np.ndarray]:
+    """(bank, sketch): `sketch` as a float 1-d vector checked against the bank's length,
+    and the bank (a new one, of the sketch's length and dtype, when `bank` is None)."""
+    sketch = as_float_sketch(sketch)
+    if sketch.ndim != 1:
+        raise ValueError(f"feedback sketch has shape {sketch.shape}: expected a 1-d vector")
+    if bank is None:
+        return MemoryBank(n_arms, sketch.shape[0], sketch.dtype), sketch
+    if sketch.shape[0] != bank.rows.shape[1]:
+        raise ValueError(f"feedback sketch has length {sketch.shape[0]}: expected "
+                         f"{bank.rows.shape[1]} (the length of earlier sketches)")
+    return bank, sketch
+
+
 class MemoryBank:
     """The transfer memories m_h (SPEC §2.5) as plain arrays, stored as scaled rows:
     m_h = scale[h] * rows[h], with sq[h] = ||rows[h]||^2.
