@@ -298,6 +298,7 @@ def test_level_counts_and_integer_means_equal_the_einsum_sums_to_the_bit():
     assert counts.shape == (50, 3, 4)
     assert np.array_equal(counts / (5 * 37), ref(onehot))
     assert np.array_equal(counts.sum(axis=-1), np.full((50, 3), 5.0 * 37))  # every draw counted once
-    assert np.array_equal(stats.weighted_mean(x, ws, wt), ref(x))  # integer cube: the BLAS path
-    y = x / 3  # not integer: the einsum path, unchanged
-    assert np.array_equal(stats.weighted_mean(y, ws, wt), ref(y))
+    assert np.array_equal(stats.weighted_mean(x, ws, wt), ref(x))  # integer cube: exact sums, any order
+    y = x / 3  # not integer: BLAS's order of summation, equal to rounding
+    np.testing.assert_allclose(stats.weighted_mean(y, ws, wt), ref(y), rtol=1e-14, atol=0)
+    assert not np.allclose(stats.weighted_mean(y + 1e-9, ws, wt), ref(y), rtol=1e-14, atol=0)
