@@ -96,7 +96,8 @@ DEFAULT_KS = (1, 3)
 def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = None, ks=None,
                  resamples: int = 10000, seed: int = 0, alpha: float = 0.05,
                  progress: Callable[[int, int, str], None] | None = None, axis: str | None = None,
-                 primary: str = "score", unpaired: bool = False, target_delta: float | None = None) -> ReportResult:
+                 primary: str = "score", unpaired: bool = False, target_delta: float | None = None,
+                 jobs: int = 1) -> ReportResult:
     """Paired comparison of every policy against ``baseline``; the seed is the unit of the
     tests (reports.inference). The headline: ``primary`` (score; pass@1 where the two
     agree) tested over seeds, Holm over candidates x suites, with its simultaneous t
@@ -110,8 +111,13 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     index.html, report.md, figures (PNG) and CSVs into (None: compute only).
     progress(done, total, label) is called while the bootstraps run. axis: a swept knob
     column of a collected grid (e.g. "policy.tau"): adds the `sensitivity` table (delta
-    against the baseline per knob value) and its figure.
+    against the baseline per knob value) and its figure. jobs: 2 runs rliable's views and
+    half the figures in a forked helper process (`reports.offload`; the same numbers and
+    files as 1).
     """
+    from reports import offload
+
+    offload.check_jobs(jobs)
     fr = _frames(dir_or_frames, (axis,) if axis else ())
     policies, attempts, ks = _validate(fr, baseline, suite, ks, resamples, alpha, primary, target_delta)
     axis_values = load.axis_values(fr.eval, axis) if axis else None
@@ -127,18 +133,28 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     notes += _check_pairing(fr, cells, baseline, [p for p in policies if p != baseline], unpaired)
     acc = {name: [] for name in TABLES}
     stages = len(attempts) * len(policies)
-    for si, s in enumerate(sorted(attempts)):
-        notes += _compare_suite(acc, fr, cells, s, attempts[s], policies, baseline, ks, rng=rng, alpha=alpha,
-                                resamples=resamples, stages=(si * len(policies), stages), progress=progress,
-                                primary=primary, unpaired=unpaired)
-    tables = {name: _concat(frames) for name, frames in acc.items() if frames or name in _COMPARISON}
-    tables["paired"] = _headline(tables["paired"], alpha, resamples, target_delta)
-    if tables["paired"].empty and len(policies) > 1:
-        raise UserError(f"--baseline {baseline!r}: no candidate shares a seed and a task with it in any suite, "
-                        "so nothing can be compared: " + "; ".join(n for n in notes if "not compared" in n))
     from reports import rliable_views
-    views = rliable_views.compute(fr, cells, tables["summary"], policies, baseline, ks, resamples=resamples, seed=seed,
-                                  alpha=alpha)
+    plans = [_plan_suite(cells, s, attempts[s], policies, baseline, ks, primary) for s in sorted(attempts)]
+    # rliable's views of every suite start first (in the helper process with jobs 2): they draw from a
+    # generator of their own and need only the all-policy rectangles
+    builder = rliable_views.ViewsBuilder(fr, cells, baseline, ks, resamples=resamples, seed=seed, alpha=alpha,
+                                         primary=primary, jobs=jobs)
+    try:
+        for plan in plans:
+            if plan.al.tasks and plan.al.seeds:
+                builder.add(plan.suite, plan.metrics, [p for p in policies if p in set(plan.al.policies)])
+        for si, plan in enumerate(plans):
+            _compare_suite(acc, fr, plan, baseline, rng=rng, alpha=alpha, resamples=resamples,
+                           stages=(si * len(policies), stages), progress=progress, unpaired=unpaired)
+            notes += plan.notes
+        tables = {name: _concat(frames) for name, frames in acc.items() if frames or name in _COMPARISON}
+        tables["paired"] = _headline(tables["paired"], alpha, resamples, target_delta)
+        if tables["paired"].empty and len(policies) > 1:
+            raise UserError(f"--baseline {baseline!r}: no candidate shares a seed and a task with it in any suite, "
+                            "so nothing can be compared: " + "; ".join(n for n in notes if "not compared" in n))
+        views = builder.result(tables["summary"])
+    finally:
+        builder.close()
     tables.update(views.tables)
     notes += views.notes
     notes += _power_notes(tables["paired"], alpha, resamples)
@@ -165,23 +181,35 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
         page = validity.write_page_if_any(fr.source if fr.source != "frames" else None, Path(out))  # validity.html
         if page is not None:
             result.files["validity"] = page          # index.html links it
-        render.write(result, Path(out))
+        render.write(result, Path(out), jobs=jobs)
     return result
 
 
 _COMPARISON = ("summary", "category_values", "per_task", "paired", "per_seed", "categories", "flips", "flip_counts", "gee")
 
 
-def _compare_suite(acc: dict, fr: load.Frames, cells: pd.DataFrame, suite: str, attempts: int, policies: list[str],
-                   baseline: str, ks, *, rng, alpha: float, resamples: int, stages: tuple[int, int],
-                   progress, primary: str, unpaired: bool) -> list[str]:
-    """Append every comparison table of one suite to ``acc``; return the notes.
+@dataclass
+class _SuitePlan:
+    """What one suite compares, fixed before any random draw (`_plan_suite`): its metrics,
+    the headline metric, each candidate's own rectangle, the all-policy rectangle."""
 
-    Every pair (candidate, baseline) with a non-empty seeds x tasks rectangle is compared on
+    suite: str
+    attempts: int
+    metrics: list
+    head: str
+    cands: list
+    pairs: dict
+    al: object
+    notes: list
+
+
+def _plan_suite(cells: pd.DataFrame, suite: str, attempts: int, policies: list[str], baseline: str, ks,
+                primary: str) -> _SuitePlan:
+    """Every pair (candidate, baseline) with a non-empty seeds x tasks rectangle is compared on
     its own rectangle; a pair without one is named in one line, with why. The all-policy
-    tables (summary, per-task, categories' values, GEE) use the rectangle common to the
-    baseline and the comparable candidates; a candidate that would empty it is left out of
-    them (one line each)."""
+    tables (summary, per-task, categories' values, GEE, rliable's views) use the rectangle
+    common to the baseline and the comparable candidates; a candidate that would empty it is
+    left out of them (one line each)."""
     from reports import analysis
 
     metrics = analysis.metric_names(ks, attempts)
@@ -212,7 +240,18 @@ def _compare_suite(acc: dict, fr: load.Frames, cells: pd.DataFrame, suite: str, 
         notes.append(f"{suite}: {drop!r} left out of the all-policy tables (summary, per-task, GEE): no seeds x tasks "
                      "are common to every policy with it; its paired comparison stands")
     notes += align_notes
-    first, total = stages
+    if not (al.tasks and al.seeds):
+        notes.append(f"{suite}: the baseline {baseline!r} has no complete seeds x tasks rectangle; suite skipped")
+    return _SuitePlan(suite, attempts, metrics, head, cands, pairs, al, notes)
+
+
+def _compare_suite(acc: dict, fr: load.Frames, plan: _SuitePlan, baseline: str, *, rng, alpha: float,
+                   resamples: int, stages: tuple[int, int], progress, unpaired: bool) -> None:
+    """Append every comparison table of one suite (`_plan_suite`) to ``acc``: the draws of
+    the report's generator ``rng``, in a fixed order."""
+    from reports import analysis
+
+    suite, al, first, total = plan.suite, plan.al, *stages
     kw = dict(resamples=resamples, rng=rng, alpha=alpha)
     if al.tasks and al.seeds:
         acc["summary"].append(analysis.bootstrap_summary(al, suite, baseline,
@@ -221,23 +260,20 @@ def _compare_suite(acc: dict, fr: load.Frames, cells: pd.DataFrame, suite: str, 
         acc["category_values"].append(analysis.category_values(al, suite))
         gee, gee_notes = analysis.gee_rows(fr.eval, al, suite, baseline)
         acc["gee"].append(pd.DataFrame(gee))
-        notes += gee_notes
-    else:
-        notes.append(f"{suite}: the baseline {baseline!r} has no complete seeds x tasks rectangle; suite skipped")
-    for ci, cand in enumerate(cands):
-        if cand not in pairs:
+        plan.notes += gee_notes
+    for ci, cand in enumerate(plan.cands):
+        if cand not in plan.pairs:
             continue
-        pal = pairs[cand]
+        pal = plan.pairs[cand]
         stage = _stage(progress, first + 2 + ci, total)
         acc["paired"].append(pd.DataFrame(analysis.paired_rows(pal, suite, cand, baseline, progress=stage,
-                                                               primary=head, unpaired=unpaired, **kw)))
-        acc["per_seed"].append(pd.DataFrame(analysis.per_seed_rows(pal, suite, cand, baseline, attempts)))
+                                                               primary=plan.head, unpaired=unpaired, **kw)))
+        acc["per_seed"].append(pd.DataFrame(analysis.per_seed_rows(pal, suite, cand, baseline, plan.attempts)))
         acc["categories"].append(pd.DataFrame(analysis.category_rows(pal, suite, cand, baseline, unpaired=unpaired,
                                                                      **kw)))
         flips, counts = analysis.flip_rows(pal, suite, cand, baseline)
         acc["flips"].append(pd.DataFrame(flips))
         acc["flip_counts"].append(pd.DataFrame(counts))
-    return notes
 
 
 def _why_empty(cells: pd.DataFrame, suite: str, cand: str, baseline: str) -> str:

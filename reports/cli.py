@@ -48,6 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-delta", type=float, default=None,
                         help="the true effect on the primary metric that seeds_needed plans for (a design "
                              "calculation; default: the minimum detectable effect at the current seeds)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="processes: 2 computes rliable's views and half the figures in a forked helper while "
+                             "the paired tables run (the same numbers and files as 1; default $HB_REPORT_JOBS, else 2 "
+                             "where the platform can fork and has two cores, else 1)")
     parser.add_argument("--unpaired", action="store_true",
                         help="runs of a seed did not share their environment (run.json): compare the arms' per-seed "
                              "means as independent samples instead of refusing")
@@ -128,6 +132,8 @@ def _check_paths(args) -> Path:
     (exit 2, or collect again with --recollect). Returns the output folder."""
     validate.check_int("--resamples", args.resamples, 1, validate.MAX_RESAMPLES)
     validate.check_int("--seed", args.seed, 0, validate.MAX_SEED)
+    from reports import offload
+    args.jobs = offload.check_jobs(offload.default_jobs() if args.jobs is None else args.jobs)
     if not Path(args.dir).is_dir():
         raise UserError(f"DIR: {args.dir!r} is not a directory; expected a grid or run directory")
     out = Path(args.out) if args.out else Path(args.dir) / "report"
@@ -165,7 +171,7 @@ def main(args: argparse.Namespace) -> int:
         result = build_report(source, args.baseline, out, suite=args.suite, ks=_parse_ks(args.k),
                               resamples=args.resamples, seed=args.seed, alpha=args.alpha, progress=_Progress(),
                               axis=args.axis, primary=args.primary, unpaired=args.unpaired,
-                              target_delta=args.target_delta)
+                              target_delta=args.target_delta, jobs=args.jobs)
     for line in result.notes:
         print(f"warning: {line}", file=sys.stderr)
     print(textwrap.fill(conclusion(result), width=110) + "\n")

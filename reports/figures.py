@@ -5,6 +5,8 @@ backend, so it works headless.
 """
 from __future__ import annotations
 
+import io
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -265,6 +267,17 @@ def strip_plot(df: pd.DataFrame, x: str, value: str, title: str = "", ylabel: st
 
 def save(fig, path) -> None:
     fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def png_bytes(fig) -> bytes:
+    """The bytes `save` writes to a .png path (the same call, into memory); leaves ``fig`` open."""
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=80, format="png")
+    return buf.getvalue()
+
+
+def close(fig) -> None:
     plt.close(fig)
 
 

@@ -127,10 +127,13 @@ def html_table(df: pd.DataFrame, max_rows: int = 60, keys: int | None = None) ->
 
 
 class Doc:
-    """Accumulates the same content as Markdown and HTML."""
+    """Accumulates the same content as Markdown and HTML. Figures are kept until
+    `save_figures` renders them (`body_html` does, first): with ``jobs`` 2 half of them in a
+    forked helper (`reports.offload`), the same PNG bytes either way."""
 
-    def __init__(self, fig_dir: Path):
-        self.md, self.html, self.fig_dir, self.figs = [], [], fig_dir, {}
+    def __init__(self, fig_dir: Path, jobs: int = 1):
+        self.md, self.html, self.fig_dir, self.figs, self.jobs = [], [], fig_dir, {}, jobs
+        self._pending: list[tuple[str, Path, object, int]] = []  # (name, path, figure, its html slot)
 
     def h(self, level: int, text: str):
         self.md.append(f"{'#' * level} {text}\n")
@@ -163,11 +166,44 @@ class Doc:
 
     def figure(self, name: str, fig_ax):
         path = self.fig_dir / f"{slug(name)}.png"
-        atomic_write(path, lambda tmp: figures.save(fig_ax[0], tmp))
-        self.figs[name] = path
-        data = base64.b64encode(path.read_bytes()).decode()
         self.md.append(f"![{name}](figures/{path.name})\n")
-        self.html.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
+        self._pending.append((name, path, fig_ax[0], len(self.html)))
+        self.html.append("")  # the <img> once the PNG exists (save_figures)
+
+    def save_figures(self) -> None:
+        """Render the pending figures (half in the helper with jobs 2), write each PNG
+        atomically and inline it into the HTML."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        from reports import offload
+
+        figs = [fig for _, _, fig, _ in pending]
+        helper = offload.Helper(self.jobs if len(figs) > 1 else 1, {"figures": figs})
+        try:
+            theirs = helper.submit(_png_bytes, list(range(1, len(figs), 2))) if helper.forked else None
+            mine = range(0, len(figs), 2) if theirs is not None else range(len(figs))
+            pngs = dict(zip(mine, _png_bytes({"figures": figs}, list(mine))))
+            if theirs is not None:
+                pngs.update(zip(range(1, len(figs), 2), theirs.result()))
+        finally:
+            helper.close(cancel=True)
+            for fig in figs:
+                figures.close(fig)
+        for i, (name, path, _, slot) in enumerate(pending):
+            atomic_write(path, pngs[i])
+            self.figs[name] = path
+            data = base64.b64encode(pngs[i]).decode()
+            self.html[slot] = f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">'
+
+    def body_html(self) -> str:
+        self.save_figures()
+        return "".join(self.html)
+
+
+def _png_bytes(state: dict, which: list[int]) -> list[bytes]:
+    """The PNG bytes of figures ``which`` of ``state["figures"]`` (`figures.png_bytes`)."""
+    return [figures.png_bytes(state["figures"][i]) for i in which]
 
 
 # ------------------------------------------------------------------ paired columns
@@ -264,7 +300,7 @@ def _headline(doc: Doc, result) -> None:
 
 # ------------------------------------------------------------------------ writing
 
-def write(result, out: Path) -> None:
+def write(result, out: Path, jobs: int = 1) -> None:
     """Write CSVs, figures, the rliable export, report.md and index.html into ``out``
     (files replaced atomically, created with the user's umask: `hbsim.folders.atomic_write`)."""
     from reports import sections
@@ -276,7 +312,7 @@ def write(result, out: Path) -> None:
         atomic_write(out / f"{name}.csv", df.to_csv(index=False))
         result.files[name] = out / f"{name}.csv"
     _export(result, out / EXPORT_DIR)
-    doc = Doc(fig_dir)
+    doc = Doc(fig_dir, jobs)
     _headline(doc, result)
     for suite in sorted(result.suites):
         sections.suite(doc, result, suite)
@@ -284,9 +320,10 @@ def write(result, out: Path) -> None:
     gap.section(doc, result)
     sections.diagnostics(doc, result)
     sections.reference(doc, result)
+    body = doc.body_html()  # renders and writes the figures first
     atomic_write(out / REPORT_MARKDOWN, "\n".join(doc.md))
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>harnessbandit report</title>"
-            f"<style>{CSS}</style></head><body>{''.join(doc.html)}</body></html>")
+            f"<style>{CSS}</style></head><body>{body}</body></html>")
     atomic_write(out / REPORT_INDEX, page)
     atomic_write(out / "config.json", json.dumps(result.config, indent=1, default=str))
     result.files.update({"index": out / REPORT_INDEX, "markdown": out / REPORT_MARKDOWN})

@@ -125,54 +125,112 @@ class Views:
     notes: list = field(default_factory=list)
 
 
+class ViewsBuilder:
+    """rliable's views built suite by suite.
+
+    ``add(suite, metrics, members)`` takes one suite's all-policy rectangle (its metrics and
+    policies, those of the summary table); with ``jobs`` 2 the suite's bootstraps run in a
+    forked helper (`reports.offload`) while the caller goes on with the summary and paired
+    tables. The views draw from their own generator (``seed`` with stream `STREAM`) and take
+    the suites in the order given, in whichever process, so every number is the same with 1
+    or 2 jobs. ``result(summary)`` waits and assembles the `Views` (IQM and mean intervals:
+    the summary's); ``close()`` ends the helper.
+    fr: the report's `load.Frames`; cells: the final evaluation's `analysis.cell_metrics`."""
+
+    def __init__(self, fr, cells: pd.DataFrame, baseline: str, ks, *, resamples: int, seed: int, alpha: float,
+                 primary: str = "score", jobs: int = 1):
+        from reports import offload
+
+        self.fr, self.cells, self.baseline, self.ks = fr, cells, baseline, ks
+        self.reps, self.alpha, self.primary = min(resamples, VIEW_RESAMPLES), alpha, primary
+        self.rng = np.random.default_rng([seed, STREAM])
+        self._helper = offload.Helper(jobs, {"views": self})
+        self._parts: list = []
+
+    def add(self, suite: str, metrics: list[str], members: list[str]) -> None:
+        self._parts.append(self._helper.submit(_suite_views, suite, metrics, members))
+
+    def result(self, summary: pd.DataFrame) -> Views:
+        try:
+            parts = [p.result() for p in self._parts]
+        finally:
+            self.close()
+        views = Views()
+        agg, prof, steps = [], [], []
+        for part, (suite, metric, shape, median) in parts:
+            views.matrices.update(part.matrices)
+            views.steps.update(part.steps)
+            views.index.update(part.index)
+            views.notes += part.notes
+            summ = summary[(summary["suite"] == suite) & (summary["metric"] == metric)]
+            agg.append(_aggregates(views.matrices[(suite, metric)], summ, suite, metric, shape, median))
+            prof.append(part.tables["profiles"])
+            steps.append(part.tables["iqm_steps"])
+        if parts:
+            views.tables = {"aggregates": pd.concat(agg, ignore_index=True),
+                            "profiles": pd.concat(prof, ignore_index=True),
+                            "iqm_steps": pd.concat(steps, ignore_index=True)}
+        return views
+
+    def close(self) -> None:
+        self._helper.close(cancel=True)
+
+    def _suite(self, suite: str, metrics: list[str], members: list[str]):
+        """One suite's bootstraps: (a Views part, (suite, primary metric, (seeds, tasks), the
+        median's interval))."""
+        from reports import analysis
+
+        part = Views()
+        al, _ = analysis.align(self.cells, suite, members, self.baseline, metrics)
+        for i, metric in enumerate(al.metrics):
+            part.matrices[(suite, metric)] = {p: al.x[i, j].copy() for j, p in enumerate(al.policies)}
+        part.index[suite] = {"seeds": [int(s) for s in al.seeds], "tasks": list(al.tasks)}
+        metric = primary_metric(metrics, self.primary)
+        x = al.x[al.metrics.index(metric)]  # (policies, seeds, tasks)
+        reps, rng, alpha = self.reps, self.rng, self.alpha
+        median = stats.percentile_interval(stats.crossed_bootstrap(x, weighted_median, resamples=reps, rng=rng),
+                                           alpha)
+        part.tables = {"profiles": _profiles(x, al, suite, metric, reps, rng, alpha),
+                       "iqm_steps": _iqm_steps(self.fr.eval_all, al, suite, metric, self.baseline, self.ks, reps,
+                                               rng, alpha, part)}
+        return part, (suite, metric, (len(al.seeds), len(al.tasks)), median)
+
+
+def _suite_views(state: dict, suite: str, metrics: list[str], members: list[str]):
+    """One suite's bootstraps, in the process holding the builder (`reports.offload.Helper`)."""
+    return state["views"]._suite(suite, metrics, members)
+
+
 def compute(fr, cells: pd.DataFrame, summary: pd.DataFrame, policies: list[str], baseline: str, ks, *,
             resamples: int, seed: int, alpha: float, primary: str = "score") -> Views:
-    """rliable's views of every suite of ``summary`` on its primary metric, and the
-    score matrices of every metric. fr: the report's `load.Frames`; cells: the final
-    evaluation's `analysis.cell_metrics`; summary: the summary table (its metrics per
-    suite and its mean / IQM / P(improvement) intervals)."""
-    from reports import analysis
-
-    views = Views()
-    if summary.empty:
-        return views
-    rng = np.random.default_rng([seed, STREAM])
-    reps = min(resamples, VIEW_RESAMPLES)
-    agg, prof, steps = [], [], []
-    for suite in sorted(summary["suite"].unique()):
-        summ = summary[summary["suite"] == suite]
-        metrics = list(summ["metric"].drop_duplicates())
-        members = [p for p in policies if p in set(summ["policy"])]  # those of the suite's all-policy rectangle
-        al, _ = analysis.align(cells, suite, members, baseline, metrics)
-        for i, metric in enumerate(al.metrics):
-            views.matrices[(suite, metric)] = {p: al.x[i, j].copy() for j, p in enumerate(al.policies)}
-        views.index[suite] = {"seeds": [int(s) for s in al.seeds], "tasks": list(al.tasks)}
-        metric = primary_metric(metrics, primary)
-        x = al.x[al.metrics.index(metric)]  # (policies, seeds, tasks)
-        agg.append(_aggregates(x, al, summ[summ["metric"] == metric], suite, metric, reps, rng, alpha))
-        prof.append(_profiles(x, al, suite, metric, reps, rng, alpha))
-        steps.append(_iqm_steps(fr.eval_all, al, suite, metric, baseline, ks, reps, rng, alpha, views))
-    views.tables = {"aggregates": pd.concat(agg, ignore_index=True), "profiles": pd.concat(prof, ignore_index=True),
-                    "iqm_steps": pd.concat(steps, ignore_index=True)}
-    return views
+    """rliable's views of every suite of ``summary`` (the summary table: its metrics per
+    suite and its mean / IQM / P(improvement) intervals) on its primary metric, and the
+    score matrices of every metric, in this process (`ViewsBuilder` in suite order)."""
+    builder = ViewsBuilder(fr, cells, baseline, ks, resamples=resamples, seed=seed, alpha=alpha, primary=primary)
+    if not summary.empty:
+        for suite in sorted(summary["suite"].unique()):
+            summ = summary[summary["suite"] == suite]
+            builder.add(suite, list(summ["metric"].drop_duplicates()),
+                        [p for p in policies if p in set(summ["policy"])])
+    return builder.result(summary)
 
 
-def _aggregates(x, al, summ, suite, metric, reps, rng, alpha) -> pd.DataFrame:
-    """Median (bootstrapped here), IQM and mean (the summary's intervals) and the
-    optimality gap: every metric lies in [0, GAMMA], so gap = GAMMA - mean exactly and its
-    interval is the mean's, reflected."""
-    lo, hi = stats.percentile_interval(stats.crossed_bootstrap(x, weighted_median, resamples=reps, rng=rng), alpha)
+def _aggregates(mats: dict, summ: pd.DataFrame, suite: str, metric: str, shape: tuple, median) -> pd.DataFrame:
+    """Median (bootstrapped in `ViewsBuilder._suite`), IQM and mean (the summary's intervals)
+    and the optimality gap: every metric lies in [0, GAMMA], so gap = GAMMA - mean exactly
+    and its interval is the mean's, reflected. mats: {policy: (seeds, tasks)} of ``metric``."""
+    lo, hi = median
     by = summ.set_index("policy")
     rows = []
-    for j, pol in enumerate(al.policies):
+    for j, (pol, x) in enumerate(mats.items()):
         s = by.loc[pol]
-        own = {"median": (aggregate_median(x[j]), lo[j], hi[j]),
-               "iqm": (stats.iqm(x[j]), s["iqm_low"], s["iqm_high"]),
-               "mean": (aggregate_mean(x[j]), s["boot_low"], s["boot_high"]),
-               "optimality_gap": (optimality_gap(x[j]), GAMMA - s["boot_high"], GAMMA - s["boot_low"])}
+        own = {"median": (aggregate_median(x), lo[j], hi[j]),
+               "iqm": (stats.iqm(x), s["iqm_low"], s["iqm_high"]),
+               "mean": (aggregate_mean(x), s["boot_low"], s["boot_high"]),
+               "optimality_gap": (optimality_gap(x), GAMMA - s["boot_high"], GAMMA - s["boot_low"])}
         for name, (v, a, b) in own.items():
-            rows.append({"suite": suite, "metric": metric, "policy": pol, "n_seeds": len(al.seeds),
-                         "n_tasks": len(al.tasks), "aggregate": name, "value": float(v), "low": float(a),
+            rows.append({"suite": suite, "metric": metric, "policy": pol, "n_seeds": shape[0],
+                         "n_tasks": shape[1], "aggregate": name, "value": float(v), "low": float(a),
                          "high": float(b)})
     return pd.DataFrame(rows)
 

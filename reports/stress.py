@@ -188,7 +188,7 @@ def write_page(prof: pd.DataFrame, out: str | Path, provenance: dict) -> dict[st
     doc.pre(json.dumps(provenance, indent=1, default=str))
     files["markdown"] = atomic_write(out / "profile.md", "\n".join(doc.md))
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape('hb stress')}</title>"
-            f"<style>{CSS}</style></head><body>{''.join(doc.html)}</body></html>")
+            f"<style>{CSS}</style></head><body>{doc.body_html()}</body></html>")
     files["index"] = atomic_write(out / "index.html", page)
     files.update({f"fig:{k}": v for k, v in doc.figs.items()})
     return files

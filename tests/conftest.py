@@ -78,7 +78,13 @@ def pytest_runtest_protocol(item, nextitem):
     subprocess.Popen._execute_child = execute_child
     multiprocessing.util.spawnv_passfds = lambda *a, **k: refuse("a multiprocessing server")
     os.fork = lambda: refuse("a forked process")
+    jobs = os.environ.get("HB_REPORT_JOBS")
+    os.environ["HB_REPORT_JOBS"] = "1"  # `hb report` in this process (its forked helper: the slow tests)
     try:
         yield
     finally:
         subprocess.Popen._execute_child, multiprocessing.util.spawnv_passfds, os.fork = execute, spawnv, fork
+        if jobs is None:
+            os.environ.pop("HB_REPORT_JOBS", None)
+        else:
+            os.environ["HB_REPORT_JOBS"] = jobs

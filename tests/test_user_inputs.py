@@ -356,6 +356,8 @@ CASES = [
      "--steps="),
     ("report-resamples-huge", lambda w: (["report", w.grid(), "--baseline", "uniform", "--resamples", HUGE],
                                          w.grid()), "--resamples="),
+    ("report-jobs-3", lambda w: (["report", w.grid(), "--baseline", "uniform", "--jobs", "3", "--out", w.missing()],
+                                 w.grid()), "--jobs: got 3, allowed: 1"),
     # hb stress (issue 18): names and --out refused before the grid is planned into a folder
     ("stress-bad-scenario", lambda w: (["stress", "--scenarios", "trap,nosuch", "--out", w.missing()], w.tmp),
      "--scenarios 'nosuch': unknown scenario"),

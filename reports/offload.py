@@ -1,0 +1,88 @@
+"""A report's second core: work handed to one forked helper process.
+
+`hb report --jobs 2` (the default where the platform can fork and has two cores) runs two
+independent parts of a report in a helper process while this one goes on: rliable's views
+(`rliable_views.ViewsBuilder`, a random stream of their own, so no number depends on the
+timing) and half of the figures' PNG rendering (`render.Doc.save_figures`). The helper is
+forked, so it sees the data it needs without a copy or a pickle; it writes nothing: it
+returns values (tables, PNG bytes), and this process writes every file (`atomic_write`
+records what a command wrote). ``--jobs 1``, or a platform without ``fork`` (Windows), does
+the same work in this process, with the same numbers and bytes.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Callable
+
+from policies.errors import UserError
+
+#: environment variable naming the default of ``--jobs`` (1 or 2); unset: `default_jobs`
+JOBS_ENV = "HB_REPORT_JOBS"
+
+
+def default_jobs() -> int:
+    """``--jobs`` when not given: $HB_REPORT_JOBS, else 2 where the platform can fork and
+    has two cores, else 1."""
+    text = os.environ.get(JOBS_ENV)
+    if text is not None:
+        if text.strip() not in ("1", "2"):
+            raise UserError(f"{JOBS_ENV}: got {text!r}, allowed: 1 or 2 (the default of --jobs)")
+        return int(text)
+    return 2 if "fork" in multiprocessing.get_all_start_methods() and (os.cpu_count() or 1) >= 2 else 1
+
+
+def check_jobs(jobs) -> int:
+    """``--jobs``: 1 (everything in this process) or 2 (one forked helper)."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs not in (1, 2):
+        raise UserError(f"--jobs: got {jobs!r}, allowed: 1 (one process) or 2 (a forked helper for the views "
+                        "and half the figures)")
+    return jobs
+
+
+#: what the helper was handed at its fork (`Helper`): the state its calls work on
+_STATE: dict = {}
+
+
+def _init(state: dict) -> None:
+    _STATE.clear()
+    _STATE.update(state)
+
+
+def _call(fn: Callable, *args):
+    return fn(_STATE, *args)
+
+
+class Helper:
+    """One forked helper process holding ``state`` (inherited at the fork, never pickled),
+    or, with ``jobs`` 1 or no fork, this process. ``submit(fn, *args)`` runs
+    ``fn(state, *args)`` there (calls run one at a time, in the order submitted) and returns
+    a Future; arguments and results are pickled. ``close()`` waits for the helper to end."""
+
+    def __init__(self, jobs: int, state: dict):
+        self.state = state
+        self._pool = None
+        if check_jobs(jobs) > 1 and "fork" in multiprocessing.get_all_start_methods():
+            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"),
+                                             initializer=_init, initargs=(state,))
+
+    @property
+    def forked(self) -> bool:
+        """Whether calls run in a helper process (else in this one, at submit)."""
+        return self._pool is not None
+
+    def submit(self, fn: Callable, *args) -> Future:
+        if self._pool is not None:
+            return self._pool.submit(_call, fn, *args)
+        done: Future = Future()
+        try:
+            done.set_result(fn(self.state, *args))
+        except Exception as exc:  # noqa: BLE001 -- handed to the caller by result(), as from the helper
+            done.set_exception(exc)
+        return done
+
+    def close(self, cancel: bool = False) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=cancel)
+            self._pool = None

@@ -1,0 +1,78 @@
+"""`reports.offload`: the forked helper of `hb report --jobs 2` gives the same numbers and
+files as one process; bad values of --jobs / $HB_REPORT_JOBS are one line."""
+from __future__ import annotations
+
+import pytest
+
+from policies.errors import UserError
+from reports import build_report, offload
+from reports_synth import make_synthetic, write_grid
+
+
+def _double(state, x):
+    return state["k"] * x
+
+
+def _item(state, i):
+    return state["k"][i]
+
+
+def _fail(state, x):
+    raise UserError(f"bad {x}")
+
+
+@pytest.mark.parametrize("jobs", [0, 3, "2", 1.0, True, None])
+def test_bad_jobs_are_refused(jobs):
+    with pytest.raises(UserError, match=r"--jobs: got .*allowed: 1 \(one process\) or 2"):
+        offload.check_jobs(jobs)
+
+
+def test_default_jobs_from_the_environment(monkeypatch):
+    monkeypatch.setenv(offload.JOBS_ENV, "1")
+    assert offload.default_jobs() == 1
+    monkeypatch.setenv(offload.JOBS_ENV, "two")
+    with pytest.raises(UserError, match="HB_REPORT_JOBS: got 'two', allowed: 1 or 2"):
+        offload.default_jobs()
+    monkeypatch.setenv(offload.JOBS_ENV, "5")
+    with pytest.raises(UserError, match="HB_REPORT_JOBS: got '5', allowed: 1 or 2"):
+        offload.default_jobs()
+
+
+def test_helper_in_this_process_runs_at_submit_in_order():
+    helper = offload.Helper(1, {"k": 3})
+    assert not helper.forked
+    assert [helper.submit(_double, x).result() for x in (1, 2)] == [3, 6]
+    with pytest.raises(UserError, match="bad 7"):
+        helper.submit(_fail, 7).result()
+    helper.close()
+
+
+@pytest.mark.slow
+def test_forked_helper_sees_its_state_and_returns_errors():
+    big = list(range(10 ** 6))  # inherited at the fork, never pickled
+    helper = offload.Helper(2, {"k": big})
+    try:
+        assert helper.forked
+        assert helper.submit(_item, 123456).result() == 123456
+        with pytest.raises(UserError, match="bad 1"):
+            helper.submit(_fail, 1).result()
+    finally:
+        helper.close()
+
+
+def _files(root):
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.name.startswith(".")}
+
+
+@pytest.mark.slow
+def test_two_jobs_write_the_same_bytes_as_one(tmp_path):
+    ev, tr = make_synthetic({"base": 0.0, "hb": 0.6, "rr": 0.2}, n_seeds=4, n_tasks=(40, 30), attempts=(1, 3),
+                            eval_steps=(6, 12))
+    write_grid(tmp_path / "g", ev, tr)
+    one = build_report(tmp_path / "g", "base", tmp_path / "one", resamples=300, jobs=1)
+    two = build_report(tmp_path / "g", "base", tmp_path / "two", resamples=300, jobs=2)
+    a, b = _files(tmp_path / "one"), _files(tmp_path / "two")
+    assert a.keys() == b.keys() and len(a) > 30
+    assert [name for name in a if a[name] != b[name]] == []
+    assert set(one.tables) == set(two.tables) and len(two.views.tables["iqm_steps"]) > 0
