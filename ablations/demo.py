@@ -53,10 +53,11 @@ def main(args: argparse.Namespace) -> int:
     t_grid = time.perf_counter() - t0
     print(f"demo: grid done in {t_grid:.1f}s; building the report", file=sys.stderr)
     import reports
+    from reports import offload
 
     with output_dir(out / "report", "report", tool="hb demo"):   # marker first, completed last
-        result = reports.build_report(out, baseline=args.baseline, out=out / "report",
-                                      resamples=args.resamples, seed=0, progress=_report_progress)
+        result = reports.build_report(out, baseline=args.baseline, out=out / "report", resamples=args.resamples,
+                                      seed=0, progress=_report_progress, jobs=offload.default_jobs())
     print(textwrap.fill(reports.conclusion(result), width=110) + "\n")
     print(reports.headline_table(result))
     print(f"report: {(out / 'report' / REPORT_INDEX).resolve()}")
@@ -69,6 +70,8 @@ def _check_inputs(args: argparse.Namespace, spec, out: Path) -> None:
     labels = sorted({c.label for c in spec.cells()})
     check_choice("--baseline", args.baseline, labels)
     check_int("--resamples", args.resamples, 1, MAX_RESAMPLES)
+    from reports import offload
+    offload.default_jobs()  # $HB_REPORT_JOBS, the report's processes
     check_run_options(args.jobs, args.backend, args.ray_address)
     check_output_dir(out, "grid", force=args.force)
     check_output_dir(out / "report", "report", force=args.force)
