@@ -131,10 +131,12 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
         if short:
             notes.append(f"pass@{k}/pass^{k} not computed for suite(s) {short}: fewer than {k} attempts per task")
     notes += _check_pairing(fr, cells, baseline, [p for p in policies if p != baseline], unpaired)
+    load.release_arrow()  # the group-bys' freed string buffers (load.release_arrow)
     acc = {name: [] for name in TABLES}
     stages = len(attempts) * len(policies)
     from reports import rliable_views
     plans = [_plan_suite(cells, s, attempts[s], policies, baseline, ks, primary) for s in sorted(attempts)]
+    load.release_arrow()
     # rliable's views of every suite start first (in the helper process with jobs 2): they draw from a
     # generator of their own and need only the all-policy rectangles
     builder = rliable_views.ViewsBuilder(fr, cells, baseline, ks, resamples=resamples, seed=seed, alpha=alpha,

@@ -126,6 +126,10 @@ def html_table(df: pd.DataFrame, max_rows: int = 60, keys: int | None = None) ->
     return "".join(out)
 
 
+#: figures a `Doc` keeps open before it renders them (below matplotlib's warning at 20)
+OPEN_FIGURES = 16
+
+
 class Doc:
     """Accumulates the same content as Markdown and HTML. Figures are kept until
     `save_figures` renders them (`body_html` does, first): with ``jobs`` 2 half of them in a
@@ -169,6 +173,8 @@ class Doc:
         self.md.append(f"![{name}](figures/{path.name})\n")
         self._pending.append((name, path, fig_ax[0], len(self.html)))
         self.html.append("")  # the <img> once the PNG exists (save_figures)
+        if len(self._pending) >= OPEN_FIGURES:
+            self.save_figures()
 
     def save_figures(self) -> None:
         """Render the pending figures (half in the helper with jobs 2), write each PNG

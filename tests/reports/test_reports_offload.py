@@ -76,3 +76,32 @@ def test_two_jobs_write_the_same_bytes_as_one(tmp_path):
     assert a.keys() == b.keys() and len(a) > 30
     assert [name for name in a if a[name] != b[name]] == []
     assert set(one.tables) == set(two.tables) and len(two.views.tables["iqm_steps"]) > 0
+
+
+def test_doc_renders_figures_in_batches_with_the_bytes_of_a_plain_save(tmp_path, monkeypatch):
+    import base64
+
+    import matplotlib.pyplot as plt
+
+    from reports import figures, render
+
+    def fig(i):
+        f, ax = plt.subplots(figsize=(2, 1.5))
+        ax.plot([0, 1], [0, i])
+        return f, ax
+
+    monkeypatch.setattr(render, "OPEN_FIGURES", 2)
+    doc = render.Doc(tmp_path)
+    for i in range(5):
+        doc.p(f"before {i}")
+        doc.figure(f"f{i}", fig(i))
+        assert len(doc._pending) < 2  # rendered every second figure
+    body = doc.body_html()
+    assert sorted(doc.figs) == [f"f{i}" for i in range(5)] and not plt.get_fignums()
+    for i in range(5):
+        f, _ = fig(i)
+        figures.save(f, tmp_path / f"plain{i}.png")
+        png = (tmp_path / f"f{i}.png").read_bytes()
+        assert png == (tmp_path / f"plain{i}.png").read_bytes()
+        assert f'<img alt="f{i}" src="data:image/png;base64,{base64.b64encode(png).decode()}">' in body
+    assert body.index("before 3") < body.index('alt="f3"') < body.index("before 4")
