@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -127,35 +128,82 @@ def align(cells: pd.DataFrame, suite: str, policies: list[str], baseline: str,
 # ------------------------------------------------------------------------ summary
 
 def bootstrap_summary(al: Aligned, suite: str, baseline: str, *, resamples: int, rng: np.random.Generator,
-                      alpha: float, progress=None) -> pd.DataFrame:
+                      alpha: float, progress=None, helper=None):
     """Per metric x policy: value, crossed-bootstrap percentile interval (boot_low,
     boot_high: tasks and seeds resampled together), IQM (+ interval) and P(policy >
     baseline) (+ interval), all from ONE set of task/seed draws. Not the t-interval over
-    seeds of `hb sim` (hbsim.summary): a different estimator of a different spread."""
+    seeds of `hb sim` (hbsim.summary): a different estimator of a different spread.
+
+    helper: a `reports.offload.Helper`: the IQM's replicates are computed there from the
+    same draws (the generator's state at the start, replayed), while this process goes on;
+    the summary is then a `Later` whose ``result()`` is the table. Without: the table."""
     m, p, s, t = al.x.shape
     flat = al.x.reshape(m * p, s, t)
     b_idx = al.policies.index(baseline)
 
-    base = np.broadcast_to(al.x[:, b_idx:b_idx + 1], al.x.shape).reshape(m * p, s, t)  # a view: no copy
+    base = np.broadcast_to(al.x[:, b_idx:b_idx + 1], al.x.shape).reshape(m * p, s, t)
     table = stats.superiority_table(flat, base)  # once: the draws only reweight it
+    iqm = start = None
+    if helper is not None:
+        start = rng.bit_generator.state  # where this bootstrap's draws begin: the helper replays them
+        iqm = helper.submit(_replayed, flat, start, resamples)
 
     def stat(x, ws, wt):
-        parts = [stats.weighted_mean(x, ws, wt), stats.weighted_iqm(x, ws, wt), stats.table_prob_improvement(table, ws, wt)]
-        return np.stack(parts, axis=1)  # (b, 3, m*p)
+        parts = [stats.weighted_mean(x, ws, wt), stats.table_prob_improvement(table, ws, wt)]
+        if iqm is None:
+            parts.append(stats.weighted_iqm(x, ws, wt))
+        return np.stack(parts, axis=1)  # (b, 2 or 3, m*p)
 
     reps = stats.crossed_bootstrap(flat, stat, resamples=resamples, rng=rng, progress=progress,
                                    label=f"summary {suite}")
-    lo, hi = stats.percentile_interval(reps, alpha)
-    rows = []
-    for i, metric in enumerate(al.metrics):
-        for j, pol in enumerate(al.policies):
-            f = i * p + j
-            rows.append({"suite": suite, "metric": metric, "policy": pol, "n_tasks": t, "n_seeds": s,
-                         "value": float(al.x[i, j].mean()), "boot_low": lo[0, f], "boot_high": hi[0, f],
-                         "iqm": stats.iqm(al.x[i, j]), "iqm_low": lo[1, f], "iqm_high": hi[1, f],
-                         "prob_improvement": stats.prob_improvement(al.x[i, j], al.x[i, b_idx]),
-                         "pi_low": lo[2, f], "pi_high": hi[2, f], "is_baseline": pol == baseline})
-    return pd.DataFrame(rows)
+
+    def finish(iqm_reps: np.ndarray) -> pd.DataFrame:
+        (lo, hi), (iqm_lo, iqm_hi) = stats.percentile_interval(reps[:, :2], alpha), \
+            stats.percentile_interval(iqm_reps, alpha)
+        rows = []
+        for i, metric in enumerate(al.metrics):
+            for j, pol in enumerate(al.policies):
+                f = i * p + j
+                rows.append({"suite": suite, "metric": metric, "policy": pol, "n_tasks": t, "n_seeds": s,
+                             "value": float(al.x[i, j].mean()), "boot_low": lo[0, f], "boot_high": hi[0, f],
+                             "iqm": stats.iqm(al.x[i, j]), "iqm_low": iqm_lo[f], "iqm_high": iqm_hi[f],
+                             "prob_improvement": stats.prob_improvement(al.x[i, j], al.x[i, b_idx]),
+                             "pi_low": lo[1, f], "pi_high": hi[1, f], "is_baseline": pol == baseline})
+        return pd.DataFrame(rows)
+
+    if iqm is None:
+        return finish(reps[:, 2])
+    return Later(iqm, lambda: _replayed({}, flat, start, resamples), finish)
+
+
+@dataclass
+class Later:
+    """A table whose last part (``future``) is computed in the helper: ``result()`` waits
+    for it and ``finish``es the table (once). ``steal()``: if the part has not started
+    there, it is computed here instead (``local``: the same numbers), so an idle caller
+    does the helper's queued work."""
+
+    future: object
+    local: Callable
+    finish: Callable
+    _value: pd.DataFrame | None = None
+
+    def steal(self) -> None:
+        if self.future.cancel():
+            self.future = None
+
+    def result(self) -> pd.DataFrame:
+        if self._value is None:
+            self._value = self.finish(self.local() if self.future is None else self.future.result())
+        return self._value
+
+
+def _replayed(state: dict, x: np.ndarray, start: dict, resamples: int) -> np.ndarray:
+    """The IQM's bootstrap replicates of ``x`` from the draws a generator in state ``start``
+    makes (`bootstrap_summary`'s, replayed in the helper process: the same numbers)."""
+    rng = np.random.Generator(getattr(np.random, start["bit_generator"])())
+    rng.bit_generator.state = start
+    return stats.crossed_bootstrap(x, stats.weighted_iqm, resamples=resamples, rng=rng)
 
 
 # ------------------------------------------------------------------ paired tables

@@ -145,10 +145,16 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
         for plan in plans:
             if plan.al.tasks and plan.al.seeds:
                 builder.add(plan.suite, plan.metrics, [p for p in policies if p in set(plan.al.policies)])
+        helper = builder.helper if builder.helper.forked else None  # the summaries' IQM replicates
         for si, plan in enumerate(plans):
             _compare_suite(acc, fr, plan, baseline, rng=rng, alpha=alpha, resamples=resamples,
-                           stages=(si * len(policies), stages), progress=progress, unpaired=unpaired)
+                           stages=(si * len(policies), stages), progress=progress, unpaired=unpaired,
+                           helper=helper)
             notes += plan.notes
+        later = [part for part in acc["summary"] if isinstance(part, analysis.Later)]
+        for part in reversed(later):  # what the helper has not started yet is done here, now idle
+            part.steal()
+        acc["summary"] = [part.result() if isinstance(part, analysis.Later) else part for part in acc["summary"]]
         tables = {name: _concat(frames) for name, frames in acc.items() if frames or name in _COMPARISON}
         tables["paired"] = _headline(tables["paired"], alpha, resamples, target_delta)
         if tables["paired"].empty and len(policies) > 1:
@@ -248,15 +254,15 @@ def _plan_suite(cells: pd.DataFrame, suite: str, attempts: int, policies: list[s
 
 
 def _compare_suite(acc: dict, fr: load.Frames, plan: _SuitePlan, baseline: str, *, rng, alpha: float,
-                   resamples: int, stages: tuple[int, int], progress, unpaired: bool) -> None:
+                   resamples: int, stages: tuple[int, int], progress, unpaired: bool, helper=None) -> None:
     """Append every comparison table of one suite (`_plan_suite`) to ``acc``: the draws of
-    the report's generator ``rng``, in a fixed order."""
+    the report's generator ``rng``, in a fixed order (helper: `analysis.bootstrap_summary`'s)."""
     from reports import analysis
 
     suite, al, first, total = plan.suite, plan.al, *stages
     kw = dict(resamples=resamples, rng=rng, alpha=alpha)
     if al.tasks and al.seeds:
-        acc["summary"].append(analysis.bootstrap_summary(al, suite, baseline,
+        acc["summary"].append(analysis.bootstrap_summary(al, suite, baseline, helper=helper,
                                                          progress=_stage(progress, first + 1, total), **kw))
         acc["per_task"].append(analysis.per_task_rows(al, suite))
         acc["category_values"].append(analysis.category_values(al, suite))

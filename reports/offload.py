@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
+from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Callable
 
@@ -57,12 +59,18 @@ def _call(fn: Callable, *args):
 class Helper:
     """One forked helper process holding ``state`` (inherited at the fork, never pickled),
     or, with ``jobs`` 1 or no fork, this process. ``submit(fn, *args)`` runs
-    ``fn(state, *args)`` there (calls run one at a time, in the order submitted) and returns
-    a Future; arguments and results are pickled. ``close()`` waits for the helper to end."""
+    ``fn(state, *args)`` there and returns a Future; arguments and results are pickled.
+    Calls run one at a time, in the order submitted, and each is handed to the helper only
+    when the one before has finished, so a call not yet started can still be cancelled
+    (and done by the caller instead: `analysis.Later.steal`). ``close()`` waits for the
+    helper to end."""
 
     def __init__(self, jobs: int, state: dict):
         self.state = state
         self._pool = None
+        self._queue: deque = deque()  # (future, fn, args) not yet handed to the helper
+        self._busy = False
+        self._lock = threading.Lock()
         if check_jobs(jobs) > 1 and "fork" in multiprocessing.get_all_start_methods():
             self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"),
                                              initializer=_init, initargs=(state,))
@@ -73,16 +81,45 @@ class Helper:
         return self._pool is not None
 
     def submit(self, fn: Callable, *args) -> Future:
-        if self._pool is not None:
-            return self._pool.submit(_call, fn, *args)
         done: Future = Future()
-        try:
-            done.set_result(fn(self.state, *args))
-        except Exception as exc:  # noqa: BLE001 -- handed to the caller by result(), as from the helper
-            done.set_exception(exc)
+        if self._pool is None:
+            try:
+                done.set_result(fn(self.state, *args))
+            except Exception as exc:  # noqa: BLE001 -- handed to the caller by result(), as from the helper
+                done.set_exception(exc)
+            return done
+        with self._lock:
+            self._queue.append((done, fn, args))
+        self._next()
         return done
 
+    def _next(self) -> None:
+        """Hand the next call that was not cancelled to the helper, if it is idle."""
+        with self._lock:
+            while self._queue and not self._busy and self._pool is not None:
+                done, fn, args = self._queue.popleft()
+                if done.set_running_or_notify_cancel():
+                    self._busy = True
+                    self._pool.submit(_call, fn, *args).add_done_callback(lambda f, d=done: self._finished(d, f))
+
+    def _finished(self, done: Future, ran: Future) -> None:
+        if ran.cancelled():
+            done.set_exception(RuntimeError("the report's helper process stopped before this call ran"))
+        elif ran.exception() is not None:
+            done.set_exception(ran.exception())
+        else:
+            done.set_result(ran.result())
+        with self._lock:
+            self._busy = False
+        self._next()
+
     def close(self, cancel: bool = False) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=cancel)
-            self._pool = None
+        if self._pool is None:
+            return
+        if cancel:
+            with self._lock:
+                for done, _, _ in self._queue:
+                    done.cancel()
+                self._queue.clear()
+        pool, self._pool = self._pool, None
+        pool.shutdown(wait=True, cancel_futures=cancel)

@@ -144,11 +144,11 @@ class ViewsBuilder:
         self.fr, self.cells, self.baseline, self.ks = fr, cells, baseline, ks
         self.reps, self.alpha, self.primary = min(resamples, VIEW_RESAMPLES), alpha, primary
         self.rng = np.random.default_rng([seed, STREAM])
-        self._helper = offload.Helper(jobs, {"views": self})
+        self.helper = offload.Helper(jobs, {"views": self})  # the summary's IQM replicates go there too
         self._parts: list = []
 
     def add(self, suite: str, metrics: list[str], members: list[str]) -> None:
-        self._parts.append(self._helper.submit(_suite_views, suite, metrics, members))
+        self._parts.append(self.helper.submit(_suite_views, suite, metrics, members))
 
     def result(self, summary: pd.DataFrame) -> Views:
         try:
@@ -165,7 +165,7 @@ class ViewsBuilder:
             summ = summary[(summary["suite"] == suite) & (summary["metric"] == metric)]
             agg.append(_aggregates(views.matrices[(suite, metric)], summ, suite, metric, shape, median))
             prof.append(part.tables["profiles"])
-            steps.append(part.tables["iqm_steps"])
+            steps.append(_final_step_band(part.tables["iqm_steps"], summ))
         if parts:
             views.tables = {"aggregates": pd.concat(agg, ignore_index=True),
                             "profiles": pd.concat(prof, ignore_index=True),
@@ -173,7 +173,7 @@ class ViewsBuilder:
         return views
 
     def close(self) -> None:
-        self._helper.close(cancel=True)
+        self.helper.close(cancel=True)
 
     def _suite(self, suite: str, metrics: list[str], members: list[str]):
         """One suite's bootstraps: (a Views part, (suite, primary metric, (seeds, tasks), the
@@ -213,6 +213,19 @@ def compute(fr, cells: pd.DataFrame, summary: pd.DataFrame, policies: list[str],
             builder.add(suite, list(summ["metric"].drop_duplicates()),
                         [p for p in policies if p in set(summ["policy"])])
     return builder.result(summary)
+
+
+def _final_step_band(steps: pd.DataFrame, summ: pd.DataFrame) -> pd.DataFrame:
+    """The IQM-over-steps rows of the final evaluation's cells take the summary's IQM
+    interval (the aggregates' too); the helper column goes."""
+    if steps.empty:
+        return steps
+    band = summ.set_index("policy")[["iqm_low", "iqm_high"]]
+    final = steps["final"].to_numpy(dtype=bool)
+    steps = steps.drop(columns="final")
+    steps.loc[final, "low"] = band["iqm_low"].reindex(steps.loc[final, "policy"]).to_numpy(dtype=float)
+    steps.loc[final, "high"] = band["iqm_high"].reindex(steps.loc[final, "policy"]).to_numpy(dtype=float)
+    return steps
 
 
 def _aggregates(mats: dict, summ: pd.DataFrame, suite: str, metric: str, shape: tuple, median) -> pd.DataFrame:
@@ -268,14 +281,21 @@ def _iqm_steps(eval_all, al, suite, metric, baseline, ks, reps, rng, alpha, view
         return pd.DataFrame()
     x = np.stack(mats, axis=1)  # (policies, steps, seeds, tasks)
     views.steps[(suite, metric)] = (kept, {p: np.moveaxis(x[j], 0, -1).copy() for j, p in enumerate(al.policies)})
-    p, k = x.shape[:2]
-    boot = stats.crossed_bootstrap(x.reshape(p * k, *x.shape[2:]), stats.weighted_iqm, resamples=reps, rng=rng)
-    lo, hi = stats.percentile_interval(boot, alpha)
+    final = al.x[al.metrics.index(metric)]
+    # a step whose cells are the final evaluation's takes the summary's IQM interval (`ViewsBuilder.result`:
+    # one statistic, one interval); the other steps are bootstrapped here, on the same draws as before
+    others = [i for i in range(len(kept)) if not np.array_equal(x[:, i], final)]
+    p, k = x.shape[0], len(others)
+    boot = stats.crossed_bootstrap(x[:, others].reshape(p * k, *x.shape[2:]), stats.weighted_iqm, resamples=reps,
+                                   rng=rng)
+    lo, hi = stats.percentile_interval(boot, alpha) if k else (np.empty(0), np.empty(0))
     rows = []
     for j, pol in enumerate(al.policies):
         for i, step in enumerate(kept):
+            band = (float(lo[j * k + others.index(i)]), float(hi[j * k + others.index(i)])) if i in others \
+                else (np.nan, np.nan)
             rows.append({"suite": suite, "metric": metric, "policy": pol, "step": step, "iqm": stats.iqm(x[j, i]),
-                         "low": float(lo[j * k + i]), "high": float(hi[j * k + i])})
+                         "low": band[0], "high": band[1], "final": i not in others})
     return pd.DataFrame(rows)
 
 

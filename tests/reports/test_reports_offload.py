@@ -105,3 +105,42 @@ def test_doc_renders_figures_in_batches_with_the_bytes_of_a_plain_save(tmp_path,
         assert png == (tmp_path / f"plain{i}.png").read_bytes()
         assert f'<img alt="f{i}" src="data:image/png;base64,{base64.b64encode(png).decode()}">' in body
     assert body.index("before 3") < body.index('alt="f3"') < body.index("before 4")
+
+
+def _sleepy(state, seconds):
+    import time
+
+    time.sleep(seconds)
+    return seconds
+
+
+@pytest.mark.slow
+def test_a_call_not_yet_handed_to_the_helper_can_be_stolen():
+    from reports import analysis
+
+    helper = offload.Helper(2, {"k": 2})
+    try:
+        first = helper.submit(_sleepy, 0.5)
+        later = analysis.Later(helper.submit(_double, 21), lambda: -1, lambda v: v)
+        later.steal()  # the helper is busy with `first`: the second call is done here instead
+        assert later.future is None and later.result() == -1 and first.result() == 0.5
+        ran = analysis.Later(helper.submit(_double, 4), lambda: -1, lambda v: v)
+        assert ran.result() == 8  # not stolen: the helper's value
+    finally:
+        helper.close()
+
+
+def test_iqm_over_steps_final_step_has_the_summary_interval():
+    ev, tr = make_synthetic({"base": 0.0, "hb": 0.6, "rr": 0.2}, n_seeds=4, n_tasks=(40, 30), attempts=(1, 3),
+                            eval_steps=(6, 12))
+    res = build_report((ev, tr), "base", resamples=300)
+    steps, agg, summ = res.tables["iqm_steps"], res.tables["aggregates"], res.tables["summary"]
+    assert "final" not in steps.columns and set(steps["step"]) == {6, 12}
+    for (suite, metric, pol), row in steps[steps["step"] == 12].set_index(["suite", "metric", "policy"]).iterrows():
+        s = summ[(summ["suite"] == suite) & (summ["metric"] == metric) & (summ["policy"] == pol)].iloc[0]
+        a = agg[(agg["suite"] == suite) & (agg["policy"] == pol) & (agg["aggregate"] == "iqm")].iloc[0]
+        assert (row["low"], row["high"]) == (s["iqm_low"], s["iqm_high"]) == (a["low"], a["high"])
+        assert row["iqm"] == s["iqm"]
+    early = steps[steps["step"] == 6]
+    assert len(early) == 6 and (early["low"] <= early["iqm"]).all() and (early["iqm"] <= early["high"]).all()
+    assert (early["high"] > early["low"]).all()
