@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=None,
                         help="processes: 2 computes rliable's views and half the figures in a forked helper while "
                              "the paired tables run (the same numbers and files as 1; default $HB_REPORT_JOBS, else 2 "
-                             "where the platform can fork and has two cores, else 1)")
+                             "on Linux with two cores or more, else 1)")
     parser.add_argument("--unpaired", action="store_true",
                         help="runs of a seed did not share their environment (run.json): compare the arms' per-seed "
                              "means as independent samples instead of refusing")

@@ -1,6 +1,6 @@
 """A report's second core: work handed to one forked helper process.
 
-`hb report --jobs 2` (the default where the platform can fork and has two cores) runs two
+`hb report --jobs 2` (the default on Linux with two cores or more) runs two
 independent parts of a report in a helper process while this one goes on: rliable's views
 (`rliable_views.ViewsBuilder`, a random stream of their own, so no number depends on the
 timing) and half of the figures' PNG rendering (`render.Doc.save_figures`). The helper is
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import threading
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -25,14 +26,16 @@ JOBS_ENV = "HB_REPORT_JOBS"
 
 
 def default_jobs() -> int:
-    """``--jobs`` when not given: $HB_REPORT_JOBS, else 2 where the platform can fork and
-    has two cores, else 1."""
+    """``--jobs`` when not given: $HB_REPORT_JOBS, else 2 on Linux with two cores or more,
+    else 1 (macOS can fork, but libraries there are not fork-safe: ``--jobs 2`` is the
+    user's choice)."""
     text = os.environ.get(JOBS_ENV)
     if text is not None:
         if text.strip() not in ("1", "2"):
             raise UserError(f"{JOBS_ENV}: got {text!r}, allowed: 1 or 2 (the default of --jobs)")
         return int(text)
-    return 2 if "fork" in multiprocessing.get_all_start_methods() and (os.cpu_count() or 1) >= 2 else 1
+    forks = sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+    return 2 if forks and (os.cpu_count() or 1) >= 2 else 1
 
 
 def check_jobs(jobs) -> int:
