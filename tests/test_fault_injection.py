@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from ablations_testkit import grid_text, study_text
 from hbsim import folders
 
 pytestmark = pytest.mark.slow
@@ -28,29 +29,8 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 #: columns that differ between identical runs (ids and timings; as the baseline compare)
 VOLATILE = ("run_id",)
-GRID = """name = "faults"
-steps = 3
-seeds = 2
-[env]
-kind = "bernoulli"
-n_harnesses = 3
-n_tasks = 12
-n_heldout_tasks = 4
-k_attempts = 2
-[[policies]]
-name = "uniform"
-[[policies]]
-name = "round_robin"
-"""
-STUDY = """steps = 3
-seeds = 2
-envs = ["bernoulli"]
-[env]
-n_tasks = 12
-n_heldout_tasks = 4
-[[policies]]
-name = "uniform"
-"""
+GRID = grid_text(name="faults", steps=3, seeds=2, policies=[{"name": "uniform"}, {"name": "round_robin"}])
+STUDY = study_text(steps=3, seeds=2)
 SIM = ["sim", "--policy", "uniform", "--policy", "round_robin", "--seeds", "2", "--steps", "3", "--jobs", "1",
        "--set", "env.n_tasks=12", "--set", "env.n_heldout_tasks=4"]
 REPORT = ["--baseline", "uniform", "--resamples", "50", "--k", "1"]

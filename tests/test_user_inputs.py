@@ -26,24 +26,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from ablations_testkit import grid_text, study_text
 from hbsim import folders
 from policies import validate
 from policies.errors import UserError
 
-TINY_GRID = """name = "tiny"
-steps = 3
-seeds = 1
-[env]
-kind = "bernoulli"
-n_harnesses = 3
-n_tasks = 12
-n_heldout_tasks = 4
-k_attempts = 2
-[[policies]]
-name = "uniform"
-[[policies]]
-name = "round_robin"
-"""
+TINY_GRID = grid_text(name="tiny", steps=3, seeds=1, policies=[{"name": "uniform"}, {"name": "round_robin"}])
 HUGE = "99999999999999999999"
 TOO_LONG = "x" * 300                   # one folder name over NAME_MAX (255)
 SIM = ["sim", "--policy", "uniform", "--seeds", "1", "--steps", "2", "--jobs", "1",
@@ -52,15 +40,6 @@ REAL = ["real", "--preset", "tiny", "--policy", "uniform", "--steps", "1", "--de
 TRL = ["real", "--backend", "trl", "--policy", "uniform", "--steps", "1", "--device", "cpu"]
 GRID_RUN = ["grid", "run", "--jobs", "1"]        # one job: no worker pool started in the test process
 CAL = ["calibrate", "--blocks", "1", "--seeds", "2", "--steps", "2", "--resamples", "5", "--jobs", "1"]
-STUDY = """steps = {steps}
-seeds = {seeds}
-envs = ["bernoulli"]
-[env]
-n_tasks = 12
-n_heldout_tasks = 4
-[[policies]]
-name = "uniform"
-"""
 
 
 REPO = Path(__file__).resolve().parent.parent
@@ -217,7 +196,7 @@ class World:
 
     def study_file(self, steps: int | str = 2, seeds: int | str = 1) -> Path:
         path = self.tmp / f"study{steps}.toml"
-        path.write_text(STUDY.format(steps=steps, seeds=seeds))
+        path.write_text(study_text(steps=steps, seeds=seeds))
         return path
 
     def study(self) -> Path:
@@ -245,7 +224,7 @@ class World:
 
     def study_label(self, label: str) -> Path:
         """A 2-step study file whose policy has this label."""
-        return self.text("s.toml", STUDY.format(steps=2, seeds=1) + f"label = {label!r}\n".replace("'", '"'))
+        return self.text("s.toml", study_text(steps=2, seeds=1) + f"label = {label!r}\n".replace("'", '"'))
 
     def grid_file(self, **replace) -> Path:
         """The tiny grid file with lines replaced (`seeds="seeds = [1]"`) or added (`extra=...`)."""
@@ -472,10 +451,10 @@ CASES = [
     ("trl-duplicate-harness", lambda w: ([*TRL, "--set", 'harnesses=["json", "json"]', "--out", w.missing()], w.tmp),
      "'json' is listed twice"),
     ("validity-study-duplicate-env", lambda w: (["validity", w.missing(), "--study", w.text(
-        "s.toml", STUDY.format(steps=2, seeds=1).replace('envs = ["bernoulli"]', 'envs = ["bernoulli", "bernoulli"]'))],
+        "s.toml", study_text(steps=2, seeds=1).replace('envs = ["bernoulli"]', 'envs = ["bernoulli", "bernoulli"]'))],
         w.tmp), "envs[1]='bernoulli' is listed twice"),
     ("validity-study-duplicate-label", lambda w: (["validity", w.missing(), "--study", w.text(
-        "s.toml", STUDY.format(steps=2, seeds=1) + 'label = "x"\n[[policies]]\nname = "round_robin"\nlabel = "x"\n')],
+        "s.toml", study_text(steps=2, seeds=1) + 'label = "x"\n[[policies]]\nname = "round_robin"\nlabel = "x"\n')],
         w.tmp), "label='x' is also policies[0]'s"),
     ("validity-study-duplicate-seeds", lambda w: (["validity", w.missing(), "--study", w.study_file(seeds="[1, 1]")],
                                                   w.tmp), "expected distinct seeds"),
@@ -495,7 +474,7 @@ CASES = [
     ("validity-study-not-utf8", lambda w: (["validity", w.missing(), "--study", w.text("s.toml", b"steps = \xff\n")],
                                            w.tmp), "cannot read the study file"),
     ("validity-study-env-not-a-table", lambda w: (["validity", w.missing(), "--study", w.text(
-        "s.toml", "env = 5\n" + STUDY.format(steps=2, seeds=1).replace("[env]\nn_tasks = 12\nn_heldout_tasks = 4\n", ""))],
+        "s.toml", "env = 5\n" + study_text(steps=2, seeds=1).replace("[env]\nn_tasks = 12\nn_heldout_tasks = 4\n", ""))],
         w.tmp), "env=5 is not allowed: expected an [env] table"),
     ("report-axis-not-a-knob", lambda w: (["report", w.grid(), "--baseline", "uniform", "--axis", "policy"], w.grid()),
      "--axis: got 'policy'"),
@@ -590,7 +569,7 @@ def test_legacy_grid_without_marker_is_adopted_and_user_folder_forced(base, tmp_
 def test_created_files_follow_the_umask(tmp_path, hb, mask):
     sim, grid = tmp_path / "sim", tmp_path / "grid"
     (tmp_path / "tiny.toml").write_text(TINY_GRID)
-    (tmp_path / "study.toml").write_text(STUDY.format(steps=2, seeds=1))
+    (tmp_path / "study.toml").write_text(study_text(steps=2, seeds=1))
     study, validity, csv = tmp_path / "study", tmp_path / "validity", tmp_path / "cal" / "p.csv"
     os.umask(mask)                                   # the `hb` fixture restores the umask
     for argv in ([*SIM, "--counterfactual", "--out", sim], ["grid", "run", tmp_path / "tiny.toml", "--out", grid,
@@ -729,8 +708,8 @@ def test_immutable_report_file_is_refused_before_any_write(base, tmp_path, hb):
 
 def test_study_rerun_with_fewer_seeds_reports_only_its_own(tmp_path, hb):
     two, one = tmp_path / "two.toml", tmp_path / "one.toml"
-    two.write_text(STUDY.format(steps=2, seeds=2))
-    one.write_text(STUDY.format(steps=2, seeds=1))
+    two.write_text(study_text(steps=2, seeds=2))
+    one.write_text(study_text(steps=2, seeds=1))
     common = ("--min-step", "0", "--resamples", "5", "--jobs", "1")
     code, _, err = hb("validity", tmp_path / "s", "--study", two, *common)
     assert code == 0, err[-3000:]

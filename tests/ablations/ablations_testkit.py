@@ -45,6 +45,12 @@ def grid_text(name="g", steps=6, seeds=2, policies=None, sweep=None, env=None, e
     return "\n".join(lines) + "\n"
 
 
+def study_text(steps=3, seeds=2) -> str:
+    """A one-env validity study (`hb validity --study`) on the tiny bernoulli world."""
+    return (f'steps = {steps}\nseeds = {seeds}\nenvs = ["bernoulli"]\n[env]\nn_tasks = 12\nn_heldout_tasks = 4\n'
+            '[[policies]]\nname = "uniform"\n')
+
+
 def write_grid(path: Path, **kw) -> Path:
     path.write_text(grid_text(**kw))
     return path
