@@ -141,7 +141,7 @@ def bootstrap_summary(al: Aligned, suite: str, baseline: str, *, resamples: int,
     flat = al.x.reshape(m * p, s, t)
     b_idx = al.policies.index(baseline)
 
-    base = np.broadcast_to(al.x[:, b_idx:b_idx + 1], al.x.shape).reshape(m * p, s, t)
+    base = np.repeat(al.x[:, b_idx:b_idx + 1], p, axis=1).reshape(m * p, s, t)
     table = stats.superiority_table(flat, base)  # once: the draws only reweight it
     iqm = start = None
     if helper is not None:

@@ -111,9 +111,9 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     index.html, report.md, figures (PNG) and CSVs into (None: compute only).
     progress(done, total, label) is called while the bootstraps run. axis: a swept knob
     column of a collected grid (e.g. "policy.tau"): adds the `sensitivity` table (delta
-    against the baseline per knob value) and its figure. jobs: 2 runs rliable's views and
-    half the figures in a forked helper process (`reports.offload`; the same numbers and
-    files as 1).
+    against the baseline per knob value) and its figure. jobs: 2 runs rliable's views, the
+    summary's IQM replicates and half the figures in a forked helper process
+    (`reports.offload`; the same numbers and files as 1).
     """
     from reports import offload
 

@@ -1,9 +1,11 @@
 """A report's second core: work handed to one forked helper process.
 
-`hb report --jobs 2` (the default on Linux with two cores or more) runs two
-independent parts of a report in a helper process while this one goes on: rliable's views
+`hb report --jobs 2` (the default on Linux with two cores or more) runs independent parts
+of a report in a helper process while this one goes on: rliable's views
 (`rliable_views.ViewsBuilder`, a random stream of their own, so no number depends on the
-timing) and half of the figures' PNG rendering (`render.Doc.save_figures`). The helper is
+timing), the summary's IQM replicates (`analysis.bootstrap_summary`: the generator's state
+replayed, so the same draws) and half of the figures' PNG rendering
+(`render.Doc.save_figures`). The helper is
 forked, so it sees the data it needs without a copy or a pickle; it writes nothing: it
 returns values (tables, PNG bytes), and this process writes every file (`atomic_write`
 records what a command wrote). ``--jobs 1``, or a platform without ``fork`` (Windows), does
