@@ -208,19 +208,48 @@ def _temp_prefix(path: Path) -> str:
     return f"{TMP_PREFIX}{path.name}-{os.getpid()}-"
 
 
-def _writer_alive(name: str) -> bool:
-    """Whether the process that made temporary `name` still runs (another than this one;
-    names without a pid, from older versions, count as dead)."""
-    m = _TEMP_PID.search(name)
+def _writer_alive(temp: Path) -> bool:
+    """Whether the process that made temporary `temp` still runs (another than this one;
+    names without a pid, from older versions, count as dead). On Linux a killed writer
+    whose parent has not reaped it yet (a zombie: `kill -9` of a grid run leaves its
+    workers so until init collects them) is dead, and so is a live process that started
+    after the temporary was last written: its pid was reused (`_proc_state`)."""
+    m = _TEMP_PID.search(temp.name)
     if m is None or int(m.group(1)) == os.getpid():
         return False
+    pid = int(m.group(1))
     try:
-        os.kill(int(m.group(1)), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except OSError:          # exists, another user's
+        pass
+    state = _proc_state(pid)
+    if state is None:        # no /proc (macOS), or it just exited
         return True
-    return True
+    status, started = state
+    if status in "ZX":
+        return False
+    try:
+        written = temp.lstat().st_mtime
+    except OSError:
+        return False         # already gone
+    return started <= written + _START_SLACK_S
+
+
+_START_SLACK_S = 2.0   # /proc's boot time has whole seconds: a writer starts at most this after it could
+
+
+def _proc_state(pid: int) -> tuple[str, float] | None:
+    """(state letter, start time in seconds since the epoch) of process `pid` from
+    /proc/<pid>/stat (Linux); None where /proc cannot say."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return fields[0], boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError, StopIteration):
+        return None
 
 
 _TEMP_PID = re.compile(r"-(\d+)-[A-Za-z0-9_]+(\.[^.]*)?$")
@@ -234,7 +263,7 @@ def remove_temp(folder: str | os.PathLike, target: str | None = None) -> int:
     mine = (lambda n: n.startswith(f"{TMP_PREFIX}{target}-")) if target else (lambda n: TMP_PREFIX in n)
     try:
         stale = [p for p in Path(folder).iterdir()
-                 if p.name.startswith(".") and mine(p.name) and not _writer_alive(p.name)]
+                 if p.name.startswith(".") and mine(p.name) and not _writer_alive(p)]
     except OSError:
         return 0
     for p in stale:

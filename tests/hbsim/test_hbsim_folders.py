@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -59,6 +62,78 @@ def test_atomic_write_keeps_the_original_when_the_writer_raises(tmp_path):
     with pytest.raises(TypeError):
         folders.atomic_write(target, 3.5)                 # not bytes, text or a writer
     assert target.read_text() == "original" and len(list(tmp_path.iterdir())) == 1
+
+
+def _temp_of(folder: Path, pid: int, name: str, age_s: float = 0.0) -> Path:
+    """A cell temporary folder as `make_temp_dir` names it, made by process `pid`, last
+    written `age_s` seconds ago."""
+    temp = folder / f"{contract.TMP_PREFIX}{name}-{pid}-abc123xy"
+    temp.mkdir()
+    (temp / "train.parquet").write_bytes(b"partial")
+    if age_s:
+        then = time.time() - age_s
+        os.utime(temp, (then, then))
+    return temp
+
+
+@pytest.mark.slow  # starts a process
+def test_remove_temp_keeps_a_live_writers_and_removes_dead_ones(tmp_path):
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.05)
+        live = _temp_of(tmp_path, writer.pid, "cell-a")
+        dead = _temp_of(tmp_path, 2**22 + 7, "cell-b")          # above any pid_max: no such process
+        legacy = tmp_path / f".cell-c{contract.TMP_PREFIX}x"    # older versions: no pid in the name
+        legacy.write_text("x")
+        visible = tmp_path / "cell-d"
+        visible.mkdir()
+        assert folders.remove_temp(tmp_path) == 2
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, "cell-d"])
+        assert folders.remove_temp(tmp_path, target="cell-z") == 0 and live.exists()
+    finally:
+        writer.kill()
+        writer.wait()
+    assert folders.remove_temp(tmp_path) == 1 and [p.name for p in tmp_path.iterdir()] == ["cell-d"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="zombies and start times are read from Linux's /proc")
+def test_remove_temp_counts_an_unreaped_killed_writer_as_dead(tmp_path):
+    """kill -9 of a grid run leaves its workers as zombies until init reaps them; the
+    rerun must still remove their temporaries (CI failed on exactly this)."""
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.05)
+        temp = _temp_of(tmp_path, writer.pid, "cell-a")
+        writer.kill()
+        deadline = time.monotonic() + 10
+        while folders._proc_state(writer.pid)[0] != "Z" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert folders._proc_state(writer.pid)[0] == "Z"    # not reaped: os.kill(pid, 0) still succeeds
+        os.kill(writer.pid, 0)
+        assert folders.remove_temp(tmp_path) == 1 and not temp.exists()
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="zombies and start times are read from Linux's /proc")
+def test_remove_temp_sees_a_reused_pid(tmp_path):
+    """A live process that started after the temporary was last written cannot have
+    written it: the killed writer's pid was reused."""
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.05)
+        state, started = folders._proc_state(other.pid)
+        assert state in "RS" and abs(started - time.time()) < 30
+        old = _temp_of(tmp_path, other.pid, "cell-a", age_s=3600)
+        recent = _temp_of(tmp_path, other.pid, "cell-b", age_s=1)
+        assert folders.remove_temp(tmp_path) == 1
+        assert not old.exists() and recent.exists()
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_write_json_atomic_format(tmp_path):
