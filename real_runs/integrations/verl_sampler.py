@@ -30,7 +30,8 @@ from hbsim.loop import StepRecorder
 from hbsim.sampling import FILTER_KNOBS, GroupFilter
 from policies import Allocation
 from policies.errors import UserError
-from policies.knobs import Knobs
+from policies import validate
+from policies.knobs import Knob, Knobs
 from real_runs.integrations.signals import group_signals
 from real_runs.world.pool import TaskPool
 
@@ -45,8 +46,37 @@ def _column(batch, key, required: bool = True):
     return None
 
 
-#: the sampler's knobs in `data.harnessbandit` besides harnesses/policy/seed/steps: the group filter
-VERL_KNOBS = Knobs(dict(FILTER_KNOBS), scope="data.harnessbandit", owner="HarnessCurriculumSampler")
+def _names(name: str, value) -> list:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):     # a list, or OmegaConf's ListConfig
+        raise UserError(f"{name}={value!r} is not allowed: expected {_names.allowed}")
+    names = list(value)
+    if not names or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+        raise UserError(f"{name}={names!r} is not allowed: expected {_names.allowed}")
+    return names
+
+
+_names.allowed = "a non-empty list of distinct harness names (the values of the dataset's harness column)"
+
+
+def _mapping(name: str, value) -> dict:
+    if not hasattr(value, "keys"):                                             # a dict, or OmegaConf's DictConfig
+        raise UserError(f"{name}={value!r} is not allowed: expected {_mapping.allowed}")
+    return dict(value)
+
+
+_mapping.allowed = "a mapping of the policy's knob names to values (hb policies lists them)"
+
+#: every key of `data.harnessbandit` (an unknown one is refused, naming these): the
+#: sampler's own, then the group filter's
+VERL_KNOBS = Knobs({
+    "harnesses": Knob(None, "the harnesses (arms), in arm order; required", optional=True, parse=_names),
+    "steps": Knob(None, "optimizer steps the sampler plans; required", 1, validate.MAX_STEPS, type=int, optional=True),
+    "policy": Knob("harnessbandit", "the scheduling policy (hb policies lists them)"),
+    "policy_knobs": Knob({}, "the policy's knobs", parse=_mapping),
+    "seed": Knob(0, "the policy's seed", 0, validate.MAX_SEED),
+    "harness_key": Knob("harness", "the dataset column that names each row's harness"),
+    **FILTER_KNOBS,
+}, scope="data.harnessbandit", owner="HarnessCurriculumSampler")
 
 
 def _groups(batch, score_key: str) -> tuple[np.ndarray, dict]:
@@ -183,21 +213,19 @@ class HarnessCurriculumSampler(HarnessCurriculumCore, _VerlBase):
     """verl: `data.sampler.class_path=pkg://real_runs.integrations.verl_sampler`,
     `data.sampler.class_name=HarnessCurriculumSampler`, `data.dataloader_num_workers=0`,
     and `data.harnessbandit = {harnesses: [...], policy: harnessbandit, policy_knobs: {},
-    seed: 0, steps: N}` (optionally the group filter's `keep_band`, `min_abs_adv`: VERL_KNOBS);
+    seed: 0, steps: N}` (optionally `harness_key` and the group filter's `keep_band`, `min_abs_adv`;
+    every key is a row of VERL_KNOBS and any other is refused);
     `data.train_batch_size` prompts (groups) per step. The dataset's
     rows carry a `harness` column (verl keeps extra columns in `non_tensor_batch`)."""
 
     def __init__(self, data_source, data_config):
         from policies import make
-        hb = dict(data_config.get("harnessbandit", {}) or {})
-        if not hb.get("harnesses") or not hb.get("steps"):
+        cfg = VERL_KNOBS.settings(dict(data_config.get("harnessbandit", {}) or {}))
+        if cfg.harnesses is None or cfg.steps is None:
             raise UserError("data.harnessbandit.harnesses and data.harnessbandit.steps are required by "
                             "HarnessCurriculumSampler")
-        harnesses, seed = list(hb["harnesses"]), int(hb.get("seed", 0))
-        key = hb.get("harness_key", "harness")
         table = getattr(data_source, "dataframe", data_source)
-        policy = make(hb.get("policy", "harnessbandit"), n_arms=len(harnesses), seed=seed,
-                      **dict(hb.get("policy_knobs", {}) or {}))
-        filt = VERL_KNOBS.settings({k: hb[k] for k in FILTER_KNOBS if k in hb})
-        super().__init__(list(table[key]), harnesses, policy, batch_groups=int(data_config["train_batch_size"]),
-                         steps=int(hb["steps"]), seed=seed, harness_key=key, group_filter=GroupFilter.of(filt, "loo"))
+        policy = make(cfg.policy, n_arms=len(cfg.harnesses), seed=cfg.seed, **cfg.policy_knobs)
+        super().__init__(list(table[cfg.harness_key]), cfg.harnesses, policy,
+                         batch_groups=int(data_config["train_batch_size"]), steps=cfg.steps, seed=cfg.seed,
+                         harness_key=cfg.harness_key, group_filter=GroupFilter.of(cfg, "loo"))

@@ -119,6 +119,29 @@ def test_sampler_builds_from_a_verl_like_config():
         HarnessCurriculumSampler(data, {"train_batch_size": 2})
 
 
+def test_sampler_refuses_unknown_or_bad_config_keys():
+    from real_runs.integrations.verl_sampler import HarnessCurriculumSampler
+    data = SimpleNamespace(dataframe={"harness": ["json", "xml", "kv", "xml"]})
+    hb = {"harnesses": H, "steps": 2}
+
+    def refused(**extra) -> str:
+        with pytest.raises(UserError) as info:
+            HarnessCurriculumSampler(data, {"train_batch_size": 2, "harnessbandit": {**hb, **extra}})
+        return str(info.value)
+    msg = refused(polcy="mixed")       # a typo was silently ignored (the policy stayed harnessbandit)
+    assert msg.startswith("HarnessCurriculumSampler has no knob 'polcy'; valid knobs: harnesses, steps, policy, ")
+    assert "keep_band" in msg and "min_abs_adv" in msg
+    assert refused(steps=0) == "data.harnessbandit.steps=0 is not allowed: expected an integer in [1, 1000000]"
+    assert refused(seed=-1).startswith("data.harnessbandit.seed=-1 is not allowed: expected an integer in [0, ")
+    assert "data.harnessbandit.harnesses=['json', 'json'] is not allowed" in refused(harnesses=["json", "json"])
+    assert "data.harnessbandit.harnesses='json' is not allowed" in refused(harnesses="json")
+    assert "data.harnessbandit.policy_knobs=3 is not allowed" in refused(policy_knobs=3)
+    assert "tau" in refused(policy_knobs={"tau": 0})       # the policy's own check names its knob
+    sampler = HarnessCurriculumSampler(data, {"train_batch_size": 2, "harnessbandit": {
+        **hb, "harnesses": tuple(H), "policy": "mixed", "seed": 3, "policy_knobs": {"arms": [0, 2]}}})
+    assert sampler.policy.name == "mixed" and sampler.harnesses == H
+
+
 def test_group_filter_shapes_l_and_retained_hand_computed():
     from hbsim.sampling import GroupFilter
     from real_runs.integrations.verl_sampler import keep_rows
