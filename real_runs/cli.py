@@ -76,13 +76,16 @@ def build_config(args) -> dict:
                           resolve_env=resolve_env)
 
 
-def _same_run(saved: dict, config: dict) -> None:
+def same_run(saved: dict, config: dict) -> None:
+    """UserError unless run config `config` equals the checkpoint's `saved` but for
+    `steps` (both backends' --resume); the message names what differs."""
     a = {k: v for k, v in saved.items() if k != "steps"}
     b = {k: v for k, v in config.items() if k != "steps"}
     if a != b:
-        diff = sorted(k for k in set(a["env"]) | set(b["env"]) if a["env"].get(k) != b["env"].get(k))
-        where = f"env knobs {diff}" if diff else "policy, seed, eval_every or batch_groups"
-        raise UserError(f"--resume config does not match the checkpoint's ({where} differ); "
+        env_a, env_b = a.get("env") or {}, b.get("env") or {}
+        diff = [f"env.{k}" for k in sorted(set(env_a) | set(env_b)) if env_a.get(k) != env_b.get(k)]
+        diff += sorted(k for k in set(a) | set(b) if k != "env" and a.get(k) != b.get(k))
+        raise UserError(f"--resume config does not match the checkpoint's ({', '.join(diff)} differ); "
                          "only --steps may change")
 
 
@@ -224,7 +227,7 @@ def _resume_state(out: Path, config: dict, steps: int) -> dict:
     from real_runs.native import checkpoint
 
     saved = checkpoint.load(out)
-    _same_run(saved["config"], config)
+    same_run(saved["config"], config)
     at = int(saved["loop"]["t"])
     if at > steps:
         raise UserError(f"--steps={steps} is not allowed: the checkpoint is already at step {at}")

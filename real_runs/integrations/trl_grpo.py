@@ -128,7 +128,9 @@ class HarnessScheduler(TrainerCallback):
     policy: any `policies.make(...)` object with n_arms = len(harnesses); dataset: the
     training dataset (its `harness` column names a harness of `harnesses` on every row);
     evaluate: optional () -> eval DataFrame (SPEC §7 columns) run every `eval_every` steps;
-    sketch knobs as in SPEC §2.4 (sketch_blocks None = min(4, number of blocks)).
+    sketch knobs as in SPEC §2.4 (sketch_blocks None = min(4, number of blocks));
+    run_config: the run's whole config, saved in each checkpoint's harnessbandit.pt under
+    "config" (what `hb real --backend trl --resume` compares with its own).
     The trainer reports through the public methods: `begin`, `generated`, `set_rewards`,
     `take_sketch`, `set_grad_norm`, and the callbacks `on_optimizer_step` / `on_step_end`.
     """
@@ -138,7 +140,7 @@ class HarnessScheduler(TrainerCallback):
                  config: dict | None = None, block_path: str = "model.layers", sketch_dim: int = 65536,
                  sketch_blocks: int | None = None, sketch_patterns: tuple[str, ...] = ("*",),
                  update_sketch: bool = True, advantage: str = "loo", group_filter: GroupFilter | None = None,
-                 eval_budget: str | None = None):
+                 eval_budget: str | None = None, run_config: dict | None = None):
         if policy.n_arms != len(harnesses):
             raise UserError(f"policy n_arms={policy.n_arms} is not allowed: expected len(harnesses)={len(harnesses)}")
         self.harnesses, self.seed = list(harnesses), int(seed)
@@ -146,6 +148,7 @@ class HarnessScheduler(TrainerCallback):
         self.recorder = StepRecorder(policy, self.harnesses, label=label, seed=seed, eval_every=eval_every,
                                      batch_groups=1, evaluate=evaluate, env=config, eval_budget=eval_budget)
         self.policy, self.advantage = policy, advantage
+        self.run_config = run_config      # saved with each checkpoint: `hb real --resume` compares it
         self.filter = group_filter or GroupFilter(advantage=advantage)
         self.sketch_knobs = dict(block_path=block_path, dim=sketch_dim, last_blocks=sketch_blocks,
                                  patterns=tuple(sketch_patterns), update=update_sketch)
@@ -250,7 +253,7 @@ class HarnessScheduler(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
         if state.is_world_process_zero and os.path.isdir(folder):
-            record = {"format": FORMAT, **self.state_dict()}
+            record = {"format": FORMAT, **self.state_dict(), "config": self.run_config}
             atomic_write(os.path.join(folder, TRL_STATE), lambda tmp: torch.save(record, tmp))
             mode = file_mode()      # safetensors writes model.safetensors 0600 whatever the umask
             for name in os.listdir(folder):

@@ -183,6 +183,39 @@ def held_out_evaluator(model, tokenizer, harnesses: list[str], tasks, *, seed: i
     return evaluate
 
 
+def run_config(cfg, *, policy_cfg: dict, seed: int, steps: int, model_path: str | None = None,
+               preset: str = "tiny", eval_every: int | None = None, eval_budget: str | None = None) -> dict:
+    """The run config of a TRL run (run.json's "config", saved in every checkpoint);
+    `eval_budget` only when set."""
+    config = {"env": {"kind": "trl", "model": model_path or preset, **env_section(cfg)}, "policy": policy_cfg,
+              "seed": seed, "steps": steps, "eval_every": eval_every, "batch_groups": cfg.batch_groups}
+    if eval_budget is not None:
+        config["eval_budget"] = eval_budget
+    return config
+
+
+def check_resume(checkpoint: Path, config: dict, steps: int) -> None:
+    """`--resume` continues the same run: the checkpoint's saved config must equal `config`
+    but for `steps`, and the checkpoint may not lie beyond --steps (UserError otherwise).
+    A checkpoint of a version that did not save its config is only checked for its step."""
+    import torch
+
+    from real_runs.cli import same_run
+    at = int(re.search(r"checkpoint-(\d+)$", checkpoint.name).group(1))
+    if at > steps:
+        raise UserError(f"--steps={steps} is not allowed: the checkpoint is already at step {at}")
+    try:
+        saved = torch.load(checkpoint / TRL_STATE, map_location="cpu", weights_only=False).get("config")
+    except Exception as exc:       # truncated, not torch's format, not a dict
+        raise UserError(f"{checkpoint / TRL_STATE} cannot be read ({type(exc).__name__}); expected the scheduler "
+                        "state an hb real --backend trl run saved") from None
+    if saved is None:
+        print(f"{checkpoint / TRL_STATE} has no saved config (an older version wrote it): "
+              "the resumed config is not checked against it", file=sys.stderr)
+    else:
+        same_run(saved, config)
+
+
 def build(cfg, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str = "cpu",
           model_path: str | None = None, preset: str = "tiny", eval_every: int | None = None,
           checkpoint_every: int = 10, extra_args: dict | None = None, extra_rewards: list | None = None,
@@ -208,17 +241,15 @@ def build(cfg, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str
     data = harness_dataset(train_tasks, harnesses)
     knobs = {k: v for k, v in policy_cfg.items() if k not in ("name", "label")}
     policy = make(policy_cfg["name"], n_arms=len(harnesses), seed=seed, **knobs)
-    config = {"env": {"kind": "trl", "model": model_path or preset, **env_section(cfg)}, "policy": policy_cfg,
-              "seed": seed, "steps": steps, "eval_every": eval_every, "batch_groups": cfg.batch_groups}
-    if eval_budget is not None:
-        config["eval_budget"] = eval_budget
+    config = run_config(cfg, policy_cfg=policy_cfg, seed=seed, steps=steps, model_path=model_path, preset=preset,
+                        eval_every=eval_every, eval_budget=eval_budget)
     evaluate = held_out_evaluator(model, tok, harnesses, heldout[:cfg.eval_tasks], seed=seed,
                                   step=lambda: sched.recorder.t, attempts=cfg.eval_attempts,
                                   max_new=cfg.max_completion_length, block_path=cfg.block_path)
     sched = HarnessScheduler(policy, harnesses, data, seed=seed, label=policy_cfg.get("label"), evaluate=evaluate,
                              eval_every=eval_every, config=config["env"], block_path=cfg.block_path,
                              sketch_dim=cfg.sketch_dim, group_filter=GroupFilter.of(cfg, "loo"),
-                             eval_budget=eval_budget)
+                             eval_budget=eval_budget, run_config=config)
     trl_args = dict(output_dir=os.path.join(out, "trl"), max_steps=steps, seed=seed, learning_rate=cfg.lr,
                     per_device_train_batch_size=cfg.batch_groups * cfg.group_size, num_generations=cfg.group_size,
                     max_completion_length=cfg.max_completion_length, beta=cfg.beta, max_grad_norm=cfg.max_grad_norm,
@@ -246,6 +277,10 @@ def main(args) -> int:
         raise UserError("--backend trl needs the optional extra: pip install 'harnessbandit[trl]'") from None
     from real_runs.native.adapter import pick_device
     device = pick_device(args.device or "auto").type   # hb real's --device defaults to None (the preset's)
+    if resume is not None:
+        check_resume(resume, run_config(cfg, policy_cfg=policy_cfg, seed=args.seed, steps=args.steps,
+                                        model_path=args.model, preset=args.preset, eval_every=args.eval_every,
+                                        eval_budget=run["eval_budget"]), args.steps)
     t0 = time.perf_counter()
     trainer, sched, config = build(cfg, policy_cfg=policy_cfg, seed=args.seed, steps=args.steps, out=str(out),
                                    device=device, model_path=args.model,

@@ -110,11 +110,42 @@ def test_sketch_is_taken_before_clipping(tmp_path):
         np.testing.assert_array_equal(f, p.numpy())                  # the policy saw the unclipped values
 
 
+def test_check_resume_refuses_another_config_or_a_later_checkpoint(tmp_path, capsys):
+    cfg = trl_run.TRL_KNOBS.settings(dict(harnesses=HARNESSES, lr=1e-3))
+    pc = resolve_policy({"name": "uniform", "label": "uniform"}, len(HARNESSES))
+
+    def config(steps=4, eval_budget=None, **knobs):
+        c = trl_run.TRL_KNOBS.settings({"harnesses": HARNESSES, "lr": 1e-3, **knobs})
+        return trl_run.run_config(c, policy_cfg=pc, seed=0, steps=steps, eval_budget=eval_budget)
+    assert config()["env"]["lr"] == 1e-3 and "eval_budget" not in config()
+    assert config() == trl_run.run_config(cfg, policy_cfg=pc, seed=0, steps=4)
+    folder = tmp_path / "trl" / "checkpoint-2"
+    folder.mkdir(parents=True)
+    torch.save({"format": 2, "config": config(steps=3)}, folder / "harnessbandit.pt")
+    trl_run.check_resume(folder, config(steps=6), 6)             # only --steps changed
+    trl_run.check_resume(folder, config(steps=2), 2)             # resuming at the last step: nothing left to train
+    cases = [(config(steps=6, lr=0.5), 6, "(env.lr differ); only --steps may change"),
+             (config(steps=6, eval_budget="groups:8"), 6, "(eval_budget differ); only --steps may change"),
+             ({**config(steps=6), "seed": 1}, 6, "(seed differ)"),
+             (config(steps=1), 1, "--steps=1 is not allowed: the checkpoint is already at step 2")]
+    for new, steps, message in cases:
+        with pytest.raises(UserError) as info:
+            trl_run.check_resume(folder, new, steps)
+        assert message in str(info.value), (new, str(info.value))
+    torch.save({"format": 2}, folder / "harnessbandit.pt")       # an older version saved no config
+    trl_run.check_resume(folder, config(steps=6, lr=0.5), 6)
+    assert "has no saved config" in capsys.readouterr().err
+    (folder / "harnessbandit.pt").write_bytes(b"")
+    with pytest.raises(UserError, match="harnessbandit.pt cannot be read"):
+        trl_run.check_resume(folder, config(), 4)
+
+
 def test_resume_restores_the_scheduler_exactly(tmp_path):
     a, sa, config, _ = _build(tmp_path, "a", checkpoint_every=2)
     a.train()
     saved = torch.load(tmp_path / "a" / "trl" / "checkpoint-2" / "harnessbandit.pt", weights_only=False)
     assert saved["recorder"]["t"] == 2 and len(saved["recorder"]["rows"]) == 2
+    assert saved["config"] == config        # what --resume compares (trl_run.check_resume)
     b, sb, _, _ = _build(tmp_path, "b", checkpoint_every=2)
     loaded = []
     load = sb.load_state_dict
@@ -282,6 +313,12 @@ def test_hb_real_backend_trl_writes_a_run_that_hb_report_reads(tmp_path):
                 "--out", str(tmp_path / "grid" / "harnessbandit"))      # through hb: from trl/checkpoint-2
     assert proc.returncode == 0, proc.stderr[-2000:]
     resumed = pd.read_parquet(tmp_path / "grid" / "harnessbandit" / "train.parquet")
+    other = _run(*base[:6], "4", *base[7:], "--set", "lr=0.5", "--policy", "harnessbandit", "--resume",
+                 "--out", str(tmp_path / "grid" / "harnessbandit"))     # the checkpoint's saved config differs
+    assert other.returncode == 2 and "(env.lr differ); only --steps may change" in other.stderr
+    assert "Traceback" not in other.stderr
+    assert_frame_equal = pd.testing.assert_frame_equal
+    assert_frame_equal(pd.read_parquet(tmp_path / "grid" / "harnessbandit" / "train.parquet"), resumed)
     assert list(resumed["step"]) == [1, 2, 3] and list(resumed["arm"])[:2] == [0, 1]
     pd.testing.assert_frame_equal(resumed.iloc[:2].drop(columns="run_id"), train.drop(columns="run_id"))
     meta = json.loads((tmp_path / "grid" / "mixed" / "run.json").read_text())
