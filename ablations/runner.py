@@ -16,7 +16,9 @@ process, more in a `ProcessPoolExecutor` of reused workers (one BLAS thread each
 from a forkserver that imported hbsim once; `ray` runs one Ray task per run, on a local
 instance with `jobs` CPUs or on the cluster at `ray_address` (its workers write into the
 shared output folder). Runs are seeded by their configs: results do not depend on the
-backend, the number of workers or the order runs finish in.
+backend, the number of workers or the order runs finish in. A run the storage refused (a
+full disk, a quota, a read-only file system: `hbsim.folders.STORAGE_ERRNOS`) stops the batch
+with that OSError, which `hb` prints as one line: the complete runs stay, the rerun resumes.
 """
 from __future__ import annotations
 
@@ -139,7 +141,8 @@ def run_many(tasks: list[dict], *, jobs: int | None = None, backend: str = "loca
     progress(done, total, failed) is called at the start and after each run (done counts
     the runs already complete too)."""
     check_run_options(jobs, backend, ray_address)
-    for folder in {Path(t["dir"]).parent for t in tasks if t.get("dir")}:
+    parents = sorted({Path(t["dir"]).parent for t in tasks if t.get("dir")})
+    for folder in parents:
         store.clean_tmp(folder)
     todo = pending(tasks)
     report = RunReport(total=len(tasks), skipped=len(tasks) - len(todo))
@@ -148,16 +151,27 @@ def run_many(tasks: list[dict], *, jobs: int | None = None, backend: str = "loca
     if not todo:
         return report
 
+    dirs = {t["id"]: t.get("dir") for t in todo}
+
     def done(answer: dict) -> None:
         report.ran += 1
         if not answer["ok"]:
             report.failed.append(answer)
+            code = answer.get("errno")
+            if code in folders.STORAGE_ERRNOS:     # every later run would fail alike: stop the workers
+                raise OSError(code, os.strerror(code), dirs.get(answer["id"]))
         if on_done:
             on_done(answer)
         if progress:
             progress(report.skipped + report.ran, report.total, len(report.failed))
 
-    BACKENDS[backend](todo, jobs or default_jobs(), done, ray_address=ray_address)
+    try:
+        BACKENDS[backend](todo, jobs or default_jobs(), done, ray_address=ray_address)
+    finally:
+        # again: workers of a killed earlier run may still have been exiting at the start (they
+        # notice the dead parent within a second), and a stopped batch killed its own workers
+        for folder in parents:
+            store.clean_tmp(folder)
     return report
 
 
@@ -175,11 +189,7 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
               "plugins": spec.plugins, "meta": {"grid": {"name": spec.name, "cell_id": c.id, "sweep": c.sweep,
                                                          "label": c.label, "seed": c.seed}}}
              for c in spec.cells()]
-    report = run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress, on_done=on_done)
-    # the claim removed the temporaries of dead writers; workers of a killed earlier run may
-    # still have been exiting then (they notice the dead parent within a second), so again
-    folders.remove_temp(out / CELLS)
-    return report
+    return run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress, on_done=on_done)
 
 
 # -- progress ------------------------------------------------------------------------

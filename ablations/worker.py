@@ -4,7 +4,8 @@ process a backend puts it: in this process (--jobs 1), a pool worker or a Ray ta
 The answer is {"id", "ok", "seconds", "cpu_seconds", "reason"} (cpu: this process's CPU time)
 (+ "result", the RunResult, for a task without a run directory; + "rows",
 `hbsim.summary.summary_rows`, for a task with "summary"), never an exception: a failed run answers with "traceback" and
-"log" (FAILURES/failed/<id>/log.txt for a task with "failures") and the batch goes on.
+"log" (FAILURES/failed/<id>/log.txt for a task with "failures"; + "errno" when an OSError
+failed it) and the batch goes on, unless the storage refused the write (`run_many`).
 """
 from __future__ import annotations
 
@@ -61,7 +62,10 @@ def execute(task: dict) -> dict:
                 f"config: {json.dumps(task.get('config'), sort_keys=True, default=str)}\n\n"
                 + traceback.format_exc())
         reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        return failure(task, reason, text, time.perf_counter() - started)
+        answer = failure(task, reason, text, time.perf_counter() - started)
+        if isinstance(exc, OSError) and exc.errno is not None:
+            answer["errno"] = exc.errno      # run_many stops the batch on a full or read-only disk
+        return answer
 
 
 def failure(task: dict, reason: str, text: str, seconds: float = 0.0) -> dict:

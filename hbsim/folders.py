@@ -38,6 +38,7 @@ Standard library, `policies` and `hbsim.contract` only.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -58,6 +59,10 @@ from policies.validate import check_choice
 
 #: bytes kept free below PATH_MAX for the files a tool creates inside its output folder
 PATH_RESERVE = 96
+
+#: write errors of the storage, not of one run: a batch (`ablations.runner.run_many`) stops
+#: at the first, since every later write would fail the same way
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 #: what atomic_write writes: bytes, text (UTF-8), or a function that writes the path it is given
 Content = Union[bytes, str, Callable[[Path], object]]

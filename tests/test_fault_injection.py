@@ -23,6 +23,7 @@ import pytest
 
 from ablations_testkit import grid_text, study_text
 from hbsim import folders
+from hbsim.records import done_ids
 
 pytestmark = pytest.mark.slow
 
@@ -293,6 +294,26 @@ def test_disk_full_during_report(tmp_path, reference_grid, small_disk):
     _one_line_disk_full(proc)
     no_temporaries(disk)
     assert folders.read_marker(disk / "report")["state"] == "incomplete"
+
+
+def test_disk_full_during_grid_run_stops_it_and_the_rerun_resumes(tmp_path, reference_grid, small_disk):
+    cell = next(p for p in (reference_grid / "grid" / "cells").iterdir() if p.is_dir())
+    per_cell = sum(-(-p.stat().st_size // 4096) * 4096 for p in cell.iterdir())     # tmpfs pages
+    disk = small_disk(4 * 1024 * 1024)
+    (tmp_path / "g.toml").write_text(grid_text(name="full", steps=3, seeds=6,
+                                               policies=[{"name": "uniform"}, {"name": "round_robin"}]))
+    with open(disk / "filler", "wb") as fh:        # room for grid.json, the marker and about two cells
+        fh.write(b"\0" * max(0, shutil.disk_usage(disk).free - 2 * per_cell - 16384))
+    proc = hb("grid", "run", tmp_path / "g.toml", "--out", disk / "grid", "--jobs", "2", cwd=tmp_path)
+    _one_line_disk_full(proc)
+    assert f"writing '{disk / 'grid' / 'cells'}/" in proc.stderr     # names the run directory it could not write
+    no_temporaries(disk)
+    done = len(done_ids(disk / "grid"))
+    assert done < 12
+    (disk / "filler").unlink()
+    again = ok(hb("grid", "run", tmp_path / "g.toml", "--out", disk / "grid", "--jobs", "2", cwd=tmp_path))
+    assert f"12 cells, {done} already done, {12 - done} run, 0 failed" in again
+    assert len(done_ids(disk / "grid")) == 12 and not list((disk / "grid" / "failed").iterdir())
 
 
 def test_disk_full_during_collect(tmp_path, reference_grid, small_disk):

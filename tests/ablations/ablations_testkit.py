@@ -63,10 +63,11 @@ def env_with_plugin_path() -> dict:
     return env
 
 
-def hb(*args, check=None, **kw) -> subprocess.CompletedProcess:
-    """Run `python -m hbsim.cli ARGS` in a subprocess (test plugins importable)."""
+def hb(*args, check=None, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    """Run `python -m hbsim.cli ARGS` in a subprocess (test plugins importable; `env`: extra
+    variables)."""
     proc = subprocess.run([sys.executable, "-m", "hbsim.cli", *map(str, args)], capture_output=True,
-                          text=True, env=env_with_plugin_path(), cwd=REPO, **kw)
+                          text=True, env={**env_with_plugin_path(), **(env or {})}, cwd=REPO, **kw)
     if check is not None:
         assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
     return proc

@@ -119,6 +119,27 @@ def test_failure_is_isolated_logged_and_retried(tmp_path):
     assert again.returncode == 1 and "5 already done, 1 run, 1 failed" in again.stdout
 
 
+def test_a_full_disk_stops_the_grid_in_one_line_and_the_rerun_resumes(tmp_path):
+    """A storage error (here ENOSPC, planted in one run) fails every later write too: the
+    grid stops its workers at the first and says so in one line, exit 2; the cells that
+    finished stay, and the rerun (disk freed) runs only the rest."""
+    grid = write_grid(tmp_path / "g.toml", name="full", steps=5, seeds=12, plugins=["ablations_fixture_plugin"],
+                      policies=[{"name": "explode", "fail_seed": 3, "fail_step": 1}])
+    out = tmp_path / "out"
+    proc = hb("grid", "run", grid, "--out", out, "--jobs", "2", env={"EXPLODE_ERRNO": "28"})
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if not ln.startswith("[")]     # the progress bar aside
+    assert len(lines) == 1 and lines[0].startswith("error: the disk is full writing ")
+    assert "/out/cells/" in lines[0] and "(No space left on device)" in lines[0] and "Traceback" not in proc.stderr
+    stopped = len(done_ids(out))
+    assert stopped < 11                   # the workers were stopped: not every other cell ran
+    assert not [p for p in (out / "cells").iterdir() if p.name.startswith(".")]
+    again = hb("grid", "run", grid, "--out", out, "--jobs", "2")
+    assert again.returncode == 1, again.stderr          # seed 3 still fails, now with its RuntimeError
+    assert f"12 cells, {stopped} already done, {12 - stopped} run, 1 failed" in again.stdout
+    assert len(done_ids(out)) == 11
+
+
 def test_changed_file_adds_only_new_cells_and_names_are_guarded(tmp_path, capsys):
     out = tmp_path / "out"
     grid = write_grid(tmp_path / "g.toml", name="grow", steps=4, seeds=1, policies=[{"name": "uniform"}])
