@@ -61,6 +61,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="grid directory (created; rerun the same command to resume)")
     parser.add_argument("--quick", action="store_true", help="fewer policies and seeds (finishes within ~2 minutes)")
     add_run_options(parser)
+    parser.add_argument("--force", action="store_true",
+                        help="write into --out although it holds a stress grid of another spec (its cells stay; the "
+                             "profile covers this spec's), another grid, another kind of output or files hb did not "
+                             "create")
 
 
 # -- the grid ------------------------------------------------------------------------
@@ -127,15 +131,17 @@ def _outline(raw: dict) -> str:
     return f"scenarios {scen}; policies {pols}; seeds {seeds}"
 
 
-def check_resume(out: str | os.PathLike, raw: dict) -> None:
-    """A DIR holding a grid of another spec is refused, one line, nothing written."""
+def check_resume(out: str | os.PathLike, raw: dict, force: bool = False) -> None:
+    """A DIR holding a grid of another spec is refused, one line, nothing written (unless
+    `force`: `--force`)."""
     record = store.read_grid_json(out)
-    if record is None:
+    if record is None or force:
         return
     old = (record.get("spec") or {}).get("raw") or {}
     if record.get("name") == GRID_NAME and canonical_json(old) != canonical_json(raw):
         raise UserError(f"--out {str(out)!r} holds an hb stress grid of another spec ({_outline(old)}), not this "
-                        f"one ({_outline(raw)}); nothing was written: rerun that command to resume or choose a new --out")
+                        f"one ({_outline(raw)}); nothing was written: rerun that command to resume, choose a new "
+                        "--out or pass --force")
 
 
 # -- the command ---------------------------------------------------------------------
@@ -147,12 +153,12 @@ def main(args: argparse.Namespace) -> int:
     policies = chosen_policies(args.policies, args.quick)
     raw = grid_raw(scenarios, policies, args.seeds, args.quick)
     spec = parse_spec(raw, "hb stress")
-    check_resume(args.out, raw)
+    check_resume(args.out, raw, args.force)
     out = Path(args.out)
     load0, wall0, cpu0 = os.getloadavg(), time.perf_counter(), time.process_time()
     cpus: list[float] = []                                 # each run's CPU seconds, measured where it ran
     report = run_grid(spec, out, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
-                      progress=ProgressBar(), on_done=lambda answer: cpus.append(answer.get("cpu_seconds", 0.0)))
+                      force_mixed=args.force, progress=ProgressBar(), on_done=lambda answer: cpus.append(answer.get("cpu_seconds", 0.0)))
     wall = time.perf_counter() - wall0
     cells_cpu = sum(cpus)
     in_workers = args.backend != "local" or workers(args.jobs, report.total - report.skipped) > 1

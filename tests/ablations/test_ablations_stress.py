@@ -112,6 +112,15 @@ def test_rerun_resumes_without_new_cells_and_a_different_spec_is_refused(ran, ca
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "another spec" in err and "seeds 2" in err and "seeds 3" in err
     assert (out / "grid.json").read_text() == record and len(list((out / CELLS).iterdir())) == 12
+    assert "pass --force" in err
+    # --force: the other spec's cells stay, this one's are added, the profile covers this spec only
+    assert main(["stress", *other, "--out", str(out), "--force"]) == 0
+    printed = capsys.readouterr().out
+    assert "18 cells" in printed and "12 already done, 6 run, 0 failed" in printed   # seed 2 of 3 policies x 2 scenarios
+    assert {p.name for p in (out / CELLS).iterdir()} >= set(before) and len(list((out / CELLS).iterdir())) == 18
+    assert json.loads((out / "grid.json").read_text())["spec"]["raw"]["parts"][0]["seeds"] == 3
+    shares = pd.read_csv(out / "stress" / "profile.csv")
+    assert set(shares["seeds"]) == {3}
 
 
 @pytest.mark.parametrize("flag,value,word", [("--scenarios", "tiny_b,nope", "nope"),
