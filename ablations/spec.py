@@ -58,6 +58,7 @@ except ImportError:  # Python 3.10: the tomli backport (a dependency there)
 from dataclasses import dataclass, field
 from typing import Any
 
+from hbsim.contract import PART, part_suffix
 from hbsim.envs import ENVS, make_env
 from hbsim.experiment import RUN_KNOBS, resolve_policy, resolve_run
 from hbsim.records import canonical_json, config_hash
@@ -70,7 +71,6 @@ TOP_KEYS = ("name", "description", "steps", "seeds", "eval_every", "batch_groups
             "env", "policies", "sweep", "counterfactual", "eval_budget", "tune", "parts")
 #: the keys of a grid of parts that are not its parts' defaults
 OWN_KEYS = ("name", "description", "plugins", "parts")
-PART = "part"
 REAL_KIND = "real"
 #: the most cells one grid may plan (policies x sweep points x seeds); checked before planning
 MAX_CELLS = 100_000
@@ -306,7 +306,7 @@ def plan_cells(spec: GridSpec) -> list[Cell]:
             if suffix in seen_points:  # a policy.* key this policy lacks: same cell as before
                 continue
             seen_points.add(suffix)
-            label = _label(base_label, name, knobs, suffix) + (f"[{PART}={spec.part}]" if spec.part else "")
+            label = _label(base_label, name, knobs, suffix) + (part_suffix(spec.part) if spec.part else "")
             where = f"policies[{i}]" + (f" at sweep point {suffix}" if suffix else "")
             if label in labels:
                 err(f"policies[{i}].label", f"label {label!r} is used twice (also by {labels[label]}); "

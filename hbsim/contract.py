@@ -70,6 +70,15 @@ LOG = "log.txt"                 # a cell's or a failure's log
 TUNE_DIR = "tune"               # a tuned grid's tuning cells (DIR/tune/cells/<id>/)
 TUNE_JSON = "tune.json"         # a tuned grid's selection
 TMP_PREFIX = ".tmp-"            # temporary files and folders (hidden: every reader skips them)
+#: a grid of parts (`hb stress`: one part per scenario): the column of the collected tables
+#: naming each row's part, and the suffix its cells' policy labels end in (`part_suffix`)
+PART = "part"
+
+
+def part_suffix(name: str) -> str:
+    """`[part=NAME]`: what the labels of part NAME's cells end in."""
+    return f"[{PART}={name}]"
+
 
 # -- a report folder, and the marker and kinds of every output folder --------------------
 REPORT_INDEX = "index.html"

@@ -53,9 +53,11 @@ def select_at(ev: pd.DataFrame, unit: str, at: float | None) -> tuple[pd.DataFra
     return rows.drop(columns=[c for c in BUDGET_COLUMNS if c in rows.columns]).reset_index(drop=True), at
 
 
-def frames_at(dir_path, unit: str, at: float | None = None, extra: tuple[str, ...] = ()) -> tuple[load.Frames, dict]:
-    """The Frames of DIR at one milestone (module doc) and what was selected: {"unit", "at",
-    "cost": policy -> mean cost reached over its runs, "steps": policy -> mean step}."""
+def frames_at(dir_path, unit: str, at: float | None = None, extra: tuple[str, ...] = (),
+              part: str | None = None) -> tuple[load.Frames, dict]:
+    """The Frames of DIR (of its part `part`, `load.one_part`) at one milestone (module doc)
+    and what was selected: {"unit", "at", "cost": policy -> mean cost reached over its
+    runs, "steps": policy -> mean step}."""
     check_unit(unit)
     info: dict = {"unit": unit, "largest": at is None}
 
@@ -67,7 +69,7 @@ def frames_at(dir_path, unit: str, at: float | None = None, extra: tuple[str, ..
         info["steps"] = per_run.groupby("policy")["step"].mean().astype(float).to_dict()
         return rows
 
-    return load.read_dir(dir_path, extra=extra, select=select), info
+    return load.read_dir(dir_path, extra=extra, select=select, part=part), info
 
 
 def mean_rank(final: pd.DataFrame) -> dict[str, list[str]]:

@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from hbsim.contract import PART
 from reports import gap, load
 from reports.text import conclusion, headline_table  # noqa: F401 (public: reports.headline_table)
 from policies.errors import UserError
@@ -60,7 +61,9 @@ def _validate(fr: load.Frames, baseline: str, suite: str | None, ks, resamples: 
               target_delta: float | None):
     policies = sorted(fr.eval["policy"].unique().tolist())
     if baseline not in policies:
-        raise UserError(f"--baseline: got {baseline!r}, allowed: one of the policy labels {policies}")
+        parts = (f"; these are the labels of a grid of parts, each part its own environment: report one part with "
+                 f"--part NAME (its labels without [{PART}=NAME])" if any(f"[{PART}=" in p for p in policies) else "")
+        raise UserError(f"--baseline: got {baseline!r}, allowed: one of the policy labels {policies}{parts}")
     attempts = load.attempts_per_suite(fr.eval)
     if suite is not None:
         if suite not in attempts:
@@ -178,7 +181,7 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
             warnings.warn(line, stacklevel=2)
     config = {"baseline": baseline, "suite": suite, "ks": list(ks), "resamples": resamples, "seed": seed,
               "alpha": alpha, "axis": axis, "primary": primary, "unpaired": unpaired, "target_delta": target_delta,
-              "source": fr.source, "versions": _versions(), "runs": _runs(fr)}
+              "source": fr.source, "part": fr.part, "versions": _versions(), "runs": _runs(fr)}
     canonical = json.dumps({k: config[k] for k in ("baseline", "suite", "ks", "resamples", "seed", "alpha", "axis",
                                                    "primary", "unpaired", "target_delta", "runs")},
                            sort_keys=True, separators=(",", ":"))

@@ -3,7 +3,7 @@
     hb report DIR --baseline LABEL [--out OUTDIR] [--suite NAME] [--k 1,3]
                   [--resamples 10000] [--seed 0] [--alpha 0.05] [--axis policy.tau] [--recollect] [--force]
                   [--budget groups|tokens|seconds [--at VALUE]]
-                  [--primary score] [--target-delta D] [--unpaired]
+                  [--primary score] [--target-delta D] [--unpaired] [--part NAME]
     hb report marginals --n 161 --a 67 --b 62      (n <= 1e9; closed form)
 
 The first positional word `marginals` selects the marginal-McNemar helper instead of a
@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "hb report marginals --n 161 --a 67 --b 62")
     parser.add_argument("dir", metavar="DIR", help="grid or run directory (or the word 'marginals')")
     parser.add_argument("--baseline", help="policy label every other policy is compared against (required for DIR)")
-    parser.add_argument("--out", help="output directory (default DIR/report)")
+    parser.add_argument("--out", help="output directory (default DIR/report; with --part, DIR/report-PART)")
     parser.add_argument("--suite", help="restrict to one eval suite (default: all)")
     parser.add_argument("--k", default=None, help="comma-separated k for pass@k and pass^k (default 1,3, or 1 "
                                                    "when tasks have fewer than 3 attempts)")
@@ -52,6 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="processes: 2 computes rliable's views and half the figures in a forked helper while "
                              "the paired tables run (the same numbers and files as 1; default $HB_REPORT_JOBS, else 2 "
                              "on Linux with two cores or more, else 1)")
+    parser.add_argument("--part", help="a grid of parts (hb stress: one per scenario): report this part alone, its "
+                                       "labels without the [part=NAME] suffix (--baseline uniform)")
     parser.add_argument("--unpaired", action="store_true",
                         help="runs of a seed did not share their environment (run.json): compare the arms' per-seed "
                              "means as independent samples instead of refusing")
@@ -136,7 +138,9 @@ def _check_paths(args) -> Path:
     args.jobs = offload.check_jobs(offload.default_jobs() if args.jobs is None else args.jobs)
     if not Path(args.dir).is_dir():
         raise UserError(f"DIR: {args.dir!r} is not a directory; expected a grid or run directory")
-    out = Path(args.out) if args.out else Path(args.dir) / "report"
+    if args.part is not None:
+        validate.check_name("--part", args.part)      # it names the default output folder
+    out = Path(args.out) if args.out else Path(args.dir) / ("report" if args.part is None else f"report-{args.part}")
     folders.check_output_dir(out, "report", force=args.force)
     stale = folders.stale_collected_tables(args.dir)
     if stale and not args.recollect:
@@ -166,8 +170,11 @@ def main(args: argparse.Namespace) -> int:
     # the marker first ("incomplete"), completed last with every file written (--force removes only those)
     with folders.output_dir(out, "report", tool="hb report"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # exclusions are printed below as one line each
-        source, info = (budget.frames_at(args.dir, args.budget, args.at, (args.axis,) if args.axis else ())
-                        if args.budget else (args.dir, None))
+        extra = (args.axis,) if args.axis else ()
+        if args.budget:
+            source, info = budget.frames_at(args.dir, args.budget, args.at, extra, part=args.part)
+        else:
+            source, info = (load.read_dir(args.dir, extra, part=args.part) if args.part else args.dir), None
         result = build_report(source, args.baseline, out, suite=args.suite, ks=_parse_ks(args.k),
                               resamples=args.resamples, seed=args.seed, alpha=args.alpha, progress=_Progress(),
                               axis=args.axis, primary=args.primary, unpaired=args.unpaired,
@@ -178,7 +185,7 @@ def main(args: argparse.Namespace) -> int:
     print(headline_table(result))
     print(textwrap.fill(LEGEND, width=110) + "\n")
     if info is not None:
-        print("\n".join(budget.ranking_lines(load.read_dir(args.dir), source, info)) + "\n")
+        print("\n".join(budget.ranking_lines(load.read_dir(args.dir, part=args.part), source, info)) + "\n")
     for line in budget.tuned_lines(args.dir):
         print(line)
     print(f"report: {result.files['index']}")

@@ -4,7 +4,9 @@ run record reader are `hbsim.contract` and `hbsim.records`).
 A directory is either a collected grid / single run directory holding ``eval.parquet``
 (and ``train.parquet``), or a grid whose run directories are ``DIR/cells/*/``,
 ``DIR/*/`` or ``DIR/*/*/`` (each with ``eval.parquet``, ``train.parquet``, ``run.json``).
-Validation raises UserError naming the field, the value and what is allowed.
+Validation raises UserError naming the field, the value and what is allowed. A grid of
+parts (`hb stress`: one part per scenario, each with its own environment) is read one part
+at a time (`part`: its rows, its labels without the `[part=NAME]` suffix).
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from hbsim.contract import BUDGET_UNIT, CELLS, EVAL_FILE, EVAL_TABLE, ROW_KEYS, RUN_JSON, TRAIN_FILE, VALIDATION_SUITE
+from hbsim.contract import (BUDGET_UNIT, CELLS, EVAL_FILE, EVAL_TABLE, PART, ROW_KEYS, RUN_JSON, TRAIN_FILE,
+                            VALIDATION_SUITE, part_suffix)
 from hbsim.folders import find_files, visible
 from hbsim.records import read_meta
 from policies.errors import UserError
@@ -32,6 +35,7 @@ class Frames:
     train: the train rows (None when no train table exists)
     runs: run.json contents by run_id (may be empty for collected tables)
     source: where the frames came from
+    part: the part of a grid of parts they hold (None: a plain grid or run)
     """
 
     eval_all: pd.DataFrame
@@ -39,6 +43,7 @@ class Frames:
     train: pd.DataFrame | None = None
     runs: dict = field(default_factory=dict)
     source: str = "frames"
+    part: str | None = None
 
 
 def _parquet(path: Path) -> pd.DataFrame:
@@ -71,10 +76,10 @@ def step_rows(ev: pd.DataFrame) -> pd.DataFrame:
 
 
 def read_dir(path: str | Path, extra: tuple[str, ...] = (),
-             select: Callable[[pd.DataFrame], pd.DataFrame] = step_rows) -> Frames:
+             select: Callable[[pd.DataFrame], pd.DataFrame] = step_rows, part: str | None = None) -> Frames:
     """Read a grid / run directory into validated Frames (``extra``: eval columns to keep
     beyond the required ones, e.g. a swept knob; ``select``: the raw eval rows to keep,
-    default `step_rows`)."""
+    default `step_rows`; ``part``: only that part of a grid of parts, `one_part`)."""
     root = Path(path)
     if not root.is_dir():
         raise UserError(f"DIR: {str(root)!r} is not a directory; expected a grid or run directory")
@@ -106,10 +111,41 @@ def read_dir(path: str | Path, extra: tuple[str, ...] = (),
         tr = pd.concat(trs, ignore_index=True) if trs else None
         del evs, trs                     # one copy of the rows while they are validated
         release_arrow()
+    if part is not None:
+        ev, tr, runs = one_part(ev, tr, runs, part)
+    elif PART in ev.columns and ev[PART].nunique() > 1:
+        raise UserError(f"DIR: {str(root)!r} holds a grid of parts ({sorted(ev[PART].dropna().astype(str).unique())}), "
+                        "each part its own environment and labels: report one part with --part NAME")
     frames = make_frames(select(ev), tr, runs=runs, source=str(root), extra=extra)
+    frames.part = part
     del ev
     release_arrow()
     return frames
+
+
+def one_part(ev: pd.DataFrame, tr: pd.DataFrame | None, runs: dict, part: str
+             ) -> tuple[pd.DataFrame, pd.DataFrame | None, dict]:
+    """The rows of part `part` of a grid of parts' raw tables, their policy labels without
+    its `[part=NAME]` suffix (so `--baseline uniform` names its uniform), the train columns
+    no row of the part fills (the other parts' harnesses) dropped, and its runs' records.
+    UserError when the tables have no part column or not this part."""
+    if PART not in ev.columns:
+        raise UserError(f"--part: got {part!r}, but the eval table has no {PART!r} column: only a collected grid of "
+                        "parts (hb stress, a grid file with [[parts]]) has parts")
+    names = sorted(ev[PART].dropna().astype(str).unique())
+    if part not in names:
+        raise UserError(f"--part: got {part!r}, allowed: one of {names}")
+    suffix = part_suffix(part)
+
+    def rows(df: pd.DataFrame) -> pd.DataFrame:
+        df = df[(df[PART].astype(str) == part).to_numpy()].reset_index(drop=True)
+        return df.assign(policy=df["policy"].astype(str).str.removesuffix(suffix))
+    ev = rows(ev)
+    if tr is not None and PART in tr.columns:
+        tr = rows(tr)
+        tr = tr.loc[:, tr.notna().any().to_numpy() | tr.columns.isin(ROW_KEYS)]
+    ids = set(ev["run_id"].astype(str))
+    return ev, tr, {rid: meta for rid, meta in runs.items() if rid in ids}
 
 
 #: the eval table's label columns: categorical (sorted categories, so they group and sort as the strings)

@@ -123,6 +123,31 @@ def test_rerun_resumes_without_new_cells_and_a_different_spec_is_refused(ran, ca
     assert set(shares["seeds"]) == {3}
 
 
+def test_hb_report_reports_one_part_of_the_stress_grid(ran, capsys):
+    """A stress grid holds one environment per part: `hb report` without --part cannot pair
+    across them and says so; with --part it reports that scenario alone, under the labels
+    without the suffix, and its delta on the target is the profile's."""
+    out, _ = ran
+    assert main(["report", str(out), "--baseline", "uniform", "--resamples", "50"]) == 2
+    err = capsys.readouterr().err
+    assert "holds a grid of parts (['tiny_b', 'tiny_s'])" in err and "report one part with --part NAME" in err
+    assert not (out / "report").exists()
+    assert main(["report", str(out), "--part", "tiny_b", "--baseline", "uniform", "--resamples", "50"]) == 0
+    capsys.readouterr()
+    paired = pd.read_csv(out / "report-tiny_b" / "paired.csv")
+    assert set(paired["candidate"]) == {"harnessbandit", "oracle[target=heldout_tasks]"}
+    assert set(paired["baseline"]) == {"uniform"} and set(paired["n_seeds"]) == {2}
+    prof = pd.read_csv(out / "stress" / "profile.csv").set_index(["scenario", "policy"])
+    row = paired[(paired["suite"] == "heldout_tasks") & (paired["candidate"] == "harnessbandit")
+                 & (paired["metric"] == "pass@1")].iloc[0]
+    assert row["delta"] == pytest.approx(prof.loc[("tiny_b", "harnessbandit"), "delta"], abs=1e-12)
+    assert json.loads((out / "report-tiny_b" / "config.json").read_text())["part"] == "tiny_b"
+    for bad, word in (("nope", "allowed: one of ['tiny_b', 'tiny_s']"), ("../x", "--part='../x' is not allowed")):
+        assert main(["report", str(out), "--part", bad, "--baseline", "uniform", "--resamples", "50"]) == 2
+        assert word in capsys.readouterr().err
+    assert not (out / "report-nope").exists()
+
+
 @pytest.mark.parametrize("flag,value,word", [("--scenarios", "tiny_b,nope", "nope"),
                                              ("--policies", "harnessbandit,bogus", "bogus"),
                                              ("--seeds", "1", "--seeds")])

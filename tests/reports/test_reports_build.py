@@ -5,6 +5,7 @@ import pytest
 
 import reports
 from hbsim.contract import EVAL_TABLE
+from policies.errors import UserError
 from reports import analysis, load, stats
 
 
@@ -176,6 +177,42 @@ def test_read_dir_finds_cells_and_collected(tmp_path, frames):
     key = ["policy", "seed", "suite", "task", "attempt"]
     pd.testing.assert_frame_equal(a.eval.sort_values(key).reset_index(drop=True),
                                   b.eval.sort_values(key).reset_index(drop=True))
+
+
+def test_one_part_of_a_grid_of_parts_hand_case(tmp_path, frames):
+    """A collected grid of parts: `part` keeps that part's rows, strips `[part=NAME]` from
+    its labels, drops the train columns only other parts fill, keeps its runs' records."""
+    from hbsim.contract import part_suffix
+
+    ev, tr = frames
+    def parts(df, name):       # the same synthetic tables as part `name`, with harness columns of its own
+        df = df.assign(policy=df["policy"] + part_suffix(name), part=name,
+                       run_id=df["run_id"].astype(str) + "-" + name)
+        return df.rename(columns={c: f"{c}_{name}" for c in df.columns if c.startswith("p_")})
+    both_ev = pd.concat([parts(ev, "a"), parts(ev, "b")], ignore_index=True)
+    both_tr = pd.concat([parts(tr, "a"), parts(tr, "b")], ignore_index=True)
+    runs = {rid: {"run_id": rid} for rid in both_ev["run_id"].unique()}
+    one_ev, one_tr, one_runs = load.one_part(both_ev, both_tr, runs, "b")
+    assert len(one_ev) == len(ev) and set(one_ev["policy"]) == {"base", "hb", "mix"}
+    assert one_ev["run_id"].str.endswith("-b").all() and sorted(one_runs) == sorted(one_ev["run_id"].unique())
+    p_cols = sorted(c for c in one_tr.columns if c.startswith("p_"))
+    assert p_cols == sorted(f"{c}_b" for c in tr.columns if c.startswith("p_")) and len(one_tr) == len(tr)
+    pd.testing.assert_series_equal(one_ev["reward"], ev["reward"].reset_index(drop=True), check_names=False)
+    with pytest.raises(UserError, match=r"--part: got 'c', allowed: one of \['a', 'b'\]"):
+        load.one_part(both_ev, both_tr, runs, "c")
+    with pytest.raises(UserError, match="has no 'part' column"):
+        load.one_part(ev, tr, runs, "a")
+    # the same tables on disk: a report must name its part, and the part's report is the plain one
+    from reports_synth import write_grid
+    grid = write_grid(tmp_path / "parts", both_ev, both_tr, collected=True)
+    with pytest.raises(UserError, match=r"holds a grid of parts \(\['a', 'b'\]\)"):
+        load.read_dir(grid)
+    a = reports.build_report(load.read_dir(grid, part="a"), "base", None, resamples=200, seed=0)
+    plain = reports.build_report(frames, "base", None, resamples=200, seed=0)
+    pd.testing.assert_frame_equal(a.tables["paired"], plain.tables["paired"])
+    assert a.config["part"] == "a" and plain.config["part"] is None
+    with pytest.raises(UserError, match=r"report one part with --part NAME"):
+        reports.build_report(load.make_frames(parts(ev, "a"), parts(tr, "a")), "base", None, resamples=20)
 
 
 def test_corrupt_parquet_is_a_value_error_naming_the_file(tmp_path):
