@@ -128,7 +128,7 @@ def test_remove_temp_sees_a_reused_pid(tmp_path):
         state, started = folders._proc_state(other.pid)
         assert state in "RS" and abs(started - time.time()) < 30
         old = _temp_of(tmp_path, other.pid, "cell-a", age_s=3600)
-        recent = _temp_of(tmp_path, other.pid, "cell-b", age_s=1)
+        recent = _temp_of(tmp_path, other.pid, "cell-b")          # written after it started: its own
         assert folders.remove_temp(tmp_path) == 1
         assert not old.exists() and recent.exists()
     finally:
