@@ -672,10 +672,19 @@ def check_resume_dir(path: str | os.PathLike, checkpoint: str = CHECKPOINT, flag
     return found[-1]
 
 
+_CHECKPOINT_STEP = re.compile(r"checkpoint-(\d+)")
+
+
+def checkpoint_step(folder: str | os.PathLike) -> int | None:
+    """N of a `checkpoint-N` folder (TRL's, by its name); None for a folder of another name."""
+    m = _CHECKPOINT_STEP.fullmatch(Path(folder).name)
+    return int(m.group(1)) if m else None
+
+
 def _step_key(path: Path) -> tuple:
-    """Sort key of checkpoint paths: the step number of `checkpoint-N` folders, numerically."""
-    m = re.search(r"checkpoint-(\d+)", str(path))
-    return (int(m.group(1)) if m else -1, str(path))
+    """Sort key of checkpoint files: the step number of their `checkpoint-N` folder, numerically."""
+    step = checkpoint_step(Path(path).parent)
+    return (-1 if step is None else step, str(path))
 
 
 def stale_collected_tables(root: str | os.PathLike) -> str | None:

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import shutil
 import sys
 import time
 from pathlib import Path
 
 from hbsim.contract import TRL_CHECKPOINT, TRL_STATE
-from hbsim.folders import check_resume_dir, claim_output_dir, complete_output_dir
+from hbsim.folders import check_resume_dir, checkpoint_step, claim_output_dir, complete_output_dir
 from hbsim.sampling import FILTER_KNOBS, GroupFilter, when_set
 from policies import validate
 from policies.errors import UserError
@@ -109,10 +108,10 @@ def resume_checkpoint(out) -> Path:
     folders without it (a run killed while saving) are removed, so TRL, hb's check and
     the scheduler's state all agree on the same step."""
     newest = check_resume_dir(out, TRL_CHECKPOINT).parent       # numerically newest complete one
-    step = int(re.search(r"checkpoint-(\d+)$", newest.name).group(1))
+    step = checkpoint_step(newest)
     for folder in (Path(out) / "trl").glob("checkpoint-*"):
-        m = re.fullmatch(r"checkpoint-(\d+)", folder.name)
-        if m and int(m.group(1)) > step and folder.is_dir() and not (folder / TRL_STATE).is_file():
+        later = checkpoint_step(folder)
+        if later is not None and later > step and folder.is_dir() and not (folder / TRL_STATE).is_file():
             shutil.rmtree(folder)
             print(f"removed {folder}: an incomplete checkpoint (the run was killed while saving it)",
                   file=sys.stderr)
@@ -201,7 +200,7 @@ def check_resume(checkpoint: Path, config: dict, steps: int) -> None:
     import torch
 
     from real_runs.cli import same_run
-    at = int(re.search(r"checkpoint-(\d+)$", checkpoint.name).group(1))
+    at = checkpoint_step(checkpoint)
     if at > steps:
         raise UserError(f"--steps={steps} is not allowed: the checkpoint is already at step {at}")
     try:
@@ -219,10 +218,16 @@ def check_resume(checkpoint: Path, config: dict, steps: int) -> None:
 def build(cfg, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str = "cpu",
           model_path: str | None = None, preset: str = "tiny", eval_every: int | None = None,
           checkpoint_every: int = 10, extra_args: dict | None = None, extra_rewards: list | None = None,
-          eval_budget: str | None = None):
+          eval_budget: str | None = None, resume: Path | None = None):
     """(trainer, scheduler, run config) of one TRL run; nothing is trained yet. `eval_budget`:
     also evaluate when the cumulative cost first crosses each milestone (a canonical
-    `hbsim.loop.EVAL_BUDGET` value, as `settings` returns it; in the config only when set)."""
+    `hbsim.loop.EVAL_BUDGET` value, as `settings` returns it; in the config only when set).
+    `resume`: the checkpoint folder the run continues, checked against the run config
+    (`check_resume`) before the model is built."""
+    config = run_config(cfg, policy_cfg=policy_cfg, seed=seed, steps=steps, model_path=model_path, preset=preset,
+                        eval_every=eval_every, eval_budget=eval_budget)
+    if resume is not None:
+        check_resume(resume, config, steps)
     import torch
     from trl import GRPOConfig
 
@@ -241,8 +246,6 @@ def build(cfg, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str
     data = harness_dataset(train_tasks, harnesses)
     knobs = {k: v for k, v in policy_cfg.items() if k not in ("name", "label")}
     policy = make(policy_cfg["name"], n_arms=len(harnesses), seed=seed, **knobs)
-    config = run_config(cfg, policy_cfg=policy_cfg, seed=seed, steps=steps, model_path=model_path, preset=preset,
-                        eval_every=eval_every, eval_budget=eval_budget)
     evaluate = held_out_evaluator(model, tok, harnesses, heldout[:cfg.eval_tasks], seed=seed,
                                   step=lambda: sched.recorder.t, attempts=cfg.eval_attempts,
                                   max_new=cfg.max_completion_length, block_path=cfg.block_path)
@@ -277,15 +280,12 @@ def main(args) -> int:
         raise UserError("--backend trl needs the optional extra: pip install 'harnessbandit[trl]'") from None
     from real_runs.native.adapter import pick_device
     device = pick_device(args.device or "auto").type   # hb real's --device defaults to None (the preset's)
-    if resume is not None:
-        check_resume(resume, run_config(cfg, policy_cfg=policy_cfg, seed=args.seed, steps=args.steps,
-                                        model_path=args.model, preset=args.preset, eval_every=args.eval_every,
-                                        eval_budget=run["eval_budget"]), args.steps)
     t0 = time.perf_counter()
     trainer, sched, config = build(cfg, policy_cfg=policy_cfg, seed=args.seed, steps=args.steps, out=str(out),
                                    device=device, model_path=args.model,
                                    preset=args.preset, eval_every=args.eval_every,
-                                   checkpoint_every=args.checkpoint_every, eval_budget=run["eval_budget"])
+                                   checkpoint_every=args.checkpoint_every, eval_budget=run["eval_budget"],
+                                   resume=resume)
     claim_output_dir(out, "run", tool="hb real --backend trl")
     print(f"TRL trainer ready in {time.perf_counter() - t0:.1f}s ({len(cfg.harnesses)} harnesses)", file=sys.stderr)
     if args.eval_every and sched.recorder.t == 0 and not args.resume:
