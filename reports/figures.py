@@ -265,15 +265,19 @@ def strip_plot(df: pd.DataFrame, x: str, value: str, title: str = "", ylabel: st
     return fig, ax
 
 
+#: the resolution of every figure of a report
+DPI = 80
+
+
 def save(fig, path) -> None:
-    fig.savefig(path, dpi=80)
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)
 
 
 def png_bytes(fig) -> bytes:
     """The bytes `save` writes to a .png path (the same call, into memory); leaves ``fig`` open."""
     buf = io.BytesIO()
-    fig.savefig(buf, dpi=80, format="png")
+    fig.savefig(buf, dpi=DPI, format="png")
     return buf.getvalue()
 
 

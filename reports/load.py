@@ -113,14 +113,19 @@ def read_dir(path: str | Path, extra: tuple[str, ...] = (),
         release_arrow()
     if part is not None:
         ev, tr, runs = one_part(ev, tr, runs, part)
-    elif PART in ev.columns and ev[PART].nunique() > 1:
-        raise UserError(f"DIR: {str(root)!r} holds a grid of parts ({sorted(ev[PART].dropna().astype(str).unique())}), "
-                        "each part its own environment and labels: report one part with --part NAME")
+    elif PART in ev.columns and len(part_names(ev)) > 1:
+        raise UserError(f"DIR: {str(root)!r} holds a grid of parts ({part_names(ev)}), each part its own "
+                        "environment and labels: report one part with --part NAME")
     frames = make_frames(select(ev), tr, runs=runs, source=str(root), extra=extra)
     frames.part = part
     del ev
     release_arrow()
     return frames
+
+
+def part_names(ev: pd.DataFrame) -> list[str]:
+    """The parts of a grid of parts' eval table (its `part` column), sorted."""
+    return sorted(ev[PART].dropna().astype(str).unique())
 
 
 def one_part(ev: pd.DataFrame, tr: pd.DataFrame | None, runs: dict, part: str
@@ -132,7 +137,7 @@ def one_part(ev: pd.DataFrame, tr: pd.DataFrame | None, runs: dict, part: str
     if PART not in ev.columns:
         raise UserError(f"--part: got {part!r}, but the eval table has no {PART!r} column: only a collected grid of "
                         "parts (hb stress, a grid file with [[parts]]) has parts")
-    names = sorted(ev[PART].dropna().astype(str).unique())
+    names = part_names(ev)
     if part not in names:
         raise UserError(f"--part: got {part!r}, allowed: one of {names}")
     suffix = part_suffix(part)
