@@ -2,7 +2,7 @@
 # Capture every table a redesign must keep: stdout of the main commands and their output
 # folders, into OUT. Run once before and once after a change, then compare:
 #     bash scripts/capture_numbers.sh /tmp/before ; (change) ; bash scripts/capture_numbers.sh /tmp/after
-#     python scripts/compare_numbers.py /tmp/before /tmp/after
+#     python scripts/compare_reports.py /tmp/before /tmp/after --skip "*.err"
 # HB (default: hb on PATH) is the command under test.
 set -euo pipefail
 OUT=${1:?usage: capture_numbers.sh OUT}

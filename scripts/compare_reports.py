@@ -1,16 +1,19 @@
-"""Compare two `hb report` folders: every CSV cell, report.md, index.html and the export.
+"""Compare two `hb report` folders (or two captures of scripts/capture_numbers.sh): every
+CSV cell, every parquet table, report.md, index.html, the export and the captured stdout.
 
-    python scripts/compare_reports.py BEFORE AFTER [--rtol 1e-9]
+    python scripts/compare_reports.py BEFORE AFTER [--rtol 1e-9] [--skip '*.err']
 
 A CSV is "identical" when its text is; "equal" when every number agrees within rtol
 (relative to the larger magnitude, absolute 1e-15 near zero) and every other cell is the
-same string. The other text files must be identical; PNGs and .npz are compared by bytes.
+same string; a parquet table is "equal" when its frame equals (pandas, exact) although its
+bytes differ. The other text files must be identical; PNGs and .npz are compared by bytes.
 Prints one line per file that is not identical and the largest relative difference seen;
 exits 1 when a file is missing or differs beyond rtol.
 """
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import sys
 from pathlib import Path
 
@@ -38,14 +41,27 @@ def compare_csv(a: Path, b: Path, rtol: float) -> tuple[str, float]:
     return ("equal" if worst <= rtol else "DIFFERS"), worst
 
 
+def compare_parquet(a: Path, b: Path) -> str:
+    if a.read_bytes() == b.read_bytes():
+        return "identical"
+    x, y = pd.read_parquet(a), pd.read_parquet(b)
+    try:
+        pd.testing.assert_frame_equal(x, y, check_exact=True)
+    except AssertionError:
+        return "DIFFERS"
+    return "equal"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("before", type=Path)
     ap.add_argument("after", type=Path)
     ap.add_argument("--rtol", type=float, default=1e-9)
+    ap.add_argument("--skip", action="append", default=[], help="glob of relative paths not compared (repeatable)")
     args = ap.parse_args(argv)
     names = sorted({p.relative_to(args.before) for p in args.before.rglob("*") if p.is_file()
-                    and not p.name.startswith(".")})
+                    and not p.name.startswith(".")
+                    and not any(fnmatch.fnmatch(p.relative_to(args.before).as_posix(), g) for g in args.skip)})
     bad, worst, counts = 0, 0.0, {}
     for rel in names:
         a, b = args.before / rel, args.after / rel
@@ -56,6 +72,8 @@ def main(argv=None) -> int:
         if rel.suffix == ".csv":
             state, w = compare_csv(a, b, args.rtol)
             worst = max(worst, w)
+        elif rel.suffix == ".parquet":
+            state = compare_parquet(a, b)
         else:
             state = "identical" if a.read_bytes() == b.read_bytes() else "DIFFERS"
         counts[state.split()[0]] = counts.get(state.split()[0], 0) + 1
