@@ -121,7 +121,7 @@ def load(path: str | os.PathLike) -> Scenario:
         except UserError as exc:
             err(key, str(exc))
     _check_env(err, raw["env"])
-    return Scenario(**{k: raw[k] for k in KEYS if k in raw}, file=str(Path(path).absolute()),
+    return Scenario(**{k: raw[k] for k in KEYS if k in raw}, file=os.path.abspath(path),
                     sha256=hashlib.sha256(data).hexdigest())
 
 
