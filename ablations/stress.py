@@ -144,9 +144,11 @@ def check_resume(out: str | os.PathLike, raw: dict, force: bool = False) -> None
         return
     old = (record.get("spec") or {}).get("raw") or {}
     if record.get("name") == GRID_NAME and canonical_json(old) != canonical_json(raw):
-        raise UserError(f"--out {str(out)!r} holds an hb stress grid of another spec ({_outline(old)}), not this "
-                        f"one ({_outline(raw)}); nothing was written: rerun that command to resume, choose a new "
-                        "--out or pass --force")
+        was, now = _outline(old), _outline(raw)
+        other = (f"another spec ({was}), not this one ({now})" if was != now else
+                 f"another spec (the same {was}, but a scenario's env or run settings differ: an edited scenario file?)")
+        raise UserError(f"--out {str(out)!r} holds an hb stress grid of {other}; nothing was written: rerun that "
+                        "command to resume, choose a new --out or pass --force")
 
 
 # -- the command ---------------------------------------------------------------------
