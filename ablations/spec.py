@@ -166,7 +166,7 @@ def parse_spec(raw: dict, path: str = "<grid>", part: str | None = None,
         if part is not None:
             err("parts", "a part cannot have parts of its own")
         return _parse_parts(raw, path, err, folder)
-    raw, scenario = with_scenario(err, raw, {}, folder)
+    raw, scenario = _with_scenario(err, raw, {}, folder)
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
         err("name", f"{name!r} is not allowed: expected a non-empty string")
@@ -209,7 +209,7 @@ def _parse_parts(raw: dict, path: str, err, folder) -> GridSpec:
         err("name", f"{name!r} is not allowed: expected a non-empty string")
     if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) for p in parts):
         err("parts", f"{parts!r} is not allowed: expected a non-empty list of tables ([[parts]])")
-    raw, top_scenario = with_scenario(err, raw, {}, folder)      # the parts' default env may name one
+    raw, top_scenario = _with_scenario(err, raw, {}, folder)      # the parts' default env may name one
     defaults = {k: v for k, v in raw.items() if k not in OWN_KEYS}
     specs, seen, expanded = [], set(), []
     for i, part in enumerate(parts):
@@ -223,7 +223,7 @@ def _parse_parts(raw: dict, path: str, err, folder) -> GridSpec:
             err(f"parts[{i}].{bad[0]}", "is a key of the whole grid, not of a part")
         seen.add(pname)
         where = f"{path} parts[{i}] ({pname})"
-        part, scenario = with_scenario(_errors(where), part, defaults, folder)
+        part, scenario = _with_scenario(_errors(where), part, defaults, folder)
         expanded.append(part)
         sub = {**defaults, **part, "name": f"{name}/{pname}", "plugins": raw.get("plugins", [])}
         spec = parse_spec(sub, where, part=pname)
@@ -238,7 +238,7 @@ def _parse_parts(raw: dict, path: str, err, folder) -> GridSpec:
     return spec
 
 
-def with_scenario(err, table: dict, inherited: dict, folder) -> tuple[dict, dict | None]:
+def _with_scenario(err, table: dict, inherited: dict, folder) -> tuple[dict, dict | None]:
     """A grid's (or part's) table whose [env] names a scenario -> (the table with the
     scenario's env under the [env] table's own knobs, and its steps, seeds and batch_groups
     where neither the table nor `inherited` sets them; the scenario's record). Other tables
