@@ -264,10 +264,16 @@ def scenario_text(**over) -> str:
     ("my_scenario.toml", scenario_text().replace("steps = 40\n", ""), "key 'steps': missing; a scenario file sets"),
     ("my_scenario.toml", "steps = [\n", "malformed TOML"),
     ("my_scenario.toml", None, "scenario file not found"),
+    ("my_scenario.toml", "", "is a directory, expected a scenario TOML file"),
+    ("my_scenario.toml", b"\xff\xfe", "cannot read the scenario file: 'utf-8' codec can't decode"),
 ])
 def test_a_bad_scenario_file_is_one_line_naming_file_and_key(tmp_path, capsys, name, text, problem):
     path = tmp_path / name
-    if text is not None:
+    if text == "":
+        path.mkdir()
+    elif isinstance(text, bytes):
+        path.write_bytes(text)
+    elif text is not None:
         path.write_text(text)
     for argv in (["scenarios", path, "--check"], ["sim", "--scenario", path, "--policy", "uniform"],
                  ["stress", "--scenarios", f"trap,{path}", "--out", tmp_path / "out"]):
