@@ -42,7 +42,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("ablations.demo", "the main job: paper-design grid on the bernoulli env + report"),
     "validity": ("ablations.validity_cli", "does L, T or the fused score predict the true gain? (--counterfactual runs)"),
     "calibrate": ("ablations.calibrate", "A/A calibration: false-positive rate of every test of hb report"),
-    "scenarios": ("ablations.scenarios_cli", "the shipped scenario suite: list, show, check oracle vs uniform"),
+    "scenarios": ("ablations.scenarios_cli", "the scenario suite and your own scenario files: list, show, check oracle vs uniform"),
     "stress": ("ablations.stress", "every policy on every scenario: share of the oracle's gain, one resumable grid"),
 }
 
