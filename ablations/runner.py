@@ -4,7 +4,8 @@
     {"id": unique name, "config": resolved run config, "dir": run directory to write, or
      None (the RunResult comes back in the answer); optional "replace" (rerun a complete
      run), "meta" (extra run.json keys), "log" (write log.txt), "failures" (a folder, the
-     grid's, keeping failed/<id>/log.txt), "plugins" (modules to import first), "summary"
+     grid's, keeping failed/<id>/log.txt), "plugins" (modules to import first: `run_many` adds
+     every plugin module this process loaded, `policies.registry.loaded_plugins`), "summary"
      (the answer carries the run's summary rows, `ablations.worker`)}
 
 `run_many` removes the hidden temporaries killed writers left next to the run
@@ -38,9 +39,10 @@ from typing import Callable
 from ablations import store, worker
 from ablations.spec import GridSpec
 from hbsim import folders, threads
-from hbsim.contract import CELLS
+from hbsim.contract import CELLS, PART
 from hbsim.records import config_hash, is_complete, read_meta
 from policies.errors import UserError
+from policies.registry import loaded_plugins
 from policies.validate import MAX_JOBS, check_int
 
 
@@ -141,6 +143,8 @@ def run_many(tasks: list[dict], *, jobs: int | None = None, backend: str = "loca
     progress(done, total, failed) is called at the start and after each run (done counts
     the runs already complete too)."""
     check_run_options(jobs, backend, ray_address)
+    here = loaded_plugins()     # `hb --plugin`, a grid's plugins: a worker's registry is this one's
+    tasks = [{**t, "plugins": list(dict.fromkeys([*t.get("plugins", []), *here]))} if here else t for t in tasks]
     parents = sorted({Path(t["dir"]).parent for t in tasks if t.get("dir")})
     for folder in parents:
         store.clean_tmp(folder)
@@ -184,12 +188,19 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
     check_run_options(jobs, backend, ray_address)
     store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=force_mixed)
     out = Path(out).resolve()
+    scenario = {p.part: p.scenario for p in spec.parts} if spec.parts else {None: spec.scenario}   # `[env] scenario`
     tasks = [{"id": c.id, "config": c.config, "dir": str(out / CELLS / c.id), "log": True, "failures": str(out),
               "summary": True,
               "plugins": spec.plugins, "meta": {"grid": {"name": spec.name, "cell_id": c.id, "sweep": c.sweep,
-                                                         "label": c.label, "seed": c.seed}}}
+                                                         "label": c.label, "seed": c.seed},
+                                                **_scenario_meta(scenario.get(c.sweep.get(PART)))}}
              for c in spec.cells()]
     return run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress, on_done=on_done)
+
+
+def _scenario_meta(record: dict | None) -> dict:
+    """run.json's `scenario` (its name, file and sha256) for a cell whose env came from one."""
+    return {"scenario": record} if record else {}
 
 
 # -- progress ------------------------------------------------------------------------

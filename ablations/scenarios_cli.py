@@ -1,7 +1,8 @@
-"""`hb scenarios`: the shipped scenario suite (hbsim.scenarios).
+"""`hb scenarios`: the shipped scenario suite (hbsim.scenarios), and your own scenario files.
 
     hb scenarios                      # every scenario: name, target, seeds x steps, its paragraph
     hb scenarios NAME                 # its config (the scenario file's settings, the env knobs)
+    hb scenarios PATH.toml [--check]  # the same for your own scenario file (docs/EXTENDING.md)
     hb scenarios NAME --check [--policy mixed --policy 'mixed:arms=[0,1]'] [--seeds N]
         # the oracle (on the scenario's target) vs uniform, paired over the shipped seeds, and
         # each --policy's mean gain on the three targets (noise-free truth of the final step)
@@ -24,7 +25,8 @@ from policies.validate import MAX_SEEDS, check_int, parse_value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", nargs="?", default=None, help=f"a scenario: {', '.join(SCENARIOS)}")
+    parser.add_argument("name", nargs="?", default=None, metavar="NAME|PATH.toml",
+                        help=f"a scenario: {', '.join(SCENARIOS)}, or the path of your own scenario file")
     parser.add_argument("--check", action="store_true", help="measure the oracle against uniform (and --policy)")
     parser.add_argument("--sweep", action="store_true", help="uniform's training success per lr multiplier")
     parser.add_argument("--policy", action="append", default=[], metavar="NAME[:KNOB=V,...]",
@@ -79,6 +81,8 @@ def show(name: str) -> str:
     lines += ["summary:"] + textwrap.wrap(sc.summary, 96, initial_indent="    ", subsequent_indent="    ")
     lines += ["lr:"] + textwrap.wrap(sc.lr_note, 96, initial_indent="    ", subsequent_indent="    ")
     lines += ["[env]"] + [f"{k} = {json.dumps(v)}" for k, v in sc.env.items()]
+    if SCENARIOS.get(sc.name) != sc:      # the user's own file: which one, and its content hash
+        lines += [f"file = {sc.file}", f"sha256 = {sc.sha256}"]
     return "\n".join(lines)
 
 
@@ -88,7 +92,7 @@ def check(name: str, extra: list[dict], seeds: int | None, jobs: int) -> str:
     truth = measure.final_truth(name, policies, seeds, jobs=jobs)
     start = truth["start"].mean(axis=0)
     i = TARGETS.index(sc.target)
-    lines = [f"{name}: mean gain over the start (noise-free truth after step {sc.steps}; "
+    lines = [f"{sc.name}: mean gain over the start (noise-free truth after step {sc.steps}; "
              f"{truth['start'].shape[0]} seeds); start " + "  ".join(f"{t} {v:.3f}" for t, v in zip(TARGETS, start))]
     for p in policies:
         label = measure.label_of(p)
@@ -106,7 +110,7 @@ def main(args: argparse.Namespace) -> int:
     check_int("--jobs", args.jobs, 1, 1024)
     if args.name is None:
         if args.check or args.sweep or args.policy:
-            raise UserError("hb scenarios: --check, --sweep and --policy need a scenario NAME")
+            raise UserError("hb scenarios: --check, --sweep and --policy need a scenario NAME or PATH.toml")
         print(listing())
         return 0
     get(args.name)
@@ -116,7 +120,7 @@ def main(args: argparse.Namespace) -> int:
     print(show(args.name))
     if args.sweep:
         sweep = measure.lr_sweep(args.name, seeds=args.seeds)
-        print(f"{args.name}: uniform's final training success per lr multiplier: "
+        print(f"{get(args.name).name}: uniform's final training success per lr multiplier: "
               + "  ".join(f"x{f:g} {v:.3f}" for f, v in sweep.items()))
     if args.check:
         print(check(args.name, extra, args.seeds, args.jobs))

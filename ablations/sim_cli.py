@@ -5,7 +5,11 @@ same seeds (common random numbers), and print a compact per-policy table.
            [--out DIR] [--set env.lr=0.5] [--set policy.tau=0.1] [--jobs N] [--backend local|ray]
 
 `--scenario NAME` takes the env, steps and seed count of a shipped scenario (`hb scenarios`;
-the oracle is aimed at its target). `--policy all` runs every registered policy. `--set policy.KNOB=V` goes to every selected
+the oracle is aimed at its target); `--scenario PATH.toml` those of your own scenario file,
+checked like a shipped one (`hbsim.scenarios.load`; docs/EXTENDING.md). Each run's config
+holds the scenario's env, steps and batch size (its hash changes exactly when the runs would,
+so --out reuses runs of an unchanged scenario wherever its file lies); run.json's
+`scenario` records the file's name, path and sha256. `--policy all` runs every registered policy. `--set policy.KNOB=V` goes to every selected
 policy that has the knob (an error if none has it). `--out DIR` writes one run directory
 per (policy, seed): DIR/<label>/seed<seed>/, in a folder of kind "sim" (hbsim.folders):
 runs already there with the identical config are reused, not rerun; a different run at the
@@ -41,9 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", default=None,
                         help=f"environment kind: {', '.join(ENVS)}; or a preset: {', '.join(ENV_PRESETS)} "
                              f"(default bernoulli)")
-    parser.add_argument("--scenario", default=None, metavar="NAME",
-                        help="a shipped scenario (`hb scenarios`): its env, steps and seed count (--set, "
-                             "--steps and --seeds override them)")
+    parser.add_argument("--scenario", default=None, metavar="NAME|PATH.toml",
+                        help="a shipped scenario (`hb scenarios`) or your own scenario file: its env, steps and "
+                             "seed count (--set, --steps and --seeds override them)")
     parser.add_argument("--policy", action="append", default=None, metavar="NAME",
                         help=f"policy to run (repeatable) or 'all': {', '.join(POLICIES)} (default: all)")
     parser.add_argument("--seeds", type=int, default=None,
@@ -92,16 +96,16 @@ def policy_names(requested: list[str] | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def apply_scenario(args: argparse.Namespace) -> dict:
-    """Fill --env/--steps/--seeds from --scenario (or their defaults); the scenario's env
-    section (its knobs are defaults that --set overrides), {} without one."""
-    env = {}
+def apply_scenario(args: argparse.Namespace) -> scenarios.Scenario | None:
+    """Fill --env/--steps/--seeds from --scenario (or their defaults); the scenario (its env
+    knobs are defaults that --set overrides), None without one."""
+    sc = None
     if args.scenario is not None:
         if args.env is not None:
             raise UserError(f"--env {args.env} and --scenario {args.scenario} are not allowed together: the "
                             f"scenario names its env")
         sc = scenarios.get(args.scenario)
-        env, args.env = dict(sc.env), sc.env["kind"]
+        args.env = sc.env["kind"]
         args.steps = sc.steps if args.steps is None else args.steps
         args.seeds = sc.seeds if args.seeds is None else args.seeds
         if sc.batch_groups is not None and args.batch_groups == RUN_KNOBS["batch_groups"].default:
@@ -109,12 +113,14 @@ def apply_scenario(args: argparse.Namespace) -> dict:
     args.env = "bernoulli" if args.env is None else args.env
     args.steps = RUN_KNOBS["steps"].default if args.steps is None else args.steps
     args.seeds = RUN_KNOBS["seeds"].default if args.seeds is None else args.seeds
-    return env
+    return sc
 
 
-def build_configs(args: argparse.Namespace) -> list[dict]:
-    """Every resolved (policy, seed) config; all validation happens here, before any run."""
-    scenario_env = apply_scenario(args)
+def build_configs(args: argparse.Namespace) -> tuple[list[dict], scenarios.Scenario | None]:
+    """Every resolved (policy, seed) config, and the --scenario; all validation happens here,
+    before any run."""
+    sc = apply_scenario(args)
+    scenario_env = dict(sc.env) if sc is not None else {}
     for flag in ("seeds", "steps", "batch_groups", "eval_every"):
         RUN_KNOBS[flag].check("--" + flag.replace("_", "-"), getattr(args, flag))
     check_int("--seed-offset", args.seed_offset, 0, MAX_SEED - args.seeds + 1)
@@ -130,8 +136,8 @@ def build_configs(args: argparse.Namespace) -> list[dict]:
     configs = []
     for name in names:
         knobs = {k: v for k, v in policy_knobs.items() if k in POLICIES[name].KNOBS}
-        if args.scenario is not None and name == "oracle":      # aimed at the scenario's target unless set
-            knobs.setdefault("target", scenarios.get(args.scenario).target)
+        if sc is not None and name == "oracle":      # aimed at the scenario's target unless set
+            knobs.setdefault("target", sc.target)
         for seed in range(args.seed_offset, args.seed_offset + args.seeds):
             configs.append(resolve_config({"env": {**scenario_env, "kind": args.env, **env_knobs},
                                            "policy": {"name": name, **knobs},
@@ -139,7 +145,7 @@ def build_configs(args: argparse.Namespace) -> list[dict]:
                                            "batch_groups": args.batch_groups,
                                            "counterfactual": args.counterfactual,
                                            "eval_budget": args.eval_budget}))
-    return configs
+    return configs, sc
 
 
 def run_dir(out: str | Path, cfg: dict) -> Path:
@@ -151,9 +157,10 @@ def main(args: argparse.Namespace) -> int:
         apply_scenario(args)
         print("\n".join(ENVS[expand_preset({"kind": args.env})["kind"]].KNOBS.listing()))
         return 0
-    configs = build_configs(args)
+    configs, sc = build_configs(args)
     out = Path(args.out).resolve() if args.out is not None else None
-    tasks = [{"id": f"{c['policy']['label']}/seed{c['seed']}", "config": c,
+    meta = {"scenario": sc.record()} if sc is not None else {}
+    tasks = [{"id": f"{c['policy']['label']}/seed{c['seed']}", "config": c, "meta": meta,
               "dir": str(run_dir(out, c)) if out else None, "replace": args.overwrite} for c in configs]
     todo = tasks
     if out is not None:     # every check before the first write

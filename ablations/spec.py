@@ -13,7 +13,7 @@ A grid file describes an ablation once::
     plugins = ["my_policies"]   # optional: modules imported before planning and in workers
 
     [env]                       # hbsim.make_env kind and knobs ("real" -> real_runs)
-    kind = "bernoulli"
+    kind = "bernoulli"          # or: scenario = "trap" / "my_scenario.toml" (below)
 
     [[policies]]                # one table per policy variant: name, optional label, knobs
     name = "harnessbandit"
@@ -33,6 +33,14 @@ name, description, plugins and parts is every part's default::
     env = {kind = "bernoulli"}
     policies = [{name = "uniform"}, {name = "harnessbandit"}]
 
+`[env] scenario = "NAME"` (a shipped scenario) or `"PATH.toml"` (a scenario file; a relative
+path is relative to the folder of the grid file, for a grid built in memory to the current
+folder) takes the scenario's env: its knobs are the defaults of the [env] table's own, and
+its steps, seeds and batch_groups those of the grid (or part) where neither it nor the
+grid's defaults set them (`hbsim.scenarios.get` reads and checks the file). The grid is
+recorded (grid.json) with the scenario's content in place of the reference, and each cell's
+run.json names the scenario's file and sha256 (`scenario`).
+
 Cells = policy variants x sweep points x seeds (of a grid of parts: its parts' cells, in order). A cell's id is the hash of its fully
 resolved config (`hbsim.resolve_config` fills every default), so reordering the file,
 or spelling a default out, never changes an id. The `policy` label of a cell is unique
@@ -47,7 +55,6 @@ env is built once and each policy variant once per sweep point (the cross-knob c
 from __future__ import annotations
 
 import copy
-import importlib
 import itertools
 import math
 import os
@@ -58,6 +65,7 @@ except ImportError:  # Python 3.10: the tomli backport (a dependency there)
 from dataclasses import dataclass, field
 from typing import Any
 
+from hbsim import scenarios
 from hbsim.contract import PART, part_suffix
 from hbsim.envs import ENVS, make_env
 from hbsim.experiment import RUN_KNOBS, resolve_policy, resolve_run
@@ -65,6 +73,7 @@ from hbsim.records import canonical_json, config_hash
 from policies import POLICIES
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
+from policies.registry import load_plugins
 from policies.validate import MAX_SEEDS
 
 TOP_KEYS = ("name", "description", "steps", "seeds", "eval_every", "batch_groups", "plugins",
@@ -118,6 +127,7 @@ class GridSpec:
     tune: Any = None                      # ablations.tune.TuneSpec of a [tune] table
     parts: list["GridSpec"] = field(default_factory=list)   # a grid of parts: its parts, in file order
     part: str | None = None               # the part's name (label suffix [part=NAME], sweep part = NAME)
+    scenario: dict | None = None          # the record of the scenario its env came from (`[env] scenario`)
     _cells: list[Cell] | None = None
 
     def cells(self) -> list[Cell]:
@@ -141,11 +151,13 @@ def load_spec(path: str | os.PathLike) -> GridSpec:
         raise SpecError(f"{path}: malformed TOML: {exc}") from None
     except (UnicodeDecodeError, OSError) as exc:    # not UTF-8; unreadable
         raise SpecError(f"{path}: cannot read the grid file: {str(exc)[:200]}") from None
-    return parse_spec(raw, path)
+    return parse_spec(raw, path, folder=os.path.dirname(os.path.abspath(path)))
 
 
-def parse_spec(raw: dict, path: str = "<grid>", part: str | None = None) -> GridSpec:
-    """Validate a parsed grid dict; see the module docstring for the format."""
+def parse_spec(raw: dict, path: str = "<grid>", part: str | None = None,
+               folder: str | os.PathLike | None = None) -> GridSpec:
+    """Validate a parsed grid dict; see the module docstring for the format (`folder`: where
+    a relative `[env] scenario` path starts, default the current folder)."""
     err = _errors(path)
     unknown = sorted(set(raw) - set(TOP_KEYS))
     if unknown:
@@ -153,7 +165,8 @@ def parse_spec(raw: dict, path: str = "<grid>", part: str | None = None) -> Grid
     if "parts" in raw:
         if part is not None:
             err("parts", "a part cannot have parts of its own")
-        return _parse_parts(raw, path, err)
+        return _parse_parts(raw, path, err, folder)
+    raw, scenario = _with_scenario(err, raw, {}, folder)
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
         err("name", f"{name!r} is not allowed: expected a non-empty string")
@@ -181,14 +194,14 @@ def parse_spec(raw: dict, path: str = "<grid>", part: str | None = None) -> Grid
     spec = GridSpec(path=path, name=name, steps=steps, seeds=seeds, eval_every=eval_every,
                     batch_groups=batch_groups, env=dict(env), policies=[dict(p) for p in policies],
                     sweep=dict(sweep), plugins=list(plugins), raw=raw,
-                    counterfactual=counterfactual, eval_budget=eval_budget, part=part)
+                    counterfactual=counterfactual, eval_budget=eval_budget, part=part, scenario=scenario)
     from ablations import tune       # imports this module
     spec.tune = tune.parse_tune(raw.get("tune"), path, seeds, raw)
     spec._cells = tune.tuning_spec(spec).cells() if spec.tune else plan_cells(spec)
     return spec
 
 
-def _parse_parts(raw: dict, path: str, err) -> GridSpec:
+def _parse_parts(raw: dict, path: str, err, folder) -> GridSpec:
     """A grid of parts (module docstring): each part parsed as a grid of its own, with the
     top-level defaults, its cells labelled [part=NAME]."""
     parts, name = raw["parts"], raw.get("name")
@@ -196,8 +209,9 @@ def _parse_parts(raw: dict, path: str, err) -> GridSpec:
         err("name", f"{name!r} is not allowed: expected a non-empty string")
     if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) for p in parts):
         err("parts", f"{parts!r} is not allowed: expected a non-empty list of tables ([[parts]])")
+    raw, top_scenario = _with_scenario(err, raw, {}, folder)      # the parts' default env may name one
     defaults = {k: v for k, v in raw.items() if k not in OWN_KEYS}
-    specs, seen = [], set()
+    specs, seen, expanded = [], set(), []
     for i, part in enumerate(parts):
         pname = part.get("name")
         if not isinstance(pname, str) or not pname.strip() or any(c in pname for c in "[],=/"):
@@ -208,15 +222,41 @@ def _parse_parts(raw: dict, path: str, err) -> GridSpec:
         if bad:
             err(f"parts[{i}].{bad[0]}", "is a key of the whole grid, not of a part")
         seen.add(pname)
+        where = f"{path} parts[{i}] ({pname})"
+        part, scenario = _with_scenario(_errors(where), part, defaults, folder)
+        expanded.append(part)
         sub = {**defaults, **part, "name": f"{name}/{pname}", "plugins": raw.get("plugins", [])}
-        spec = parse_spec(sub, f"{path} parts[{i}] ({pname})", part=pname)
+        spec = parse_spec(sub, where, part=pname)
+        spec.scenario = scenario if "env" in part else top_scenario
         specs.append(spec)
+    raw = {**raw, "parts": expanded}
     spec = GridSpec(path=path, name=name, steps=specs[0].steps, seeds=specs[0].seeds, eval_every=None,
                     batch_groups=None, env={}, policies=[], sweep={}, plugins=list(raw.get("plugins", [])),
                     raw=raw, parts=specs)
     cells = spec.cells()
     assert len({c.id for c in cells}) == len(cells), "labels end in the part's name, so the cells' configs differ"
     return spec
+
+
+def _with_scenario(err, table: dict, inherited: dict, folder) -> tuple[dict, dict | None]:
+    """A grid's (or part's) table whose [env] names a scenario -> (the table with the
+    scenario's env under the [env] table's own knobs, and its steps, seeds and batch_groups
+    where neither the table nor `inherited` sets them; the scenario's record). Other tables
+    come back as they are, with None."""
+    env = table.get("env")
+    if not isinstance(env, dict) or "scenario" not in env:
+        return table, None
+    ref = env["scenario"]
+    try:
+        sc = scenarios.get(ref, folder)
+    except UserError as exc:
+        err("env.scenario", str(exc))
+    own = {k: v for k, v in env.items() if k != "scenario"}
+    if own.get("kind", sc.env["kind"]) != sc.env["kind"]:
+        err("env.kind", f"{own['kind']!r} contradicts scenario {sc.name!r} (kind {sc.env['kind']!r}): leave kind "
+                        "out, the scenario names its env")
+    filled = {k: v for k, v in {**sc.run(), "seeds": sc.seeds}.items() if k not in table and k not in inherited}
+    return {**table, **filled, "env": {**sc.env, **own}}, sc.record()
 
 
 def _errors(path: str):
@@ -251,15 +291,14 @@ def _seeds(err, value: Any) -> list[int]:
     return [_checked(err, "seeds", RUN_KNOBS, "seed", s, f"seeds[{i}]") for i, s in enumerate(value)]
 
 
-def import_plugins(modules: list[str], err=None) -> None:
-    """Import plugin modules (they may register extra policies or environments)."""
+def import_plugins(modules: list[str], err) -> None:
+    """Load the grid's plugin modules (they register extra policies or environments) through
+    the one loader, `policies.registry.load_plugins`; its UserError names `plugins[i]`."""
     for i, module in enumerate(modules):
         try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            if err is None:
-                raise
-            err(f"plugins[{i}]", f"module {module!r} cannot be imported: {exc}")
+            load_plugins([module])
+        except UserError as exc:
+            err(f"plugins[{i}]", str(exc))
 
 
 # -- registries ----------------------------------------------------------------------

@@ -4,13 +4,19 @@ resumable grid, then the profile of how much of the achievable gain each one cap
     hb stress [--scenarios NAMES|all] [--policies NAMES] [--seeds N] --out DIR [--quick]
               [--jobs N] [--backend local|ray] [--ray-address ADDR]
 
+--scenarios takes shipped names and paths of your own scenario files (NAME.toml: checked like
+a shipped one, `hbsim.scenarios.get`; the part is named after the file's `name`), e.g.
+`--scenarios trap,examples/my_scenario.toml`; every cell's run.json names its scenario's file
+and sha256.
+
 The grid is a grid of parts (`ablations.spec`: one part per scenario, with the scenario's
 env, steps and batch size) of policies x seeds, built in memory and run by the grid
 machinery (`ablations.runner.run_grid` -> `run_many`); DIR is a grid directory (`hb grid
 status DIR`, `hb report DIR` read it), resumed by rerunning the same command; a different
 spec (other scenarios, policies or seeds) is refused with one line before anything is
 written. `uniform` and the `oracle` aimed at each scenario's target are always in it;
-`fixed` in --policies runs one cell per arm (the best fixed arm in hindsight joins the
+the default policies are the shipped learning designs (a plugin's policy joins through
+--policies); `fixed` in --policies runs one cell per arm (the best fixed arm in hindsight joins the
 profile). Then DIR/train.parquet and DIR/eval.parquet are collected and the profile
 (`reports.stress`) is written to DIR/stress/ (index.html with the reading, the heatmap and
 the table; profile.csv; profile.md) and printed, with the wall time, the CPU time and the
@@ -29,19 +35,20 @@ import pandas as pd
 from ablations import store
 from ablations.runner import ProgressBar, add_run_options, check_run_options, run_grid, workers
 from ablations.spec import parse_spec
+from hbsim import scenarios as suite
 from hbsim.contract import CELLS
 from hbsim.envs import make_env
 from hbsim.records import canonical_json, read_meta
 from policies import POLICIES
 from policies.errors import UserError
-from policies.registry import REFERENCE_POLICIES
+from policies.registry import REFERENCE_POLICIES, SHIPPED_POLICIES
 from policies.validate import check_int
 
 GRID_NAME = "stress"
 #: the profile's subfolder of DIR
 PROFILE_DIR = "stress"
-#: every learning design (the registry without the clairvoyant references), the default
-DEFAULT_POLICIES = tuple(name for name in POLICIES if name not in REFERENCE_POLICIES)
+#: every shipped learning design (the shipped policies without the clairvoyant references), the default
+DEFAULT_POLICIES = tuple(name for name in SHIPPED_POLICIES if name not in REFERENCE_POLICIES)
 #: --quick: the paper's main designs and two published ones, 4 seeds
 QUICK_POLICIES = ("uniform", "mixed", "learnability", "transfer", "harnessbandit", "sec", "variance")
 QUICK_SEEDS = 4
@@ -51,7 +58,8 @@ ALWAYS = ("uniform", "oracle")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scenarios", default="all", help="comma-separated scenario names, or all (default)")
+    parser.add_argument("--scenarios", default="all",
+                        help="comma-separated scenario names and scenario files (PATH.toml), or all (default)")
     parser.add_argument("--policies", default=None,
                         help=f"comma-separated policy names (default: every design, --quick: "
                              f"{','.join(QUICK_POLICIES)}); uniform and the oracle are always added")
@@ -68,25 +76,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 # -- the grid ------------------------------------------------------------------------
-def suite() -> dict:
-    """name -> Scenario: the scenario suite's one loader (hbsim.scenarios)."""
-    import hbsim.scenarios as scenarios
-    return scenarios.SCENARIOS
-
-
 def _split(value: str) -> list[str]:
     return list(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
 
 
 def chosen_scenarios(value: str) -> list:
-    """The Scenario objects named by --scenarios (all: every one); UserError, one line, on an unknown name."""
-    known = suite()
+    """The Scenario objects named by --scenarios (all: every shipped one; a PATH.toml: that file,
+    `hbsim.scenarios.get`); UserError, one line, on an unknown name or a bad file."""
+    known = suite.SCENARIOS
     names = list(known) if value.strip() == "all" else _split(value)
-    bad = [n for n in names if n not in known]
+    bad = [n for n in names if n not in known and not suite.is_file_reference(n)]
     if bad or not names:
         raise UserError(f"--scenarios {bad[0] if bad else value!r}: unknown scenario; valid: all or a comma-separated "
-                        f"list of {', '.join(known)}")
-    return [known[n] for n in names]
+                        f"list of {', '.join(known)} and scenario files (PATH.toml)")
+    return [suite.get(n) for n in names]
 
 
 def chosen_policies(value: str | None, quick: bool) -> list[str]:
@@ -111,10 +114,12 @@ def _n_arms(env: dict) -> int:
 
 
 def grid_raw(scenarios: list, policies: list[str], seeds: int | None, quick: bool) -> dict:
-    """The grid of parts (ablations.spec), one part per scenario."""
+    """The grid of parts (ablations.spec), one part per scenario, its env the scenario named
+    (`[env] scenario`: a shipped name or the file's path)."""
     parts = []
     for sc in scenarios:
-        part = {"name": sc.name, "env": dict(sc.env), **sc.run(), "seeds": _seeds(sc, seeds, quick),
+        ref = sc.name if suite.SCENARIOS.get(sc.name) is sc else sc.file
+        part = {"name": sc.name, "env": {"scenario": ref}, **sc.run(), "seeds": _seeds(sc, seeds, quick),
                 "policies": [{"name": p} for p in policies] + [{"name": "oracle", "target": sc.target}]}
         if "fixed" in policies:
             part["sweep"] = {"policy.arm": list(range(_n_arms(sc.env)))}
@@ -139,9 +144,11 @@ def check_resume(out: str | os.PathLike, raw: dict, force: bool = False) -> None
         return
     old = (record.get("spec") or {}).get("raw") or {}
     if record.get("name") == GRID_NAME and canonical_json(old) != canonical_json(raw):
-        raise UserError(f"--out {str(out)!r} holds an hb stress grid of another spec ({_outline(old)}), not this "
-                        f"one ({_outline(raw)}); nothing was written: rerun that command to resume, choose a new "
-                        "--out or pass --force")
+        was, now = _outline(old), _outline(raw)
+        other = (f"another spec ({was}), not this one ({now})" if was != now else
+                 f"another spec (the same {was}, but a scenario's env or run settings differ: an edited scenario file?)")
+        raise UserError(f"--out {str(out)!r} holds an hb stress grid of {other}; nothing was written: rerun that "
+                        "command to resume, choose a new --out or pass --force")
 
 
 # -- the command ---------------------------------------------------------------------
@@ -153,7 +160,7 @@ def main(args: argparse.Namespace) -> int:
     policies = chosen_policies(args.policies, args.quick)
     raw = grid_raw(scenarios, policies, args.seeds, args.quick)
     spec = parse_spec(raw, "hb stress")
-    check_resume(args.out, raw, args.force)
+    check_resume(args.out, spec.raw, args.force)    # the scenarios' content in place of their names
     out = Path(args.out)
     load0, wall0, cpu0 = os.getloadavg(), time.perf_counter(), time.process_time()
     cpus: list[float] = []                                 # each run's CPU seconds, measured where it ran

@@ -16,12 +16,13 @@ import traceback
 from pathlib import Path
 
 from ablations import store
-from ablations.spec import REAL_KIND, import_plugins
+from ablations.spec import REAL_KIND
 from hbsim.contract import LOG
 from hbsim.experiment import run_config
 from hbsim.folders import write_dir_atomic
 from hbsim.records import fill_run_dir, is_complete
 from hbsim.summary import summary_rows
+from policies.registry import load_plugins
 
 
 def adapter_factory(config: dict):
@@ -36,7 +37,7 @@ def execute(task: dict) -> dict:
     """Run one task; its run directory is written atomically (`hbsim.folders.write_dir_atomic`)."""
     started, cpu = time.perf_counter(), time.process_time()
     try:
-        import_plugins(task.get("plugins", []))
+        load_plugins(task.get("plugins", []))
         result = run_config(task["config"], adapter_factory=adapter_factory(task["config"]))
         result.meta.update(task.get("meta") or {})
         if task.get("dir"):

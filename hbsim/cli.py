@@ -8,6 +8,11 @@ reports; tests/test_layers.py). A subcommand module provides
     add_arguments(parser: argparse.ArgumentParser) -> None
     main(args: argparse.Namespace) -> int
 
+Global options come before the command: `--plugin MODULE` (repeatable) imports a module that
+registers the user's own policies (`policies.registry.load_plugins`) before the command's
+arguments are read, so every command, its `--help` and its worker processes know them
+(docs/EXTENDING.md): `hb --plugin mypkg.policies sim --policy mine`.
+
 Errors meant for users are `policies.errors.UserError` (argparse's errors included)
 and the environment's refusals to write (`ENVIRONMENT_ERRNOS`: disk full, quota, a
 read-only file system, an immutable file): they become one line on stderr and exit code
@@ -25,6 +30,7 @@ import os
 import sys
 
 from policies.errors import UserError
+from policies.registry import load_plugins
 
 #: subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -36,7 +42,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("ablations.demo", "the main job: paper-design grid on the bernoulli env + report"),
     "validity": ("ablations.validity_cli", "does L, T or the fused score predict the true gain? (--counterfactual runs)"),
     "calibrate": ("ablations.calibrate", "A/A calibration: false-positive rate of every test of hb report"),
-    "scenarios": ("ablations.scenarios_cli", "the shipped scenario suite: list, show, check oracle vs uniform"),
+    "scenarios": ("ablations.scenarios_cli", "the scenario suite and your own scenario files: list, show, check oracle vs uniform"),
     "stress": ("ablations.stress", "every policy on every scenario: share of the oracle's gain, one resumable grid"),
 }
 
@@ -64,6 +70,8 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="hb", description="HarnessBandit: study harness-scheduling policies for multi-harness GRPO.")
+    parser.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                        help="import MODULE first: it registers your own policies (repeatable; docs/EXTENDING.md)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
     for name, (module, help_text) in SUBCOMMANDS.items():
         sub.add_parser(name, help=help_text, description=help_text, add_help=False)
@@ -78,15 +86,37 @@ def _load(name: str, argv: list[str]):
     return module, parser.parse_args(argv)
 
 
+def global_options(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the --plugin modules, the rest of argv from the command on); `--plugin M` and
+    `--plugin=M` before the command."""
+    plugins, rest = [], list(argv)
+    while rest and (rest[0] == "--plugin" or rest[0].startswith("--plugin=")):
+        flag = rest.pop(0)
+        value = flag.partition("=")[2] if "=" in flag else (rest.pop(0) if rest else "")
+        if not value or value.startswith("-"):
+            raise UsageError(f"hb: --plugin {value!r} is not allowed: expected a module name, "
+                             "e.g. hb --plugin mypkg.policies sim ...")
+        plugins.append(value)
+    return plugins, rest
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
+        plugins, argv = global_options(argv)
+        try:
+            load_plugins(plugins)
+        except UserError as exc:
+            raise UsageError(f"hb --plugin: {exc}") from exc
         if not argv or argv[0] in ("-h", "--help"):
             parser.print_help()
             return 0
         if argv[0] not in SUBCOMMANDS:
             raise UsageError(f"hb: unknown command {argv[0]!r}; valid commands: {', '.join(SUBCOMMANDS)}")
+        if any(a == "--plugin" or a.startswith("--plugin=") for a in argv[1:]):
+            raise UsageError(f"hb {argv[0]}: --plugin is a global option: put it before the command "
+                             f"(hb --plugin MODULE {argv[0]} ...)")
         module, args = _load(argv[0], argv[1:])
         code = int(module.main(args) or 0)
         sys.stdout.flush()              # a closed pipe shows here, not in the interpreter's exit

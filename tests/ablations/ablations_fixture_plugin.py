@@ -8,7 +8,7 @@ instead (28: the disk is full, as a run's write would fail).
 """
 import os
 
-from policies import POLICIES
+from policies import register
 from policies.knobs import Knob, Knobs
 from policies.simple import Uniform
 
@@ -28,4 +28,4 @@ class Explode(Uniform):
         super().update(feedback)
 
 
-POLICIES.setdefault(Explode.name, Explode)
+register(Explode)
