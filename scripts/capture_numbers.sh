@@ -24,7 +24,7 @@ run marginals report marginals --n 161 --a 67 --b 62
 run demo demo --out "$OUT/demo" --jobs 2
 run report_primary report "$OUT/demo" --baseline mixed-2 --primary pass@3 --out "$OUT/report_primary" --jobs 1
 run sim_budget sim --env bernoulli --policy uniform --policy mixed --policy harnessbandit --seeds 4 --steps 60 \
-    --set eval_budget=groups:150,300 --out "$OUT/sim_budget"
+    --eval-budget groups:150,300 --out "$OUT/sim_budget"
 run report_budget report "$OUT/sim_budget" --baseline uniform --budget groups --out "$OUT/report_budget" --jobs 1
 run stress stress --quick --scenarios trap,dead,noise --seeds 2 --out "$OUT/stress" --jobs 2
 run stress_part report "$OUT/stress" --part trap --baseline uniform --jobs 1
