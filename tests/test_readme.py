@@ -32,6 +32,7 @@ GLOBAL_VALUED = ("--plugin",)
 FENCE = re.compile(r"^```.*?$(.*?)^```", re.S | re.M)
 INLINE = re.compile(r"`((?:hb|make|python scripts/\w+\.py) [^`]*)`")
 OPTION = re.compile(r"^--[a-z][a-z0-9-]*")
+ENV_PREFIX = re.compile(r"^(?:[A-Z_][A-Z0-9_]*=\S*\s+)+")     # `PYTHONPATH=examples hb ...`
 
 
 def shown_commands(text: str) -> list[str]:
@@ -40,7 +41,7 @@ def shown_commands(text: str) -> list[str]:
     lines = []
     for block in FENCE.findall(text):
         for line in block.splitlines():
-            line = line.strip().removeprefix("$ ")
+            line = ENV_PREFIX.sub("", line.strip().removeprefix("$ "))
             for part in line.split(" ; "):
                 part = part.strip()
                 if part.startswith(("hb ", "make ", "python scripts/")) and not is_output(part):
@@ -97,9 +98,9 @@ def parser_of(argv: tuple[str, ...]) -> argparse.ArgumentParser:
 
 def stray_words(parser: argparse.ArgumentParser, tokens: list[str]) -> list[str]:
     """Words of a shown line that the parser would refuse: more bare words than its
-    positional arguments take, once every option has taken its values (`...` is a gap)."""
+    positional arguments take, once every option has taken its values."""
     by_flag = {flag: a for a in parser._actions for flag in a.option_strings}
-    bare, tokens = [], [t for t in tokens if t != "..."]
+    bare, tokens = [], list(tokens)
     while tokens:
         word = tokens.pop(0)
         action = by_flag.get(word.split("=")[0]) if word.startswith("-") else None
@@ -130,7 +131,7 @@ def mentions(help_: str, option: str) -> bool:
 
 def hb_problems(line: str) -> list[str]:
     """What is wrong with one shown `hb ...` line (empty: nothing)."""
-    tokens = words(line)[1:]
+    tokens = [t for t in words(line)[1:] if t != "..."]     # `hb --plugin M ...`: a gap, not a word
     problems, globals_ = [], []
     while tokens and tokens[0].startswith("-"):
         flag = tokens.pop(0).split("=")[0]
@@ -203,8 +204,8 @@ def test_every_shown_command_and_option_exists(page, line):
 
 def test_the_readme_shows_the_commands_it_promises():
     shown = shown_commands(README.read_text())
-    for command in ("make demo", "make test", "hb report", "hb stress", "hb --plugin", "hb scenarios --check",
-                    "hb sim --scenario"):
+    for command in ("make demo", "make test", "hb report", "hb stress", "hb --plugin MODULE", "hb --plugin my_policy",
+                    "hb scenarios --check", "hb sim --scenario examples/"):
         assert any(line.startswith(command) for line in shown), command
     assert "make test" in (ROOT / ".ci" / "run").read_text()         # the README says CI runs exactly make test
 
