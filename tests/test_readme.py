@@ -9,9 +9,11 @@ are checked against `hb --help` instead, since their modules need not exist here
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import importlib
 import importlib.util
+import io
 import re
 import shlex
 from pathlib import Path
@@ -73,8 +75,6 @@ def options(tokens: list[str]) -> list[str]:
 @functools.cache
 def help_text(argv: tuple[str, ...]) -> str:
     """stdout of `hb ARGV --help`, run in process; AssertionError unless it exits 0."""
-    import contextlib
-    import io
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         try:
@@ -134,10 +134,11 @@ def hb_problems(line: str) -> list[str]:
     tokens = [t for t in words(line)[1:] if t != "..."]     # `hb --plugin M ...`: a gap, not a word
     problems, globals_ = [], []
     while tokens and tokens[0].startswith("-"):
-        flag = tokens.pop(0).split("=")[0]
+        word = tokens.pop(0)
+        flag = word.split("=")[0]
         globals_.append(flag)
-        if flag in GLOBAL_VALUED and tokens and "=" not in flag:
-            tokens.pop(0)
+        if flag in GLOBAL_VALUED and "=" not in word and tokens:
+            tokens.pop(0)                            # its MODULE
     top = help_text(())
     problems += [f"hb has no global option {g}" for g in globals_ if not mentions(top, g)]
     if not tokens:
@@ -170,8 +171,6 @@ def script_help(name: str) -> str:
     spec = importlib.util.spec_from_file_location(f"scripts_{name}", ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    import contextlib
-    import io
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf), pytest.raises(SystemExit) as exit_:
         module.main(["--help"])
