@@ -204,9 +204,19 @@ def test_every_shown_command_and_option_exists(page, line):
 def test_the_readme_shows_the_commands_it_promises():
     shown = shown_commands(README.read_text())
     for command in ("make demo", "make test", "hb report", "hb stress", "hb --plugin MODULE", "hb --plugin my_policy",
-                    "hb scenarios --check", "hb sim --scenario examples/"):
+                    "hb scenarios --check", "hb --plugin my_policy sim --scenario examples/"):
         assert any(line.startswith(command) for line in shown), command
     assert "make test" in (ROOT / ".ci" / "run").read_text()         # the README says CI runs exactly make test
+
+
+def test_the_readme_extending_examples_are_those_extending_md_runs():
+    """docs/EXTENDING.md's own test runs its commands and checks their output; the README's
+    Extending section shows only commands from that page."""
+    text = README.read_text()
+    section = text[text.index("## Extending"):text.index("\n## ", text.index("## Extending") + 1)]
+    shown = {" ".join(words(line)) for line in shown_commands(section) if not line.startswith("hb --plugin MODULE")}
+    tested = {" ".join(words(line)) for line in shown_commands((ROOT / "docs" / "EXTENDING.md").read_text())}
+    assert len(shown) >= 4 and shown <= tested, shown - tested
 
 
 def test_the_checker_catches_what_does_not_exist():
