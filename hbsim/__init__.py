@@ -1,5 +1,7 @@
 """hbsim: the offline laboratory -- GRPO maths, the one training loop, synthetic
-environments, run records and `hb sim`.
+environments and the scenario suite, the data contract (run records, output folders) and
+the `hb` dispatcher (`hbsim.cli`; each subcommand lives in the package that owns it:
+`hb sim` in `ablations.sim_cli`).
 
 Heavy pieces are imported lazily so `python -m hbsim.cli` stays quick.
 """
