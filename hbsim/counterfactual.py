@@ -52,7 +52,7 @@ import numpy as np
 import pandas as pd
 
 from hbsim.envs.base import TARGETS, target_means  # noqa: F401  (TARGETS: part of this module's API)
-from hbsim.loop import float_or_nan, step_feedback
+from hbsim.adapter import float_or_nan, step_feedback
 from policies import Allocation
 from policies.signals import MemoryBank, as_float_sketch, sketch_norm, transfer_and_update
 from policies.errors import UserError

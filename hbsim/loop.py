@@ -9,7 +9,7 @@ One step:
     row   = recorder.record(res)                     # policy.update(step_feedback(alloc, res)),
                                                      # then the SPEC §7 train row (policy
                                                      # diagnostics read AFTER the update)
-`step_feedback` is the one StepResult -> Feedback (cost = groups_generated / groups_optimized).
+`hbsim.adapter.step_feedback` is the one StepResult -> Feedback (cost = groups_generated / groups_optimized).
 
 Step numbering: the train row of the s-th optimizer step has `step = s` (1-based); its
 ground-truth columns describe the state after that step. An evaluation tagged `step = s`
@@ -34,9 +34,11 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from hbsim.adapter import float_or_nan, step_feedback
 from hbsim.contract import BUDGET_COLUMNS, BUDGET_UNITS, EVAL_COLUMNS, UPDATE_NORM
+from hbsim.counterfactual import Probe
 from hbsim.records import RunResult, config_hash, versions, write_run
-from policies import Allocation, Feedback
+from policies import Allocation
 from policies.base import BATCH_GROUPS
 from policies.errors import UserError
 from policies.knobs import Knob
@@ -119,25 +121,10 @@ def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def float_or_nan(value) -> float:
-    return float("nan") if value is None else float(value)
-
-
 def normalised_entropy(p: np.ndarray) -> float:
     """-sum p log p / log H of a law p (H,): 1 = uniform, 0 = one arm (0 for H = 1)."""
     q = p[p > 0]
     return float(-(q * np.log(q)).sum() / np.log(p.size)) if p.size > 1 else 0.0
-
-
-def step_feedback(allocation: Allocation, res) -> Feedback:
-    """The one StepResult -> Feedback of every backend: what the policy observes after a
-    step on `allocation` (cost = groups generated per optimized group, None when none was
-    optimized)."""
-    cost = res.cost
-    ratio = cost.groups_generated / cost.groups_optimized if cost.groups_optimized else None
-    return Feedback(arm=allocation.arm, learnability=res.learnability, sketch=res.sketch,
-                    update_sketch=res.update_sketch, reward=res.reward, cost=ratio,
-                    counts=np.asarray(allocation.counts), generated=getattr(res, "generated", None))
 
 
 def attach_ground_truth(policy, ground_truth: Callable | None) -> None:
@@ -432,8 +419,6 @@ def run(policy, adapter, steps: int, *, label: str | None = None, seed: int = 0,
         loop.load_state_dict(state)
     probe = None
     if counterfactual:
-        from hbsim.counterfactual import Probe
-
         probe = Probe(counterfactual)
         loop.hooks.append(probe)
     loop.run(steps, progress=progress, checkpoint=checkpoint)

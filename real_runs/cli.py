@@ -31,6 +31,7 @@ from hbsim.contract import CHECKPOINT, RUN_JSON, TRL_CHECKPOINT
 from policies import validate
 from policies.errors import UserError
 from real_runs.native.presets import PRESETS
+from real_runs.resume import same_run
 
 
 def add_arguments(parser) -> None:
@@ -74,19 +75,6 @@ def build_config(args) -> dict:
                            "batch_groups": top.get("batch_groups", PRESETS[args.preset]["batch_groups"]),
                            "eval_budget": top.get("eval_budget")},
                           resolve_env=resolve_env)
-
-
-def same_run(saved: dict, config: dict) -> None:
-    """UserError unless run config `config` equals the checkpoint's `saved` but for
-    `steps` (both backends' --resume); the message names what differs."""
-    a = {k: v for k, v in saved.items() if k != "steps"}
-    b = {k: v for k, v in config.items() if k != "steps"}
-    if a != b:
-        env_a, env_b = a.get("env") or {}, b.get("env") or {}
-        diff = [f"env.{k}" for k in sorted(set(env_a) | set(env_b)) if env_a.get(k) != env_b.get(k)]
-        diff += sorted(k for k in set(a) | set(b) if k != "env" and a.get(k) != b.get(k))
-        raise UserError(f"--resume config does not match the checkpoint's ({', '.join(diff)} differ); "
-                         "only --steps may change")
 
 
 def _init_distributed(args) -> int:

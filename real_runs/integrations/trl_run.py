@@ -28,6 +28,7 @@ from hbsim.sampling import FILTER_KNOBS, GroupFilter, when_set
 from policies import validate
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
+from real_runs.resume import same_run
 
 SIZES = {"tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                       num_key_value_heads=1),
@@ -199,7 +200,6 @@ def check_resume(checkpoint: Path, config: dict, steps: int) -> None:
     A checkpoint of a version that did not save its config is only checked for its step."""
     import torch
 
-    from real_runs.cli import same_run
     at = checkpoint_step(checkpoint)
     if at > steps:
         raise UserError(f"--steps={steps} is not allowed: the checkpoint is already at step {at}")
