@@ -70,7 +70,7 @@ class GridSpec:
     plugins: list[str]
     raw: dict
     counterfactual: int | None = None     # what-if probe every k-th step (hbsim.counterfactual)
-    eval_budget: str | None = None        # equal-cost evaluations (hbsim.loop.EVAL_BUDGET)
+    eval_budget: str | None = None        # equal-cost evaluations (hbsim.run_knobs.parse_budget)
     tune: Any = None                      # ablations.tune.TuneSpec of a [tune] table
     parts: list["GridSpec"] = field(default_factory=list)   # a grid of parts: its parts, in file order
     part: str | None = None               # the part's name (label suffix [part=NAME], sweep part = NAME)

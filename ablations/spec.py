@@ -52,8 +52,8 @@ from typing import Any
 
 from ablations.plan import GridSpec, SpecError, checked, key_errors, plan_cells
 from ablations.tune import parse_tune, tuning_spec
-from hbsim.experiment import RUN_KNOBS
-from policies.validate import MAX_SEEDS
+from hbsim.run_knobs import RUN_KNOBS, seed_list
+from policies.errors import UserError
 
 TOP_KEYS = ("name", "description", "steps", "seeds", "eval_every", "batch_groups", "plugins",
             "env", "policies", "sweep", "counterfactual", "eval_budget", "tune", "parts")
@@ -157,15 +157,11 @@ def _run_knob(err, key: str, value: Any):
 
 
 def _seeds(err, value: Any) -> list[int]:
-    """A count (`seeds` of RUN_KNOBS) or a non-empty list of at most MAX_SEEDS distinct
-    seeds (each a `seed`: 0 <= seed < 2^32)."""
-    if not isinstance(value, list):
-        return list(range(_run_knob(err, "seeds", value)))
-    if len(value) > MAX_SEEDS:
-        err("seeds", f"a list of {len(value)} seeds is not allowed: expected at most {MAX_SEEDS}")
-    if not value or len(set(map(repr, value))) != len(value):
-        err("seeds", f"{value!r} is not allowed: expected a count or a non-empty list of distinct seeds")
-    return [checked(err, "seeds", RUN_KNOBS, "seed", s, f"seeds[{i}]") for i, s in enumerate(value)]
+    """A count or a list of seeds (`hbsim.run_knobs.seed_list`, the one parse of `seeds`)."""
+    try:
+        return seed_list("seeds", value)
+    except UserError as exc:
+        err("seeds", str(exc))
 
 
 def import_plugins(modules: list[str], err=None) -> None:

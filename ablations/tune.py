@@ -34,8 +34,8 @@ import numpy as np
 
 from ablations.plan import REAL_KIND, GridSpec, SpecError, plan_cells, variant_label
 from hbsim.contract import CELLS, TUNE_DIR, TUNE_JSON, VALIDATION_SUITE
-from hbsim.experiment import RUN_KNOBS
 from hbsim.records import canonical_json, done_ids, load_cells
+from hbsim.run_knobs import seed_list
 from policies import POLICIES
 from policies.errors import UserError
 
@@ -67,11 +67,8 @@ def parse_tune(raw, path: str, test_seeds: list[int], spec_raw: dict) -> TuneSpe
     unknown = sorted(set(raw) - set(TUNE_KEYS))
     if unknown:
         err(f"tune.{unknown[0]}", f"unknown key; valid keys: {', '.join(TUNE_KEYS)}")
-    seeds = raw.get("seeds")
-    if not isinstance(seeds, list) or not seeds or len(set(map(repr, seeds))) != len(seeds):
-        err("tune.seeds", f"{seeds!r} is not allowed: expected a non-empty list of distinct seeds")
     try:
-        seeds = [RUN_KNOBS["seed"].check(f"tune.seeds[{i}]", s) for i, s in enumerate(seeds)]
+        seeds = seed_list("tune.seeds", raw.get("seeds"), count=False)
     except UserError as exc:
         err("tune.seeds", str(exc))
     overlap = sorted(set(seeds) & set(test_seeds))

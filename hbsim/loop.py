@@ -38,11 +38,9 @@ from hbsim.adapter import float_or_nan, step_feedback
 from hbsim.contract import BUDGET_COLUMNS, BUDGET_UNITS, EVAL_COLUMNS, UPDATE_NORM
 from hbsim.counterfactual import Probe
 from hbsim.records import RunResult, config_hash, versions, write_run
+from hbsim.run_knobs import RUN_KNOBS, budget_milestones
 from policies import Allocation
-from policies.base import BATCH_GROUPS
 from policies.errors import UserError
-from policies.knobs import Knob
-from policies.validate import MAX_STEPS
 
 #: per-harness diagnostics arrays -> column prefix
 _ARM_COLUMNS = (("Q", "q"), ("n", "n"), ("memory_norm", "mem_norm"), ("memory_age", "mem_age"))
@@ -50,49 +48,6 @@ _SCALARS = ("transfer", "l_norm", "t_norm", "score")
 
 #: the scheduler's side of a step: sketch gather + all-reduce + policy select/update
 OVERHEAD_PHASES = ("seconds_sketch", "seconds_allreduce", "seconds_scheduler")
-
-
-#: the run-config knob `eval_every` (hbsim.experiment.RUN_KNOBS), checked where the loop is built
-EVAL_EVERY = Knob(None, "also evaluate every N steps (none: only after the final step)", 1, MAX_STEPS,
-                  type=int, optional=True)
-
-
-def parse_budget(name: str, value) -> str:
-    """`eval_budget`'s parse: "UNIT:M1,M2,..." (or {"unit": UNIT, "at": [M1, ...]}) with UNIT
-    one of BUDGET_UNITS and milestones positive finite numbers -> the canonical string (unit,
-    milestones sorted and deduplicated, integral ones without a decimal point)."""
-    unit, at = None, None
-    if isinstance(value, str) and ":" in value:
-        unit, _, rest = value.partition(":")
-        at = [x.strip() for x in rest.split(",") if x.strip()]
-    elif isinstance(value, dict) and set(value) == {"unit", "at"} and isinstance(value["at"], (list, tuple)):
-        unit, at = value["unit"], list(value["at"])
-    try:
-        milestones = sorted({float(x) for x in at if not isinstance(x, bool)}) if at else []
-        ok = unit in BUDGET_UNITS and milestones and len(milestones) == len(at) and all(
-            np.isfinite(m) and 0 < m <= 1e15 for m in milestones)
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise UserError(f"{name}={value!r} is not allowed: expected {parse_budget.allowed}")
-    return f"{unit}:" + ",".join(str(int(m)) if m == int(m) else repr(m) for m in milestones)
-
-
-parse_budget.allowed = (f'"UNIT:M1,M2,..." with UNIT one of {", ".join(BUDGET_UNITS)} and distinct milestones '
-                        'in (0, 1e15], e.g. "groups:500,1000"')
-
-#: the run-config knob `eval_budget` (hbsim.experiment.RUN_KNOBS): equal-cost evaluation
-EVAL_BUDGET = Knob(None, "also evaluate when the run's cumulative cost first crosses each milestone "
-                         "(\"groups|tokens|seconds:M1,M2,...\"; none: off)", type=str, optional=True,
-                   parse=parse_budget)
-
-
-def budget_milestones(eval_budget: str | None) -> tuple[str | None, list[float]]:
-    """A canonical `eval_budget` -> (unit, milestones ascending); (None, []) when off."""
-    if not eval_budget:
-        return None, []
-    unit, _, rest = eval_budget.partition(":")
-    return unit, [float(x) for x in rest.split(",")]
 
 
 def step_cost(row, unit: str) -> float:
@@ -181,12 +136,14 @@ class StepRecorder:
                  set_lr_scale: Callable[[float], None] | None = None):
         attach_ground_truth(policy, ground_truth)
         apply_lr_scale(policy, set_lr_scale)
-        eval_every = EVAL_EVERY.check("eval_every", eval_every)
-        self.eval_budget = EVAL_BUDGET.check("eval_budget", eval_budget)
+        # the run knobs' own parses (hbsim.run_knobs): a resolved config's values pass unchanged,
+        # a trainer's direct arguments (TRL, verl) are checked here
+        eval_every = RUN_KNOBS["eval_every"].check("eval_every", eval_every)
+        self.eval_budget = RUN_KNOBS["eval_budget"].check("eval_budget", eval_budget)
         self._budget_unit, self._milestones = budget_milestones(self.eval_budget)
         self._spent = 0.0                            # cumulative cost in the budget unit
-        batch_groups = BATCH_GROUPS.default if batch_groups is None else batch_groups
-        self.batch_groups = BATCH_GROUPS.check("batch_groups", batch_groups)
+        knob = RUN_KNOBS["batch_groups"]
+        self.batch_groups = knob.check("batch_groups", knob.default if batch_groups is None else batch_groups)
         self.policy = policy
         self.label = label if label is not None else getattr(policy, "name", type(policy).__name__)
         self.seed, self.eval_every = int(seed), eval_every
