@@ -6,7 +6,9 @@ same seeds (common random numbers), and print a compact per-policy table.
 
 `--scenario NAME` takes the env, steps and seed count of a shipped scenario (`hb scenarios`;
 the oracle is aimed at its target). `--policy all` runs every registered policy. `--set policy.KNOB=V` goes to every selected
-policy that has the knob (an error if none has it). `--out DIR` writes one run directory
+policy that has the knob (an error if none has it); `--set` is the one grammar of `hbsim.run_knobs.split_sets`
+(env.KNOB or a bare env knob, policy.KNOB, and the run knobs of RUN_KEYS, each also a flag: one knob
+given both ways is refused). `--out DIR` writes one run directory
 per (policy, seed): DIR/<label>/seed<seed>/, in a folder of kind "sim" (hbsim.folders):
 runs already there with the identical config are reused, not rerun; a different run at the
 same place needs --overwrite; other env/steps settings, another kind of folder or one hb
