@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from ablations.plan import REAL_KIND, GridSpec, SpecError, plan_cells, variant_label
-from hbsim.contract import CELLS, TUNE_DIR, TUNE_JSON, VALIDATION_SUITE
+from hbsim.contract import TUNE_JSON, VALIDATION_SUITE
 from hbsim.records import canonical_json, done_ids, load_cells
 from hbsim.run_knobs import seed_list
 from policies import POLICIES

@@ -51,9 +51,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from hbsim.adapter import float_or_nan, step_feedback
 from hbsim.envs.base import TARGETS, target_means  # noqa: F401  (TARGETS: part of this module's API)
 from hbsim.run_knobs import RUN_KNOBS
-from hbsim.adapter import float_or_nan, step_feedback
 from policies import Allocation
 from policies.signals import MemoryBank, as_float_sketch, sketch_norm, transfer_and_update
 from policies.errors import UserError
