@@ -11,8 +11,9 @@ print(ablations.EXAMPLES)')/bench_grid.toml" --out runs/bench`.
 """
 from pathlib import Path
 
+from ablations.plan import Cell, GridSpec, SpecError
 from ablations.runner import BACKENDS, RunReport, run_grid, run_many
-from ablations.spec import Cell, GridSpec, SpecError, load_spec, parse_spec
+from ablations.spec import load_spec, parse_spec
 from ablations.store import collect
 
 #: the shipped grid and study files (ablations/examples/*.toml, package data)

@@ -36,9 +36,10 @@ from ablations import runner
 from hbsim.envs import ENVS
 from hbsim.experiment import resolve_config
 from hbsim.folders import atomic_write, check_path_length, check_writable, remove_temp
+from hbsim.run_knobs import run_values
 from policies import POLICIES
 from policies.errors import UserError
-from policies.validate import MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS, check_choice, check_float, check_int
+from policies.validate import MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, check_choice, check_float, check_int
 
 POLICY_SEED_OFFSET = 1_000_000
 
@@ -63,7 +64,7 @@ def _check(args) -> None:
     """Every argument is checked before the first simulation runs."""
     check_int("--blocks", args.blocks, 1, 10_000)
     check_int("--seeds", args.seeds, 2, MAX_SEEDS)
-    check_int("--steps", args.steps, 1, MAX_STEPS)
+    run_values(flags={"steps": args.steps})       # the run knob's one parse, named --steps
     check_int("--resamples", args.resamples, 1, MAX_RESAMPLES)
     check_float("--alpha", args.alpha, 0.0, 1.0, low_open=True, high_open=True)
     if args.asymmetric is not None:

@@ -19,8 +19,9 @@ import sys
 from pathlib import Path
 
 from ablations import store
-from ablations.runner import ProgressBar, add_run_options, run_grid
+from ablations.runner import ProgressBar, add_run_options, run_grid, run_tuned
 from ablations.spec import load_spec
+from ablations.tune import test_spec
 from hbsim.contract import CELLS, GRID_JSON
 from hbsim.records import done_ids, load_cells, read_meta
 from policies.errors import UserError
@@ -100,11 +101,9 @@ def cmd_run(args) -> int:
 
 def _run_tuned(spec, args) -> int:
     """`hb grid run` of a grid with [tune] (ablations.tune): tune, select, test."""
-    from ablations import tune
-
-    tuned, report, selection = tune.run_tuned(spec, args.out, jobs=args.jobs, backend=args.backend,
-                                              ray_address=args.ray_address, force_mixed=args.force_mixed,
-                                              progress=ProgressBar())
+    tuned, report, selection = run_tuned(spec, args.out, jobs=args.jobs, backend=args.backend,
+                                         ray_address=args.ray_address, force_mixed=args.force_mixed,
+                                         progress=ProgressBar())
     print(f"grid {spec.name!r} tuning: {tuned.total} cells, {tuned.skipped} already done, {tuned.ran} run, "
           f"{len(tuned.failed)} failed; in {Path(args.out) / 'tune'}")
     for failed in tuned.failed + (report.failed if report else []):
@@ -117,7 +116,7 @@ def _run_tuned(spec, args) -> int:
         print(f"  selected {label}: {setting}  (validation {sel['score']:.4f} over tuning seeds {spec.tune.seeds})")
     print(f"grid {spec.name!r} test: {report.total} cells on seeds {spec.seeds}, {report.skipped} already done, "
           f"{report.ran} run, {len(report.failed)} failed; results in {args.out}")
-    summary = _summary(args.out, {c.id for c in tune.test_spec(spec, selection).cells()})
+    summary = _summary(args.out, {c.id for c in test_spec(spec, selection).cells()})
     if summary:
         print(summary)
     return 1 if report.failed else 0

@@ -24,6 +24,7 @@ with that OSError, which `hb` prints as one line: the complete runs stay, the re
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import signal
@@ -36,10 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ablations import store, worker
-from ablations.spec import GridSpec
+import ablations.store as store
+import ablations.tune as tune
+import ablations.worker as worker
+from ablations.plan import GridSpec
 from hbsim import folders, threads
-from hbsim.contract import CELLS, PART
+from hbsim.contract import CELLS, PART, TUNE_DIR, TUNE_JSON
 from hbsim.records import config_hash, is_complete, read_meta
 from policies.errors import UserError
 from policies.registry import loaded_plugins
@@ -201,6 +204,22 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
 def _scenario_meta(record: dict | None) -> dict:
     """run.json's `scenario` (its name, file and sha256) for a cell whose env came from one."""
     return {"scenario": record} if record else {}
+
+
+def run_tuned(spec: GridSpec, out: str | os.PathLike, **options):
+    """A grid with a [tune] table, both phases (`ablations.tune`): the tuning cells into
+    DIR/tune/, the selection into DIR/tune.json, then the test phase into DIR/cells/; returns
+    (tuning RunReport, test RunReport or None, selection or None). `options`: `run_grid`'s."""
+    check_run_options(options.get("jobs"), options.get("backend", "local"))
+    out = Path(out)
+    store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=options.get("force_mixed", False))
+    tuned = run_grid(tune.tuning_spec(spec), out / TUNE_DIR, **options)
+    if tuned.failed:
+        return tuned, None, None
+    selection = json.loads(json.dumps(tune.select(spec, out / TUNE_DIR)))      # as it reads back
+    if tune.read_selection(out) != selection:
+        folders.write_json_atomic(out / TUNE_JSON, selection)
+    return tuned, run_grid(tune.test_spec(spec, selection), out, **options), selection
 
 
 # -- progress ------------------------------------------------------------------------

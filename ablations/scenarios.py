@@ -19,10 +19,6 @@ from hbsim.experiment import resolve_config
 from hbsim.scenarios import get, scenario_config, target_truth
 from reports.stats import mde
 
-#: the knobs a learning-rate multiplier scales, per env kind
-LR_KNOBS = {"scenario": ("lr", "skill_lr"), "bernoulli": ("lr", "task_lr"), "student": ("lr",), "drifting": ("lr",)}
-
-
 def oracle_policy(name: str) -> dict:
     """The oracle aimed at scenario `name`'s target."""
     return {"name": "oracle", "target": get(name).target}
@@ -82,16 +78,16 @@ def oracle_gap(name: str, seeds: int | None = None, **kw) -> dict:
 
 def lr_sweep(name: str, factors=(0.25, 0.5, 1.0, 2.0, 4.0, 8.0), policy: dict | None = None,
              seeds: int | None = None) -> dict[float, float]:
-    """factor -> mean final TRAINING success of `policy` (default uniform) with the scenario's
-    learning-rate knobs (LR_KNOBS) multiplied by factor: the rate at which it stops rising
-    is where the design is trained."""
-    env = get(name).env
+    """factor -> mean final TRAINING success of `policy` (default uniform) with its learning
+    rate multiplied by factor: the design's `lr_scale` (policies.base.LR_SCALE, applied by the
+    env's `set_lr_scale` to its own rate knobs) times factor. The rate at which it stops
+    rising is where the design is trained."""
     policy = policy or {"name": "uniform"}
     out = {}
     for f in factors:
-        scaled = {k: env[k] * f for k in LR_KNOBS.get(env.get("kind"), ()) if k in env}
-        out[float(f)] = float(final_truth(name, [policy], seeds, **scaled)[label_of(policy)][:, 0].mean())
+        scaled = {**policy, "lr_scale": policy.get("lr_scale", 1.0) * f}
+        out[float(f)] = float(final_truth(name, [scaled], seeds)[label_of(policy)][:, 0].mean())
     return out
 
 
-__all__ = ["LR_KNOBS", "final_truth", "label_of", "lr_sweep", "oracle_gap", "oracle_policy", "paired"]
+__all__ = ["final_truth", "label_of", "lr_sweep", "oracle_gap", "oracle_policy", "paired"]

@@ -21,7 +21,7 @@ from ablations import scenarios as measure
 from hbsim.counterfactual import TARGETS
 from hbsim.scenarios import SCENARIOS, get
 from policies.errors import UserError
-from policies.validate import MAX_SEEDS, check_int, parse_value
+from policies.validate import MAX_SEEDS, check_int, parse_sets
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,12 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def parse_policy(text: str) -> dict:
     """"mixed:arms=[0,1]" -> {"name": "mixed", "arms": [0, 1], "label": "mixed:arms=[0,1]"}."""
     name, _, rest = text.partition(":")
-    policy = {"name": name.strip()}
-    for item in filter(None, _split(rest)):
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise UserError(f"--policy {text!r} is not allowed: expected NAME or NAME:KNOB=VALUE,...")
-        policy[key.strip()] = parse_value(value.strip())
+    try:     # each KNOB=VALUE in the one --set grammar (policies.validate.parse_sets)
+        policy = {"name": name.strip(), **parse_sets(filter(None, _split(rest)))}
+    except UserError:
+        raise UserError(f"--policy {text!r} is not allowed: expected NAME or NAME:KNOB=VALUE,...") from None
     if rest:
         policy["label"] = text
     return policy

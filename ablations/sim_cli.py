@@ -10,7 +10,9 @@ checked like a shipped one (`hbsim.scenarios.load`; docs/EXTENDING.md). Each run
 holds the scenario's env, steps and batch size (its hash changes exactly when the runs would,
 so --out reuses runs of an unchanged scenario wherever its file lies); run.json's
 `scenario` records the file's name, path and sha256. `--policy all` runs every registered policy. `--set policy.KNOB=V` goes to every selected
-policy that has the knob (an error if none has it). `--out DIR` writes one run directory
+policy that has the knob (an error if none has it); `--set` is the one grammar of `hbsim.run_knobs.split_sets`
+(env.KNOB or a bare env knob, policy.KNOB, and the run knobs of RUN_KEYS, each also a flag: one knob
+given both ways is refused). `--out DIR` writes one run directory
 per (policy, seed): DIR/<label>/seed<seed>/, in a folder of kind "sim" (hbsim.folders):
 runs already there with the identical config are reused, not rerun; a different run at the
 same place needs --overwrite; other env/steps settings, another kind of folder or one hb
@@ -31,14 +33,19 @@ import pandas as pd
 from ablations import runner
 from hbsim.envs import ENV_PRESETS, ENVS, expand_preset
 from hbsim import scenarios
-from hbsim.experiment import RUN_KNOBS, resolve_config
+from hbsim.experiment import resolve_config
 from hbsim.folders import check_output_dir, output_dir
 from hbsim.records import config_hash, read_run
 from hbsim.references import run_table
+from hbsim.run_knobs import RUN_KNOBS, from_command
 from hbsim.summary import summary_table
-from policies import POLICIES, validate
+from policies import POLICIES
 from policies.errors import UserError
 from policies.validate import MAX_SEED, check_int
+
+
+#: the run knobs of `hb sim`, each a flag (--eval-budget) and a --set key (eval_budget)
+RUN_KEYS = ("steps", "seeds", "batch_groups", "eval_every", "eval_budget", "counterfactual")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,15 +62,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed-offset", type=int, default=0, help="first seed (default 0)")
     parser.add_argument("--steps", type=int, default=None,
                         help=f"optimizer steps per run (default {RUN_KNOBS['steps'].default}, or the scenario's)")
-    parser.add_argument("--batch-groups", type=int, default=RUN_KNOBS["batch_groups"].default,
-                        help=f"groups per optimizer step (default {RUN_KNOBS['batch_groups'].default})")
+    parser.add_argument("--batch-groups", type=int, default=None,
+                        help=f"groups per optimizer step (default {RUN_KNOBS['batch_groups'].default}, or the "
+                             f"scenario's)")
     parser.add_argument("--eval-every", type=int, default=None,
                         help="also evaluate every N steps (default: only at the final step)")
     parser.add_argument("--eval-budget", default=None, metavar="UNIT:M1,M2",
                         help="also evaluate when the cumulative cost first crosses each milestone, UNIT one of "
                              "groups, tokens, seconds (e.g. groups:500,1000; hb report --budget compares there)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="env.KNOB=VALUE or policy.KNOB=VALUE (repeatable; VALUE parsed as JSON; "
+                        help=f"env.KNOB=VALUE (or KNOB=VALUE), policy.KNOB=VALUE, or a run knob: "
+                             f"{', '.join(RUN_KEYS)} (repeatable; VALUE parsed as JSON, none = unset; "
                              "--knobs lists the env's knobs, 'hb policies' the policies' knobs)")
     parser.add_argument("--out", default=None, help="write DIR/<label>/seed<seed>/ run directories")
     parser.add_argument("--overwrite", action="store_true", help="replace existing complete run directories")
@@ -76,17 +85,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     runner.add_run_options(parser)
 
 
-def parse_sets(items: list[str]) -> tuple[dict, dict]:
-    """--set env.KNOB=VALUE / policy.KNOB=VALUE -> (env knobs, policy knobs)."""
-    env, policy = {}, {}
-    for key, value in validate.parse_sets(items).items():
-        section, dot, knob = key.partition(".")
-        if not dot or not knob or section not in ("env", "policy"):
-            raise UserError(f"--set {key}=... is not allowed: expected env.KNOB=VALUE or policy.KNOB=VALUE")
-        (env if section == "env" else policy)[knob] = value
-    return env, policy
-
-
 def policy_names(requested: list[str] | None) -> list[str]:
     """The --policy names in order, each once ('all': every registered policy; the default)."""
     names = [n for name in requested or ["all"] for n in (POLICIES if name == "all" else [name])]
@@ -96,36 +94,36 @@ def policy_names(requested: list[str] | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def apply_scenario(args: argparse.Namespace) -> scenarios.Scenario | None:
-    """Fill --env/--steps/--seeds from --scenario (or their defaults); the scenario (its env
-    knobs are defaults that --set overrides), None without one."""
-    sc = None
+def apply_scenario(args: argparse.Namespace, run: dict | None = None) -> scenarios.Scenario | None:
+    """Fill --env from --scenario (or its default) and `run`'s steps, seeds and batch_groups
+    from the scenario where not given (then their defaults); the scenario (its env knobs are
+    defaults that --set overrides), None without one."""
+    sc, run = None, {} if run is None else run
     if args.scenario is not None:
         if args.env is not None:
             raise UserError(f"--env {args.env} and --scenario {args.scenario} are not allowed together: the "
                             f"scenario names its env")
         sc = scenarios.get(args.scenario)
         args.env = sc.env["kind"]
-        args.steps = sc.steps if args.steps is None else args.steps
-        args.seeds = sc.seeds if args.seeds is None else args.seeds
-        if sc.batch_groups is not None and args.batch_groups == RUN_KNOBS["batch_groups"].default:
-            args.batch_groups = sc.batch_groups
+        scenario_run = {"steps": sc.steps, "seeds": sc.seeds, "batch_groups": sc.batch_groups}
+        run.update({k: v for k, v in scenario_run.items() if v is not None and k not in run})
     args.env = "bernoulli" if args.env is None else args.env
-    args.steps = RUN_KNOBS["steps"].default if args.steps is None else args.steps
-    args.seeds = RUN_KNOBS["seeds"].default if args.seeds is None else args.seeds
+    for key in ("steps", "seeds", "batch_groups"):
+        run.setdefault(key, RUN_KNOBS[key].default)
     return sc
 
 
 def build_configs(args: argparse.Namespace) -> tuple[list[dict], scenarios.Scenario | None]:
     """Every resolved (policy, seed) config, and the --scenario; all validation happens here,
-    before any run."""
-    sc = apply_scenario(args)
+    before any run. The run knobs by flag or --set (`hbsim.run_knobs.from_command`: one parse
+    each, the error naming the form typed), the env and policy knobs by --set."""
+    sets, run = from_command(args, RUN_KEYS, RUN_KEYS)
+    sc = apply_scenario(args, run)
     scenario_env = dict(sc.env) if sc is not None else {}
-    for flag in ("seeds", "steps", "batch_groups", "eval_every"):
-        RUN_KNOBS[flag].check("--" + flag.replace("_", "-"), getattr(args, flag))
-    check_int("--seed-offset", args.seed_offset, 0, MAX_SEED - args.seeds + 1)
+    seeds = run.pop("seeds")
+    check_int("--seed-offset", args.seed_offset, 0, MAX_SEED - seeds + 1)
     runner.check_run_options(args.jobs, args.backend, args.ray_address)
-    env_knobs, policy_knobs = parse_sets(args.set)
+    env_knobs, policy_knobs = sets.env, sets.policy
     if "kind" in env_knobs and env_knobs["kind"] != args.env:
         raise UserError(f"--set env.kind={env_knobs['kind']!r} contradicts --env {args.env!r}; "
                         "choose the environment with --env only")
@@ -138,13 +136,9 @@ def build_configs(args: argparse.Namespace) -> tuple[list[dict], scenarios.Scena
         knobs = {k: v for k, v in policy_knobs.items() if k in POLICIES[name].KNOBS}
         if sc is not None and name == "oracle":      # aimed at the scenario's target unless set
             knobs.setdefault("target", sc.target)
-        for seed in range(args.seed_offset, args.seed_offset + args.seeds):
+        for seed in range(args.seed_offset, args.seed_offset + seeds):
             configs.append(resolve_config({"env": {**scenario_env, "kind": args.env, **env_knobs},
-                                           "policy": {"name": name, **knobs},
-                                           "seed": seed, "steps": args.steps, "eval_every": args.eval_every,
-                                           "batch_groups": args.batch_groups,
-                                           "counterfactual": args.counterfactual,
-                                           "eval_budget": args.eval_budget}))
+                                           "policy": {"name": name, **knobs}, "seed": seed, **run}))
     return configs, sc
 
 
@@ -171,7 +165,7 @@ def main(args: argparse.Namespace) -> int:
         todo = runner.pending(tasks, remedy="choose a new --out or pass --overwrite")
     start = time.perf_counter()
     reused = f"; {len(tasks) - len(todo)} finished runs reused from {args.out}" if len(todo) < len(tasks) else ""
-    print(f"hb sim: {len(todo)} runs ({args.env}, {args.steps} steps) on {runner.workers(args.jobs, len(todo))} "
+    print(f"hb sim: {len(todo)} runs ({args.env}, {configs[0]['steps']} steps) on {runner.workers(args.jobs, len(todo))} "
           f"worker(s){reused}", file=sys.stderr)
     kept = {}   # the results of runs without --out
     # --out: the marker first ("incomplete"), completed once every run is there

@@ -12,7 +12,9 @@ import os
 import shutil
 from pathlib import Path
 
-from ablations.spec import GridSpec, parse_spec
+from ablations.plan import GridSpec
+from ablations.spec import parse_spec
+from ablations.tune import recorded_test_spec
 from hbsim import folders
 from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG
 from hbsim.records import collect_cells, done_ids
@@ -60,8 +62,7 @@ def recorded_spec(root: str | os.PathLike) -> GridSpec:
     spec = record.get("spec", {})
     spec = parse_spec(spec.get("raw", {}), spec.get("path", str(Path(root) / GRID_JSON)))
     if spec.tune:                 # a tuned grid's DIR/cells are its test phase (ablations.tune)
-        from ablations import tune
-        return tune.recorded_test_spec(spec, root)
+        return recorded_test_spec(spec, root)
     return spec
 
 

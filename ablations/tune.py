@@ -13,7 +13,7 @@
     "policy.tau" = [0.1, 0.3]
     "env.lr" = [1.0, 2.5]
 
-`hb grid run` then (1) runs every design x tune point x tuning seed into DIR/tune/ (a grid
+`hb grid run` (`ablations.runner.run_tuned`) then (1) runs every design x tune point x tuning seed into DIR/tune/ (a grid
 directory of its own, resumable), (2) selects each design's setting: the point with the
 largest mean over tuning seeds of the cell's mean validation reward at its final step; a
 tie goes to the point listed first (points in [tune.knobs] order: keys sorted, each key's
@@ -27,17 +27,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ablations.spec import REAL_KIND, GridSpec, SpecError, _label, plan_cells
-from hbsim import folders
-from hbsim.contract import CELLS, TUNE_DIR, TUNE_JSON, VALIDATION_SUITE
-from hbsim.experiment import RUN_KNOBS
+from ablations.plan import REAL_KIND, GridSpec, SpecError, plan_cells, variant_label
+from hbsim.contract import TUNE_JSON, VALIDATION_SUITE
 from hbsim.records import canonical_json, done_ids, load_cells
+from hbsim.run_knobs import seed_list
 from policies import POLICIES
 from policies.errors import UserError
 
@@ -69,11 +67,8 @@ def parse_tune(raw, path: str, test_seeds: list[int], spec_raw: dict) -> TuneSpe
     unknown = sorted(set(raw) - set(TUNE_KEYS))
     if unknown:
         err(f"tune.{unknown[0]}", f"unknown key; valid keys: {', '.join(TUNE_KEYS)}")
-    seeds = raw.get("seeds")
-    if not isinstance(seeds, list) or not seeds or len(set(map(repr, seeds))) != len(seeds):
-        err("tune.seeds", f"{seeds!r} is not allowed: expected a non-empty list of distinct seeds")
     try:
-        seeds = [RUN_KNOBS["seed"].check(f"tune.seeds[{i}]", s) for i, s in enumerate(seeds)]
+        seeds = seed_list("tune.seeds", raw.get("seeds"), count=False)
     except UserError as exc:
         err("tune.seeds", str(exc))
     overlap = sorted(set(seeds) & set(test_seeds))
@@ -106,7 +101,7 @@ def _design(spec: GridSpec, i: int, **changes) -> GridSpec:
 
 def design_label(pol: dict) -> str:
     knobs = {k: v for k, v in pol.items() if k not in ("name", "label")}
-    return _label(pol.get("label"), pol.get("name"), knobs, "")
+    return variant_label(pol.get("label"), pol.get("name"), knobs, "")
 
 
 def tuning_cells(spec: GridSpec) -> dict[str, list]:
@@ -193,29 +188,11 @@ def read_selection(root) -> dict | None:
         raise UserError(f"{path}: unreadable tuning record ({exc}); remove it and rerun `hb grid run`") from None
 
 
-def run_tuned(spec: GridSpec, out: str | os.PathLike, **options):
-    """Both phases (module doc); returns (tuning RunReport, test RunReport or None, selection or None).
-    `options`: `ablations.runner.run_grid`'s."""
-    from ablations import store
-    from ablations.runner import check_run_options, run_grid
-
-    check_run_options(options.get("jobs"), options.get("backend", "local"))
-    out = Path(out)
-    store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=options.get("force_mixed", False))
-    tuned = run_grid(tuning_spec(spec), out / TUNE_DIR, **options)
-    if tuned.failed:
-        return tuned, None, None
-    selection = json.loads(json.dumps(select(spec, out / TUNE_DIR)))      # as it reads back
-    if read_selection(out) != selection:
-        folders.write_json_atomic(out / TUNE_JSON, selection)
-    return tuned, run_grid(test_spec(spec, selection), out, **options), selection
-
-
 def recorded_test_spec(spec: GridSpec, root) -> GridSpec:
     """A tuned grid's test phase as recorded in DIR/tune.json (no cells before the selection)."""
     selection = read_selection(root)
     return test_spec(spec, selection) if selection else dataclasses.replace(spec, _cells=[])
 
 
-__all__ = ["RULE", "TuneSpec", "parse_tune", "read_selection", "recorded_test_spec", "run_tuned", "select",
+__all__ = ["RULE", "TuneSpec", "parse_tune", "read_selection", "recorded_test_spec", "select",
            "test_spec", "tuning_cells", "tuning_spec"]

@@ -30,12 +30,15 @@ except ImportError:  # Python 3.10: the tomli backport
 
 from ablations import runner
 from ablations.sim_cli import run_dir
-from hbsim.experiment import RUN_KNOBS, resolve_config, resolve_run
+from hbsim.experiment import resolve_config, resolve_run
 from hbsim.folders import check_output_dir, output_dir
+from hbsim.run_knobs import run_values, seed_list
 from policies.errors import UserError
-from policies.validate import MAX_RESAMPLES, MAX_SEED, MAX_SEEDS, MAX_STEPS, check_int, check_name
+from policies.validate import MAX_RESAMPLES, MAX_SEED, MAX_STEPS, check_int, check_name
 
 STUDY_KEYS = ("name", "description", "steps", "seeds", "counterfactual", "envs", "policies", "env", "batch_groups")
+#: the run knobs of a study file (seeds aside: a count or a list, `seed_list`)
+RUN_KEYS = ("steps", "batch_groups", "counterfactual")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -104,18 +107,12 @@ def study_configs(path: str) -> list[tuple[str, dict]]:
         check_name(f"{path}: envs[{i}]", env)
         if env in envs[:i]:
             raise UserError(f"{path}: envs[{i}]={env!r} is listed twice; list each env once")
-    seeds = raw.get("seeds", 8)
-    if not isinstance(seeds, list):
-        seeds = list(range(RUN_KNOBS["seeds"].check(f"{path}: seeds", seeds)))
-    check_int(f"{path}: number of seeds", len(seeds), 1, MAX_SEEDS)
-    seeds = [RUN_KNOBS["seed"].check(f"{path}: seeds item", s) for s in seeds]
-    try:    # steps, batch_groups: the run defaults; counterfactual: every step unless the file says
-        run = resolve_run({"counterfactual": 1, **{k: raw[k] for k in ("steps", "batch_groups", "counterfactual")
-                                                   if k in raw}})
+    try:    # the run knobs' own parses (hbsim.run_knobs), named as the file's keys
+        seeds = seed_list("seeds", raw.get("seeds", 8))
+        # steps, batch_groups: the run defaults; counterfactual: every step unless the file says
+        run = resolve_run({"counterfactual": 1, **run_values(sets={k: raw[k] for k in RUN_KEYS if k in raw})})
     except UserError as exc:
         raise UserError(f"{path}: {exc}") from None
-    if len(set(seeds)) != len(seeds):
-        raise UserError(f"{path}: seeds={seeds!r} is not allowed: expected distinct seeds")
     configs, labels = [], {}
     for env in envs:
         for i, pol in enumerate(policies):

@@ -15,8 +15,8 @@ import time
 import traceback
 from pathlib import Path
 
-from ablations import store
-from ablations.spec import REAL_KIND
+import ablations.store as store
+from ablations.plan import REAL_KIND
 from hbsim.contract import LOG
 from hbsim.experiment import run_config
 from hbsim.folders import write_dir_atomic

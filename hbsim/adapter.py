@@ -3,7 +3,7 @@ the real GRPO trainer, so that exactly one loop (`hbsim.loop`) talks to policies
 
 An adapter owns everything about training on harnesses; it never sees the policy. The
 loop asks the policy for an `Allocation`, hands it to `train_step`, and feeds the
-returned `StepResult` back to the policy as `Feedback`.
+returned `StepResult` back to the policy as `Feedback` (`step_feedback`, below).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import pandas as pd
 
-from policies import Allocation
+from policies import Allocation, Feedback
 
 #: Phases of the per-step wall-clock ledger (SPEC §2.2). Adapters may leave some at 0.
 SECOND_PHASES = ("rollout", "tools", "backward", "sketch", "scheduler", "optimizer")
@@ -126,3 +126,18 @@ class TrainingAdapter(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> None: ...
+
+
+def float_or_nan(value) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def step_feedback(allocation: Allocation, res) -> Feedback:
+    """The one StepResult -> Feedback of every backend: what the policy observes after a
+    step on `allocation` (cost = groups generated per optimized group, None when none was
+    optimized)."""
+    cost = res.cost
+    ratio = cost.groups_generated / cost.groups_optimized if cost.groups_optimized else None
+    return Feedback(arm=allocation.arm, learnability=res.learnability, sketch=res.sketch,
+                    update_sketch=res.update_sketch, reward=res.reward, cost=ratio,
+                    counts=np.asarray(allocation.counts), generated=getattr(res, "generated", None))

@@ -51,8 +51,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from hbsim.adapter import float_or_nan, step_feedback
 from hbsim.envs.base import TARGETS, target_means  # noqa: F401  (TARGETS: part of this module's API)
-from hbsim.loop import float_or_nan, step_feedback
+from hbsim.run_knobs import RUN_KNOBS
 from policies import Allocation
 from policies.signals import MemoryBank, as_float_sketch, sketch_norm, transfer_and_update
 from policies.errors import UserError
@@ -80,10 +81,10 @@ class Probe:
     """Loop hook (hbsim.loop.Loop.hooks): the what-if probe every `every`-th step."""
 
     def __init__(self, every: int = 1):
-        if not isinstance(every, (int, np.integer)) or isinstance(every, bool) or every < 1:
-            raise UserError(f"counterfactual={every!r} is not allowed: expected an integer >= 1 (probe every "
-                             f"k-th step)")
-        self.every = int(every)
+        every = RUN_KNOBS["counterfactual"].check("counterfactual", every)    # the run knob's parse
+        if every is None:
+            raise UserError("counterfactual=None is not allowed here: expected an integer >= 1 (probe every k-th step)")
+        self.every = every
         self.banks: dict[str, MemoryBank | None] = {"grad": None, "update": None}
         self.rows: list[dict] = []
 

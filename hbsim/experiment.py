@@ -6,10 +6,10 @@ cells and `hb real`:
      "seed": 3, "steps": 150, "eval_every": None, "batch_groups": 8}
     (+ "counterfactual": k, only when set: a what-if probe every k-th step, hbsim.counterfactual)
     (+ "policy_seed": s, only when set: the policy's seed where it differs from the env's, hb calibrate)
-    (+ "eval_budget": "groups:500,1000", only when set: equal-cost evaluations, hbsim.loop.EVAL_BUDGET)
+    (+ "eval_budget": "groups:500,1000", only when set: equal-cost evaluations, hbsim.run_knobs.parse_budget)
 
-The top-level keys are the knobs of `RUN_KNOBS`, the one table of the run settings (with
-`seeds`, the seed count of commands that run many). `resolve_config` fills every env,
+The top-level keys are the knobs of `hbsim.run_knobs.RUN_KNOBS`, the one table of the run
+settings (with `seeds`, the seed count of commands that run many). `resolve_config` fills every env,
 policy and run knob with its default, so that equal runs hash equally whatever was
 spelled out; it validates each section once (the env's table, the run table, and the
 policy by building it once). The env is built with `make_env(kind, seed=seed, **knobs)`.
@@ -20,32 +20,14 @@ import copy
 from typing import Any, Callable
 
 from policies import POLICIES, Policy, make
-from policies.base import BATCH_GROUPS
 from policies.errors import UserError
-from policies.knobs import Knob, Knobs
-from policies.validate import MAX_SEED, MAX_SEEDS, MAX_STEPS, check_name
+from policies.validate import check_name
 
 from hbsim.envs import ENVS, expand_preset, make_env
-from hbsim.loop import EVAL_BUDGET, EVAL_EVERY, RunResult, attach_ground_truth, run
+from hbsim.loop import RunResult, attach_ground_truth, run
+from hbsim.run_knobs import CONFIG_KNOBS, OPTIONAL_RUN_KEYS
 from hbsim.sampling import when_set
 
-#: the run settings: the one place their defaults and bounds are written
-RUN_KNOBS = Knobs({
-    "seed": Knob(0, "the run's seed (environment streams and the policy's generator)", 0, MAX_SEED),
-    "steps": Knob(150, "optimizer steps of the run", 1, MAX_STEPS),
-    "eval_every": EVAL_EVERY,
-    "eval_budget": EVAL_BUDGET,
-    "batch_groups": BATCH_GROUPS,
-    "counterfactual": Knob(None, "a what-if pure step on every harness every k-th step (none: off)", 1, MAX_STEPS,
-                           type=int, optional=True),
-    "policy_seed": Knob(None, "the policy's seed where it differs from the env's (none: seed)", 0, MAX_SEED,
-                        type=int, optional=True),
-    "seeds": Knob(10, "seeds 0..N-1 of a command that runs many (hb sim)", 1, MAX_SEEDS),
-}, owner="the run config")
-#: the top-level keys of one run's config (`counterfactual`, `policy_seed`, `eval_budget` only when set)
-CONFIG_KNOBS = RUN_KNOBS.without("seeds")
-#: run keys left out of a config when unset
-OPTIONAL_RUN_KEYS = ("counterfactual", "policy_seed", "eval_budget")
 DEFAULT_ENV = "bernoulli"
 DEFAULT_POLICY = "harnessbandit"
 
@@ -132,5 +114,5 @@ def run_config(cfg: dict, progress: Callable[[int, int], None] | None = None,
                checkpoint=checkpoint, eval_budget=cfg.get("eval_budget"))
 
 
-__all__ = ["CONFIG_KNOBS", "POLICIES", "RUN_KNOBS", "build_policy", "resolve_config", "resolve_policy",
+__all__ = ["POLICIES", "build_policy", "resolve_config", "resolve_policy",
            "resolve_run", "resolve_synthetic", "run_config"]

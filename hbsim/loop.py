@@ -9,7 +9,7 @@ One step:
     row   = recorder.record(res)                     # policy.update(step_feedback(alloc, res)),
                                                      # then the SPEC §7 train row (policy
                                                      # diagnostics read AFTER the update)
-`step_feedback` is the one StepResult -> Feedback (cost = groups_generated / groups_optimized).
+`hbsim.adapter.step_feedback` is the one StepResult -> Feedback (cost = groups_generated / groups_optimized).
 
 Step numbering: the train row of the s-th optimizer step has `step = s` (1-based); its
 ground-truth columns describe the state after that step. An evaluation tagged `step = s`
@@ -34,13 +34,13 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from hbsim.adapter import float_or_nan, step_feedback
 from hbsim.contract import BUDGET_COLUMNS, BUDGET_UNITS, EVAL_COLUMNS, UPDATE_NORM
+from hbsim.counterfactual import Probe
 from hbsim.records import RunResult, config_hash, versions, write_run
-from policies import Allocation, Feedback
-from policies.base import BATCH_GROUPS
+from hbsim.run_knobs import RUN_KNOBS, budget_milestones
+from policies import Allocation
 from policies.errors import UserError
-from policies.knobs import Knob
-from policies.validate import MAX_STEPS
 
 #: per-harness diagnostics arrays -> column prefix
 _ARM_COLUMNS = (("Q", "q"), ("n", "n"), ("memory_norm", "mem_norm"), ("memory_age", "mem_age"))
@@ -48,49 +48,6 @@ _SCALARS = ("transfer", "l_norm", "t_norm", "score")
 
 #: the scheduler's side of a step: sketch gather + all-reduce + policy select/update
 OVERHEAD_PHASES = ("seconds_sketch", "seconds_allreduce", "seconds_scheduler")
-
-
-#: the run-config knob `eval_every` (hbsim.experiment.RUN_KNOBS), checked where the loop is built
-EVAL_EVERY = Knob(None, "also evaluate every N steps (none: only after the final step)", 1, MAX_STEPS,
-                  type=int, optional=True)
-
-
-def parse_budget(name: str, value) -> str:
-    """`eval_budget`'s parse: "UNIT:M1,M2,..." (or {"unit": UNIT, "at": [M1, ...]}) with UNIT
-    one of BUDGET_UNITS and milestones positive finite numbers -> the canonical string (unit,
-    milestones sorted and deduplicated, integral ones without a decimal point)."""
-    unit, at = None, None
-    if isinstance(value, str) and ":" in value:
-        unit, _, rest = value.partition(":")
-        at = [x.strip() for x in rest.split(",") if x.strip()]
-    elif isinstance(value, dict) and set(value) == {"unit", "at"} and isinstance(value["at"], (list, tuple)):
-        unit, at = value["unit"], list(value["at"])
-    try:
-        milestones = sorted({float(x) for x in at if not isinstance(x, bool)}) if at else []
-        ok = unit in BUDGET_UNITS and milestones and len(milestones) == len(at) and all(
-            np.isfinite(m) and 0 < m <= 1e15 for m in milestones)
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise UserError(f"{name}={value!r} is not allowed: expected {parse_budget.allowed}")
-    return f"{unit}:" + ",".join(str(int(m)) if m == int(m) else repr(m) for m in milestones)
-
-
-parse_budget.allowed = (f'"UNIT:M1,M2,..." with UNIT one of {", ".join(BUDGET_UNITS)} and distinct milestones '
-                        'in (0, 1e15], e.g. "groups:500,1000"')
-
-#: the run-config knob `eval_budget` (hbsim.experiment.RUN_KNOBS): equal-cost evaluation
-EVAL_BUDGET = Knob(None, "also evaluate when the run's cumulative cost first crosses each milestone "
-                         "(\"groups|tokens|seconds:M1,M2,...\"; none: off)", type=str, optional=True,
-                   parse=parse_budget)
-
-
-def budget_milestones(eval_budget: str | None) -> tuple[str | None, list[float]]:
-    """A canonical `eval_budget` -> (unit, milestones ascending); (None, []) when off."""
-    if not eval_budget:
-        return None, []
-    unit, _, rest = eval_budget.partition(":")
-    return unit, [float(x) for x in rest.split(",")]
 
 
 def step_cost(row, unit: str) -> float:
@@ -119,25 +76,10 @@ def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def float_or_nan(value) -> float:
-    return float("nan") if value is None else float(value)
-
-
 def normalised_entropy(p: np.ndarray) -> float:
     """-sum p log p / log H of a law p (H,): 1 = uniform, 0 = one arm (0 for H = 1)."""
     q = p[p > 0]
     return float(-(q * np.log(q)).sum() / np.log(p.size)) if p.size > 1 else 0.0
-
-
-def step_feedback(allocation: Allocation, res) -> Feedback:
-    """The one StepResult -> Feedback of every backend: what the policy observes after a
-    step on `allocation` (cost = groups generated per optimized group, None when none was
-    optimized)."""
-    cost = res.cost
-    ratio = cost.groups_generated / cost.groups_optimized if cost.groups_optimized else None
-    return Feedback(arm=allocation.arm, learnability=res.learnability, sketch=res.sketch,
-                    update_sketch=res.update_sketch, reward=res.reward, cost=ratio,
-                    counts=np.asarray(allocation.counts), generated=getattr(res, "generated", None))
 
 
 def attach_ground_truth(policy, ground_truth: Callable | None) -> None:
@@ -194,12 +136,14 @@ class StepRecorder:
                  set_lr_scale: Callable[[float], None] | None = None):
         attach_ground_truth(policy, ground_truth)
         apply_lr_scale(policy, set_lr_scale)
-        eval_every = EVAL_EVERY.check("eval_every", eval_every)
-        self.eval_budget = EVAL_BUDGET.check("eval_budget", eval_budget)
+        # the run knobs' own parses (hbsim.run_knobs): a resolved config's values pass unchanged,
+        # a trainer's direct arguments (TRL, verl) are checked here
+        eval_every = RUN_KNOBS["eval_every"].check("eval_every", eval_every)
+        self.eval_budget = RUN_KNOBS["eval_budget"].check("eval_budget", eval_budget)
         self._budget_unit, self._milestones = budget_milestones(self.eval_budget)
         self._spent = 0.0                            # cumulative cost in the budget unit
-        batch_groups = BATCH_GROUPS.default if batch_groups is None else batch_groups
-        self.batch_groups = BATCH_GROUPS.check("batch_groups", batch_groups)
+        knob = RUN_KNOBS["batch_groups"]
+        self.batch_groups = knob.check("batch_groups", knob.default if batch_groups is None else batch_groups)
         self.policy = policy
         self.label = label if label is not None else getattr(policy, "name", type(policy).__name__)
         self.seed, self.eval_every = int(seed), eval_every
@@ -432,8 +376,6 @@ def run(policy, adapter, steps: int, *, label: str | None = None, seed: int = 0,
         loop.load_state_dict(state)
     probe = None
     if counterfactual:
-        from hbsim.counterfactual import Probe
-
         probe = Probe(counterfactual)
         loop.hooks.append(probe)
     loop.run(steps, progress=progress, checkpoint=checkpoint)

@@ -23,7 +23,7 @@ from policies.signals import inverse_cdf_draw
 from policies.validate import MAX_BATCH_GROUPS, check_int
 
 #: groups per optimizer step: the one definition of its default and bounds (the run
-#: config's `batch_groups`, hbsim.experiment.RUN_KNOBS, is this knob)
+#: config's `batch_groups`, hbsim.run_knobs.RUN_KNOBS, is this knob)
 BATCH_GROUPS = Knob(8, "groups per optimizer step", 1, MAX_BATCH_GROUPS)
 #: the learning-rate multiplier of a design's optimizer steps: a knob of EVERY policy (added to
 #: each table, so a grid's [[policies]] table, a `policy.lr_scale` sweep and `--set` set it per

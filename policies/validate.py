@@ -91,8 +91,11 @@ def check_name(name: str, value: Any) -> str:
 
 # -- the `--set KEY=VALUE` parser ---------------------------------------------------------
 def parse_value(text: str) -> Any:
-    """JSON when it parses (numbers, true/false/null, lists, "quoted"), None for None/none,
-    else the plain string."""
+    """The one value grammar of `--set KEY=VALUE` (and `hb scenarios --policy NAME:KNOB=VALUE`):
+    `text` stripped, then JSON when it parses (numbers, true/false, null, lists, objects,
+    "quoted"), None for None/none, else the plain string. The same value a grid file writes
+    in TOML (0.5, true, [0, 1], "rank") reads the same here."""
+    text = text.strip()
     if text in ("None", "none"):
         return None
     try:
@@ -103,7 +106,8 @@ def parse_value(text: str) -> Any:
 
 def parse_sets(items: Iterable[str], flag: str = "--set") -> dict[str, Any]:
     """["env.lr=0.5", "policy.tau=0.1"] -> {"env.lr": 0.5, "policy.tau": 0.1} (in order;
-    a repeated key keeps its last value). Each tool routes the keys it accepts."""
+    a repeated key keeps its last value; values by `parse_value`). Which keys a command takes
+    and where they go: `hbsim.run_knobs.split_sets`."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")

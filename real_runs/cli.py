@@ -30,7 +30,9 @@ from hbsim import folders, threads
 from hbsim.contract import CHECKPOINT, RUN_JSON, TRL_CHECKPOINT
 from policies import validate
 from policies.errors import UserError
+from real_runs.command import RUN_SETS, run_knobs
 from real_runs.native.presets import PRESETS
+from real_runs.resume import same_run
 
 
 def add_arguments(parser) -> None:
@@ -49,7 +51,8 @@ def add_arguments(parser) -> None:
                         help="native trainer, or TRL's GRPOTrainer (extra harnessbandit[trl]; "
                              "real_runs.integrations.trl_run)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a knob: env knob (lr=3e-4), policy.<knob>, batch_groups, eval_every, eval_budget")
+                        help=f"override a knob: env knob (lr=3e-4 or env.lr=3e-4; TRL: its knobs), policy.KNOB, "
+                             f"or a run knob: {', '.join(RUN_SETS)} (VALUE parsed as JSON, none = unset)")
 
 
 def build_config(args) -> dict:
@@ -58,35 +61,14 @@ def build_config(args) -> dict:
     from hbsim.experiment import resolve_config
     from real_runs.native.presets import resolve_env
 
-    env, policy, top = {"kind": "real", "preset": args.preset, "device": args.device}, {}, {}
+    sets, run = run_knobs(args)
+    env = {"kind": "real", "preset": args.preset, "device": args.device}
     if args.model:
         env["model_path"] = args.model
-    for key, value in validate.parse_sets(args.set).items():
-        if key.startswith("policy."):
-            policy[key[len("policy."):]] = value
-        elif key in ("batch_groups", "eval_every", "eval_budget"):   # run keys: RUN_KNOBS checks them
-            top[key] = value
-        else:
-            env[key.removeprefix("env.")] = value
-    return resolve_config({"env": env, "policy": {"name": args.policy, "label": args.label or args.policy, **policy},
-                           "seed": args.seed, "steps": args.steps,
-                           "eval_every": top.get("eval_every", args.eval_every),
-                           "batch_groups": top.get("batch_groups", PRESETS[args.preset]["batch_groups"]),
-                           "eval_budget": top.get("eval_budget")},
+    return resolve_config({"env": {**env, **sets.env},
+                           "policy": {"name": args.policy, "label": args.label or args.policy, **sets.policy},
+                           "batch_groups": PRESETS[args.preset]["batch_groups"], **run},
                           resolve_env=resolve_env)
-
-
-def same_run(saved: dict, config: dict) -> None:
-    """UserError unless run config `config` equals the checkpoint's `saved` but for
-    `steps` (both backends' --resume); the message names what differs."""
-    a = {k: v for k, v in saved.items() if k != "steps"}
-    b = {k: v for k, v in config.items() if k != "steps"}
-    if a != b:
-        env_a, env_b = a.get("env") or {}, b.get("env") or {}
-        diff = [f"env.{k}" for k in sorted(set(env_a) | set(env_b)) if env_a.get(k) != env_b.get(k)]
-        diff += sorted(k for k in set(a) | set(b) if k != "env" and a.get(k) != b.get(k))
-        raise UserError(f"--resume config does not match the checkpoint's ({', '.join(diff)} differ); "
-                         "only --steps may change")
 
 
 def _init_distributed(args) -> int:
@@ -119,11 +101,8 @@ def _check_out(args) -> None:
 
     if args.policy in POLICIES:           # a clairvoyant reference needs ground truth a real run lacks
         attach_ground_truth(POLICIES[args.policy], None)
-    validate.check_int("--steps", args.steps, 1, validate.MAX_STEPS)
-    validate.check_int("--seed", args.seed, 0, validate.MAX_SEED)
+    run_knobs(args)                       # --steps, --seed, --eval-every and the run knobs of --set
     validate.check_int("--checkpoint-every", args.checkpoint_every, 1, validate.MAX_STEPS)
-    if args.eval_every is not None:
-        validate.check_int("--eval-every", args.eval_every, 1, validate.MAX_STEPS)
     if trl and args.device is not None:   # TRL runs on the CPU or on its accelerator (use_cpu)
         validate.check_choice("--device", args.device, ("auto", "cpu", "cuda"))
     if args.model is not None and not Path(args.model).is_dir():

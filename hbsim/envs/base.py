@@ -197,8 +197,10 @@ class SyntheticEnv:
 
     def set_lr_scale(self, scale: float) -> None:
         """The adapter's optional `set_lr_scale` (hbsim/adapter.py): every later step, and the
-        expected steps of the ground truth, use lr x scale (`lr_scale`; a subclass reads it,
-        GradientEnv through its optimizer)."""
+        expected steps of the ground truth, use the env's own rate knobs x scale (`lr_scale`,
+        the design's multiplier, docs/ARCHITECTURE.md): a subclass's step reads its rates x
+        `self.lr_scale` (bernoulli lr and task_lr, scenario lr and skill_lr), GradientEnv
+        through its optimizer's lr."""
         self.lr_scale = float(scale)
 
     def expected_gains(self, candidates: np.ndarray) -> np.ndarray:

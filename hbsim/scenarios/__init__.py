@@ -40,7 +40,8 @@ except ImportError:  # Python 3.10: the tomli backport (a dependency there)
     import tomli as tomllib
 
 from hbsim.envs import make_env
-from hbsim.experiment import RUN_KNOBS, resolve_synthetic
+from hbsim.experiment import resolve_synthetic
+from hbsim.run_knobs import RUN_KNOBS
 from policies.clairvoyant import TARGETS
 from policies.errors import UserError
 from policies.validate import MAX_SEEDS, check_int

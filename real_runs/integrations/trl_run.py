@@ -9,9 +9,10 @@ The model is a tiny Qwen2 built in-process from a config with a byte-level token
 (`--preset tiny`, or `gpu-small` for a wider one), or any local Hugging Face causal-LM
 directory (`--model PATH`, nothing is downloaded). DIR gets the SPEC §7 files
 (train.parquet, eval.parquet, run.json) and TRL's checkpoints under DIR/trl/.
-Knobs: `--set KEY=VALUE` for the knobs of `TRL_KNOBS`, `--set policy.KNOB=VALUE`, and the run
-knob `--set eval_budget=groups:500,1000` (equal-cost evaluations, `hbsim.loop.EVAL_BUDGET`; checked
-by `hbsim.experiment.RUN_KNOBS`, recorded in the run config only when set, as `hb real` native).
+Knobs: `--set KEY=VALUE` (or env.KEY=VALUE) for the knobs of `TRL_KNOBS`, `--set policy.KNOB=VALUE`,
+and the run knobs of `real_runs.command.RUN_SETS`, e.g. `--set eval_budget=groups:500,1000`
+(equal-cost evaluations, `hbsim.run_knobs.parse_budget`; recorded in the run config only when
+set, as `hb real` native); the grammar is `hbsim.run_knobs.split_sets`, as for `hb sim`.
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from hbsim.sampling import FILTER_KNOBS, GroupFilter, when_set
 from policies import validate
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
+from real_runs.command import run_knobs
+from real_runs.resume import same_run
 
 SIZES = {"tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                       num_key_value_heads=1),
@@ -78,23 +81,16 @@ def env_section(cfg) -> dict:
     return when_set({**dataclasses.asdict(cfg), "harnesses": list(cfg.harnesses)})
 
 
-#: the run-config keys `--set` takes besides the TRL and policy knobs (hbsim.experiment.RUN_KNOBS)
-RUN_SETS = ("eval_budget",)
-
-
 def settings(args) -> tuple:
-    """(TRL knobs, resolved policy section, run keys {"eval_budget": ...}) of `hb real
-    --backend trl` args: every check of the knobs, harness names, policy and run keys,
-    torch-free (real_runs.cli calls it before any torch or transformers import)."""
-    from hbsim.experiment import RUN_KNOBS, resolve_policy
-    trl_knobs, policy_knobs, run = {}, {}, dict.fromkeys(RUN_SETS)
-    for key, value in validate.parse_sets(args.set).items():
-        if key in RUN_SETS:
-            run[key] = RUN_KNOBS[key].check(key, value)
-        else:
-            (policy_knobs if key.startswith("policy.") else trl_knobs)[key.removeprefix("policy.")] = value
+    """(TRL knobs, resolved policy section, run knobs {"steps", "seed", "eval_every"?,
+    "eval_budget"?}) of `hb real --backend trl` args: every check of the knobs, harness names,
+    policy and run knobs (`real_runs.command.run_knobs`), torch-free (real_runs.cli calls it
+    before any torch or transformers import). `--set batch_groups=N` is the TRL knob."""
+    from hbsim.experiment import resolve_policy
+    sets, run = run_knobs(args)
+    trl_knobs = {**sets.env, **({"batch_groups": run.pop("batch_groups")} if "batch_groups" in run else {})}
     cfg = TRL_KNOBS.settings(trl_knobs)
-    policy_cfg = resolve_policy({"name": args.policy, "label": args.label or args.policy, **policy_knobs},
+    policy_cfg = resolve_policy({"name": args.policy, "label": args.label or args.policy, **sets.policy},
                                 len(cfg.harnesses))
     if args.model is None and args.preset not in SIZES:
         raise UserError(f"--preset {args.preset!r} is not allowed for --backend trl: expected one of "
@@ -199,7 +195,6 @@ def check_resume(checkpoint: Path, config: dict, steps: int) -> None:
     A checkpoint of a version that did not save its config is only checked for its step."""
     import torch
 
-    from real_runs.cli import same_run
     at = checkpoint_step(checkpoint)
     if at > steps:
         raise UserError(f"--steps={steps} is not allowed: the checkpoint is already at step {at}")
@@ -221,7 +216,7 @@ def build(cfg, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str
           eval_budget: str | None = None, resume: Path | None = None):
     """(trainer, scheduler, run config) of one TRL run; nothing is trained yet. `eval_budget`:
     also evaluate when the cumulative cost first crosses each milestone (a canonical
-    `hbsim.loop.EVAL_BUDGET` value, as `settings` returns it; in the config only when set).
+    `hbsim.run_knobs.parse_budget` value, as `settings` returns it; in the config only when set).
     `resume`: the checkpoint folder the run continues, checked against the run config
     (`check_resume`) before the model is built."""
     config = run_config(cfg, policy_cfg=policy_cfg, seed=seed, steps=steps, model_path=model_path, preset=preset,
@@ -281,14 +276,14 @@ def main(args) -> int:
     from real_runs.native.adapter import pick_device
     device = pick_device(args.device or "auto").type   # hb real's --device defaults to None (the preset's)
     t0 = time.perf_counter()
-    trainer, sched, config = build(cfg, policy_cfg=policy_cfg, seed=args.seed, steps=args.steps, out=str(out),
+    trainer, sched, config = build(cfg, policy_cfg=policy_cfg, seed=run["seed"], steps=run["steps"], out=str(out),
                                    device=device, model_path=args.model,
-                                   preset=args.preset, eval_every=args.eval_every,
-                                   checkpoint_every=args.checkpoint_every, eval_budget=run["eval_budget"],
+                                   preset=args.preset, eval_every=run.get("eval_every"),
+                                   checkpoint_every=args.checkpoint_every, eval_budget=run.get("eval_budget"),
                                    resume=resume)
     claim_output_dir(out, "run", tool="hb real --backend trl")
     print(f"TRL trainer ready in {time.perf_counter() - t0:.1f}s ({len(cfg.harnesses)} harnesses)", file=sys.stderr)
-    if args.eval_every and sched.recorder.t == 0 and not args.resume:
+    if run.get("eval_every") and sched.recorder.t == 0 and not args.resume:
         sched.recorder.evaluate()   # step 0, as `hb real` does
     trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
     for row in sched.recorder.rows[-args.steps:]:

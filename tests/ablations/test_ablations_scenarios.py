@@ -235,3 +235,18 @@ def test_scenario_files_are_package_data():
     raw = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "scenarios/*.toml" in raw["tool"]["setuptools"]["package-data"]["hbsim"]
     assert sorted(p.stem for p in FOLDER.glob("*.toml")) == sorted(SCENARIOS)
+
+
+def test_lr_sweep_is_the_designs_lr_scale_and_equals_the_rates_multiplied():
+    """One learning-rate story (docs/ARCHITECTURE.md): the sweep multiplies the design's
+    lr_scale, which the env applies to its own rates; the same numbers as multiplying the
+    scenario's lr and skill_lr (what the scenario files' lr_note measured)."""
+    env = SCENARIOS["trap"].env
+    sweep = measure.lr_sweep("trap", (0.25, 3.0), seeds=2)
+    assert list(sweep) == [0.25, 3.0]
+    for f, value in sweep.items():
+        by_rates = measure.final_truth("trap", [{"name": "uniform"}], 2, lr=env["lr"] * f,
+                                       skill_lr=env["skill_lr"] * f)
+        assert value == float(by_rates["uniform"][:, 0].mean())
+    assert sweep[0.25] == pytest.approx(0.3670237608089379, abs=1e-12)    # measured before the change
+    assert sweep[0.25] < sweep[3.0]

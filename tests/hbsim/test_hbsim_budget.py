@@ -9,7 +9,7 @@ import pytest
 from hbsim.contract import BUDGET_COLUMNS, VALIDATION_SUITE
 from hbsim.envs import make_env
 from hbsim.experiment import resolve_config, run_config
-from hbsim.loop import EVAL_BUDGET
+from hbsim.run_knobs import RUN_KNOBS
 from policies.errors import UserError
 
 SMALL = {"kind": "bernoulli", "n_harnesses": 3, "n_saturating": 0, "n_zero": 0, "n_tasks": 40,
@@ -78,7 +78,7 @@ def test_budget_resume_matches_an_uninterrupted_run():
 def test_eval_budget_canonical(value, canonical):
     if canonical is None:
         with pytest.raises(UserError, match="eval_budget"):
-            EVAL_BUDGET.check("eval_budget", value)        # a repeated milestone
+            RUN_KNOBS["eval_budget"].check("eval_budget", value)        # a repeated milestone
     else:
         assert resolve_config({"eval_budget": value})["eval_budget"] == canonical
 

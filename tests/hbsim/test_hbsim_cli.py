@@ -76,7 +76,7 @@ def test_sim_bad_input_one_line_exit_2_subprocess(args, needle):
     (["--set", "env.group_size=1.5"], "group_size=1.5"),
     (["--set", "policy.tau=oops", "--policy", "harnessbandit"], "tau"),
     (["--set", "policy.zzz=1"], "zzz"),
-    (["--set", "lr=1"], "env.KNOB=VALUE"),
+    (["--set", "policy_seed=1"], "the run knobs --set takes here are steps, seeds"),   # a run knob hb sim does not take
     (["--policy", "bogus"], "valid policies"),
     (["--seeds", "0"], "--seeds=0"),
     (["--steps", "0"], "--steps=0"),

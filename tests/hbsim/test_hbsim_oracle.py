@@ -7,7 +7,8 @@ import hbsim
 from hbsim.cli import main
 from hbsim.envs import make_env
 from hbsim.envs.base import TARGETS, target_means
-from hbsim.loop import Loop, step_feedback
+from hbsim.adapter import step_feedback
+from hbsim.loop import Loop
 from policies import make
 from policies.errors import UserError
 

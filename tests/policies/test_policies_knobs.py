@@ -170,7 +170,8 @@ def test_mixed_arms_bounded_by_n_arms():
 
 
 def test_batch_groups_has_one_default():
-    from hbsim.experiment import RUN_KNOBS, resolve_run
+    from hbsim.experiment import resolve_run
+    from hbsim.run_knobs import RUN_KNOBS
     assert RUN_KNOBS["batch_groups"] is BATCH_GROUPS and BATCH_GROUPS.default == 8
     assert make("uniform", n_arms=2).select().counts.sum() == 8 and make("mixed", n_arms=3).select().counts.sum() == 8
     with pytest.raises(UserError, match=r"^batch_groups=0 is not allowed: expected an integer in \[1, 100000\]$"):

@@ -1,12 +1,12 @@
 """The verl parts that run without a cluster: batch -> allocation and StepResult (the
-policy's Feedback through hbsim.loop.step_feedback), the curriculum sampler's order of
+policy's Feedback through hbsim.adapter.step_feedback), the curriculum sampler's order of
 select / draw / update, and its SPEC §7 train rows."""
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from hbsim.loop import step_feedback
+from hbsim.adapter import step_feedback
 from policies import make
 from policies.errors import UserError
 from real_runs.integrations.verl_sampler import HarnessCurriculumCore, verl_result

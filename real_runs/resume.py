@@ -1,0 +1,21 @@
+"""`--resume` continues the same run: the one comparison of a checkpoint's saved run config
+with the config of the command that resumes it, shared by both `hb real` backends
+(`real_runs.cli` native, `real_runs.integrations.trl_run`), which import it from here
+(neither backend imports the other for it).
+"""
+from __future__ import annotations
+
+from policies.errors import UserError
+
+
+def same_run(saved: dict, config: dict) -> None:
+    """UserError unless run config `config` equals the checkpoint's `saved` but for
+    `steps` (both backends' --resume); the message names what differs."""
+    a = {k: v for k, v in saved.items() if k != "steps"}
+    b = {k: v for k, v in config.items() if k != "steps"}
+    if a != b:
+        env_a, env_b = a.get("env") or {}, b.get("env") or {}
+        diff = [f"env.{k}" for k in sorted(set(env_a) | set(env_b)) if env_a.get(k) != env_b.get(k)]
+        diff += sorted(k for k in set(a) | set(b) if k != "env" and a.get(k) != b.get(k))
+        raise UserError(f"--resume config does not match the checkpoint's ({', '.join(diff)} differ); "
+                         "only --steps may change")
