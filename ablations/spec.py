@@ -51,16 +51,13 @@ env kind's and each policy's `KNOBS`), which name the key themselves.
 from __future__ import annotations
 
 import os
-try:
-    import tomllib
-except ImportError:  # Python 3.10: the tomli backport (a dependency there)
-    import tomli as tomllib
 from typing import Any
 
 from ablations.plan import GridSpec, SpecError, checked, key_errors, plan_cells
 from ablations.tune import parse_tune, tuning_spec
 from hbsim import scenarios
 from hbsim.run_knobs import RUN_KNOBS, seed_list
+from hbsim.tomlfile import read_toml
 from policies.errors import UserError
 from policies.registry import load_plugins
 
@@ -73,17 +70,7 @@ OWN_KEYS = ("name", "description", "plugins", "parts")
 def load_spec(path: str | os.PathLike) -> GridSpec:
     """Read, parse and validate a grid file (plugins imported, every cell resolved)."""
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as fh:
-            raw = tomllib.load(fh)
-    except FileNotFoundError:
-        raise SpecError(f"{path}: grid file not found") from None
-    except IsADirectoryError:
-        raise SpecError(f"{path}: is a directory, expected a grid TOML file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{path}: malformed TOML: {exc}") from None
-    except (UnicodeDecodeError, OSError) as exc:    # not UTF-8; unreadable
-        raise SpecError(f"{path}: cannot read the grid file: {str(exc)[:200]}") from None
+    raw, _ = read_toml(path, "grid", error=SpecError)
     return parse_spec(raw, path, folder=os.path.dirname(os.path.abspath(path)))
 
 

@@ -23,16 +23,13 @@ import argparse
 import os
 import sys
 from pathlib import Path
-try:
-    import tomllib
-except ImportError:  # Python 3.10: the tomli backport
-    import tomli as tomllib
 
 from ablations import runner
 from ablations.sim_cli import run_dir
 from hbsim.experiment import resolve_config, resolve_run
 from hbsim.folders import check_output_dir, output_dir
 from hbsim.run_knobs import run_values, seed_list
+from hbsim.tomlfile import read_toml
 from policies.errors import UserError
 from policies.validate import MAX_RESAMPLES, MAX_SEED, MAX_STEPS, check_int, check_name
 
@@ -88,11 +85,7 @@ def main(args: argparse.Namespace) -> int:
 
 def study_configs(path: str) -> list[tuple[str, dict]]:
     """(env name, resolved run config) of every run of a study file; all validation first."""
-    try:
-        with open(path, "rb") as fh:
-            raw = tomllib.load(fh)
-    except (OSError, ValueError) as exc:  # TOMLDecodeError and UnicodeDecodeError (not UTF-8) are ValueErrors
-        raise UserError(f"--study {path!r}: cannot read the study file: {str(exc)[:200]}") from None
+    raw, _ = read_toml(path, "study", shown=f"--study {path!r}")
     unknown = sorted(set(raw) - set(STUDY_KEYS))
     if unknown:
         raise UserError(f"{path}: key {unknown[0]!r} is unknown; valid keys: {', '.join(STUDY_KEYS)}")

@@ -386,7 +386,7 @@ CASES = [
     ("validity-study-batch-groups-huge", lambda w: (["validity", w.missing(), "--study", w.study_file(
         seeds="1\nbatch_groups = 1000000000000")], w.tmp), "batch_groups=1000000000000 is not allowed"),
     ("validity-study-bad-toml", lambda w: (["validity", w.missing(), "--study", w.file()], w.tmp),
-     "cannot read the study file"),
+     "malformed TOML"),
     ("sim-counterfactual-huge", lambda w: ([*SIM, "--counterfactual", HUGE, "--out", w.missing()], w.tmp),
      "error: --counterfactual=99999999999999999999 is not allowed"),
     # issue 27: one parse per run knob, the error naming the form typed (flag, --set key, file key)

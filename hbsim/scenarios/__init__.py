@@ -34,14 +34,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10: the tomli backport (a dependency there)
-    import tomli as tomllib
 
 from hbsim.envs import make_env
 from hbsim.experiment import resolve_synthetic
 from hbsim.run_knobs import RUN_KNOBS
+from hbsim.tomlfile import read_toml
 from policies.clairvoyant import TARGETS
 from policies.errors import UserError
 from policies.validate import MAX_SEEDS, check_int
@@ -84,17 +81,7 @@ class Scenario:
 def load(path: str | os.PathLike) -> Scenario:
     """Read and check one scenario file (module docstring); UserError naming the file and key."""
     shown = os.fspath(path)
-    try:
-        data = Path(path).read_bytes()
-        raw = tomllib.loads(data.decode("utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{shown}: scenario file not found") from None
-    except IsADirectoryError:
-        raise UserError(f"{shown}: is a directory, expected a scenario TOML file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{shown}: malformed TOML: {exc}") from None
-    except (UnicodeDecodeError, OSError) as exc:    # not UTF-8; unreadable
-        raise UserError(f"{shown}: cannot read the scenario file: {str(exc)[:200]}") from None
+    raw, data = read_toml(path, "scenario")
 
     def err(key: str, problem: str):
         raise UserError(f"{shown}: key {key!r}: {problem}")
