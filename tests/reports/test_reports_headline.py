@@ -49,6 +49,7 @@ def _rows(x, rng, alpha=0.05):
     return inference.headline(pd.DataFrame(rows), alpha, 10000)
 
 
+@pytest.mark.calibration
 @pytest.mark.parametrize("n_seeds", [3, 5, 10])
 def test_headline_interval_covers_these_tasks_new_runs_target(n_seeds):
     """Run-dominated data: the headline t interval over seeds covers the fixed-task target
@@ -68,6 +69,7 @@ def test_headline_interval_covers_these_tasks_new_runs_target(n_seeds):
     assert hit / reps >= 0.93 and raw / reps >= 0.93, (hit / reps, raw / reps)
 
 
+@pytest.mark.calibration
 def test_aa_level_of_the_procedure_and_interval_consistency():
     """Global null, 3 candidates at 10 seeds: the family-wise error of p_holm is <= alpha
     (binomial slack), p_seed alone rejects about alpha; every interval that excludes 0
@@ -93,6 +95,7 @@ def test_aa_level_of_the_procedure_and_interval_consistency():
     assert 0.02 <= raw_reject / (3 * reps) <= 0.08, raw_reject / (3 * reps)
 
 
+@pytest.mark.calibration
 def test_power_at_the_reported_mde_is_about_080():
     """The reported mde (sign-flip, its floor, Holm over the family of 2) is detected by the
     headline procedure with power in [0.7, 0.9]: d_s normal with the sd the mde was computed
