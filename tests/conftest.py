@@ -2,7 +2,8 @@
 
 Every test gets exactly one tier marker (select with `pytest -m unit` etc.):
 
-* `unit`: in memory, one function or class; the inner loop (about 15 s here), no torch;
+* `unit`: in memory, one function or class, no torch: the inner loop (`make test-unit`, about 20 s
+  on a 2-core machine);
 * `roundtrip`: writes and reads files (run folders, grids, reports, checkpoints, resume);
 * `cli`: drives an `hb` command (in process through hbsim.cli.main, or a subprocess if `slow`);
 * `calibration`: a statistical property by simulation (coverage, A/A level, power at the
