@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: venv browser test test-fast wheel-smoke demo bench clean
+.PHONY: venv browser test test-fast test-unit wheel-smoke demo bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -29,9 +29,13 @@ test: $(STAMP) browser
 	$(VENV)/bin/python -m pytest
 
 # the same without the `slow` tests (those that spawn processes: CLI subprocesses, --jobs 2, Ray, DDP);
-# tiers: -m unit, -m roundtrip, -m cli (tests/conftest.py)
+# tiers: -m unit, -m roundtrip, -m cli, -m calibration, -m torch (tests/conftest.py)
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -m "not slow"
+
+# the inner loop: in-memory tests of one function or class, no torch (under 30 s)
+test-unit: $(STAMP)
+	$(VENV)/bin/python -m pytest -m unit
 
 # the wheel as a user gets it: build, install into a fresh venv (no -e), run hb outside the checkout
 wheel-smoke:

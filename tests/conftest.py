@@ -2,11 +2,29 @@
 
 Every test gets exactly one tier marker (select with `pytest -m unit` etc.):
 
-* an explicit `@pytest.mark.unit|roundtrip|cli` (on the test or the module) wins;
+* `unit`: in memory, one function or class, no torch: the inner loop (`make test-unit`, about 20 s
+  on a 2-core machine);
+* `roundtrip`: writes and reads files (run folders, grids, reports, checkpoints, resume);
+* `cli`: drives an `hb` command (in process through hbsim.cli.main, or a subprocess if `slow`);
+* `calibration`: a statistical property by simulation (coverage, A/A level, power at the
+  reported mde, Monte-Carlo agreement, a scenario's shipped effect): slow by nature, in memory;
+* `torch`: needs torch or TRL in this process (the real-run model, trainer, sketch, adapter,
+  the TRL integration). Only the files of `TORCH_FILES` import them at module level
+  (tests/test_tiers.py checks it), and a run whose `-m` rules out the `torch` tier does not
+  collect those files, so `pytest -m unit` never imports torch (a unit or calibration test
+  that imports it fails).
+
+How a test gets its tier:
+
+* an explicit `@pytest.mark.unit|roundtrip|cli|calibration|torch` (on the test or the module) wins;
 * else `cli` for the files whose every test drives an `hb` command (`CLI_FILES`);
+* else `torch` for the files of `TORCH_FILES` (where no other tier may be given);
 * else `roundtrip` for a test that uses `tmp_path`/`tmp_path_factory`, directly or through
   a fixture (it writes and reads files);
 * else `unit`.
+
+`make test` runs every tier; `make test-unit` the unit tier, `make test-fast` everything
+but `slow`.
 
 `slow` is separate: a test that starts a process (an interpreter, the `hb` console script,
 a worker pool, torchrun, a browser) must be marked `slow`; `make test-fast` runs
@@ -19,27 +37,73 @@ name through pyproject's `pythonpath`; no test edits `sys.path`.
 """
 from __future__ import annotations
 
+import itertools
 import multiprocessing.util
 import os
+import re
 import subprocess
 import sys
-import pytest
 
-TIERS = ("unit", "roundtrip", "cli")
+import pytest
+from _pytest.mark.expression import Expression
+
+TIERS = ("unit", "roundtrip", "cli", "calibration", "torch")
 CLI_FILES = {"test_user_inputs.py", "test_hbsim_cli.py", "test_policies_cli.py", "test_real_runs_cli.py",
              "test_reports_cli.py", "test_ablations_run.py", "test_ablations_resume.py", "test_ablations_demo.py"}
+#: the test files that import torch or TRL (directly or through real_runs.native / trl_grpo)
+TORCH_FILES = {"test_real_runs_adapter.py", "test_real_runs_model.py", "test_real_runs_sketch.py",
+               "test_real_runs_trainer.py", "test_real_runs_warmstart.py", "test_real_runs_trl.py"}
+TORCH_MODULES = ("torch", "trl", "transformers")
+#: tiers that must run without torch in the process
+TORCH_FREE = ("unit", "calibration")
 FILE_FIXTURES = {"tmp_path", "tmp_path_factory"}
 
 
+def _may_select(markexpr: str, tier: str) -> bool:
+    """Whether `-m markexpr` can select a test of `tier`, whatever its other markers (slow, ...)."""
+    try:
+        expr = Expression.compile(markexpr)
+    except SyntaxError:
+        return True                                    # pytest reports it
+    names = set(re.findall(r"[\w:+\-.\[\]\\/]+", markexpr))     # pytest's identifier characters
+    free = sorted(names - {"and", "or", "not"} - set(TIERS))
+    if len(free) > 10:
+        return True
+    for values in itertools.product((False, True), repeat=len(free)):
+        marks = {tier, *itertools.compress(free, values)}
+        if expr.evaluate(lambda name, **_: name in marks):
+            return True
+    return False
+
+
+def pytest_ignore_collect(collection_path, config):
+    """A torch file is not even imported when `-m` rules its tier out (`-m unit`: no torch)."""
+    markexpr = config.option.markexpr
+    if collection_path.name in TORCH_FILES and markexpr and not _may_select(markexpr, "torch"):
+        return True
+    return None
+
+
+#: (the torch files collected, the TORCH_MODULES loaded) once every test file is imported: tests/test_tiers.py
+COLLECTED = pytest.StashKey[tuple]()
+
+
 def pytest_collection_modifyitems(config, items):
+    config.stash[COLLECTED] = (sorted({item.path.name for item in items} & TORCH_FILES),
+                               sorted(set(TORCH_MODULES) & sys.modules.keys()))
     for item in items:
         explicit = [tier for tier in TIERS if item.get_closest_marker(tier)]
         if len(explicit) > 1:
             raise pytest.UsageError(f"{item.nodeid} has tiers {explicit}: give it one of {TIERS}")
+        if item.path.name in TORCH_FILES and explicit not in ([], ["torch"]):
+            raise pytest.UsageError(f"{item.nodeid} is in a torch file (conftest.TORCH_FILES): its tier is torch, "
+                                    f"not {explicit[0]}; move it to a file of its tier")
         if explicit:
             continue
         if item.path.name in CLI_FILES:
             tier = "cli"
+        elif item.path.name in TORCH_FILES:
+            tier = "torch"
         elif FILE_FIXTURES & set(getattr(item, "fixturenames", ())):
             tier = "roundtrip"
         else:
@@ -49,6 +113,22 @@ def pytest_collection_modifyitems(config, items):
 
 class SpawnedProcess(AssertionError):
     pass
+
+
+class ImportedTorch(AssertionError):
+    pass
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A unit or calibration test that imports torch or TRL fails (seen when they were not loaded before)."""
+    before = set(TORCH_MODULES) & sys.modules.keys()
+    result = yield
+    if any(item.get_closest_marker(tier) for tier in TORCH_FREE):
+        new = sorted((set(TORCH_MODULES) & sys.modules.keys()) - before)
+        if new:
+            raise ImportedTorch(f"{item.nodeid} imports {', '.join(new)}: mark it torch (or move it to a torch file)")
+    return result
 
 
 def _is_ours(program) -> bool:

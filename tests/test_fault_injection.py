@@ -97,12 +97,19 @@ def no_temporaries(root: Path) -> None:
 
 
 # -- hb sim -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def reference_sim(tmp_path_factory) -> tuple[Path, str]:
+    """The uninterrupted `hb sim` (its folder, its stdout), once for every kill point."""
+    root = tmp_path_factory.mktemp("sim-ref")
+    return root / "ref", ok(hb(*SIM, "--out", "ref", cwd=root))
+
+
 @pytest.mark.parametrize("at", [1, 3, 6])     # the marker, the 2nd run directory, the marker completed
-def test_sim_killed_then_rerun(tmp_path, at):
-    want = ok(hb(*SIM, "--out", "ref", cwd=tmp_path))
+def test_sim_killed_then_rerun(tmp_path, reference_sim, at):
+    ref, want = reference_sim
     killed(hb(*SIM, "--out", "out", cwd=tmp_path, fault=at))
     assert ok(hb(*SIM, "--out", "out", cwd=tmp_path)) == want
-    assert_same(tables(tmp_path / "out"), tables(tmp_path / "ref"))
+    assert_same(tables(tmp_path / "out"), tables(ref))
     no_temporaries(tmp_path / "out")
     assert folders.read_marker(tmp_path / "out")["state"] == "complete"
 
@@ -158,15 +165,23 @@ def test_report_killed_then_rerun(tmp_path, reference_grid, at):
 
 
 # -- hb validity --study --out ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def reference_study(tmp_path_factory) -> tuple[Path, str]:
+    """The uninterrupted `hb validity --study` (the folder holding ref and ref-out, its stdout)."""
+    root = tmp_path_factory.mktemp("study-ref")
+    (root / "s.toml").write_text(STUDY)
+    return root, ok(hb("validity", "ref", "--study", "s.toml", "--out", "ref-out", *VALIDITY, cwd=root))
+
+
 @pytest.mark.parametrize("at", [2, 4, 7])     # a study run, the study's marker completed, a CSV of --out
-def test_validity_study_killed_then_rerun(tmp_path, at):
+def test_validity_study_killed_then_rerun(tmp_path, reference_study, at):
+    root, want = reference_study
     (tmp_path / "s.toml").write_text(STUDY)
-    want = ok(hb("validity", "ref", "--study", "s.toml", "--out", "ref-out", *VALIDITY, cwd=tmp_path))
     killed(hb("validity", "st", "--study", "s.toml", "--out", "st-out", *VALIDITY, cwd=tmp_path, fault=at))
     got = ok(hb("validity", "st", "--study", "s.toml", "--out", "st-out", *VALIDITY, cwd=tmp_path))
-    assert got.replace("st-out", "ref-out") == want
-    assert_same(tables(tmp_path / "st"), tables(tmp_path / "ref"))
-    assert_same(tables(tmp_path / "st-out"), tables(tmp_path / "ref-out"))
+    assert got.replace(str(tmp_path), str(root)).replace("st-out", "ref-out") == want   # it prints the page's path
+    assert_same(tables(tmp_path / "st"), tables(root / "ref"))
+    assert_same(tables(tmp_path / "st-out"), tables(root / "ref-out"))
     no_temporaries(tmp_path / "st")
     no_temporaries(tmp_path / "st-out")
 
@@ -183,15 +198,24 @@ def test_calibrate_killed_then_rerun(tmp_path):
 
 # -- hb real (native, tiny preset) and hb real --backend trl ------------------------------
 REAL = ["real", "--preset", "tiny", "--policy", "uniform", "--steps", "2", "--device", "cpu",
-        "--checkpoint-every", "1"]
+        "--checkpoint-every", "1",            # the small world of tests/real_runs/test_real_runs_cli.py
+        "--set", "warm_steps=2", "--set", "n_train_tasks=30", "--set", "n_heldout_tasks=5",
+        "--set", "eval_tasks=1", "--set", "eval_attempts=1", "--set", "max_new_tokens=8"]
+
+
+@pytest.fixture(scope="module")
+def reference_real(tmp_path_factory, cache) -> Path:
+    """The uninterrupted `hb real` run, once for both kill points; it also fills the warm-start cache."""
+    root = tmp_path_factory.mktemp("real-ref")
+    ok(hb(*REAL, "--out", "ref", cwd=root, cache=cache))
+    return root / "ref"
 
 
 @pytest.mark.parametrize("at, resume", [(2, False), (3, True)])   # the step-1 checkpoint, the step-2 one
-def test_real_killed_then_rerun(tmp_path, cache, at, resume):
-    ok(hb(*REAL, "--out", "ref", cwd=tmp_path, cache=cache))     # also fills the warm-start cache
+def test_real_killed_then_rerun(tmp_path, cache, reference_real, at, resume):
     killed(hb(*REAL, "--out", "run", cwd=tmp_path, cache=cache, fault=at))
     ok(hb(*REAL, "--out", "run", *(["--resume"] if resume else []), cwd=tmp_path, cache=cache))
-    assert_same(tables(tmp_path / "run"), tables(tmp_path / "ref"))
+    assert_same(tables(tmp_path / "run"), tables(reference_real))
     no_temporaries(tmp_path / "run")
     assert folders.read_marker(tmp_path / "run")["state"] == "complete"
 
@@ -225,10 +249,22 @@ def _session_processes(sid: int) -> list[int]:
     return found
 
 
+BIG = GRID.replace("seeds = 2", "seeds = 30").replace("steps = 3", "steps = 60")
+
+
+@pytest.fixture(scope="module")
+def reference_big_grid(tmp_path_factory) -> Path:
+    """The 60-cell grid run uninterrupted (one worker) and collected, once for both presses."""
+    root = tmp_path_factory.mktemp("big-ref")
+    (root / "g.toml").write_text(BIG)
+    ok(hb("grid", "run", "g.toml", "--out", "ref", "--jobs", "1", cwd=root))
+    ok(hb("grid", "collect", "ref", cwd=root))
+    return root / "ref"
+
+
 @pytest.mark.parametrize("presses", [1, 3])
-def test_ctrl_c_stops_the_workers_and_the_rerun_completes(tmp_path, presses):
-    big = GRID.replace("seeds = 2", "seeds = 30").replace("steps = 3", "steps = 60")
-    (tmp_path / "g.toml").write_text(big)
+def test_ctrl_c_stops_the_workers_and_the_rerun_completes(tmp_path, reference_big_grid, presses):
+    (tmp_path / "g.toml").write_text(BIG)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop(folders.FAULT_ENV, None)
     proc = subprocess.Popen([sys.executable, "-m", "hbsim.cli", "grid", "run", "g.toml", "--out", "grid", "--jobs",
@@ -250,12 +286,10 @@ def test_ctrl_c_stops_the_workers_and_the_rerun_completes(tmp_path, presses):
     done = len(folders.visible(cells))
     assert done < 60                               # it stopped: the queue was not worked through
     ok(hb("grid", "run", "g.toml", "--out", "grid", "--jobs", "1", cwd=tmp_path))
-    ok(hb("grid", "run", "g.toml", "--out", "ref", "--jobs", "1", cwd=tmp_path))
-    for grid in ("grid", "ref"):
-        ok(hb("grid", "collect", grid, cwd=tmp_path))
+    ok(hb("grid", "collect", "grid", cwd=tmp_path))
     for name in ("train.parquet", "eval.parquet"):
         got = tables(tmp_path / "grid")[name]
-        pd.testing.assert_frame_equal(got, tables(tmp_path / "ref")[name])
+        pd.testing.assert_frame_equal(got, tables(reference_big_grid)[name])
     no_temporaries(tmp_path / "grid")
 
 

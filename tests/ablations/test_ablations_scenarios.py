@@ -194,6 +194,7 @@ def test_scenario_structure_from_the_ground_truth(name):
         CLAIMS[name](built(name, seed))
 
 
+@pytest.mark.calibration
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_oracle_beats_uniform_by_3_mde_at_the_shipped_seeds(name):
     gap = measure.oracle_gap(name)
@@ -201,6 +202,7 @@ def test_oracle_beats_uniform_by_3_mde_at_the_shipped_seeds(name):
     assert gap["delta"] >= 3 * gap["mde"] > 0, gap
 
 
+@pytest.mark.calibration
 def test_table1_reproduces_the_mixed_pattern():
     truth = measure.final_truth("table1", [{"name": "mixed", "arms": [0, 1], "label": "mixed2"},
                                            {"name": "mixed", "label": "mixed6"}])

@@ -178,6 +178,7 @@ def test_training_improves_success():
 
 
 # -- oracle ----------------------------------------------------------------------------
+@pytest.mark.calibration
 def test_expected_update_matches_monte_carlo():
     """The oracle's expected step equals the average realised step (exact, linear)."""
     env = make_env("bernoulli", seed=4, drift=0.0, forget=0.0, n_tasks=60, **{"n_zero": 0})

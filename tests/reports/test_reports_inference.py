@@ -17,6 +17,7 @@ def _null_blocks(rng, blocks=80, seeds=8, tasks=60, run_sd=0.15, noise_sd=0.1):
     return x[:, 1] - x[:, 0]
 
 
+@pytest.mark.calibration
 def test_seed_level_tests_hold_alpha_where_task_level_tests_do_not():
     diff = _null_blocks(np.random.default_rng(2024))
     p = inference.paired_tests(diff, resamples=500, rng=np.random.default_rng(0))
@@ -88,6 +89,7 @@ def _aa_attempts(rng, seeds=6, tasks=40, run_sd=0.6):
                          "suite": "s", "attempt": 0, "success": success.ravel()})
 
 
+@pytest.mark.calibration
 def test_gee_clustered_by_seed_holds_alpha_with_few_seeds():
     """The CR1-scaled robust variance with a t(K-1) reference keeps the level at 4 seeds; the
     plain sandwich with a normal reference (what statsmodels gives by default) does not."""

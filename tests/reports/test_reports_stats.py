@@ -239,6 +239,7 @@ def test_bootstrap_reproducible_and_chunk_progress():
     assert not np.array_equal(a, c)
 
 
+@pytest.mark.calibration
 def test_bootstrap_interval_covers_planted_delta_about_95_percent():
     rng = np.random.default_rng(1)
     hits, reps, truth = 0, 200, 0.1

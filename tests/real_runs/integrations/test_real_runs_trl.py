@@ -3,7 +3,6 @@ scheduled by the policy objects."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -279,66 +278,6 @@ def _assert_same(a, b):
         assert np.isnan(b)
     else:
         assert a == b
-
-
-def _run(*argv, cwd=None):
-    import subprocess
-    import sys
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OPENBLAS_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, timeout=300, cwd=cwd)
-
-
-@pytest.mark.cli
-@pytest.mark.slow
-def test_hb_real_backend_trl_writes_a_run_that_hb_report_reads(tmp_path):
-    import json
-
-    import pandas as pd
-
-    from hbsim import folders
-    base = ["-m", "hbsim.cli", "real", "--backend", "trl", "--steps", "2",     # no --device: the default works
-            "--set", 'harnesses=["json","xml","kv"]', "--set", "n_train_tasks=12", "--set", "max_completion_length=8"]
-    for policy in ("harnessbandit", "mixed"):
-        proc = _run(*base, "--policy", policy, "--out", str(tmp_path / "grid" / policy))
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        assert "scheduler overhead" in proc.stdout
-    train = pd.read_parquet(tmp_path / "grid" / "harnessbandit" / "train.parquet")
-    assert list(train["arm"]) == [0, 1] and {"p_json", "alloc_kv", "overhead_frac"} <= set(train.columns)
-    ckpt = tmp_path / "grid" / "harnessbandit" / "trl" / "checkpoint-2"
-    mode = 0o666 & ~folders.current_umask()       # TRL's files follow the umask (safetensors writes 0600)
-    assert {p.name: p.stat().st_mode & 0o777 for p in ckpt.iterdir()} == {p.name: mode for p in ckpt.iterdir()}
-    again = _run(*base, "--policy", "harnessbandit", "--out", str(tmp_path / "grid" / "harnessbandit"))
-    assert again.returncode == 2 and "already holds a run; use --resume" in again.stderr
-    proc = _run(*base[:6], "3", *base[7:], "--policy", "harnessbandit", "--resume",
-                "--out", str(tmp_path / "grid" / "harnessbandit"))      # through hb: from trl/checkpoint-2
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    resumed = pd.read_parquet(tmp_path / "grid" / "harnessbandit" / "train.parquet")
-    other = _run(*base[:6], "4", *base[7:], "--set", "lr=0.5", "--policy", "harnessbandit", "--resume",
-                 "--out", str(tmp_path / "grid" / "harnessbandit"))     # the checkpoint's saved config differs
-    assert other.returncode == 2 and "(env.lr differ); only --steps may change" in other.stderr
-    assert "Traceback" not in other.stderr
-    assert_frame_equal = pd.testing.assert_frame_equal
-    assert_frame_equal(pd.read_parquet(tmp_path / "grid" / "harnessbandit" / "train.parquet"), resumed)
-    assert list(resumed["step"]) == [1, 2, 3] and list(resumed["arm"])[:2] == [0, 1]
-    pd.testing.assert_frame_equal(resumed.iloc[:2].drop(columns="run_id"), train.drop(columns="run_id"))
-    meta = json.loads((tmp_path / "grid" / "mixed" / "run.json").read_text())
-    assert meta["config"]["env"]["kind"] == "trl" and meta["versions"]["trl"]
-    proc = _run("-m", "hbsim.cli", "report", str(tmp_path / "grid"), "--baseline", "mixed", "--k", "1",
-                "--resamples", "50", "--out", str(tmp_path / "report"))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert (tmp_path / "report" / "report.md").exists()
-    bad = _run(*base, "--policy", "mixed", "--set", "nope=1", "--out", str(tmp_path / "bad"))
-    assert bad.returncode == 2 and "nope" in bad.stderr and "Traceback" not in bad.stderr
-
-
-@pytest.mark.cli
-@pytest.mark.slow
-def test_example_script_runs(tmp_path):
-    root = str(Path(__file__).resolve().parents[3])
-    proc = _run(os.path.join(root, "examples", "trl_harnessbandit.py"), "--steps", "2", "--out",
-                str(tmp_path / "ex"), cwd=root)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert (tmp_path / "ex" / "run.json").exists() and "scheduler overhead" in proc.stdout
 
 
 def test_benchmark_scheduler_hooks_per_step(benchmark):

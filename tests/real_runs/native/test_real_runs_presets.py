@@ -10,6 +10,7 @@ from policies.errors import UserError
 from real_runs.native.presets import PRESETS, REAL_KNOBS, RealConfig, check, preset_knobs, resolve, resolve_env
 
 
+@pytest.mark.torch  # real_runs.make_adapter imports the adapter (torch) before it checks the knobs
 def test_bad_knobs_raise_naming_the_knob():
     with pytest.raises(UserError, match="no knob 'lrr'; valid knobs: .*lr"):
         real_runs.make_adapter(0, lrr=1.0)
