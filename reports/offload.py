@@ -99,13 +99,20 @@ class Helper:
         return done
 
     def _next(self) -> None:
-        """Hand the next call that was not cancelled to the helper, if it is idle."""
+        """Hand the next call that was not cancelled to the helper, if it is idle. The call is
+        handed over after the lock is released: a call the helper finished before its callback
+        was attached runs `_finished` at once, in this thread, which takes the lock."""
         with self._lock:
-            while self._queue and not self._busy and self._pool is not None:
+            if self._busy or self._pool is None:
+                return
+            while self._queue:
                 done, fn, args = self._queue.popleft()
                 if done.set_running_or_notify_cancel():
-                    self._busy = True
-                    self._pool.submit(_call, fn, *args).add_done_callback(lambda f, d=done: self._finished(d, f))
+                    self._busy, pool = True, self._pool
+                    break
+            else:
+                return
+        pool.submit(_call, fn, *args).add_done_callback(lambda f, d=done: self._finished(d, f))
 
     def _finished(self, done: Future, ran: Future) -> None:
         if ran.cancelled():

@@ -2,6 +2,9 @@
 files as one process; bad values of --jobs / $HB_REPORT_JOBS are one line."""
 from __future__ import annotations
 
+import threading
+from concurrent.futures import Future
+
 import pytest
 
 from policies.errors import UserError
@@ -144,3 +147,35 @@ def test_iqm_over_steps_final_step_has_the_summary_interval():
     early = steps[steps["step"] == 6]
     assert len(early) == 6 and (early["low"] <= early["iqm"]).all() and (early["iqm"] <= early["high"]).all()
     assert (early["high"] > early["low"]).all()
+
+
+class _FinishedPool:
+    """A pool whose call has finished before submit() returns (the helper was quicker than
+    this thread): the done-callback then runs at once, in the submitting thread."""
+
+    def submit(self, fn, *args):
+        ran = Future()
+        ran.set_result(fn(*args))
+        return ran
+
+    def shutdown(self, **kw):
+        pass
+
+
+def test_a_call_finished_before_its_callback_is_attached_does_not_deadlock(monkeypatch):
+    helper = offload.Helper(1, {"x": 1})
+    helper._pool = _FinishedPool()                   # a fork stand-in: calls run in _call, as in the helper
+    monkeypatch.setattr(offload, "_STATE", {"x": 1})
+    answers = {}
+
+    def submit_two():
+        first = helper.submit(lambda state, y: state["x"] + y, 41)
+        second = helper.submit(lambda state, y: state["x"] * y, 5)
+        answers["results"] = (first.result(timeout=5), second.result(timeout=5))
+
+    worker = threading.Thread(target=submit_two, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "submit() deadlocked on the helper's lock"
+    assert answers["results"] == (42, 5)
+    assert not helper._busy and not helper._queue
