@@ -4,7 +4,8 @@
 
 Convention, everywhere: ``level`` is the COVERAGE of a two-sided interval (0.95: a 95%
 interval, (1 - level) / 2 in each tail). A caller that holds a test level alpha passes
-``1 - alpha``.
+``1 - alpha``. (The level of a TEST, as in `reports.stats.procedure_level`, is its size
+alpha: a test rejects at level alpha, an interval covers at level 1 - alpha.)
 
 * `t_quantile(p, df)`: Student's t quantile for an integer df, in pure Python (scipy's
   import costs `hb sim` 60 ms; the series agrees with scipy to ~1e-13).

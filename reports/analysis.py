@@ -26,7 +26,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from reports import inference, stats
+from hbsim import intervals
+from reports import bootstrap, inference, metrics, passk, stats
 
 CELL_KEYS = ["policy", "seed", "suite", "task"]
 
@@ -52,7 +53,7 @@ def cell_metrics(final: pd.DataFrame, ks: tuple[int, ...]) -> pd.DataFrame:
     cells["pass@1"] = c / n
     for k in sorted(set(ks) - {1}):
         ok = n >= k
-        for name, fn in ((f"pass@{k}", stats.pass_at_k), (f"pass^{k}", stats.pass_hat_k)):
+        for name, fn in ((f"pass@{k}", passk.pass_at_k), (f"pass^{k}", passk.pass_hat_k)):
             col = np.full(len(cells), np.nan)
             if ok.any():
                 col[ok] = fn(n[ok], c[ok], k)
@@ -142,32 +143,32 @@ def bootstrap_summary(al: Aligned, suite: str, baseline: str, *, resamples: int,
     b_idx = al.policies.index(baseline)
 
     base = np.repeat(al.x[:, b_idx:b_idx + 1], p, axis=1).reshape(m * p, s, t)
-    table = stats.superiority_table(flat, base)  # once: the draws only reweight it
+    table = bootstrap.superiority_table(flat, base)  # once: the draws only reweight it
     iqm = start = None
     if helper is not None:
         start = rng.bit_generator.state  # where this bootstrap's draws begin: the helper replays them
         iqm = helper.submit(_replayed, flat, start, resamples)
 
     def stat(x, ws, wt):
-        parts = [stats.weighted_mean(x, ws, wt), stats.table_prob_improvement(table, ws, wt)]
+        parts = [bootstrap.weighted_mean(x, ws, wt), bootstrap.table_prob_improvement(table, ws, wt)]
         if iqm is None:
-            parts.append(stats.weighted_iqm(x, ws, wt))
+            parts.append(bootstrap.weighted_iqm(x, ws, wt))
         return np.stack(parts, axis=1)  # (b, 2 or 3, m*p)
 
-    reps = stats.crossed_bootstrap(flat, stat, resamples=resamples, rng=rng, progress=progress,
+    reps = bootstrap.crossed_bootstrap(flat, stat, resamples=resamples, rng=rng, progress=progress,
                                    label=f"summary {suite}")
 
     def finish(iqm_reps: np.ndarray) -> pd.DataFrame:
-        (lo, hi), (iqm_lo, iqm_hi) = stats.percentile_interval(reps[:, :2], alpha), \
-            stats.percentile_interval(iqm_reps, alpha)
+        (lo, hi), (iqm_lo, iqm_hi) = intervals.percentile_interval(reps[:, :2], 1 - alpha), \
+            intervals.percentile_interval(iqm_reps, 1 - alpha)
         rows = []
         for i, metric in enumerate(al.metrics):
             for j, pol in enumerate(al.policies):
                 f = i * p + j
                 rows.append({"suite": suite, "metric": metric, "policy": pol, "n_tasks": t, "n_seeds": s,
-                             "value": float(al.x[i, j].mean()), "boot_low": lo[0, f], "boot_high": hi[0, f],
-                             "iqm": stats.iqm(al.x[i, j]), "iqm_low": iqm_lo[f], "iqm_high": iqm_hi[f],
-                             "prob_improvement": stats.prob_improvement(al.x[i, j], al.x[i, b_idx]),
+                             "value": metrics.mean(al.x[i, j]), "boot_low": lo[0, f], "boot_high": hi[0, f],
+                             "iqm": metrics.iqm(al.x[i, j]), "iqm_low": iqm_lo[f], "iqm_high": iqm_hi[f],
+                             "prob_improvement": metrics.prob_improvement(al.x[i, j], al.x[i, b_idx]),
                              "pi_low": lo[1, f], "pi_high": hi[1, f], "is_baseline": pol == baseline})
         return pd.DataFrame(rows)
 
@@ -203,7 +204,7 @@ def _replayed(state: dict, x: np.ndarray, start: dict, resamples: int) -> np.nda
     makes (`bootstrap_summary`'s, replayed in the helper process: the same numbers)."""
     rng = np.random.Generator(getattr(np.random, start["bit_generator"])())
     rng.bit_generator.state = start
-    return stats.crossed_bootstrap(x, stats.weighted_iqm, resamples=resamples, rng=rng)
+    return bootstrap.crossed_bootstrap(x, bootstrap.weighted_iqm, resamples=resamples, rng=rng)
 
 
 # ------------------------------------------------------------------ paired tables
@@ -253,9 +254,9 @@ def paired_rows(al: Aligned, suite: str, cand: str, baseline: str, *, resamples:
     over the metrics; boot_*: the crossed bootstrap."""
     c, b = al.policies.index(cand), al.policies.index(baseline)
     diff = al.x[:, c] - al.x[:, b]  # (metrics, seeds, tasks)
-    reps = stats.crossed_bootstrap(diff, stats.weighted_mean, resamples=resamples, rng=rng,
+    reps = bootstrap.crossed_bootstrap(diff, bootstrap.weighted_mean, resamples=resamples, rng=rng,
                                    progress=progress, label=f"paired {suite} {cand}")
-    lo, hi = stats.percentile_interval(reps, alpha)
+    lo, hi = intervals.percentile_interval(reps, 1 - alpha)
     if unpaired:
         tests = inference.unpaired_tests(al.x[:, c], al.x[:, b], resamples=resamples, rng=rng)
     else:
@@ -275,7 +276,7 @@ def paired_rows(al: Aligned, suite: str, cand: str, baseline: str, *, resamples:
                "delta": float(diff[i].mean()), "boot_low": float(lo[i]), "boot_high": float(hi[i]),
                "p_maxt": float(p_maxt[i]), "seeds_up": int((d_seed[i] > 0).sum()),
                "seeds_down": int((d_seed[i] < 0).sum()), "wins": w, "ties": ti, "losses": lo_,
-               "prob_improvement": stats.prob_improvement(al.x[i, c], al.x[i, b])}
+               "prob_improvement": metrics.prob_improvement(al.x[i, c], al.x[i, b])}
         row.update({name: float(p[i]) for name, p in tests.items()})
         row.update(inference.seed_spread(al.x[i, c], al.x[i, b], unpaired))
         rows.append(row)
@@ -326,8 +327,8 @@ def category_rows(al: Aligned, suite: str, cand: str, baseline: str, *, resample
         mask = al.categories == cat
         xc, xb = al.x[:, c][..., mask], al.x[:, b][..., mask]
         diff = xc - xb  # (metrics, seeds, tasks_c)
-        reps = stats.crossed_bootstrap(diff, stats.weighted_mean, resamples=resamples, rng=rng)
-        lo, hi = stats.percentile_interval(reps, alpha)
+        reps = bootstrap.crossed_bootstrap(diff, bootstrap.weighted_mean, resamples=resamples, rng=rng)
+        lo, hi = intervals.percentile_interval(reps, 1 - alpha)
         dall = diff.mean(axis=1)  # (metrics, tasks_c)
         p_perm = stats.sign_flip_test(dall, resamples=resamples, rng=rng)
         if len(al.seeds) < 2:

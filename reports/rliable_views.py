@@ -27,12 +27,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from reports import stats
+from hbsim import intervals
+from reports import bootstrap, metrics
+from reports.metrics import GAMMA, TAUS
 
-#: optimality gap threshold: every metric of the report lies in [0, 1]
-GAMMA = 1.0
-#: performance-profile thresholds (scores lie in [0, 1])
-TAUS = np.round(np.linspace(0.0, 1.0, 21), 10)
 #: resamples of the views' bands (rliable's default for performance profiles is 2000)
 VIEW_RESAMPLES = 2000
 #: at most this many evaluation steps in the IQM-over-steps view (evenly spaced, first and last kept)
@@ -50,62 +48,6 @@ def primary_metric(metrics, primary: str = "score") -> str:
     if primary == "score" and "pass@1" in metrics:
         return "pass@1"
     return metrics[0]
-
-
-# ------------------------------------------------------------- point estimates (rliable's)
-
-def aggregate_mean(x: np.ndarray) -> float:
-    """Mean of the per-task means. x: (runs, tasks)."""
-    return float(np.mean(np.mean(x, axis=0)))
-
-
-def aggregate_median(x: np.ndarray) -> float:
-    """Median of the per-task means (over runs). x: (runs, tasks)."""
-    return float(np.median(np.mean(x, axis=0)))
-
-
-def optimality_gap(x: np.ndarray, gamma: float = GAMMA) -> float:
-    """gamma - mean of min(x, gamma) over every run and task."""
-    return float(gamma - np.mean(np.minimum(x, gamma)))
-
-
-def profile(x: np.ndarray, taus=TAUS) -> np.ndarray:
-    """Score distribution: share of runs x tasks with a score above each tau. -> (taus,)."""
-    x = np.asarray(x, dtype=np.float64).ravel()
-    return (x[:, None] > np.asarray(taus)[None, :]).mean(axis=0)
-
-
-# --------------------------------------------------------------- bootstrap statistics
-
-def weighted_median(x: np.ndarray, ws: np.ndarray, wt: np.ndarray) -> np.ndarray:
-    """Bootstrap median of per-task means, exactly `aggregate_median` of each replicate.
-    x: (..., seeds, tasks); ws: (B, seeds); wt: (B, tasks) integer counts -> (B, ...).
-    The task counts are turned back into the drawn task indices (each row sums to T)."""
-    s, t = x.shape[-2:]
-    lead = x.shape[:-2]
-    out = np.empty((ws.shape[0], *lead))
-    # in blocks of replicates: the task means, their gather and the median's partition copy
-    step = stats.block_rows(3 * 8 * int(np.prod(lead, dtype=np.int64)) * t, ws.shape[0])
-    for b0 in range(0, ws.shape[0], step):
-        w_s, w_t = ws[b0:b0 + step], wt[b0:b0 + step]
-        m = np.moveaxis(np.matmul(np.swapaxes(x, -1, -2), w_s.T), -1, 0) / s  # (b, ..., T) task means
-        drawn = np.repeat(np.tile(np.arange(t), w_t.shape[0]), np.rint(w_t).astype(np.int64).ravel()).reshape(-1, t)
-        drawn = drawn.reshape(drawn.shape[0], *(1,) * (m.ndim - 2), t)
-        out[b0:b0 + step] = np.median(np.take_along_axis(m, drawn, axis=-1), axis=-1)
-    return out
-
-
-def weighted_profile(x: np.ndarray, ws: np.ndarray, wt: np.ndarray, taus=TAUS) -> np.ndarray:
-    """Bootstrap score distributions, exactly `profile` of each replicate.
-    x: (..., seeds, tasks) -> (B, ..., taus). A value is above taus[k] exactly when k is
-    below its bin (the number of taus under it), so only the bins' resampled shares are
-    needed: the resampled counts of the bins that occur (at most len(taus) + 1, four for
-    pass@1 of three attempts; `stats.level_counts`, exact integers)."""
-    taus = np.asarray(taus, dtype=np.float64)
-    bins = np.searchsorted(taus, x, side="left")  # (..., S, T): taus[k] < x  <=>  k < bins
-    levels = np.unique(bins)
-    share = stats.level_counts(bins, levels, ws, wt) / (bins.shape[-2] * bins.shape[-1])  # (B, ..., U)
-    return share @ (levels[None, :] > np.arange(taus.size)[:, None]).T.astype(np.float64)  # (B, ..., K)
 
 
 # ------------------------------------------------------------------------- the views
@@ -188,8 +130,8 @@ class ViewsBuilder:
         metric = primary_metric(metrics, self.primary)
         x = al.x[al.metrics.index(metric)]  # (policies, seeds, tasks)
         reps, rng, alpha = self.reps, self.rng, self.alpha
-        median = stats.percentile_interval(stats.crossed_bootstrap(x, weighted_median, resamples=reps, rng=rng),
-                                           alpha)
+        median = intervals.percentile_interval(
+            bootstrap.crossed_bootstrap(x, bootstrap.weighted_median, resamples=reps, rng=rng), 1 - alpha)
         part.tables = {"profiles": _profiles(x, al, suite, metric, reps, rng, alpha),
                        "iqm_steps": _iqm_steps(self.fr.eval_all, al, suite, metric, self.baseline, self.ks, reps,
                                                rng, alpha, part)}
@@ -237,10 +179,10 @@ def _aggregates(mats: dict, summ: pd.DataFrame, suite: str, metric: str, shape: 
     rows = []
     for j, (pol, x) in enumerate(mats.items()):
         s = by.loc[pol]
-        own = {"median": (aggregate_median(x), lo[j], hi[j]),
-               "iqm": (stats.iqm(x), s["iqm_low"], s["iqm_high"]),
-               "mean": (aggregate_mean(x), s["boot_low"], s["boot_high"]),
-               "optimality_gap": (optimality_gap(x), GAMMA - s["boot_high"], GAMMA - s["boot_low"])}
+        own = {"median": (metrics.aggregate_median(x), lo[j], hi[j]),
+               "iqm": (metrics.iqm(x), s["iqm_low"], s["iqm_high"]),
+               "mean": (metrics.aggregate_mean(x), s["boot_low"], s["boot_high"]),
+               "optimality_gap": (metrics.optimality_gap(x), GAMMA - s["boot_high"], GAMMA - s["boot_low"])}
         for name, (v, a, b) in own.items():
             rows.append({"suite": suite, "metric": metric, "policy": pol, "n_seeds": shape[0],
                          "n_tasks": shape[1], "aggregate": name, "value": float(v), "low": float(a),
@@ -249,11 +191,11 @@ def _aggregates(mats: dict, summ: pd.DataFrame, suite: str, metric: str, shape: 
 
 
 def _profiles(x, al, suite, metric, reps, rng, alpha) -> pd.DataFrame:
-    boot = stats.crossed_bootstrap(x, weighted_profile, resamples=reps, rng=rng)  # (B, policies, taus)
-    lo, hi = stats.percentile_interval(boot, alpha)
+    boot = bootstrap.crossed_bootstrap(x, bootstrap.weighted_profile, resamples=reps, rng=rng)  # (B, policies, taus)
+    lo, hi = intervals.percentile_interval(boot, 1 - alpha)
     rows = []
     for j, pol in enumerate(al.policies):
-        point = profile(x[j])
+        point = metrics.profile(x[j])
         rows += [{"suite": suite, "metric": metric, "policy": pol, "tau": float(tau), "value": float(point[k]),
                   "low": float(lo[j, k]), "high": float(hi[j, k])} for k, tau in enumerate(TAUS)]
     return pd.DataFrame(rows)
@@ -286,15 +228,15 @@ def _iqm_steps(eval_all, al, suite, metric, baseline, ks, reps, rng, alpha, view
     # one statistic, one interval); the other steps are bootstrapped here, on the same draws as before
     others = [i for i in range(len(kept)) if not np.array_equal(x[:, i], final)]
     p, k = x.shape[0], len(others)
-    boot = stats.crossed_bootstrap(x[:, others].reshape(p * k, *x.shape[2:]), stats.weighted_iqm, resamples=reps,
+    boot = bootstrap.crossed_bootstrap(x[:, others].reshape(p * k, *x.shape[2:]), bootstrap.weighted_iqm, resamples=reps,
                                    rng=rng)
-    lo, hi = stats.percentile_interval(boot, alpha) if k else (np.empty(0), np.empty(0))
+    lo, hi = intervals.percentile_interval(boot, 1 - alpha) if k else (np.empty(0), np.empty(0))
     rows = []
     for j, pol in enumerate(al.policies):
         for i, step in enumerate(kept):
             band = (float(lo[j * k + others.index(i)]), float(hi[j * k + others.index(i)])) if i in others \
                 else (np.nan, np.nan)
-            rows.append({"suite": suite, "metric": metric, "policy": pol, "step": step, "iqm": stats.iqm(x[j, i]),
+            rows.append({"suite": suite, "metric": metric, "policy": pol, "step": step, "iqm": metrics.iqm(x[j, i]),
                          "low": band[0], "high": band[1], "final": i not in others})
     return pd.DataFrame(rows)
 
