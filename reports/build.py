@@ -14,10 +14,11 @@ import pandas as pd
 
 from hbsim.contract import PART
 from reports import gap, load
+from reports.cells import align, category_values, cell_metrics, metric_names, per_task_rows, score_is_pass1
 from reports.text import conclusion, headline_table  # noqa: F401 (public: reports.headline_table)
 from policies.errors import UserError
 
-# reports.analysis / reports.diagnostics (scipy, statsmodels) are imported after the
+# reports.analysis / values / gee / diagnostics (scipy, statsmodels) are imported after the
 # inputs are validated, so that a rejected call answers quickly.
 
 TABLES = ("summary", "category_values", "per_task", "paired", "per_seed", "categories", "flips", "flip_counts", "gee",
@@ -82,8 +83,6 @@ def _validate(fr: load.Frames, baseline: str, suite: str | None, ks, resamples: 
         raise UserError(f"--alpha: got {alpha}, allowed: 0 < alpha < 1")
     if resamples < 1:
         raise UserError(f"--resamples: got {resamples}, allowed: an integer >= 1")
-    from reports.analysis import metric_names
-
     names = sorted({m for n in attempts.values() for m in metric_names(ks, n)})
     if primary not in names:
         raise UserError(f"--primary: got {primary!r}, allowed: one of the metrics of this report {names}")
@@ -124,10 +123,10 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     fr = _frames(dir_or_frames, (axis,) if axis else ())
     policies, attempts, ks = _validate(fr, baseline, suite, ks, resamples, alpha, primary, target_delta)
     axis_values = load.axis_values(fr.eval, axis) if axis else None
-    from reports import analysis, diagnostics
+    from reports import analysis, diagnostics, values
 
     rng = np.random.default_rng(seed)
-    cells = analysis.cell_metrics(fr.eval, ks)
+    cells = cell_metrics(fr.eval, ks)
     notes: list[str] = []
     for k in ks:
         short = [s for s, n in attempts.items() if n < k]
@@ -154,10 +153,10 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
                            stages=(si * len(policies), stages), progress=progress, unpaired=unpaired,
                            helper=helper)
             notes += plan.notes
-        later = [part for part in acc["summary"] if isinstance(part, analysis.Later)]
+        later = [part for part in acc["summary"] if isinstance(part, values.Later)]
         for part in reversed(later):  # what the helper has not started yet is done here, now idle
             part.steal()
-        acc["summary"] = [part.result() if isinstance(part, analysis.Later) else part for part in acc["summary"]]
+        acc["summary"] = [part.result() if isinstance(part, values.Later) else part for part in acc["summary"]]
         tables = {name: _concat(frames) for name, frames in acc.items() if frames or name in _COMPARISON}
         tables["paired"] = _headline(tables["paired"], alpha, resamples, target_delta)
         if tables["paired"].empty and len(policies) > 1:
@@ -221,11 +220,9 @@ def _plan_suite(cells: pd.DataFrame, suite: str, attempts: int, policies: list[s
     tables (summary, per-task, categories' values, GEE, rliable's views) use the rectangle
     common to the baseline and the comparable candidates; a candidate that would empty it is
     left out of them (one line each)."""
-    from reports import analysis
-
-    metrics = analysis.metric_names(ks, attempts)
+    metrics = metric_names(ks, attempts)
     notes = []
-    if analysis.score_is_pass1(cells, suite):
+    if score_is_pass1(cells, suite):
         metrics.remove("score")
         notes.append(f"{suite}: score equals pass@1 on every task (rewards are 1 for a success, else 0); "
                      "shown once, as pass@1")
@@ -236,14 +233,14 @@ def _plan_suite(cells: pd.DataFrame, suite: str, attempts: int, policies: list[s
     cands = [p for p in policies if p != baseline]
     pairs, sizes = {}, {}
     for cand in cands:
-        pal, _ = analysis.align(cells, suite, [cand, baseline], baseline, metrics)
+        pal, _ = align(cells, suite, [cand, baseline], baseline, metrics)
         if pal.tasks and pal.seeds:
             pairs[cand], sizes[cand] = pal, len(pal.tasks) * len(pal.seeds)
         else:
             notes.append(f"{suite}: {cand!r} not compared with {baseline!r}: {_why_empty(cells, suite, cand, baseline)}")
     members = [baseline] + list(pairs)
     while True:
-        al, align_notes = analysis.align(cells, suite, members, baseline, metrics)
+        al, align_notes = align(cells, suite, members, baseline, metrics)
         if (al.tasks and al.seeds) or len(members) <= 2:
             break
         drop = min(members[1:], key=lambda c: (sizes[c], c))
@@ -259,18 +256,18 @@ def _plan_suite(cells: pd.DataFrame, suite: str, attempts: int, policies: list[s
 def _compare_suite(acc: dict, fr: load.Frames, plan: _SuitePlan, baseline: str, *, rng, alpha: float,
                    resamples: int, stages: tuple[int, int], progress, unpaired: bool, helper=None) -> None:
     """Append every comparison table of one suite (`_plan_suite`) to ``acc``: the draws of
-    the report's generator ``rng``, in a fixed order (helper: `analysis.bootstrap_summary`'s)."""
-    from reports import analysis
+    the report's generator ``rng``, in a fixed order (helper: `values.bootstrap_summary`'s)."""
+    from reports import analysis, gee, values
 
     suite, al, first, total = plan.suite, plan.al, *stages
     kw = dict(resamples=resamples, rng=rng, alpha=alpha)
     if al.tasks and al.seeds:
-        acc["summary"].append(analysis.bootstrap_summary(al, suite, baseline, helper=helper,
+        acc["summary"].append(values.bootstrap_summary(al, suite, baseline, helper=helper,
                                                          progress=_stage(progress, first + 1, total), **kw))
-        acc["per_task"].append(analysis.per_task_rows(al, suite))
-        acc["category_values"].append(analysis.category_values(al, suite))
-        gee, gee_notes = analysis.gee_rows(fr.eval, al, suite, baseline)
-        acc["gee"].append(pd.DataFrame(gee))
+        acc["per_task"].append(per_task_rows(al, suite))
+        acc["category_values"].append(category_values(al, suite))
+        rows, gee_notes = gee.gee_rows(fr.eval, al, suite, baseline)
+        acc["gee"].append(pd.DataFrame(rows))
         plan.notes += gee_notes
     for ci, cand in enumerate(plan.cands):
         if cand not in plan.pairs:

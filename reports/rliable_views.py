@@ -29,6 +29,7 @@ import pandas as pd
 
 from hbsim import intervals
 from reports import bootstrap, metrics
+from reports.cells import align, cell_metrics
 from reports.metrics import GAMMA, TAUS
 
 #: resamples of the views' bands (rliable's default for performance profiles is 2000)
@@ -77,7 +78,7 @@ class ViewsBuilder:
     the suites in the order given, in whichever process, so every number is the same with 1
     or 2 jobs. ``result(summary)`` waits and assembles the `Views` (IQM and mean intervals:
     the summary's); ``close()`` ends the helper.
-    fr: the report's `load.Frames`; cells: the final evaluation's `analysis.cell_metrics`."""
+    fr: the report's `load.Frames`; cells: the final evaluation's `cells.cell_metrics`."""
 
     def __init__(self, fr, cells: pd.DataFrame, baseline: str, ks, *, resamples: int, seed: int, alpha: float,
                  primary: str = "score", jobs: int = 1):
@@ -120,10 +121,8 @@ class ViewsBuilder:
     def _suite(self, suite: str, metrics: list[str], members: list[str]):
         """One suite's bootstraps: (a Views part, (suite, primary metric, (seeds, tasks), the
         median's interval))."""
-        from reports import analysis
-
         part = Views()
-        al, _ = analysis.align(self.cells, suite, members, self.baseline, metrics)
+        al, _ = align(self.cells, suite, members, self.baseline, metrics)
         for i, metric in enumerate(al.metrics):
             part.matrices[(suite, metric)] = {p: al.x[i, j].copy() for j, p in enumerate(al.policies)}
         part.index[suite] = {"seeds": [int(s) for s in al.seeds], "tasks": list(al.tasks)}
@@ -244,14 +243,12 @@ def _iqm_steps(eval_all, al, suite, metric, baseline, ks, reps, rng, alpha, view
 def _step_cells(eval_all, al, suite, metric, ks, views):
     """(kept steps, their (policies, seeds, tasks) matrices of ``metric``, every step) of
     the shown evaluation steps that cover the final rectangle."""
-    from reports import analysis
-
     sub = eval_all[(eval_all["suite"] == suite) & eval_all["policy"].isin(al.policies)]
     kept, mats = [], []
     idx = pd.MultiIndex.from_product([al.policies, al.seeds, al.tasks], names=["policy", "seed", "task"])
     all_steps = sorted(sub["step"].unique().tolist())
     for step in shown_steps(all_steps):
-        c = analysis.cell_metrics(sub[sub["step"] == step], ks)
+        c = cell_metrics(sub[sub["step"] == step], ks)
         v = c.set_index(["policy", "seed", "task"])[metric].reindex(idx).to_numpy(dtype=np.float64)
         if np.isnan(v).any():
             views.notes.append(f"{suite}: step {step} lacks some of the final evaluation's seeds x tasks; "

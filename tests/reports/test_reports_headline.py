@@ -11,7 +11,6 @@ from policies.errors import UserError
 from hbsim.contract import EVAL_TABLE
 from hbsim import intervals
 from reports import analysis, inference, stats
-from reports.analysis import Aligned
 
 SD_RUN = 0.6  # per-run sd on the logit: training luck dominates
 
