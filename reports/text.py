@@ -1,8 +1,9 @@
 """Plain-text views of a finished ReportResult: the one-paragraph conclusion, the
 headline table and the column legend (shared by stdout, report.md and index.html).
 
-Nothing is computed here but formatting; it imports no other reports module, so
-`build` and `render` both use it without importing each other.
+Nothing is computed here but formatting (and the one-cell verdict of a headline row and
+the MDE's format, shared by the first screen and the sections); it imports no other
+reports module, so `build`, `render`, `sections` and `page` all use it.
 """
 from __future__ import annotations
 
@@ -144,3 +145,22 @@ def headline_table(result) -> str:
                              f"{seeds:>9}  {mde}  {int(q['wins']):>3}/{int(q['ties']):>3}/{int(q['losses']):>3}")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def verdict(r, alpha: float) -> str:
+    """The per-candidate sentence of earlier reports, as one table cell."""
+    if int(r["n_seeds"]) < 2:
+        return "one seed: no test"
+    if r["p_holm"] < alpha:
+        return "ahead" if r["delta"] > 0 else "behind"
+    mde = r.get("mde", np.nan)
+    if np.isfinite(mde) and abs(r["delta"]) < mde:
+        return "not detectable (|delta| < MDE)"
+    return "not significant (Holm)"
+
+
+def fmt_mde(v) -> str:
+    """The MDE; above 1 no attainable delta is detectable (every metric lies in [0, 1])."""
+    if v is None or not np.isfinite(v):
+        return "n/a"
+    return "> 1 (none)" if v > 1 else f"{v:.3f}"

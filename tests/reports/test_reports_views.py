@@ -1,5 +1,5 @@
 """rliable's views (reports.rliable_views) against rliable's documented definitions, the
-export in rliable's input form, and the one-screen layout of index.html (reports.render)."""
+export in rliable's input form, and the one-screen layout of index.html (reports.render, reports.page)."""
 import json
 import re
 
@@ -9,7 +9,7 @@ import pytest
 from scipy import stats as sps
 
 import reports
-from reports import bootstrap, metrics, render, rliable_views as rv, sections
+from reports import bootstrap, metrics, page, render, rliable_views as rv, sections, text
 
 # rliable 1.2's definitions (rliable.metrics, rliable.library.run_score_deviation), written
 # out from its documentation: the export must give these numbers when rliable is run on it
@@ -66,7 +66,7 @@ def report(tmp_path_factory):
 
 def test_export_is_rliables_input_form_and_gives_the_reported_point_estimates(report):
     ev, res = report
-    folder = res.out / render.EXPORT_DIR
+    folder = res.out / page.EXPORT_DIR
     index = json.loads((folder / "index.json").read_text())
     finals = [e for e in index if e["shape"] == "(runs, tasks)"]
     assert {(e["suite"], e["metric"]) for e in finals} == {
@@ -97,13 +97,13 @@ def test_export_is_rliables_input_form_and_gives_the_reported_point_estimates(re
 
 def test_iqm_over_steps_matches_the_step_matrices_and_the_summary(report):
     _, res = report
-    folder = res.out / render.EXPORT_DIR
+    folder = res.out / page.EXPORT_DIR
     index = json.loads((folder / "index.json").read_text())
     entry = next(e for e in index if e["shape"] == "(runs, tasks, steps)" and e["suite"] == "heldout_harness")
     assert entry["steps"] == [4, 8, 12] and entry["metric"] == "score"
     cube = dict(np.load(folder / entry["file"]))
     assert cube["hb"].shape == (4, 12, 3)
-    final = dict(np.load(folder / f"{render.export_stem('heldout_harness', 'score')}.npz"))
+    final = dict(np.load(folder / f"{page.export_stem('heldout_harness', 'score')}.npz"))
     np.testing.assert_array_equal(cube["hb"][..., -1], final["hb"])
     steps = res.tables["iqm_steps"].set_index(["suite", "policy", "step"])
     for k, step in enumerate(entry["steps"]):
@@ -136,11 +136,11 @@ def test_the_top_of_the_page_is_the_conclusion_one_figure_and_one_table(report):
 
 
 def test_wide_tables_are_cut_into_column_groups_repeating_the_keys():
-    assert render.column_groups(list("kabcd"), [100, 500, 500, 500, 100], keys=1, budget=1150) == \
+    assert page.column_groups(list("kabcd"), [100, 500, 500, 500, 100], keys=1, budget=1150) == \
         [[0, 1, 2], [0, 3, 4]]
-    assert render.column_groups(list("ka"), [100, 5000], keys=1, budget=1150) == [[0, 1]]  # one column too wide
+    assert page.column_groups(list("ka"), [100, 5000], keys=1, budget=1150) == [[0, 1]]  # one column too wide
     df = pd.DataFrame({"metric": ["score"], "candidate": ["hb"], **{f"seed {i}": [0.1234] for i in range(40)}})
-    out = render.html_table(df, keys=2)
+    out = page.html_table(df, keys=2)
     tables = re.findall(r"<table>.*?</table>", out)
     assert len(tables) > 1 and all(t.count("<th>") <= 2 + 40 for t in tables)
     assert all("<th>metric</th><th>candidate</th>" in t for t in tables)
@@ -149,16 +149,16 @@ def test_wide_tables_are_cut_into_column_groups_repeating_the_keys():
 
 
 def test_wording_of_cells_and_notes():
-    assert render.fmt_mde(3.6) == "> 1 (none)" and render.fmt_mde(0.0712) == "0.071" and render.fmt_mde(np.nan) == "n/a"
+    assert text.fmt_mde(3.6) == "> 1 (none)" and text.fmt_mde(0.0712) == "0.071" and text.fmt_mde(np.nan) == "n/a"
     row = {"candidate": "c", "metric": "pass@1", "gained": 4, "lost": 7, "baseline_passed": 36, "candidate_passed": 33}
     assert sections.swap_note(row) == "c pass@1: 36 -> 33 tasks passed: the net change of -3 is 4 gained minus 7 lost."
     row.update(gained=3, lost=3, candidate_passed=36)
     assert "equal counts hide a swap" in sections.swap_note(row)
     assert sections.swap_note({**row, "lost": 0}) is None
     one = {"n_seeds": 1, "p_holm": np.nan, "delta": 0.2, "mde": np.nan}
-    assert render.verdict(one, 0.05) == "one seed: no test"
-    assert render.verdict({**one, "n_seeds": 8, "p_holm": 0.01}, 0.05) == "ahead"
-    assert render.verdict({**one, "n_seeds": 8, "p_holm": 0.5, "mde": 0.3}, 0.05) == "not detectable (|delta| < MDE)"
+    assert text.verdict(one, 0.05) == "one seed: no test"
+    assert text.verdict({**one, "n_seeds": 8, "p_holm": 0.01}, 0.05) == "ahead"
+    assert text.verdict({**one, "n_seeds": 8, "p_holm": 0.5, "mde": 0.3}, 0.05) == "not detectable (|delta| < MDE)"
 
 
 def test_the_headline_interval_is_read_from_ci_columns_when_paired_has_them():
