@@ -14,7 +14,8 @@ import pandas as pd
 
 from hbsim.contract import PART
 from reports import gap, load
-from reports.cells import align, category_values, cell_metrics, metric_names, per_task_rows, score_is_pass1
+from reports.cells import (align, category_values, cell_metrics, headline_metric, metric_names, per_task_rows,
+                           score_is_pass1, view_metric)
 from reports.text import conclusion, headline_table  # noqa: F401 (public: reports.headline_table)
 from policies.errors import UserError
 
@@ -35,9 +36,18 @@ class ReportResult:
     notes: list[str]
     suites: dict[str, int]  # suite -> attempts per task
     policies: list[str]
+    #: suite -> its headline metric, decided once (`cells.headline_metric`); None: the suite lacks
+    #: the --primary metric, so it has no headline row, figure or verdict. Every renderer reads it.
+    headline: dict[str, str | None] = field(default_factory=dict)
+    #: suite -> its metrics, in the report's order (score folded into pass@1 where they agree)
+    metrics: dict[str, list[str]] = field(default_factory=dict)
     out: Path | None = None
     files: dict[str, Path] = field(default_factory=dict)
     views: "rliable_views.Views | None" = None  # noqa: F821 (rliable's views and the score matrices)
+
+    def view_metric(self, suite: str) -> str:
+        """The metric of the suite's single-metric views (`cells.view_metric`)."""
+        return view_metric(self.metrics[suite], self.headline[suite])
 
     def __getattr__(self, name):  # result.paired, result.summary, ...
         tables = self.__dict__.get("tables", {})
@@ -142,11 +152,12 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     # rliable's views of every suite start first (in the helper process with jobs 2): they draw from a
     # generator of their own and need only the all-policy rectangles
     builder = rliable_views.ViewsBuilder(fr, cells, baseline, ks, resamples=resamples, seed=seed, alpha=alpha,
-                                         primary=primary, jobs=jobs)
+                                         jobs=jobs)
     try:
         for plan in plans:
             if plan.al.tasks and plan.al.seeds:
-                builder.add(plan.suite, plan.metrics, [p for p in policies if p in set(plan.al.policies)])
+                builder.add(plan.suite, plan.metrics, [p for p in policies if p in set(plan.al.policies)],
+                            view_metric(plan.metrics, plan.head))
         helper = builder.helper if builder.helper.forked else None  # the summaries' IQM replicates
         for si, plan in enumerate(plans):
             _compare_suite(acc, fr, plan, baseline, rng=rng, alpha=alpha, resamples=resamples,
@@ -185,7 +196,8 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
                                                    "primary", "unpaired", "target_delta", "runs")},
                            sort_keys=True, separators=(",", ":"))
     config["config_hash"] = hashlib.sha256(canonical.encode()).hexdigest()[:16]
-    result = ReportResult(config, tables, diag, notes, attempts, policies, views=views)
+    result = ReportResult(config, tables, diag, notes, attempts, policies, views=views,
+                          headline={p.suite: p.head for p in plans}, metrics={p.suite: p.metrics for p in plans})
     if out is not None:
         from reports import render, validity
         page = validity.write_page_if_any(fr.source if fr.source != "frames" else None, Path(out))  # validity.html
@@ -201,12 +213,12 @@ _COMPARISON = ("summary", "category_values", "per_task", "paired", "per_seed", "
 @dataclass
 class _SuitePlan:
     """What one suite compares, fixed before any random draw (`_plan_suite`): its metrics,
-    the headline metric, each candidate's own rectangle, the all-policy rectangle."""
+    the headline metric (None: none), each candidate's own rectangle, the all-policy rectangle."""
 
     suite: str
     attempts: int
     metrics: list
-    head: str
+    head: str | None
     cands: list
     pairs: dict
     al: object
@@ -226,8 +238,8 @@ def _plan_suite(cells: pd.DataFrame, suite: str, attempts: int, policies: list[s
         metrics.remove("score")
         notes.append(f"{suite}: score equals pass@1 on every task (rewards are 1 for a success, else 0); "
                      "shown once, as pass@1")
-    head = "pass@1" if primary == "score" and "score" not in metrics else primary
-    if head not in metrics:
+    head = headline_metric(metrics, primary)
+    if head is None:
         notes.append(f"{suite}: the primary metric {primary} is not computed here (fewer attempts per task); "
                      "every metric of this suite is secondary")
     cands = [p for p in policies if p != baseline]

@@ -3,7 +3,8 @@ index.html (figures embedded as base64 PNG) and report.md. Nothing is computed h
 formatting and the selection of rows to show.
 
 One screen first: the top of index.html is the conclusion, one figure (per suite, each
-candidate's delta on the primary metric with its headline interval, the baseline at 0)
+candidate's delta on its headline metric, `ReportResult.headline`, with its headline
+interval, the baseline at 0)
 and one compact table (the same rows); everything else follows in collapsible groups
 (`<details>`), laid out by `reports.sections`; the page toolkit (`Doc`, tables, CSS) is
 `reports.page`.
@@ -33,21 +34,20 @@ def interval_columns(paired: pd.DataFrame, alpha: float) -> tuple[str, str, str]
     return "boot_low", "boot_high", f"{pct} boot CI"
 
 
-def primary_rows(result) -> pd.DataFrame:
-    """The paired rows of each suite's primary metric (rliable_views.primary_metric)."""
+def headline_rows(result) -> pd.DataFrame:
+    """The paired rows of each suite's headline metric (``result.headline``); a suite without
+    one has no row."""
     paired = result.tables["paired"]
     if paired.empty:
         return paired
-    primary = result.config.get("primary", "score")
-    keep = [g[g["metric"] == rliable_views.primary_metric(g["metric"].drop_duplicates(), primary)]
-            for _, g in paired.groupby("suite", sort=True)]
+    keep = [g[g["metric"] == result.headline.get(s)] for s, g in paired.groupby("suite", sort=True)]
     return pd.concat(keep, ignore_index=True)
 
 
 def headline_table(result) -> pd.DataFrame:
     """The compact table under the figure: one row per suite x candidate, primary metric;
     the values are the pair's own (the seeds and tasks of its delta)."""
-    rows = primary_rows(result)
+    rows = headline_rows(result)
     alpha = result.config["alpha"]
     lo, hi, label = interval_columns(result.tables["paired"], alpha)
     return pd.DataFrame({
@@ -66,7 +66,7 @@ def _headline(doc: Doc, result) -> None:
     cands = [p for p in result.policies if p != cfg["baseline"]]
     doc.h(1, f"{len(cands)} candidate(s) against the baseline {cfg['baseline']}")
     doc.p(text.conclusion(result), "conclusion")
-    rows = primary_rows(result)
+    rows = headline_rows(result)
     if not rows.empty:
         lo, hi, label = interval_columns(result.tables["paired"], cfg["alpha"])
         titles = {s: f"{s}: {g['metric'].iloc[0]}, {int(g['n_seeds'].max())} seeds x {int(g['n_tasks'].max())} tasks"

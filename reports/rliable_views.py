@@ -40,17 +40,6 @@ MAX_STEPS = 12
 STREAM = 0x726C69
 
 
-def primary_metric(metrics, primary: str = "score") -> str:
-    """The metric a suite's headline is about: ``primary`` when the suite has it; "score"
-    folded into "pass@1" (binary rewards) -> "pass@1"; otherwise the suite's first metric."""
-    metrics = list(metrics)
-    if primary in metrics:
-        return primary
-    if primary == "score" and "pass@1" in metrics:
-        return "pass@1"
-    return metrics[0]
-
-
 # ------------------------------------------------------------------------- the views
 
 @dataclass
@@ -71,8 +60,9 @@ class Views:
 class ViewsBuilder:
     """rliable's views built suite by suite.
 
-    ``add(suite, metrics, members)`` takes one suite's all-policy rectangle (its metrics and
-    policies, those of the summary table); with ``jobs`` 2 the suite's bootstraps run in a
+    ``add(suite, metrics, members, metric)`` takes one suite's all-policy rectangle (its metrics
+    and policies, those of the summary table) and the metric its views are about (the
+    suite's headline metric, else its first: `cells.view_metric`); with ``jobs`` 2 the suite's bootstraps run in a
     forked helper (`reports.offload`) while the caller goes on with the summary and paired
     tables. The views draw from their own generator (``seed`` with stream `STREAM`) and take
     the suites in the order given, in whichever process, so every number is the same with 1
@@ -81,17 +71,17 @@ class ViewsBuilder:
     fr: the report's `load.Frames`; cells: the final evaluation's `cells.cell_metrics`."""
 
     def __init__(self, fr, cells: pd.DataFrame, baseline: str, ks, *, resamples: int, seed: int, alpha: float,
-                 primary: str = "score", jobs: int = 1):
+                 jobs: int = 1):
         from reports import offload
 
         self.fr, self.cells, self.baseline, self.ks = fr, cells, baseline, ks
-        self.reps, self.alpha, self.primary = min(resamples, VIEW_RESAMPLES), alpha, primary
+        self.reps, self.alpha = min(resamples, VIEW_RESAMPLES), alpha
         self.rng = np.random.default_rng([seed, STREAM])
         self.helper = offload.Helper(jobs, {"views": self})  # the summary's IQM replicates go there too
         self._parts: list = []
 
-    def add(self, suite: str, metrics: list[str], members: list[str]) -> None:
-        self._parts.append(self.helper.submit(_suite_views, suite, metrics, members))
+    def add(self, suite: str, metrics: list[str], members: list[str], metric: str) -> None:
+        self._parts.append(self.helper.submit(_suite_views, suite, metrics, members, metric))
 
     def result(self, summary: pd.DataFrame) -> Views:
         try:
@@ -118,15 +108,14 @@ class ViewsBuilder:
     def close(self) -> None:
         self.helper.close(cancel=True)
 
-    def _suite(self, suite: str, metrics: list[str], members: list[str]):
-        """One suite's bootstraps: (a Views part, (suite, primary metric, (seeds, tasks), the
-        median's interval))."""
+    def _suite(self, suite: str, metrics: list[str], members: list[str], metric: str):
+        """One suite's bootstraps on ``metric`` (the suite's view metric, `cells.view_metric`): (a
+        Views part, (suite, metric, (seeds, tasks), the median's interval))."""
         part = Views()
         al, _ = align(self.cells, suite, members, self.baseline, metrics)
-        for i, metric in enumerate(al.metrics):
-            part.matrices[(suite, metric)] = {p: al.x[i, j].copy() for j, p in enumerate(al.policies)}
+        for i, name in enumerate(al.metrics):
+            part.matrices[(suite, name)] = {p: al.x[i, j].copy() for j, p in enumerate(al.policies)}
         part.index[suite] = {"seeds": [int(s) for s in al.seeds], "tasks": list(al.tasks)}
-        metric = primary_metric(metrics, self.primary)
         x = al.x[al.metrics.index(metric)]  # (policies, seeds, tasks)
         reps, rng, alpha = self.reps, self.rng, self.alpha
         median = intervals.percentile_interval(
@@ -137,23 +126,9 @@ class ViewsBuilder:
         return part, (suite, metric, (len(al.seeds), len(al.tasks)), median)
 
 
-def _suite_views(state: dict, suite: str, metrics: list[str], members: list[str]):
+def _suite_views(state: dict, suite: str, metrics: list[str], members: list[str], metric: str):
     """One suite's bootstraps, in the process holding the builder (`reports.offload.Helper`)."""
-    return state["views"]._suite(suite, metrics, members)
-
-
-def compute(fr, cells: pd.DataFrame, summary: pd.DataFrame, policies: list[str], baseline: str, ks, *,
-            resamples: int, seed: int, alpha: float, primary: str = "score") -> Views:
-    """rliable's views of every suite of ``summary`` (the summary table: its metrics per
-    suite and its mean / IQM / P(improvement) intervals) on its primary metric, and the
-    score matrices of every metric, in this process (`ViewsBuilder` in suite order)."""
-    builder = ViewsBuilder(fr, cells, baseline, ks, resamples=resamples, seed=seed, alpha=alpha, primary=primary)
-    if not summary.empty:
-        for suite in sorted(summary["suite"].unique()):
-            summ = summary[summary["suite"] == suite]
-            builder.add(suite, list(summ["metric"].drop_duplicates()),
-                        [p for p in policies if p in set(summ["policy"])])
-    return builder.result(summary)
+    return state["views"]._suite(suite, metrics, members, metric)
 
 
 def _final_step_band(steps: pd.DataFrame, summ: pd.DataFrame) -> pd.DataFrame:
@@ -274,7 +249,7 @@ def npz_bytes(arrays: dict) -> bytes:
 
 def export_files(views: Views, name) -> dict:
     """{file name: bytes} of the export: one .npz per suite x metric ({policy: (runs,
-    tasks)}), one *__steps.npz per suite on its primary metric ({policy: (runs, tasks,
+    tasks)}), one *__steps.npz per suite on its view metric ({policy: (runs, tasks,
     steps)}), and index.json describing them. ``name(suite, metric)`` makes a file stem."""
     import json
 

@@ -118,7 +118,7 @@ def _categories(doc: Doc, result, name: str) -> None:
     alpha = result.config["alpha"]
     flagged = sub[sub["regresses"].astype(bool)] if "regresses" in sub else sub.iloc[:0]
     with doc.details(f"Per category: which categories regressed ({len(flagged)} flagged)"):
-        metric = rliable_views.primary_metric(sub["metric"].drop_duplicates(), result.config.get("primary", "score"))
+        metric = result.view_metric(name)
         prim = sub[sub["metric"] == metric]
         mark = prim["regresses"].astype(bool) if "regresses" in prim else pd.Series(False, index=prim.index)
         prim = prim.assign(cell=[f"{d:+.3f}{' (regresses)' if m else ''}" for d, m in zip(prim["delta"], mark)],

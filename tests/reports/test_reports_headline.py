@@ -253,6 +253,38 @@ def test_primary_metric_choice_and_refusal():
     assert (prim["target_delta"] == 0.2).all()
 
 
+def test_one_headline_decision_read_by_every_renderer(tmp_path):
+    """--primary pass@3 on binary data where one suite has 1 attempt: that suite has no
+    headline anywhere -- not in the conclusion, not as rows of the headline table or figure,
+    not as a verdict -- and the other suite's headline is pass@3 everywhere (before, the
+    conclusion said "no headline" while the headline table showed a pass@1 row with the
+    verdict "not significant (Holm)")."""
+    from reports import render
+    from reports_synth import make_synthetic
+
+    ev, tr = make_synthetic({"base": 0.0, "hb": 0.8}, n_seeds=4, n_tasks=(8, 6))   # heldout_tasks: 1 attempt
+    ev = ev.assign(reward=ev["success"].astype(float))                               # binary rewards
+    res = reports.build_report((ev, tr), "base", tmp_path / "rep", resamples=50, primary="pass@3")
+    assert res.headline == {"heldout_harness": "pass@3", "heldout_tasks": None}
+    assert res.metrics["heldout_tasks"] == ["pass@1"] and res.view_metric("heldout_tasks") == "pass@1"
+    paired = res.tables["paired"]
+    prim = paired[paired["role"] == "primary"]
+    assert list(zip(prim["suite"], prim["metric"])) == [("heldout_harness", "pass@3")]
+    assert "on heldout_tasks the primary metric is not computed (no headline)" in reports.conclusion(res)
+    assert "on heldout_harness (pass@3)" in reports.conclusion(res)
+    table = render.headline_table(res)
+    assert list(zip(table["suite"], table["metric"])) == [("heldout_harness", "pass@3")]
+    page = (tmp_path / "rep" / "report.md").read_text()
+    head = page[:page.index("Every metric and column")]          # the first screen: conclusion, figure, table
+    assert "| heldout_tasks |" not in head and "| heldout_harness | pass@3 | hb |" in head
+    text = reports.headline_table(res)                                # stdout: the headline metric first
+    block = text[text.index("suite heldout_harness"):]
+    assert block.split("\n")[2].split()[0] == "pass@3"
+    # the views follow the same decision: the headline metric, else the suite's first metric
+    agg = res.tables["aggregates"]
+    assert dict(zip(agg["suite"], agg["metric"])) == {"heldout_harness": "pass@3", "heldout_tasks": "pass@1"}
+
+
 def test_skewed_seed_differences_are_warned_about():
     rows = []
     for pol in ("base", "cand"):
