@@ -5,11 +5,12 @@ Agarwal et al. (2021), "Deep RL at the edge of the statistical precipice", and i
 every run x task, mean, optimality gap), performance profiles (share of runs x tasks
 scoring above tau), probability of improvement, and IQM over training steps, each with an
 interval. rliable itself cannot be a dependency (rliable 1.2 needs arch 7.2, which fails
-to import under pandas 3.1); the point estimates here are rliable's definitions
-(`rliable.metrics`, `rliable.library.run_score_deviation`) in numpy/scipy, and
-`score_matrices` exports the data so that rliable can be run on it in its own venv.
+to import under pandas 3.1); the point estimates are rliable's definitions
+(`rliable.metrics`, `rliable.library.run_score_deviation`) in numpy/scipy, in
+`reports.metrics`, and `score_matrices` exports the data so that rliable can be run on it
+in its own venv.
 
-Intervals: the crossed bootstrap of `reports.stats` (tasks and seeds resampled together:
+Intervals: the crossed bootstrap of `reports.bootstrap` (tasks and seeds resampled together:
 new tasks and new runs), with ``min(resamples, VIEW_RESAMPLES)`` resamples from a
 generator of its own (``seed`` with stream `STREAM`), so the report's other numbers do
 not move. rliable's default resamples runs within each task (these tasks, new runs) and

@@ -9,7 +9,7 @@ import pytest
 from scipy import stats as sps
 
 import reports
-from reports import bootstrap, metrics, page, render, rliable_views as rv, sections, text
+from reports import bootstrap, cells, metrics, page, render, rliable_views as rv, sections, text
 
 # rliable 1.2's definitions (rliable.metrics, rliable.library.run_score_deviation), written
 # out from its documentation: the export must give these numbers when rliable is run on it
@@ -37,11 +37,13 @@ def test_point_estimates_hand_case_and_rliable_definitions():
     assert metrics.optimality_gap(np.array([[0.5, 2.0]]), gamma=1.0) == pytest.approx(0.25)  # clipped at gamma
 
 
-def test_primary_metric_and_shown_steps():
-    assert rv.primary_metric(["score", "pass@1", "pass@3"]) == "score"
-    assert rv.primary_metric(["pass@1", "pass@3"]) == "pass@1"  # score folded into pass@1
-    assert rv.primary_metric(["pass@1", "pass@3"], "pass@3") == "pass@3"
-    assert rv.primary_metric(["pass@3"], "nope") == "pass@3"
+def test_headline_metric_view_metric_and_shown_steps():
+    assert cells.headline_metric(["score", "pass@1", "pass@3"], "score") == "score"
+    assert cells.headline_metric(["pass@1", "pass@3"], "score") == "pass@1"  # score folded into pass@1
+    assert cells.headline_metric(["pass@1", "pass@3"], "pass@3") == "pass@3"
+    assert cells.headline_metric(["pass@1"], "pass@3") is None                # not computed: no headline
+    assert cells.view_metric(["pass@1", "pass^3"], None) == "pass@1"
+    assert cells.view_metric(["pass@1", "pass^3"], "pass^3") == "pass^3"
     assert rv.shown_steps([3, 1, 2]) == [1, 2, 3]
     assert rv.shown_steps(range(0, 1000, 10), most=4) == [0, 330, 660, 990]
 
