@@ -25,10 +25,12 @@ from reports.text import fmt_mde, verdict
 
 # ------------------------------------------------------------------ paired columns
 
-def interval_columns(paired: pd.DataFrame, alpha: float) -> tuple[str, str, str]:
-    """(low, high, label) of the headline interval, looked up here only: the t interval
-    over seeds (ci_low, ci_high) where paired.csv has it, else the crossed bootstrap."""
-    pct = f"{100 * (1 - alpha):.0f}%"
+def interval_columns(paired: pd.DataFrame, level: float) -> tuple[str, str, str]:
+    """(low, high, label) of the headline interval's columns, looked up here only (no
+    maths: the intervals are `hbsim.intervals`'): the t interval over seeds (ci_low,
+    ci_high) where paired.csv has it, else the crossed bootstrap; ``level``: the coverage
+    the label states (1 - alpha)."""
+    pct = f"{100 * level:.0f}%"
     if {"ci_low", "ci_high"} <= set(paired.columns):
         return "ci_low", "ci_high", f"{pct} CI"
     return "boot_low", "boot_high", f"{pct} boot CI"
@@ -49,7 +51,7 @@ def headline_table(result) -> pd.DataFrame:
     the values are the pair's own (the seeds and tasks of its delta)."""
     rows = headline_rows(result)
     alpha = result.config["alpha"]
-    lo, hi, label = interval_columns(result.tables["paired"], alpha)
+    lo, hi, label = interval_columns(result.tables["paired"], 1 - alpha)
     return pd.DataFrame({
         "suite": rows["suite"], "metric": rows["metric"], "candidate": rows["candidate"],
         "seeds": rows["n_seeds"].astype(int).astype(str), "candidate value": rows["candidate_value"],
@@ -68,7 +70,7 @@ def _headline(doc: Doc, result) -> None:
     doc.p(text.conclusion(result), "conclusion")
     rows = headline_rows(result)
     if not rows.empty:
-        lo, hi, label = interval_columns(result.tables["paired"], cfg["alpha"])
+        lo, hi, label = interval_columns(result.tables["paired"], 1 - cfg["alpha"])
         titles = {s: f"{s}: {g['metric'].iloc[0]}, {int(g['n_seeds'].max())} seeds x {int(g['n_tasks'].max())} tasks"
                   for s, g in rows.groupby("suite")}
         fig_rows = pd.DataFrame({"suite": rows["suite"], "title": rows["suite"].map(titles),

@@ -165,8 +165,8 @@ def test_wording_of_cells_and_notes():
 
 def test_the_headline_interval_is_read_from_ci_columns_when_paired_has_them():
     paired = pd.DataFrame(columns=["boot_low", "boot_high"])
-    assert render.interval_columns(paired, 0.05) == ("boot_low", "boot_high", "95% boot CI")
-    assert render.interval_columns(paired.assign(ci_low=[], ci_high=[]), 0.1) == ("ci_low", "ci_high", "90% CI")
+    assert render.interval_columns(paired, 0.95) == ("boot_low", "boot_high", "95% boot CI")
+    assert render.interval_columns(paired.assign(ci_low=[], ci_high=[]), 0.9) == ("ci_low", "ci_high", "90% CI")
 
 
 def test_render_speed(benchmark, report, tmp_path):
