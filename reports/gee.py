@@ -1,11 +1,16 @@
 """The model-based check of a suite: a GEE logistic model success ~ C(policy) clustered by
-seed (`gee_rows`), fitted in closed form from the success counts (`gee_exchangeable`)."""
+seed (`gee_rows`), fitted in closed form from the success counts (`gee_exchangeable`); the
+odds ratio's interval is `hbsim.intervals.t_interval` of the log-odds ratio, exponentiated."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from hbsim import intervals
 from reports.cells import Aligned
+
+#: the coverage of the odds ratio's interval (or_ci_low, or_ci_high)
+OR_LEVEL = 0.95
 
 
 def gee_rows(final: pd.DataFrame, al: Aligned, suite: str, baseline: str) -> tuple[list[dict], list[str]]:
@@ -70,13 +75,12 @@ def gee_rows(final: pd.DataFrame, al: Aligned, suite: str, baseline: str) -> tup
         notes += sorted({f"{suite}: GEE warning: {str(w.message).splitlines()[0]}" for w in caught})
     except (np.linalg.LinAlgError, ValueError) as exc:
         return [], notes + [f"{suite}: GEE failed ({exc}); nonparametric results stand alone"]
-    z = float(sps.t.ppf(0.975, df))
     rows = []
     for j, cand in enumerate(cands, start=1):
+        lo, hi = intervals.t_interval(params[j], bse[j], df, OR_LEVEL)   # of the log-odds ratio, t(K - 1)
         rows.append({"suite": suite, "candidate": cand, "baseline": baseline, "log_odds": params[j],
                      "se": bse[j], "p": pvals[j], "odds_ratio": float(np.exp(params[j])),
-                     "or_ci_low": float(np.exp(params[j] - z * bse[j])),
-                     "or_ci_high": float(np.exp(params[j] + z * bse[j])),
+                     "or_ci_low": float(np.exp(lo)), "or_ci_high": float(np.exp(hi)),
                      "n_obs": n_obs, "n_clusters": k, "working_corr": corr})
     for cand in separated:
         rows.append({"suite": suite, "candidate": cand, "baseline": baseline, "log_odds": np.nan, "se": np.nan,
