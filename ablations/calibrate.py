@@ -129,21 +129,21 @@ def skew_arm(ev: pd.DataFrame, arm: str, q: float, rng: np.random.Generator) -> 
 def block_pvalues(ev: pd.DataFrame, *, resamples: int, rng: np.random.Generator) -> list[dict]:
     """Rows (suite, metric, test, p, delta) of every test of one A/A block (B against A);
     delta = B - A on the metric (the GEE row: on the success rate)."""
-    from reports import analysis, inference, load
+    from reports import cells as report_cells, gee, inference, load
 
     final = load.make_frames(ev).eval
-    cells = analysis.cell_metrics(final, (1,))
+    cells = report_cells.cell_metrics(final, (1,))
     rows = []
     for suite in sorted(final["suite"].unique()):
-        metrics = ["pass@1"] if analysis.score_is_pass1(cells, suite) else ["score", "pass@1"]
-        al, _ = analysis.align(cells, suite, ["A", "B"], "A", metrics)
+        metrics = ["pass@1"] if report_cells.score_is_pass1(cells, suite) else ["score", "pass@1"]
+        al, _ = report_cells.align(cells, suite, ["A", "B"], "A", metrics)
         tests = inference.paired_tests(al.x[:, 1] - al.x[:, 0], resamples=resamples, rng=rng)
         delta = (al.x[:, 1] - al.x[:, 0]).mean(axis=(1, 2))
         for i, metric in enumerate(metrics):
             rows += [{"suite": suite, "metric": metric, "test": name, "p": float(p[i]), "delta": float(delta[i])}
                      for name, p in tests.items()]
-        gee, _ = analysis.gee_rows(final, al, suite, "A")
-        p = gee[0]["p"] if gee else np.nan
+        fit, _ = gee.gee_rows(final, al, suite, "A")
+        p = fit[0]["p"] if fit else np.nan
         rows.append({"suite": suite, "metric": "success", "test": "p_gee_seed", "p": float(p),
                      "delta": float(delta[metrics.index("pass@1")])})
     return rows

@@ -22,7 +22,7 @@ best mean), on the seeds all three have (paired by seed). `delta` is mean_s (P_s
 the half-width of its paired 95% t-interval over seeds. The interval of the share is a
 percentile SEED BOOTSTRAP of the ratio of means: N_BOOT resamples of the seeds with
 replacement (the same resamples for every policy; generator `default_rng(BOOT_SEED)`), the
-ratio recomputed in each; where more than (1 - level) / 2 of the resamples have an oracle
+ratio recomputed in each: `hbsim.intervals.ratio_interval`; where more than (1 - level) / 2 of the resamples have an oracle
 gap <= 0 the ratio is unbounded and the interval is reported as NaN (and printed as
 "unbounded"). share = 1: the policy gains what the one-step oracle gains; 0: no more than
 uniform; > 1 is possible (the oracle is greedy, not optimal).
@@ -35,6 +35,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from hbsim import intervals
 from hbsim.envs.base import TARGETS
 
 ORACLE, FIXED, UNIFORM, BEST_FIXED = "oracle", "fixed", "uniform", "best_fixed"
@@ -131,8 +132,6 @@ def share_of_gap(scores: pd.DataFrame, runs: pd.DataFrame, *, level: float = 0.9
     policy, suite, uniform, oracle (their labels), seeds, delta, delta_t95, gap (mean oracle
     - uniform), share, share_lo, share_hi (module docstring). `best_fixed` is included where
     fixed runs exist. Empty when no suite has both references."""
-    from hbsim.summary import t_interval
-
     scores = pd.concat([scores[["policy", "seed", "suite", "score"]],
                         best_fixed(scores, runs)[["policy", "seed", "suite", "score"]]], ignore_index=True)
     labels = _labels(runs)
@@ -150,32 +149,13 @@ def share_of_gap(scores: pd.DataFrame, runs: pd.DataFrame, *, level: float = 0.9
             d = (both[label] - both[uniform]).to_numpy()
             g = (both[oracle] - both[uniform]).to_numpy()
             row = {"policy": label, "suite": suite, "uniform": uniform, "oracle": oracle, "seeds": len(both)}
-            row["delta"], row["delta_t95"] = t_interval(d)
+            row["delta"], row["delta_t95"] = intervals.mean_half_width(d)
             row["gap"] = float(g.mean()) if len(g) else float("nan")
-            row["share"], row["share_lo"], row["share_hi"] = ratio_interval(d, g, level, n_boot, boot_seed)
+            row["share"], row["share_lo"], row["share_hi"] = intervals.ratio_interval(d, g, level, n_boot=n_boot,
+                                                                                      seed=boot_seed)
             rows.append(row)
     return pd.DataFrame(rows, columns=["policy", "suite", "uniform", "oracle", "seeds", "delta", "delta_t95",
                                        "gap", "share", "share_lo", "share_hi"])
-
-
-def ratio_interval(d: np.ndarray, g: np.ndarray, level: float = 0.95, n_boot: int = N_BOOT,
-                   boot_seed: int = BOOT_SEED) -> tuple[float, float, float]:
-    """(mean d / mean g, percentile seed-bootstrap interval of it); NaN share when mean g <= 0,
-    NaN interval below 2 seeds or when the ratio is unbounded (module docstring)."""
-    n = len(d)
-    if n == 0 or g.mean() <= 0:
-        return float("nan"), float("nan"), float("nan")
-    share = float(d.mean() / g.mean())
-    if n < 2:
-        return share, float("nan"), float("nan")
-    idx = np.random.default_rng(boot_seed).integers(n, size=(n_boot, n))
-    num, den = d[idx].mean(axis=1), g[idx].mean(axis=1)
-    tail = (1.0 - level) / 2
-    if np.mean(den <= 0) > tail:
-        return share, float("nan"), float("nan")
-    ratio = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.inf)
-    lo, hi = np.quantile(ratio, [tail, 1.0 - tail])
-    return share, float(lo), float(hi)
 
 
 def share_lines(table: pd.DataFrame) -> list[str]:

@@ -2,7 +2,8 @@
 
 Per policy label, over seeds: final held-out score of each suite (mean reward of the
 final-step eval rows of a seed, then mean over seeds ± the half-width of the two-sided 95%
-Student t-interval over seeds -- not the reports' crossed bootstrap CI), cumulative
+Student t-interval over seeds, `hbsim.intervals.mean_half_width` -- not the reports' crossed
+bootstrap CI), cumulative
 regret (sum over steps, mean over seeds), how often a pure policy picked the oracle's
 one-step best harness (oracle%) -- regret and oracle measure the TRAINING OBJECTIVE (mean
 true success on training tasks x training harnesses), hence the `[train]` in their
@@ -20,60 +21,14 @@ without it, from the label (`name[knob=value]`).
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 from hbsim.contract import BUDGET_UNIT, ROW_KEYS
-from hbsim import references
+from hbsim import intervals, references
 from hbsim.envs.base import SUITES
 
 #: the eval columns `summary_table` reads (a caller may read just these: the eval table is the large one)
 EVAL_COLUMNS_READ = [*ROW_KEYS, "suite", "reward"]
-
-
-def _t_central(theta: float, df: int) -> float:
-    """P(|T| <= sqrt(df) tan(theta)) for Student's t with an integer ``df`` (Abramowitz &
-    Stegun 26.7.3-4: a finite series in cos(theta))."""
-    c2, s = math.cos(theta) ** 2, math.sin(theta)
-    if df % 2 == 0:
-        term = total = 1.0
-        for k in range(1, df // 2):
-            term *= c2 * (2 * k - 1) / (2 * k)
-            total += term
-        return s * total
-    total, term = 0.0, 1.0
-    if df > 1:
-        total = 1.0
-        for k in range(1, (df - 1) // 2):
-            term *= c2 * (2 * k) / (2 * k + 1)
-            total += term
-    return 2.0 / math.pi * (theta + s * math.cos(theta) * total)
-
-
-def t_quantile(p: float, df: int) -> float:
-    """The p-quantile (p > 1/2) of Student's t with integer ``df`` >= 1, to double precision
-    (bisection on the angle; scipy.special.stdtrit agrees to ~1e-13 and costs a 60 ms import)."""
-    target, lo, hi = 2.0 * p - 1.0, 0.0, math.pi / 2
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if mid in (lo, hi):
-            break
-        lo, hi = (mid, hi) if _t_central(mid, df) < target else (lo, mid)
-    return math.sqrt(df) * math.tan(0.5 * (lo + hi))
-
-
-def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    """Mean and half-width of the two-sided t-interval; half-width nan below 2 values."""
-    values = np.asarray(values, dtype=np.float64)
-    values = values[np.isfinite(values)]
-    if values.size == 0:
-        return float("nan"), float("nan")
-    mean = float(values.mean())
-    if values.size < 2:
-        return mean, float("nan")
-    half = t_quantile(0.5 + level / 2, values.size - 1) * values.std(ddof=1) / np.sqrt(values.size)
-    return mean, float(half)
 
 
 def summary_rows(train_df: pd.DataFrame, eval_df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -116,10 +71,10 @@ def summarize(train_df: pd.DataFrame, eval_df: pd.DataFrame, runs: pd.DataFrame 
         row = {"policy": label, "seeds": int(seeds.nunique())}
         for suite in SUITES:
             vals = scores[(scores["policy"] == label) & (scores["suite"] == suite)]["score"].to_numpy()
-            row[f"{suite}_mean"], row[f"{suite}_t95_seeds"] = t_interval(vals)
+            row[f"{suite}_mean"], row[f"{suite}_t95_seeds"] = intervals.mean_half_width(vals)
         if "regret" in tr:
             per_seed = tr.groupby("seed")["regret"].sum().to_numpy()
-            row["regret"], row["regret_t95_seeds"] = t_interval(per_seed)
+            row["regret"], row["regret_t95_seeds"] = intervals.mean_half_width(per_seed)
         if "oracle_arm" in tr:
             hit = (tr["arm"] == tr["oracle_arm"]).where(tr["arm"] >= 0)
             row["oracle_share"] = float(hit.groupby(tr["seed"]).mean().mean())
@@ -134,7 +89,8 @@ def summarize(train_df: pd.DataFrame, eval_df: pd.DataFrame, runs: pd.DataFrame 
         row = {"policy": f"{references.BEST_FIXED} ({arms} arm{'s' if arms != 1 else ''})",
                "seeds": int(best["seed"].nunique())}
         for suite in SUITES:
-            row[f"{suite}_mean"], row[f"{suite}_t95_seeds"] = t_interval(best.loc[best["suite"] == suite, "score"])
+            scores_ = best.loc[best["suite"] == suite, "score"]
+            row[f"{suite}_mean"], row[f"{suite}_t95_seeds"] = intervals.mean_half_width(scores_)
         rows.append(row)
     return pd.DataFrame(rows)
 

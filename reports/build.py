@@ -14,10 +14,12 @@ import pandas as pd
 
 from hbsim.contract import PART
 from reports import gap, load
+from reports.cells import (align, category_values, cell_metrics, headline_metric, metric_names, per_task_rows,
+                           score_is_pass1, view_metric)
 from reports.text import conclusion, headline_table  # noqa: F401 (public: reports.headline_table)
 from policies.errors import UserError
 
-# reports.analysis / reports.diagnostics (scipy, statsmodels) are imported after the
+# reports.analysis / values / gee / diagnostics (scipy, statsmodels) are imported after the
 # inputs are validated, so that a rejected call answers quickly.
 
 TABLES = ("summary", "category_values", "per_task", "paired", "per_seed", "categories", "flips", "flip_counts", "gee",
@@ -34,9 +36,18 @@ class ReportResult:
     notes: list[str]
     suites: dict[str, int]  # suite -> attempts per task
     policies: list[str]
+    #: suite -> its headline metric, decided once (`cells.headline_metric`); None: the suite lacks
+    #: the --primary metric, so it has no headline row, figure or verdict. Every renderer reads it.
+    headline: dict[str, str | None] = field(default_factory=dict)
+    #: suite -> its metrics, in the report's order (score folded into pass@1 where they agree)
+    metrics: dict[str, list[str]] = field(default_factory=dict)
     out: Path | None = None
     files: dict[str, Path] = field(default_factory=dict)
     views: "rliable_views.Views | None" = None  # noqa: F821 (rliable's views and the score matrices)
+
+    def view_metric(self, suite: str) -> str:
+        """The metric of the suite's single-metric views (`cells.view_metric`)."""
+        return view_metric(self.metrics[suite], self.headline[suite])
 
     def __getattr__(self, name):  # result.paired, result.summary, ...
         tables = self.__dict__.get("tables", {})
@@ -82,8 +93,6 @@ def _validate(fr: load.Frames, baseline: str, suite: str | None, ks, resamples: 
         raise UserError(f"--alpha: got {alpha}, allowed: 0 < alpha < 1")
     if resamples < 1:
         raise UserError(f"--resamples: got {resamples}, allowed: an integer >= 1")
-    from reports.analysis import metric_names
-
     names = sorted({m for n in attempts.values() for m in metric_names(ks, n)})
     if primary not in names:
         raise UserError(f"--primary: got {primary!r}, allowed: one of the metrics of this report {names}")
@@ -124,10 +133,10 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     fr = _frames(dir_or_frames, (axis,) if axis else ())
     policies, attempts, ks = _validate(fr, baseline, suite, ks, resamples, alpha, primary, target_delta)
     axis_values = load.axis_values(fr.eval, axis) if axis else None
-    from reports import analysis, diagnostics
+    from reports import analysis, diagnostics, values
 
     rng = np.random.default_rng(seed)
-    cells = analysis.cell_metrics(fr.eval, ks)
+    cells = cell_metrics(fr.eval, ks)
     notes: list[str] = []
     for k in ks:
         short = [s for s, n in attempts.items() if n < k]
@@ -143,21 +152,22 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     # rliable's views of every suite start first (in the helper process with jobs 2): they draw from a
     # generator of their own and need only the all-policy rectangles
     builder = rliable_views.ViewsBuilder(fr, cells, baseline, ks, resamples=resamples, seed=seed, alpha=alpha,
-                                         primary=primary, jobs=jobs)
+                                         jobs=jobs)
     try:
         for plan in plans:
             if plan.al.tasks and plan.al.seeds:
-                builder.add(plan.suite, plan.metrics, [p for p in policies if p in set(plan.al.policies)])
+                builder.add(plan.suite, plan.metrics, [p for p in policies if p in set(plan.al.policies)],
+                            view_metric(plan.metrics, plan.head))
         helper = builder.helper if builder.helper.forked else None  # the summaries' IQM replicates
         for si, plan in enumerate(plans):
             _compare_suite(acc, fr, plan, baseline, rng=rng, alpha=alpha, resamples=resamples,
                            stages=(si * len(policies), stages), progress=progress, unpaired=unpaired,
                            helper=helper)
             notes += plan.notes
-        later = [part for part in acc["summary"] if isinstance(part, analysis.Later)]
+        later = [part for part in acc["summary"] if isinstance(part, values.Later)]
         for part in reversed(later):  # what the helper has not started yet is done here, now idle
             part.steal()
-        acc["summary"] = [part.result() if isinstance(part, analysis.Later) else part for part in acc["summary"]]
+        acc["summary"] = [part.result() if isinstance(part, values.Later) else part for part in acc["summary"]]
         tables = {name: _concat(frames) for name, frames in acc.items() if frames or name in _COMPARISON}
         tables["paired"] = _headline(tables["paired"], alpha, resamples, target_delta)
         if tables["paired"].empty and len(policies) > 1:
@@ -186,7 +196,8 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
                                                    "primary", "unpaired", "target_delta", "runs")},
                            sort_keys=True, separators=(",", ":"))
     config["config_hash"] = hashlib.sha256(canonical.encode()).hexdigest()[:16]
-    result = ReportResult(config, tables, diag, notes, attempts, policies, views=views)
+    result = ReportResult(config, tables, diag, notes, attempts, policies, views=views,
+                          headline={p.suite: p.head for p in plans}, metrics={p.suite: p.metrics for p in plans})
     if out is not None:
         from reports import render, validity
         page = validity.write_page_if_any(fr.source if fr.source != "frames" else None, Path(out))  # validity.html
@@ -202,12 +213,12 @@ _COMPARISON = ("summary", "category_values", "per_task", "paired", "per_seed", "
 @dataclass
 class _SuitePlan:
     """What one suite compares, fixed before any random draw (`_plan_suite`): its metrics,
-    the headline metric, each candidate's own rectangle, the all-policy rectangle."""
+    the headline metric (None: none), each candidate's own rectangle, the all-policy rectangle."""
 
     suite: str
     attempts: int
     metrics: list
-    head: str
+    head: str | None
     cands: list
     pairs: dict
     al: object
@@ -221,29 +232,27 @@ def _plan_suite(cells: pd.DataFrame, suite: str, attempts: int, policies: list[s
     tables (summary, per-task, categories' values, GEE, rliable's views) use the rectangle
     common to the baseline and the comparable candidates; a candidate that would empty it is
     left out of them (one line each)."""
-    from reports import analysis
-
-    metrics = analysis.metric_names(ks, attempts)
+    metrics = metric_names(ks, attempts)
     notes = []
-    if analysis.score_is_pass1(cells, suite):
+    if score_is_pass1(cells, suite):
         metrics.remove("score")
         notes.append(f"{suite}: score equals pass@1 on every task (rewards are 1 for a success, else 0); "
                      "shown once, as pass@1")
-    head = "pass@1" if primary == "score" and "score" not in metrics else primary
-    if head not in metrics:
+    head = headline_metric(metrics, primary)
+    if head is None:
         notes.append(f"{suite}: the primary metric {primary} is not computed here (fewer attempts per task); "
                      "every metric of this suite is secondary")
     cands = [p for p in policies if p != baseline]
     pairs, sizes = {}, {}
     for cand in cands:
-        pal, _ = analysis.align(cells, suite, [cand, baseline], baseline, metrics)
+        pal, _ = align(cells, suite, [cand, baseline], baseline, metrics)
         if pal.tasks and pal.seeds:
             pairs[cand], sizes[cand] = pal, len(pal.tasks) * len(pal.seeds)
         else:
             notes.append(f"{suite}: {cand!r} not compared with {baseline!r}: {_why_empty(cells, suite, cand, baseline)}")
     members = [baseline] + list(pairs)
     while True:
-        al, align_notes = analysis.align(cells, suite, members, baseline, metrics)
+        al, align_notes = align(cells, suite, members, baseline, metrics)
         if (al.tasks and al.seeds) or len(members) <= 2:
             break
         drop = min(members[1:], key=lambda c: (sizes[c], c))
@@ -259,18 +268,18 @@ def _plan_suite(cells: pd.DataFrame, suite: str, attempts: int, policies: list[s
 def _compare_suite(acc: dict, fr: load.Frames, plan: _SuitePlan, baseline: str, *, rng, alpha: float,
                    resamples: int, stages: tuple[int, int], progress, unpaired: bool, helper=None) -> None:
     """Append every comparison table of one suite (`_plan_suite`) to ``acc``: the draws of
-    the report's generator ``rng``, in a fixed order (helper: `analysis.bootstrap_summary`'s)."""
-    from reports import analysis
+    the report's generator ``rng``, in a fixed order (helper: `values.bootstrap_summary`'s)."""
+    from reports import analysis, gee, values
 
     suite, al, first, total = plan.suite, plan.al, *stages
     kw = dict(resamples=resamples, rng=rng, alpha=alpha)
     if al.tasks and al.seeds:
-        acc["summary"].append(analysis.bootstrap_summary(al, suite, baseline, helper=helper,
+        acc["summary"].append(values.bootstrap_summary(al, suite, baseline, helper=helper,
                                                          progress=_stage(progress, first + 1, total), **kw))
-        acc["per_task"].append(analysis.per_task_rows(al, suite))
-        acc["category_values"].append(analysis.category_values(al, suite))
-        gee, gee_notes = analysis.gee_rows(fr.eval, al, suite, baseline)
-        acc["gee"].append(pd.DataFrame(gee))
+        acc["per_task"].append(per_task_rows(al, suite))
+        acc["category_values"].append(category_values(al, suite))
+        rows, gee_notes = gee.gee_rows(fr.eval, al, suite, baseline)
+        acc["gee"].append(pd.DataFrame(rows))
         plan.notes += gee_notes
     for ci, cand in enumerate(plan.cands):
         if cand not in plan.pairs:

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from hbsim import intervals
 from reports import stats
 
 #: test name -> what it treats as the replication unit (for tables and the README)
@@ -174,15 +175,15 @@ def headline(paired: pd.DataFrame, alpha: float, resamples: int, target_delta: f
                             "seeds_needed", "p_floor")}
     for i, r in enumerate(out.itertuples(index=False)):
         fam = int(family[i])
-        level = alpha / fam
-        lo, hi = stats.t_interval(r.delta, r.se_seed, r.df_seed, level)
+        coverage = 1 - alpha / fam   # of the simultaneous interval (hbsim.intervals: level = the coverage)
+        lo, hi = intervals.t_interval(r.delta, r.se_seed, r.df_seed, coverage)
         p_adj = r.p_holm if prim[i] else r.p_maxt
         widened = bool(np.isfinite(lo) and not (p_adj < alpha) and (lo > 0 or hi < 0))
         if widened:
             lo, hi = min(lo, 0.0), max(hi, 0.0)
         d = design(r.delta, r.se_seed, r.df_seed, int(r.n_seeds), family=fam, alpha=alpha, resamples=resamples,
                    unpaired=r.pairing == "unpaired", target=target_delta if prim[i] else None)
-        for k, v in (("family", fam), ("ci_level", 1 - level), ("ci_low", lo), ("ci_high", hi),
+        for k, v in (("family", fam), ("ci_level", coverage), ("ci_low", lo), ("ci_high", hi),
                      ("ci_widened", widened), *d.items()):
             cols[k].append(v)
     for k, v in cols.items():

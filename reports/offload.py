@@ -3,9 +3,9 @@
 `hb report --jobs 2` (the default on Linux with two cores or more) runs independent parts
 of a report in a helper process while this one goes on: rliable's views
 (`rliable_views.ViewsBuilder`, a random stream of their own, so no number depends on the
-timing), the summary's IQM replicates (`analysis.bootstrap_summary`: the generator's state
+timing), the summary's IQM replicates (`values.bootstrap_summary`: the generator's state
 replayed, so the same draws) and half of the figures' PNG rendering
-(`render.Doc.save_figures`). The helper is
+(`page.Doc.save_figures`). The helper is
 forked, so it sees the data it needs without a copy or a pickle; it writes nothing: it
 returns values (tables, PNG bytes), and this process writes every file (`atomic_write`
 records what a command wrote). ``--jobs 1``, or a platform without ``fork`` (Windows), does
@@ -67,7 +67,7 @@ class Helper:
     ``fn(state, *args)`` there and returns a Future; arguments and results are pickled.
     Calls run one at a time, in the order submitted, and each is handed to the helper only
     when the one before has finished, so a call not yet started can still be cancelled
-    (and done by the caller instead: `analysis.Later.steal`). ``close()`` waits for the
+    (and done by the caller instead: `values.Later.steal`). ``close()`` waits for the
     helper to end."""
 
     def __init__(self, jobs: int, state: dict):

@@ -5,11 +5,12 @@ Agarwal et al. (2021), "Deep RL at the edge of the statistical precipice", and i
 every run x task, mean, optimality gap), performance profiles (share of runs x tasks
 scoring above tau), probability of improvement, and IQM over training steps, each with an
 interval. rliable itself cannot be a dependency (rliable 1.2 needs arch 7.2, which fails
-to import under pandas 3.1); the point estimates here are rliable's definitions
-(`rliable.metrics`, `rliable.library.run_score_deviation`) in numpy/scipy, and
-`score_matrices` exports the data so that rliable can be run on it in its own venv.
+to import under pandas 3.1); the point estimates are rliable's definitions
+(`rliable.metrics`, `rliable.library.run_score_deviation`) in numpy/scipy, in
+`reports.metrics`, and `score_matrices` exports the data so that rliable can be run on it
+in its own venv.
 
-Intervals: the crossed bootstrap of `reports.stats` (tasks and seeds resampled together:
+Intervals: the crossed bootstrap of `reports.bootstrap` (tasks and seeds resampled together:
 new tasks and new runs), with ``min(resamples, VIEW_RESAMPLES)`` resamples from a
 generator of its own (``seed`` with stream `STREAM`), so the report's other numbers do
 not move. rliable's default resamples runs within each task (these tasks, new runs) and
@@ -27,85 +28,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from reports import stats
+from hbsim import intervals
+from reports import bootstrap, metrics
+from reports.cells import align, cell_metrics
+from reports.metrics import GAMMA, TAUS
 
-#: optimality gap threshold: every metric of the report lies in [0, 1]
-GAMMA = 1.0
-#: performance-profile thresholds (scores lie in [0, 1])
-TAUS = np.round(np.linspace(0.0, 1.0, 21), 10)
 #: resamples of the views' bands (rliable's default for performance profiles is 2000)
 VIEW_RESAMPLES = 2000
 #: at most this many evaluation steps in the IQM-over-steps view (evenly spaced, first and last kept)
 MAX_STEPS = 12
 #: the views' random stream: np.random.default_rng([seed, STREAM])
 STREAM = 0x726C69
-
-
-def primary_metric(metrics, primary: str = "score") -> str:
-    """The metric a suite's headline is about: ``primary`` when the suite has it; "score"
-    folded into "pass@1" (binary rewards) -> "pass@1"; otherwise the suite's first metric."""
-    metrics = list(metrics)
-    if primary in metrics:
-        return primary
-    if primary == "score" and "pass@1" in metrics:
-        return "pass@1"
-    return metrics[0]
-
-
-# ------------------------------------------------------------- point estimates (rliable's)
-
-def aggregate_mean(x: np.ndarray) -> float:
-    """Mean of the per-task means. x: (runs, tasks)."""
-    return float(np.mean(np.mean(x, axis=0)))
-
-
-def aggregate_median(x: np.ndarray) -> float:
-    """Median of the per-task means (over runs). x: (runs, tasks)."""
-    return float(np.median(np.mean(x, axis=0)))
-
-
-def optimality_gap(x: np.ndarray, gamma: float = GAMMA) -> float:
-    """gamma - mean of min(x, gamma) over every run and task."""
-    return float(gamma - np.mean(np.minimum(x, gamma)))
-
-
-def profile(x: np.ndarray, taus=TAUS) -> np.ndarray:
-    """Score distribution: share of runs x tasks with a score above each tau. -> (taus,)."""
-    x = np.asarray(x, dtype=np.float64).ravel()
-    return (x[:, None] > np.asarray(taus)[None, :]).mean(axis=0)
-
-
-# --------------------------------------------------------------- bootstrap statistics
-
-def weighted_median(x: np.ndarray, ws: np.ndarray, wt: np.ndarray) -> np.ndarray:
-    """Bootstrap median of per-task means, exactly `aggregate_median` of each replicate.
-    x: (..., seeds, tasks); ws: (B, seeds); wt: (B, tasks) integer counts -> (B, ...).
-    The task counts are turned back into the drawn task indices (each row sums to T)."""
-    s, t = x.shape[-2:]
-    lead = x.shape[:-2]
-    out = np.empty((ws.shape[0], *lead))
-    # in blocks of replicates: the task means, their gather and the median's partition copy
-    step = stats.block_rows(3 * 8 * int(np.prod(lead, dtype=np.int64)) * t, ws.shape[0])
-    for b0 in range(0, ws.shape[0], step):
-        w_s, w_t = ws[b0:b0 + step], wt[b0:b0 + step]
-        m = np.moveaxis(np.matmul(np.swapaxes(x, -1, -2), w_s.T), -1, 0) / s  # (b, ..., T) task means
-        drawn = np.repeat(np.tile(np.arange(t), w_t.shape[0]), np.rint(w_t).astype(np.int64).ravel()).reshape(-1, t)
-        drawn = drawn.reshape(drawn.shape[0], *(1,) * (m.ndim - 2), t)
-        out[b0:b0 + step] = np.median(np.take_along_axis(m, drawn, axis=-1), axis=-1)
-    return out
-
-
-def weighted_profile(x: np.ndarray, ws: np.ndarray, wt: np.ndarray, taus=TAUS) -> np.ndarray:
-    """Bootstrap score distributions, exactly `profile` of each replicate.
-    x: (..., seeds, tasks) -> (B, ..., taus). A value is above taus[k] exactly when k is
-    below its bin (the number of taus under it), so only the bins' resampled shares are
-    needed: the resampled counts of the bins that occur (at most len(taus) + 1, four for
-    pass@1 of three attempts; `stats.level_counts`, exact integers)."""
-    taus = np.asarray(taus, dtype=np.float64)
-    bins = np.searchsorted(taus, x, side="left")  # (..., S, T): taus[k] < x  <=>  k < bins
-    levels = np.unique(bins)
-    share = stats.level_counts(bins, levels, ws, wt) / (bins.shape[-2] * bins.shape[-1])  # (B, ..., U)
-    return share @ (levels[None, :] > np.arange(taus.size)[:, None]).T.astype(np.float64)  # (B, ..., K)
 
 
 # ------------------------------------------------------------------------- the views
@@ -128,27 +61,28 @@ class Views:
 class ViewsBuilder:
     """rliable's views built suite by suite.
 
-    ``add(suite, metrics, members)`` takes one suite's all-policy rectangle (its metrics and
-    policies, those of the summary table); with ``jobs`` 2 the suite's bootstraps run in a
+    ``add(suite, metrics, members, metric)`` takes one suite's all-policy rectangle (its metrics
+    and policies, those of the summary table) and the metric its views are about (the
+    suite's headline metric, else its first: `cells.view_metric`); with ``jobs`` 2 the suite's bootstraps run in a
     forked helper (`reports.offload`) while the caller goes on with the summary and paired
     tables. The views draw from their own generator (``seed`` with stream `STREAM`) and take
     the suites in the order given, in whichever process, so every number is the same with 1
     or 2 jobs. ``result(summary)`` waits and assembles the `Views` (IQM and mean intervals:
     the summary's); ``close()`` ends the helper.
-    fr: the report's `load.Frames`; cells: the final evaluation's `analysis.cell_metrics`."""
+    fr: the report's `load.Frames`; cells: the final evaluation's `cells.cell_metrics`."""
 
     def __init__(self, fr, cells: pd.DataFrame, baseline: str, ks, *, resamples: int, seed: int, alpha: float,
-                 primary: str = "score", jobs: int = 1):
+                 jobs: int = 1):
         from reports import offload
 
         self.fr, self.cells, self.baseline, self.ks = fr, cells, baseline, ks
-        self.reps, self.alpha, self.primary = min(resamples, VIEW_RESAMPLES), alpha, primary
+        self.reps, self.alpha = min(resamples, VIEW_RESAMPLES), alpha
         self.rng = np.random.default_rng([seed, STREAM])
         self.helper = offload.Helper(jobs, {"views": self})  # the summary's IQM replicates go there too
         self._parts: list = []
 
-    def add(self, suite: str, metrics: list[str], members: list[str]) -> None:
-        self._parts.append(self.helper.submit(_suite_views, suite, metrics, members))
+    def add(self, suite: str, metrics: list[str], members: list[str], metric: str) -> None:
+        self._parts.append(self.helper.submit(_suite_views, suite, metrics, members, metric))
 
     def result(self, summary: pd.DataFrame) -> Views:
         try:
@@ -175,44 +109,27 @@ class ViewsBuilder:
     def close(self) -> None:
         self.helper.close(cancel=True)
 
-    def _suite(self, suite: str, metrics: list[str], members: list[str]):
-        """One suite's bootstraps: (a Views part, (suite, primary metric, (seeds, tasks), the
-        median's interval))."""
-        from reports import analysis
-
+    def _suite(self, suite: str, metrics: list[str], members: list[str], metric: str):
+        """One suite's bootstraps on ``metric`` (the suite's view metric, `cells.view_metric`): (a
+        Views part, (suite, metric, (seeds, tasks), the median's interval))."""
         part = Views()
-        al, _ = analysis.align(self.cells, suite, members, self.baseline, metrics)
-        for i, metric in enumerate(al.metrics):
-            part.matrices[(suite, metric)] = {p: al.x[i, j].copy() for j, p in enumerate(al.policies)}
+        al, _ = align(self.cells, suite, members, self.baseline, metrics)
+        for i, name in enumerate(al.metrics):
+            part.matrices[(suite, name)] = {p: al.x[i, j].copy() for j, p in enumerate(al.policies)}
         part.index[suite] = {"seeds": [int(s) for s in al.seeds], "tasks": list(al.tasks)}
-        metric = primary_metric(metrics, self.primary)
         x = al.x[al.metrics.index(metric)]  # (policies, seeds, tasks)
         reps, rng, alpha = self.reps, self.rng, self.alpha
-        median = stats.percentile_interval(stats.crossed_bootstrap(x, weighted_median, resamples=reps, rng=rng),
-                                           alpha)
+        median = intervals.percentile_interval(
+            bootstrap.crossed_bootstrap(x, bootstrap.weighted_median, resamples=reps, rng=rng), 1 - alpha)
         part.tables = {"profiles": _profiles(x, al, suite, metric, reps, rng, alpha),
                        "iqm_steps": _iqm_steps(self.fr.eval_all, al, suite, metric, self.baseline, self.ks, reps,
                                                rng, alpha, part)}
         return part, (suite, metric, (len(al.seeds), len(al.tasks)), median)
 
 
-def _suite_views(state: dict, suite: str, metrics: list[str], members: list[str]):
+def _suite_views(state: dict, suite: str, metrics: list[str], members: list[str], metric: str):
     """One suite's bootstraps, in the process holding the builder (`reports.offload.Helper`)."""
-    return state["views"]._suite(suite, metrics, members)
-
-
-def compute(fr, cells: pd.DataFrame, summary: pd.DataFrame, policies: list[str], baseline: str, ks, *,
-            resamples: int, seed: int, alpha: float, primary: str = "score") -> Views:
-    """rliable's views of every suite of ``summary`` (the summary table: its metrics per
-    suite and its mean / IQM / P(improvement) intervals) on its primary metric, and the
-    score matrices of every metric, in this process (`ViewsBuilder` in suite order)."""
-    builder = ViewsBuilder(fr, cells, baseline, ks, resamples=resamples, seed=seed, alpha=alpha, primary=primary)
-    if not summary.empty:
-        for suite in sorted(summary["suite"].unique()):
-            summ = summary[summary["suite"] == suite]
-            builder.add(suite, list(summ["metric"].drop_duplicates()),
-                        [p for p in policies if p in set(summ["policy"])])
-    return builder.result(summary)
+    return state["views"]._suite(suite, metrics, members, metric)
 
 
 def _final_step_band(steps: pd.DataFrame, summ: pd.DataFrame) -> pd.DataFrame:
@@ -237,10 +154,10 @@ def _aggregates(mats: dict, summ: pd.DataFrame, suite: str, metric: str, shape: 
     rows = []
     for j, (pol, x) in enumerate(mats.items()):
         s = by.loc[pol]
-        own = {"median": (aggregate_median(x), lo[j], hi[j]),
-               "iqm": (stats.iqm(x), s["iqm_low"], s["iqm_high"]),
-               "mean": (aggregate_mean(x), s["boot_low"], s["boot_high"]),
-               "optimality_gap": (optimality_gap(x), GAMMA - s["boot_high"], GAMMA - s["boot_low"])}
+        own = {"median": (metrics.aggregate_median(x), lo[j], hi[j]),
+               "iqm": (metrics.iqm(x), s["iqm_low"], s["iqm_high"]),
+               "mean": (metrics.aggregate_mean(x), s["boot_low"], s["boot_high"]),
+               "optimality_gap": (metrics.optimality_gap(x), GAMMA - s["boot_high"], GAMMA - s["boot_low"])}
         for name, (v, a, b) in own.items():
             rows.append({"suite": suite, "metric": metric, "policy": pol, "n_seeds": shape[0],
                          "n_tasks": shape[1], "aggregate": name, "value": float(v), "low": float(a),
@@ -249,11 +166,11 @@ def _aggregates(mats: dict, summ: pd.DataFrame, suite: str, metric: str, shape: 
 
 
 def _profiles(x, al, suite, metric, reps, rng, alpha) -> pd.DataFrame:
-    boot = stats.crossed_bootstrap(x, weighted_profile, resamples=reps, rng=rng)  # (B, policies, taus)
-    lo, hi = stats.percentile_interval(boot, alpha)
+    boot = bootstrap.crossed_bootstrap(x, bootstrap.weighted_profile, resamples=reps, rng=rng)  # (B, policies, taus)
+    lo, hi = intervals.percentile_interval(boot, 1 - alpha)
     rows = []
     for j, pol in enumerate(al.policies):
-        point = profile(x[j])
+        point = metrics.profile(x[j])
         rows += [{"suite": suite, "metric": metric, "policy": pol, "tau": float(tau), "value": float(point[k]),
                   "low": float(lo[j, k]), "high": float(hi[j, k])} for k, tau in enumerate(TAUS)]
     return pd.DataFrame(rows)
@@ -286,15 +203,15 @@ def _iqm_steps(eval_all, al, suite, metric, baseline, ks, reps, rng, alpha, view
     # one statistic, one interval); the other steps are bootstrapped here, on the same draws as before
     others = [i for i in range(len(kept)) if not np.array_equal(x[:, i], final)]
     p, k = x.shape[0], len(others)
-    boot = stats.crossed_bootstrap(x[:, others].reshape(p * k, *x.shape[2:]), stats.weighted_iqm, resamples=reps,
+    boot = bootstrap.crossed_bootstrap(x[:, others].reshape(p * k, *x.shape[2:]), bootstrap.weighted_iqm, resamples=reps,
                                    rng=rng)
-    lo, hi = stats.percentile_interval(boot, alpha) if k else (np.empty(0), np.empty(0))
+    lo, hi = intervals.percentile_interval(boot, 1 - alpha) if k else (np.empty(0), np.empty(0))
     rows = []
     for j, pol in enumerate(al.policies):
         for i, step in enumerate(kept):
             band = (float(lo[j * k + others.index(i)]), float(hi[j * k + others.index(i)])) if i in others \
                 else (np.nan, np.nan)
-            rows.append({"suite": suite, "metric": metric, "policy": pol, "step": step, "iqm": stats.iqm(x[j, i]),
+            rows.append({"suite": suite, "metric": metric, "policy": pol, "step": step, "iqm": metrics.iqm(x[j, i]),
                          "low": band[0], "high": band[1], "final": i not in others})
     return pd.DataFrame(rows)
 
@@ -302,14 +219,12 @@ def _iqm_steps(eval_all, al, suite, metric, baseline, ks, reps, rng, alpha, view
 def _step_cells(eval_all, al, suite, metric, ks, views):
     """(kept steps, their (policies, seeds, tasks) matrices of ``metric``, every step) of
     the shown evaluation steps that cover the final rectangle."""
-    from reports import analysis
-
     sub = eval_all[(eval_all["suite"] == suite) & eval_all["policy"].isin(al.policies)]
     kept, mats = [], []
     idx = pd.MultiIndex.from_product([al.policies, al.seeds, al.tasks], names=["policy", "seed", "task"])
     all_steps = sorted(sub["step"].unique().tolist())
     for step in shown_steps(all_steps):
-        c = analysis.cell_metrics(sub[sub["step"] == step], ks)
+        c = cell_metrics(sub[sub["step"] == step], ks)
         v = c.set_index(["policy", "seed", "task"])[metric].reindex(idx).to_numpy(dtype=np.float64)
         if np.isnan(v).any():
             views.notes.append(f"{suite}: step {step} lacks some of the final evaluation's seeds x tasks; "
@@ -335,7 +250,7 @@ def npz_bytes(arrays: dict) -> bytes:
 
 def export_files(views: Views, name) -> dict:
     """{file name: bytes} of the export: one .npz per suite x metric ({policy: (runs,
-    tasks)}), one *__steps.npz per suite on its primary metric ({policy: (runs, tasks,
+    tasks)}), one *__steps.npz per suite on its view metric ({policy: (runs, tasks,
     steps)}), and index.json describing them. ``name(suite, metric)`` makes a file stem."""
     import json
 

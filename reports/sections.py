@@ -1,4 +1,5 @@
-"""The collapsible groups of index.html below its first screen (`reports.render`): per
+"""The collapsible groups of index.html below its first screen (`reports.render`), laid out
+with the page toolkit (`reports.page`): per
 suite every metric's paired table, rliable's views, categories, seeds, flips and GEE; then
 sensitivity, training diagnostics and the reference groups (how to read, the plain-text
 headline, provenance, the rliable export). Formatting only."""
@@ -9,7 +10,8 @@ import re
 import pandas as pd
 
 from reports import figures, rliable_views, text
-from reports.render import Doc, EXPORT_DIR, export_stem, fmt_mde, verdict
+from reports.page import EXPORT_DIR, Doc, export_stem
+from reports.text import fmt_mde, verdict
 
 #: the paired columns shown in the page, in this order where present (paired.csv has them all)
 SHOWN = ["metric", "candidate", "candidate_value", "baseline_value", "delta", "ci_low", "ci_high", "boot_low",
@@ -116,7 +118,7 @@ def _categories(doc: Doc, result, name: str) -> None:
     alpha = result.config["alpha"]
     flagged = sub[sub["regresses"].astype(bool)] if "regresses" in sub else sub.iloc[:0]
     with doc.details(f"Per category: which categories regressed ({len(flagged)} flagged)"):
-        metric = rliable_views.primary_metric(sub["metric"].drop_duplicates(), result.config.get("primary", "score"))
+        metric = result.view_metric(name)
         prim = sub[sub["metric"] == metric]
         mark = prim["regresses"].astype(bool) if "regresses" in prim else pd.Series(False, index=prim.index)
         prim = prim.assign(cell=[f"{d:+.3f}{' (regresses)' if m else ''}" for d, m in zip(prim["delta"], mark)],

@@ -29,7 +29,7 @@ from hbsim.folders import atomic_write
 from hbsim.references import FIXED, best_fixed, run_table, share_of_gap, train_scores
 from hbsim.summary import final_scores
 from reports import figures
-from reports.render import CSS, Doc
+from reports.page import CSS, Doc
 from reports.stats import adjust, sign_flip_test, t_test_p
 
 ALPHA = 0.05

@@ -1,8 +1,9 @@
 """Plain-text views of a finished ReportResult: the one-paragraph conclusion, the
 headline table and the column legend (shared by stdout, report.md and index.html).
 
-Nothing is computed here but formatting; it imports no other reports module, so
-`build` and `render` both use it without importing each other.
+Nothing is computed here but formatting (and the one-cell verdict of a headline row and
+the MDE's format, shared by the first screen and the sections); it imports no other
+reports module, so `build`, `render`, `sections` and `page` all use it.
 """
 from __future__ import annotations
 
@@ -40,11 +41,11 @@ def fmt_ci(lo, hi) -> str:
     return f"[{lo:+.3f}, {hi:+.3f}]" if np.isfinite(lo) and np.isfinite(hi) else "(no interval)"
 
 
-def _suite_sentence(g: pd.DataFrame, suite: str, base: str, alpha: float) -> str:
-    prim = g[g["role"] == "primary"]
+def _suite_sentence(g: pd.DataFrame, suite: str, base: str, alpha: float, metric: str | None) -> str:
+    """One suite's clause of the conclusion; ``metric``: its headline metric (None: none)."""
+    prim = g[g["metric"] == metric] if metric is not None else g.iloc[:0]
     if prim.empty:
         return f"on {suite} the primary metric is not computed (no headline)"
-    metric = prim["metric"].iloc[0]
     n_s = int(prim["n_seeds"].max())
     m = int(prim["family"].iloc[0])
     head = f"at {n_s} seed{'s' if n_s != 1 else ''} on {suite} ({metric})"
@@ -89,9 +90,9 @@ def _min_seeds(alpha: float, unpaired: bool = False) -> int:
 
 
 def conclusion(result) -> str:
-    """One paragraph: per suite, which candidates differ from the baseline on the primary
-    metric by the seed-level test (Holm over candidates x suites), with delta, the
-    headline interval and p."""
+    """One paragraph: per suite, which candidates differ from the baseline on its headline
+    metric (``result.headline``) by the seed-level test (Holm over candidates x suites), with
+    delta, the headline interval and p."""
     paired, cfg = result.tables["paired"], result.config
     base, alpha = cfg["baseline"], cfg["alpha"]
     if paired.empty:
@@ -100,7 +101,8 @@ def conclusion(result) -> str:
     m = int(prim["family"].iloc[0]) if len(prim) else 0
     test = ("two-sample permutation test over seeds (--unpaired)" if (paired["pairing"] == "unpaired").any()
             else "seed-level sign-flip test")
-    parts = [_suite_sentence(g, s, base, alpha) for s, g in paired.groupby("suite", sort=True)]
+    parts = [_suite_sentence(g, s, base, alpha, result.headline.get(s))
+             for s, g in paired.groupby("suite", sort=True)]
     return (f"Conclusion ({test} of 'no effect', Holm over {m} candidate x suite comparison(s) on the primary "
             f"metric, alpha = {alpha}; intervals: simultaneous t intervals over seeds, for these tasks and new "
             "training runs): " + "; ".join(parts)
@@ -109,7 +111,7 @@ def conclusion(result) -> str:
 
 
 def headline_table(result) -> str:
-    """Plain-text headline: per suite and metric (primary first), each policy's value and,
+    """Plain-text headline: per suite and metric (its headline metric first), each policy's value and,
     for candidates, delta vs the baseline with the headline interval, p_seed, the
     adjusted p (Holm on the primary, max-T on secondaries), seeds ahead/behind, MDE and
     task W/T/L. A candidate's value is on the same seeds x tasks as its delta."""
@@ -128,7 +130,9 @@ def headline_table(result) -> str:
         lines.append(f"suite {s}: {n_t} tasks x {n_s} seeds, {result.suites[s]} attempt(s), baseline {base}")
         lines.append(f"  {'metric':<8} {'policy':<{width}} {'value':>7}  {'delta':>7}  {pct:>18}  {'p_seed':>7}  "
                      f"{'p_adj':>11}  {'seeds +/-':>9}  {'MDE':>6}  {'W/T/L':>11}")
-        metrics = list(ps.sort_values("role", kind="stable")["metric"].drop_duplicates()) if len(ps) else []
+        head = result.headline.get(s)
+        metrics = list(ps["metric"].drop_duplicates()) if len(ps) else []
+        metrics = [head] + [m for m in metrics if m != head] if head in metrics else metrics
         metrics += [m for m in g["metric"].drop_duplicates() if m not in metrics] if len(g) else []
         for metric in metrics:
             b = g[(g["metric"] == metric) & g["is_baseline"]] if len(g) else g
@@ -144,3 +148,22 @@ def headline_table(result) -> str:
                              f"{seeds:>9}  {mde}  {int(q['wins']):>3}/{int(q['ties']):>3}/{int(q['losses']):>3}")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def verdict(r, alpha: float) -> str:
+    """The per-candidate sentence of earlier reports, as one table cell."""
+    if int(r["n_seeds"]) < 2:
+        return "one seed: no test"
+    if r["p_holm"] < alpha:
+        return "ahead" if r["delta"] > 0 else "behind"
+    mde = r.get("mde", np.nan)
+    if np.isfinite(mde) and abs(r["delta"]) < mde:
+        return "not detectable (|delta| < MDE)"
+    return "not significant (Holm)"
+
+
+def fmt_mde(v) -> str:
+    """The MDE; above 1 no attainable delta is detectable (every metric lies in [0, 1])."""
+    if v is None or not np.isfinite(v):
+        return "n/a"
+    return "> 1 (none)" if v > 1 else f"{v:.3f}"

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from hbsim.records import read_run
-from hbsim.summary import summarize, summary_table, t_interval
+from hbsim.summary import summarize, summary_table
 
 SMALL = ["--set", "env.n_tasks=30", "--set", "env.n_heldout_tasks=4"]
 
@@ -98,13 +98,6 @@ def test_sim_knobs_listing():
     names = [line.split()[0] for line in proc.stdout.splitlines()]
     from hbsim.envs import ENVS
     assert names == list(ENVS["bernoulli"].knobs())
-
-
-def test_t_interval_hand_computed():
-    mean, half = t_interval(np.array([1.0, 2.0, 3.0]))
-    # sd = 1, t_{0.975, 2} = 4.30265273 (tables)
-    assert mean == 2.0 and half == pytest.approx(4.30265273 / np.sqrt(3), rel=1e-8)
-    assert np.isnan(t_interval(np.array([1.0]))[1])
 
 
 def test_summary_values_hand_computed():

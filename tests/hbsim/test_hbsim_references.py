@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from hbsim import references
-from hbsim.references import best_fixed, ratio_interval, run_table, runs_from_labels, share_of_gap
+from hbsim.references import best_fixed, run_table, runs_from_labels, share_of_gap
 from hbsim.summary import summarize, summary_table
 
 
@@ -53,17 +53,6 @@ def test_best_fixed_per_seed_and_suite():
     assert best[["seed", "score", "arm", "arms"]].values.tolist() == [[0, 0.8, 1, 2], [1, 0.6, 0, 2]]
     assert (best["policy"] == "best_fixed").all()
     assert best_fixed(_scores({"uniform": [0.5]}), RUNS).empty
-
-
-def test_ratio_interval_is_the_seed_bootstrap_of_the_ratio_of_means():
-    d, g = np.array([0.1, 0.1, 0.0, 0.2]), np.array([0.2, 0.4, 0.2, 0.4])
-    share, lo, hi = ratio_interval(d, g, n_boot=4000, boot_seed=3)
-    idx = np.random.default_rng(3).integers(4, size=(4000, 4))
-    want = np.quantile(d[idx].mean(axis=1) / g[idx].mean(axis=1), [0.025, 0.975])
-    assert share == pytest.approx(1 / 3) and (lo, hi) == pytest.approx(tuple(want))
-    assert np.isnan(ratio_interval(d, -g)[0])                            # no gap to share
-    assert np.isnan(ratio_interval(d, np.array([0.5, -0.5, 0.4, -0.3]))[1])   # the gap's sign is unsure: unbounded
-    assert np.isnan(ratio_interval(d[:1], g[:1])[1]) and ratio_interval(d[:1], g[:1])[0] == 0.5
 
 
 def test_run_table_and_label_fallback():

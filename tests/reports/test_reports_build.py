@@ -6,7 +6,7 @@ import pytest
 import reports
 from hbsim.contract import EVAL_TABLE
 from policies.errors import UserError
-from reports import analysis, load, stats
+from reports import analysis, cells, load, stats
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +50,8 @@ def test_cell_metrics_hand_case():
     ev = pd.DataFrame({"run_id": "r", "policy": "a", "seed": 0, "step": 5, "suite": "s", "task": "t",
                        "category": "c", "harness": "h", "attempt": [0, 1, 2, 3],
                        "reward": [1.0, 0.0, 0.5, 1.0], "success": [True, False, False, True]})
-    cells = analysis.cell_metrics(load.make_frames(ev).eval, (1, 3))
-    r = cells.iloc[0]
+    table = cells.cell_metrics(load.make_frames(ev).eval, (1, 3))
+    r = table.iloc[0]
     assert (r["n"], r["c"], r["score"], r["pass@1"]) == (4, 2, 0.625, 0.5)
     assert r["pass@3"] == pytest.approx(1.0)  # n - c = 2 < 3
     assert r["pass^3"] == pytest.approx(0.0)

@@ -1,4 +1,4 @@
-"""The GEE check's closed form (reports.analysis.gee_exchangeable) equals statsmodels'
+"""The GEE check's closed form (reports.gee.gee_exchangeable) equals statsmodels'
 iterative GEE (logistic, exchangeable working correlation, clustered by seed) -- the fit the
 report ran before -- on small balanced designs, to far below the printed precision."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from reports_synth import make_synthetic
 
-from reports import analysis, load
-from reports.analysis import gee_exchangeable
+from reports import cells, gee, load
+from reports.gee import gee_exchangeable
 
 
 def _statsmodels_fit(wins, total):
@@ -65,10 +65,10 @@ def test_unbalanced_clusters_are_refused():
 def test_report_rows_equal_statsmodels_to_printed_precision():
     ev, tr = make_synthetic({"p0": 0.0, "p1": 0.4, "p2": 0.9}, n_seeds=4, n_tasks=(12, 10), attempts=(1, 3))
     fr = load.make_frames(ev, tr)
-    cells = analysis.cell_metrics(fr.eval, (1, 3))
+    table = cells.cell_metrics(fr.eval, (1, 3))
     pols = ["p0", "p1", "p2"]
-    al, _ = analysis.align(cells, "heldout_harness", pols, "p0", analysis.metric_names((1, 3), 3))
-    rows, notes = analysis.gee_rows(fr.eval, al, "heldout_harness", "p0")
+    al, _ = cells.align(table, "heldout_harness", pols, "p0", cells.metric_names((1, 3), 3))
+    rows, notes = gee.gee_rows(fr.eval, al, "heldout_harness", "p0")
     got = pd.DataFrame(rows)
     sub = fr.eval[fr.eval["suite"] == "heldout_harness"]
     codes = pd.Categorical(sub["policy"], categories=pols).codes

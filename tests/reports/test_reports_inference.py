@@ -96,7 +96,8 @@ def test_gee_clustered_by_seed_holds_alpha_with_few_seeds():
     from statsmodels.genmod import cov_struct, families
     from statsmodels.genmod.generalized_estimating_equations import GEE
 
-    from reports.analysis import Aligned, gee_rows
+    from reports.cells import Aligned
+    from reports.gee import gee_rows
 
     rng = np.random.default_rng(7)
     ours, plain = [], []

@@ -86,15 +86,15 @@ def test_doc_renders_figures_in_batches_with_the_bytes_of_a_plain_save(tmp_path,
 
     import matplotlib.pyplot as plt
 
-    from reports import figures, render
+    from reports import figures, page
 
     def fig(i):
         f, ax = plt.subplots(figsize=(2, 1.5))
         ax.plot([0, 1], [0, i])
         return f, ax
 
-    monkeypatch.setattr(render, "OPEN_FIGURES", 2)
-    doc = render.Doc(tmp_path)
+    monkeypatch.setattr(page, "OPEN_FIGURES", 2)
+    doc = page.Doc(tmp_path)
     for i in range(5):
         doc.p(f"before {i}")
         doc.figure(f"f{i}", fig(i))
@@ -119,15 +119,15 @@ def _sleepy(state, seconds):
 
 @pytest.mark.slow
 def test_a_call_not_yet_handed_to_the_helper_can_be_stolen():
-    from reports import analysis
+    from reports import values
 
     helper = offload.Helper(2, {"k": 2})
     try:
         first = helper.submit(_sleepy, 0.5)
-        later = analysis.Later(helper.submit(_double, 21), lambda: -1, lambda v: v)
+        later = values.Later(helper.submit(_double, 21), lambda: -1, lambda v: v)
         later.steal()  # the helper is busy with `first`: the second call is done here instead
         assert later.future is None and later.result() == -1 and first.result() == 0.5
-        ran = analysis.Later(helper.submit(_double, 4), lambda: -1, lambda v: v)
+        ran = values.Later(helper.submit(_double, 4), lambda: -1, lambda v: v)
         assert ran.result() == 8  # not stolen: the helper's value
     finally:
         helper.close()

@@ -1,4 +1,5 @@
-"""Hand-computed cases for every statistic of reports.stats."""
+"""Hand-computed cases for the statistics of reports.stats, reports.passk, reports.metrics and
+reports.bootstrap."""
 import itertools
 from math import comb
 
@@ -6,7 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from reports import stats
+from hbsim import intervals
+from reports import bootstrap, metrics, passk, stats
 
 
 def test_pass_at_k_matches_closed_form_including_n_minus_c_below_k():
@@ -14,18 +16,18 @@ def test_pass_at_k_matches_closed_form_including_n_minus_c_below_k():
     c = np.array([0, 1, 3, 5, 7, 1, 2])
     k = 3
     want = [1 - comb(int(a) - int(b), k) / comb(int(a), k) for a, b in zip(n, c)]
-    got = stats.pass_at_k(n, c, k)
+    got = passk.pass_at_k(n, c, k)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
     # n - c < k: c = 3 of n = 5 leaves 2 failures < 3 -> exactly 1
     assert got[2] == 1.0 and got[3] == 1.0 and got[0] == 0.0
     assert got[4] == pytest.approx(1 - 1 / 120)  # C(3,3)/C(10,3)
-    assert stats.pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert passk.pass_at_k(4, 1, 1) == pytest.approx(0.25)
 
 
 def test_pass_hat_k_is_ratio_of_binomials():
     n = np.array([3, 3, 3, 5, 10])
     c = np.array([0, 2, 3, 4, 7])
-    got = stats.pass_hat_k(n, c, 3)
+    got = passk.pass_hat_k(n, c, 3)
     want = [comb(int(b), 3) / comb(int(a), 3) for a, b in zip(n, c)]
     np.testing.assert_allclose(got, want, atol=1e-12)
     assert got.tolist()[:3] == [0.0, 0.0, 1.0]
@@ -34,9 +36,9 @@ def test_pass_hat_k_is_ratio_of_binomials():
 
 def test_pass_k_rejects_k_above_attempts():
     with pytest.raises(ValueError, match="k"):
-        stats.pass_at_k([2, 2], [1, 0], 3)
+        passk.pass_at_k([2, 2], [1, 0], 3)
     with pytest.raises(ValueError, match="k"):
-        stats.pass_hat_k([2], [1], 0)
+        passk.pass_hat_k([2], [1], 0)
 
 
 def test_sign_flip_p_is_exact_on_six_tasks():
@@ -197,45 +199,23 @@ def test_marginal_bounds_are_closed_form_for_huge_n():
             stats.marginal_mcnemar_bounds(bad, 0, 0)
 
 
-def _explicit_resample(x, ws, wt, b):
-    si = np.repeat(np.arange(x.shape[-2]), ws[b].astype(int))
-    ti = np.repeat(np.arange(x.shape[-1]), wt[b].astype(int))
-    return x[..., si, :][..., ti]
-
-
-@pytest.mark.parametrize("kind", ["binary", "continuous"])
-def test_weighted_statistics_equal_explicit_resamples(kind):
-    rng = np.random.default_rng(3)
-    x = rng.random((3, 4, 9))
-    x = (x < 0.5).astype(float) if kind == "binary" else x
-    ws, wt = stats.draw_counts(rng, 7, 4), stats.draw_counts(rng, 7, 9)
-    assert (ws.sum(1) == 4).all() and (wt.sum(1) == 9).all()
-    means, iqms = stats.weighted_mean(x, ws, wt), stats.weighted_iqm(x, ws, wt)
-    pis = stats.weighted_prob_improvement(x[0], x[1], ws, wt)
-    for b in range(7):
-        r = _explicit_resample(x, ws, wt, b)
-        np.testing.assert_allclose(means[b], r.mean(axis=(1, 2)))
-        np.testing.assert_allclose(iqms[b], [sps.trim_mean(r[p].ravel(), 0.25) for p in range(3)])
-        assert pis[b] == pytest.approx(stats.prob_improvement(r[0], r[1]))
-
-
 def test_prob_improvement_hand_case():
     x = np.array([[1.0, 0.0], [1.0, 1.0]])  # (seeds, tasks)
     y = np.array([[0.0, 0.0], [1.0, 1.0]])
     # task 0: pairs (1,0)>,(1,1)=,(1,0)>,(1,1)= -> 3/4; task 1: (0,0)=,(0,1)<,(1,0)>,(1,1)= -> 1/2
-    assert stats.prob_improvement(x, y) == pytest.approx(0.625)
-    assert stats.iqm(np.array([0, 1, 2, 3, 4, 5, 6, 100.0])) == pytest.approx(3.5)
+    assert metrics.prob_improvement(x, y) == pytest.approx(0.625)
+    assert metrics.iqm(np.array([0, 1, 2, 3, 4, 5, 6, 100.0])) == pytest.approx(3.5)
 
 
 def test_bootstrap_reproducible_and_chunk_progress():
     x = np.random.default_rng(0).random((2, 5, 30))
     calls = []
-    a = stats.crossed_bootstrap(x, stats.weighted_mean, resamples=2500, rng=np.random.default_rng(7),
+    a = bootstrap.crossed_bootstrap(x, bootstrap.weighted_mean, resamples=2500, rng=np.random.default_rng(7),
                                 progress=lambda d, t, lab: calls.append((d, t)))
-    b = stats.crossed_bootstrap(x, stats.weighted_mean, resamples=2500, rng=np.random.default_rng(7))
+    b = bootstrap.crossed_bootstrap(x, bootstrap.weighted_mean, resamples=2500, rng=np.random.default_rng(7))
     np.testing.assert_array_equal(a, b)
     assert a.shape == (2500, 2) and calls == [(1000, 2500), (2000, 2500), (2500, 2500)]
-    c = stats.crossed_bootstrap(x, stats.weighted_mean, resamples=2500, rng=np.random.default_rng(8))
+    c = bootstrap.crossed_bootstrap(x, bootstrap.weighted_mean, resamples=2500, rng=np.random.default_rng(8))
     assert not np.array_equal(a, c)
 
 
@@ -246,15 +226,15 @@ def test_bootstrap_interval_covers_planted_delta_about_95_percent():
     for _ in range(reps):
         # delta cube (seeds, tasks) = effect + task effect + seed effect + noise
         d = truth + rng.normal(0, 0.1, 40)[None] + rng.normal(0, 0.05, 10)[:, None] + rng.normal(0, 0.05, (10, 40))
-        boot = stats.crossed_bootstrap(d[None], stats.weighted_mean, resamples=400, rng=rng)
-        lo, hi = stats.percentile_interval(boot, 0.05)
+        boot = bootstrap.crossed_bootstrap(d[None], bootstrap.weighted_mean, resamples=400, rng=rng)
+        lo, hi = intervals.percentile_interval(boot, 0.95)
         hits += bool(lo[0] <= truth <= hi[0])
     assert 0.88 <= hits / reps <= 0.99
 
 
 def test_bootstrap_speed(benchmark):
     x = np.random.default_rng(0).random((8, 5, 200))
-    out = benchmark(lambda: stats.crossed_bootstrap(x, stats.weighted_mean, resamples=2000,
+    out = benchmark(lambda: bootstrap.crossed_bootstrap(x, bootstrap.weighted_mean, resamples=2000,
                                                     rng=np.random.default_rng(0)))
     assert out.shape == (2000, 8)
 
@@ -288,18 +268,18 @@ def test_level_counts_and_integer_means_equal_the_einsum_sums_to_the_bit():
     the bits of the summation they replace: a one-hot cube's einsum weighted mean."""
     rng = np.random.default_rng(7)
     x = rng.integers(0, 4, (3, 5, 37)).astype(float)  # 4 levels, lead 3
-    ws, wt = stats.draw_counts(rng, 50, 5), stats.draw_counts(rng, 50, 37)
+    ws, wt = bootstrap.draw_counts(rng, 50, 5), bootstrap.draw_counts(rng, 50, 37)
 
     def ref(cube):
         return np.einsum("b...s,bs->b...", np.einsum("...st,bt->b...s", cube, wt), ws) / (5 * 37)
 
     levels = np.unique(x)
     onehot = (x[..., None, :, :] == levels[:, None, None]).astype(float)  # (3, 4, 5, 37)
-    counts = stats.level_counts(x, levels, ws, wt)
+    counts = bootstrap.level_counts(x, levels, ws, wt)
     assert counts.shape == (50, 3, 4)
     assert np.array_equal(counts / (5 * 37), ref(onehot))
     assert np.array_equal(counts.sum(axis=-1), np.full((50, 3), 5.0 * 37))  # every draw counted once
-    assert np.array_equal(stats.weighted_mean(x, ws, wt), ref(x))  # integer cube: exact sums, any order
+    assert np.array_equal(bootstrap.weighted_mean(x, ws, wt), ref(x))  # integer cube: exact sums, any order
     y = x / 3  # not integer: BLAS's order of summation, equal to rounding
-    np.testing.assert_allclose(stats.weighted_mean(y, ws, wt), ref(y), rtol=1e-14, atol=0)
-    assert not np.allclose(stats.weighted_mean(y + 1e-9, ws, wt), ref(y), rtol=1e-14, atol=0)
+    np.testing.assert_allclose(bootstrap.weighted_mean(y, ws, wt), ref(y), rtol=1e-14, atol=0)
+    assert not np.allclose(bootstrap.weighted_mean(y + 1e-9, ws, wt), ref(y), rtol=1e-14, atol=0)

@@ -1,5 +1,5 @@
 """rliable's views (reports.rliable_views) against rliable's documented definitions, the
-export in rliable's input form, and the one-screen layout of index.html (reports.render)."""
+export in rliable's input form, and the one-screen layout of index.html (reports.render, reports.page)."""
 import json
 import re
 
@@ -9,7 +9,7 @@ import pytest
 from scipy import stats as sps
 
 import reports
-from reports import render, rliable_views as rv, sections, stats
+from reports import bootstrap, cells, metrics, page, render, rliable_views as rv, sections, text
 
 # rliable 1.2's definitions (rliable.metrics, rliable.library.run_score_deviation), written
 # out from its documentation: the export must give these numbers when rliable is run on it
@@ -23,41 +23,27 @@ RLIABLE = {
 
 def test_point_estimates_hand_case_and_rliable_definitions():
     x = np.array([[0.0, 1.0, 0.5, 1.0], [1.0, 1.0, 0.0, 0.0]])  # 2 runs x 4 tasks; task means .5 1 .25 .5
-    assert rv.aggregate_mean(x) == pytest.approx(0.5625)
-    assert rv.aggregate_median(x) == pytest.approx(0.5)
-    assert stats.iqm(x) == pytest.approx(0.625)  # sorted 0 0 0 .5 1 1 1 1, positions 2..5
-    assert rv.optimality_gap(x) == pytest.approx(0.4375)
-    np.testing.assert_allclose(rv.profile(x, [0.0, 0.5, 1.0]), [5 / 8, 4 / 8, 0.0])
+    assert metrics.aggregate_mean(x) == pytest.approx(0.5625)
+    assert metrics.aggregate_median(x) == pytest.approx(0.5)
+    assert metrics.iqm(x) == pytest.approx(0.625)  # sorted 0 0 0 .5 1 1 1 1, positions 2..5
+    assert metrics.optimality_gap(x) == pytest.approx(0.4375)
+    np.testing.assert_allclose(metrics.profile(x, [0.0, 0.5, 1.0]), [5 / 8, 4 / 8, 0.0])
     rng = np.random.default_rng(3)
     for x in (rng.random((5, 7)), rng.integers(0, 4, (3, 10)) / 3):
-        for name, f in (("mean", rv.aggregate_mean), ("median", rv.aggregate_median), ("iqm", stats.iqm),
-                        ("optimality_gap", rv.optimality_gap)):
+        for name, f in (("mean", metrics.aggregate_mean), ("median", metrics.aggregate_median), ("iqm", metrics.iqm),
+                        ("optimality_gap", metrics.optimality_gap)):
             assert f(x) == pytest.approx(RLIABLE[name](x), abs=1e-12), name
-        np.testing.assert_allclose(rv.profile(x), [np.mean(x > t) for t in rv.TAUS])
-    assert rv.optimality_gap(np.array([[0.5, 2.0]]), gamma=1.0) == pytest.approx(0.25)  # clipped at gamma
+        np.testing.assert_allclose(metrics.profile(x), [np.mean(x > t) for t in metrics.TAUS])
+    assert metrics.optimality_gap(np.array([[0.5, 2.0]]), gamma=1.0) == pytest.approx(0.25)  # clipped at gamma
 
 
-@pytest.mark.parametrize("tasks", [7, 8])
-def test_bootstrap_statistics_equal_the_statistic_of_the_explicit_resample(tasks):
-    rng = np.random.default_rng(tasks)
-    x = np.round(rng.random((3, 5, tasks)), 1)  # ties, and values equal to a tau
-    ws, wt = stats.draw_counts(rng, 6, 5), stats.draw_counts(rng, 6, tasks)
-    med, prof = rv.weighted_median(x, ws, wt), rv.weighted_profile(x, ws, wt)
-    assert med.shape == (6, 3) and prof.shape == (6, 3, rv.TAUS.size)
-    for b in range(6):
-        s_idx = np.repeat(np.arange(5), ws[b].astype(int))
-        t_idx = np.repeat(np.arange(tasks), wt[b].astype(int))
-        for p in range(3):
-            xr = x[p][s_idx][:, t_idx]
-            assert med[b, p] == pytest.approx(RLIABLE["median"](xr), abs=1e-12)
-            np.testing.assert_allclose(prof[b, p], rv.profile(xr), atol=1e-12)
-
-
-def test_primary_metric_and_shown_steps():
-    assert rv.primary_metric(["score", "pass@1", "pass@3"]) == "score"
-    assert rv.primary_metric(["pass@1", "pass@3"]) == "pass@1"  # score folded into pass@1
-    assert rv.primary_metric(["pass@1", "pass@3"], "pass@3") == "pass@3"
-    assert rv.primary_metric(["pass@3"], "nope") == "pass@3"
+def test_headline_metric_view_metric_and_shown_steps():
+    assert cells.headline_metric(["score", "pass@1", "pass@3"], "score") == "score"
+    assert cells.headline_metric(["pass@1", "pass@3"], "score") == "pass@1"  # score folded into pass@1
+    assert cells.headline_metric(["pass@1", "pass@3"], "pass@3") == "pass@3"
+    assert cells.headline_metric(["pass@1"], "pass@3") is None                # not computed: no headline
+    assert cells.view_metric(["pass@1", "pass^3"], None) == "pass@1"
+    assert cells.view_metric(["pass@1", "pass^3"], "pass^3") == "pass^3"
     assert rv.shown_steps([3, 1, 2]) == [1, 2, 3]
     assert rv.shown_steps(range(0, 1000, 10), most=4) == [0, 330, 660, 990]
 
@@ -82,7 +68,7 @@ def report(tmp_path_factory):
 
 def test_export_is_rliables_input_form_and_gives_the_reported_point_estimates(report):
     ev, res = report
-    folder = res.out / render.EXPORT_DIR
+    folder = res.out / page.EXPORT_DIR
     index = json.loads((folder / "index.json").read_text())
     finals = [e for e in index if e["shape"] == "(runs, tasks)"]
     assert {(e["suite"], e["metric"]) for e in finals} == {
@@ -108,18 +94,18 @@ def test_export_is_rliables_input_form_and_gives_the_reported_point_estimates(re
             assert sub.loc[(pol, name), "value"] <= sub.loc[(pol, name), "high"] + 1e-12
     prof = res.tables["profiles"]
     got = prof[(prof["suite"] == "heldout_tasks") & (prof["policy"] == "mix")]["value"].to_numpy()
-    np.testing.assert_allclose(got, [np.mean(scores["mix"] > t) for t in rv.TAUS])
+    np.testing.assert_allclose(got, [np.mean(scores["mix"] > t) for t in metrics.TAUS])
 
 
 def test_iqm_over_steps_matches_the_step_matrices_and_the_summary(report):
     _, res = report
-    folder = res.out / render.EXPORT_DIR
+    folder = res.out / page.EXPORT_DIR
     index = json.loads((folder / "index.json").read_text())
     entry = next(e for e in index if e["shape"] == "(runs, tasks, steps)" and e["suite"] == "heldout_harness")
     assert entry["steps"] == [4, 8, 12] and entry["metric"] == "score"
     cube = dict(np.load(folder / entry["file"]))
     assert cube["hb"].shape == (4, 12, 3)
-    final = dict(np.load(folder / f"{render.export_stem('heldout_harness', 'score')}.npz"))
+    final = dict(np.load(folder / f"{page.export_stem('heldout_harness', 'score')}.npz"))
     np.testing.assert_array_equal(cube["hb"][..., -1], final["hb"])
     steps = res.tables["iqm_steps"].set_index(["suite", "policy", "step"])
     for k, step in enumerate(entry["steps"]):
@@ -152,11 +138,11 @@ def test_the_top_of_the_page_is_the_conclusion_one_figure_and_one_table(report):
 
 
 def test_wide_tables_are_cut_into_column_groups_repeating_the_keys():
-    assert render.column_groups(list("kabcd"), [100, 500, 500, 500, 100], keys=1, budget=1150) == \
+    assert page.column_groups(list("kabcd"), [100, 500, 500, 500, 100], keys=1, budget=1150) == \
         [[0, 1, 2], [0, 3, 4]]
-    assert render.column_groups(list("ka"), [100, 5000], keys=1, budget=1150) == [[0, 1]]  # one column too wide
+    assert page.column_groups(list("ka"), [100, 5000], keys=1, budget=1150) == [[0, 1]]  # one column too wide
     df = pd.DataFrame({"metric": ["score"], "candidate": ["hb"], **{f"seed {i}": [0.1234] for i in range(40)}})
-    out = render.html_table(df, keys=2)
+    out = page.html_table(df, keys=2)
     tables = re.findall(r"<table>.*?</table>", out)
     assert len(tables) > 1 and all(t.count("<th>") <= 2 + 40 for t in tables)
     assert all("<th>metric</th><th>candidate</th>" in t for t in tables)
@@ -165,22 +151,22 @@ def test_wide_tables_are_cut_into_column_groups_repeating_the_keys():
 
 
 def test_wording_of_cells_and_notes():
-    assert render.fmt_mde(3.6) == "> 1 (none)" and render.fmt_mde(0.0712) == "0.071" and render.fmt_mde(np.nan) == "n/a"
+    assert text.fmt_mde(3.6) == "> 1 (none)" and text.fmt_mde(0.0712) == "0.071" and text.fmt_mde(np.nan) == "n/a"
     row = {"candidate": "c", "metric": "pass@1", "gained": 4, "lost": 7, "baseline_passed": 36, "candidate_passed": 33}
     assert sections.swap_note(row) == "c pass@1: 36 -> 33 tasks passed: the net change of -3 is 4 gained minus 7 lost."
     row.update(gained=3, lost=3, candidate_passed=36)
     assert "equal counts hide a swap" in sections.swap_note(row)
     assert sections.swap_note({**row, "lost": 0}) is None
     one = {"n_seeds": 1, "p_holm": np.nan, "delta": 0.2, "mde": np.nan}
-    assert render.verdict(one, 0.05) == "one seed: no test"
-    assert render.verdict({**one, "n_seeds": 8, "p_holm": 0.01}, 0.05) == "ahead"
-    assert render.verdict({**one, "n_seeds": 8, "p_holm": 0.5, "mde": 0.3}, 0.05) == "not detectable (|delta| < MDE)"
+    assert text.verdict(one, 0.05) == "one seed: no test"
+    assert text.verdict({**one, "n_seeds": 8, "p_holm": 0.01}, 0.05) == "ahead"
+    assert text.verdict({**one, "n_seeds": 8, "p_holm": 0.5, "mde": 0.3}, 0.05) == "not detectable (|delta| < MDE)"
 
 
 def test_the_headline_interval_is_read_from_ci_columns_when_paired_has_them():
     paired = pd.DataFrame(columns=["boot_low", "boot_high"])
-    assert render.interval_columns(paired, 0.05) == ("boot_low", "boot_high", "95% boot CI")
-    assert render.interval_columns(paired.assign(ci_low=[], ci_high=[]), 0.1) == ("ci_low", "ci_high", "90% CI")
+    assert render.interval_columns(paired, 0.95) == ("boot_low", "boot_high", "95% boot CI")
+    assert render.interval_columns(paired.assign(ci_low=[], ci_high=[]), 0.9) == ("ci_low", "ci_high", "90% CI")
 
 
 def test_render_speed(benchmark, report, tmp_path):
