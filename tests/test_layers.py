@@ -6,6 +6,10 @@ is an arrow between packages, and none may point up:
     reports imports hbsim and policies only; real_runs imports neither ablations nor reports;
     ablations may import anything.
 
+and no module imports itself back through others: the modules form no circle, counting
+every import at any depth (an import inside a function is still an arrow). `from pkg import
+name` is an arrow to `pkg.name` when that is a module (the submodule), else to `pkg`.
+
 The `hb` dispatcher's registry (hbsim/cli.py) names its subcommand modules as strings,
 imported with a computed name: not an import, so it is allowed by construction.
 """
@@ -27,6 +31,14 @@ FORBIDDEN = {
 }
 
 
+def _resolve(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module of a `from ... import` (relative ones against `package`)."""
+    if not node.level:
+        return node.module
+    base = package.split(".")[:len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imported_modules(source: str, package: str) -> list[tuple[int, str]]:
     """(line, absolute module name) of every import in `source`, at any depth; relative
     imports are resolved against `package` (dotted: the package the module is in)."""
@@ -35,12 +47,7 @@ def imported_modules(source: str, package: str) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
-                name = ".".join(base + ([node.module] if node.module else []))
-            else:
-                name = node.module
-            found.append((node.lineno, name))
+            found.append((node.lineno, _resolve(node, package)))
         elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
               and isinstance(node.args[0].value, str) and _is_import_call(node.func)):
             found.append((node.lineno, node.args[0].value))
@@ -57,6 +64,71 @@ def _modules():
         for path in sorted((ROOT / package).rglob("*.py")):
             rel = path.relative_to(ROOT)
             yield rel.as_posix(), ".".join(rel.parent.parts), path
+
+
+def module_name(rel: str) -> str:
+    """`hbsim/envs/base.py` -> `hbsim.envs.base`; a package's `__init__.py` -> the package."""
+    name = rel[:-len(".py")].replace("/", ".")
+    return name[:-len(".__init__")] if name.endswith(".__init__") else name
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the modules of this repository it imports (at any depth in its source)."""
+    files = {module_name(rel): (package, path) for rel, package, path in _modules()}
+    graph = {}
+    for name, (package, path) in files.items():
+        if path.name == "__init__.py":
+            package = name               # relative imports of a package resolve against it
+        tree, targets = ast.parse(path.read_text()), set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = _resolve(node, package)
+                subs = {f"{base}.{alias.name}" for alias in node.names} & files.keys()
+                targets |= subs or ({base} & files.keys())
+        for _, imported in imported_modules(path.read_text(), package):
+            if not any(t == imported or t.startswith(imported + ".") for t in targets):
+                targets |= {imported} & files.keys()
+        graph[name] = targets - {name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every group of modules that import each other through a chain (a strongly connected
+    component of more than one module; Tarjan's algorithm, iterative), each sorted."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return sorted(found)
 
 
 def forbidden_arrows() -> list[tuple[str, int, str]]:
@@ -90,3 +162,25 @@ def test_no_package_imports_one_above_it():
     arrows = forbidden_arrows()
     bad = [f"{rel}:{line} imports {name}" for rel, line, name in arrows]
     assert not bad, "imports against the layer rule (docs/ARCHITECTURE.md):\n" + "\n".join(bad)
+
+
+def test_the_circle_finder_sees_a_circle_through_a_function_level_import():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e2"}, "e2": {"e"}, "f": set()}
+    assert circles(graph) == [["a", "b", "c"], ["e", "e2"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_graph_reads_submodules_and_lazy_imports():
+    graph = import_graph()
+    assert "hbsim.contract" in graph["hbsim.records"]            # a module-level import
+    assert "real_runs.streams" in graph["real_runs.world.pool"]   # `from real_runs import streams`: the submodule
+    assert "real_runs" not in graph["real_runs.world.pool"]
+    lazy = [name for name, targets in graph.items() if "reports.offload" in targets]
+    assert lazy, "some module imports reports.offload"
+
+
+def test_no_module_circle_in_any_package():
+    found = circles(import_graph())
+    assert not found, ("modules that import each other (a circle, imports inside functions counted; "
+                       "move the idea both need into a module of its own):\n"
+                       + "\n".join(" <-> ".join(group) for group in found))
