@@ -35,7 +35,8 @@ import pandas as pd
 from ablations import runner
 from hbsim.envs import ENVS
 from hbsim.experiment import resolve_config
-from hbsim.folders import atomic_write, check_path_length, check_writable, remove_temp
+from hbsim.atomic import atomic_write, remove_temp
+from hbsim.folders import check_path_length, check_writable
 from hbsim.run_knobs import run_values
 from policies import POLICIES
 from policies.errors import UserError

@@ -11,14 +11,14 @@
 `run_many` removes the hidden temporaries killed writers left next to the run
 directories, skips runs already complete with the same config (resume) and runs the rest
 on a backend; each run directory is written into a temporary directory and renamed into
-place (`hbsim.folders.write_dir_atomic`), so a killed run never leaves a half-written one. Backends
+place (`hbsim.atomic.write_dir_atomic`), so a killed run never leaves a half-written one. Backends
 (name -> function(tasks, jobs, on_done, **options)): `local` runs `--jobs 1` in this
 process, more in a `ProcessPoolExecutor` of reused workers (one BLAS thread each) forked
 from a forkserver that imported hbsim once; `ray` runs one Ray task per run, on a local
 instance with `jobs` CPUs or on the cluster at `ray_address` (its workers write into the
 shared output folder). Runs are seeded by their configs: results do not depend on the
 backend, the number of workers or the order runs finish in. A run the storage refused (a
-full disk, a quota, a read-only file system: `hbsim.folders.STORAGE_ERRNOS`) stops the batch
+full disk, a quota, a read-only file system: `hbsim.atomic.STORAGE_ERRNOS`) stops the batch
 with that OSError, which `hb` prints as one line: the complete runs stay, the rerun resumes.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ import ablations.store as store
 import ablations.tune as tune
 import ablations.worker as worker
 from ablations.plan import GridSpec
-from hbsim import folders, threads
+from hbsim import atomic, threads
 from hbsim.contract import CELLS, PART, TUNE_DIR, TUNE_JSON
 from hbsim.records import config_hash, is_complete, read_meta
 from policies.errors import UserError
@@ -165,7 +165,7 @@ def run_many(tasks: list[dict], *, jobs: int | None = None, backend: str = "loca
         if not answer["ok"]:
             report.failed.append(answer)
             code = answer.get("errno")
-            if code in folders.STORAGE_ERRNOS:     # every later run would fail alike: stop the workers
+            if code in atomic.STORAGE_ERRNOS:     # every later run would fail alike: stop the workers
                 raise OSError(code, os.strerror(code), dirs.get(answer["id"]))
         if on_done:
             on_done(answer)
@@ -218,7 +218,7 @@ def run_tuned(spec: GridSpec, out: str | os.PathLike, **options):
         return tuned, None, None
     selection = json.loads(json.dumps(tune.select(spec, out / TUNE_DIR)))      # as it reads back
     if tune.read_selection(out) != selection:
-        folders.write_json_atomic(out / TUNE_JSON, selection)
+        atomic.write_json_atomic(out / TUNE_JSON, selection)
     return tuned, run_grid(tune.test_spec(spec, selection), out, **options), selection
 
 

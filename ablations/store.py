@@ -15,7 +15,7 @@ from pathlib import Path
 from ablations.plan import GridSpec
 from ablations.spec import parse_spec
 from ablations.tune import recorded_test_spec
-from hbsim import folders
+from hbsim import atomic, folders
 from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG
 from hbsim.records import collect_cells, done_ids
 from policies.errors import UserError
@@ -23,7 +23,7 @@ from policies.errors import UserError
 
 def failed_ids(root: str | os.PathLike) -> set[str]:
     """Ids with a failure log and no complete result."""
-    return {p.name for p in folders.visible(Path(root) / FAILED) if p.is_dir()} - done_ids(root)
+    return {p.name for p in atomic.visible(Path(root) / FAILED) if p.is_dir()} - done_ids(root)
 
 
 def failure_log(root: str | os.PathLike, cell_id: str) -> Path:
@@ -86,7 +86,7 @@ def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bo
     if record is not None and name not in names and not force_mixed:
         raise UserError(f"--out {root}: holds cells of grid {record.get('name')!r}, not {name!r}; "
                         "use another --out or pass --force")
-    if record is None and folders.visible(root / CELLS) and not force_mixed:
+    if record is None and atomic.visible(root / CELLS) and not force_mixed:
         raise UserError(f"--out {root}: holds cells but no {GRID_JSON}; pass --force to add to it")
     root.mkdir(parents=True, exist_ok=True)
     folders.claim_output_dir(root, "grid", tool="hb grid run")
@@ -95,10 +95,10 @@ def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bo
         names.append(name)
     new = {"name": names[0], "names": names, "spec": spec}
     if new != record:
-        folders.write_json_atomic(root / GRID_JSON, new)
+        atomic.write_json_atomic(root / GRID_JSON, new)
 
 
-clean_tmp = folders.remove_temp     # the one implementation: hbsim.folders
+clean_tmp = atomic.remove_temp     # the one implementation: hbsim.atomic
 
 
 
@@ -106,7 +106,7 @@ def write_failure(root: str | os.PathLike, cell_id: str, text: str) -> Path:
     """Record a failed cell's log (atomic replace); returns the log path."""
     path = failure_log(root, cell_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return folders.atomic_write(path, text)
+    return atomic.atomic_write(path, text)
 
 
 def clear_failure(root: str | os.PathLike, cell_id: str) -> None:

@@ -19,7 +19,7 @@ import ablations.store as store
 from ablations.plan import REAL_KIND
 from hbsim.contract import LOG
 from hbsim.experiment import run_config
-from hbsim.folders import write_dir_atomic
+from hbsim.atomic import write_dir_atomic
 from hbsim.records import fill_run_dir, is_complete
 from hbsim.summary import summary_rows
 from policies.registry import load_plugins
@@ -34,7 +34,7 @@ def adapter_factory(config: dict):
 
 
 def execute(task: dict) -> dict:
-    """Run one task; its run directory is written atomically (`hbsim.folders.write_dir_atomic`)."""
+    """Run one task; its run directory is written atomically (`hbsim.atomic.write_dir_atomic`)."""
     started, cpu = time.perf_counter(), time.process_time()
     try:
         load_plugins(task.get("plugins", []))

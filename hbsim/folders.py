@@ -1,5 +1,5 @@
-"""Output folders and atomic writes: the one place that checks where a tool may write,
-records what it wrote, and replaces files in one step under the user's umask.
+"""Output folders: the one place that checks where a tool may write and records, in each
+folder's marker, what kind of output it holds and which files hb wrote there.
 
 Every folder an `hb` tool writes into has a KIND (`hbsim.contract.KINDS`), recorded in
 the marker file `.hb-kind.json` ({"kind", "config_hash", "tool", "state", "command",
@@ -24,286 +24,31 @@ other non-empty folder -- another kind, another config, or a folder hb did not c
 is refused unless the tool's `--force` is given. Folders written before markers existed
 are adopted when their contents are unmistakably ours (`legacy_kind`).
 
-Files are replaced with `atomic_write` (a hidden `.tmp-` file beside the target, renamed
-over it; `exclusive=True`: linked into place, never replacing a file) and get the mode a
-plain open() or mkdir would give (`file_mode`, `dir_mode`). Temporaries a killed writer
-left are removed by the rerun (`remove_temp`), and every reader lists folders with
-`visible` (no hidden or temporary entry).
-
-Test hook: with `HB_FAULT_AT=N` in the environment a process kills itself (SIGKILL) at
-its N-th write, after the data went to the temporary and before it is renamed into place
-(`_fault_point`, called by `atomic_write` and `write_dir_atomic` only; counted per
-process). tests/test_fault_injection.py uses it; it has no other use.
-Standard library, `policies` and `hbsim.contract` only.
+Files are written with `hbsim.atomic` (atomic replace under the user's umask, temporaries
+a killed writer left removed by the rerun); a claimed folder is tracked there, so
+`complete_output_dir` lists every file this process wrote in it.
+Standard library, `policies`, `hbsim.contract` and `hbsim.atomic` only.
 """
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
 import shlex
-import shutil
-import signal
-import stat
 import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Union
 
+from hbsim.atomic import (_is_temp, atomic_write, remove_temp, track_writes, tracked_writes, untrack_writes,
+                          visible)
 from hbsim.contract import (CELLS, CHECKPOINT, EVAL_FILE, GRID_JSON, KIND_FILE, KINDS, TUNE_DIR, REPORT_INDEX, REPORT_MARKDOWN,
-                            RUN_JSON, TMP_PREFIX, TRAIN_FILE)
+                            RUN_JSON, TRAIN_FILE)
 from policies.errors import UserError
 from policies.validate import check_choice
 
 #: bytes kept free below PATH_MAX for the files a tool creates inside its output folder
 PATH_RESERVE = 96
-
-#: write errors of the storage, not of one run: a batch (`ablations.runner.run_many`) stops
-#: at the first, since every later write would fail the same way
-STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
-
-#: what atomic_write writes: bytes, text (UTF-8), or a function that writes the path it is given
-Content = Union[bytes, str, Callable[[Path], object]]
-
-
-# -- the umask and atomic writes -----------------------------------------------------------
-def current_umask() -> int:
-    """The process umask, read without changing it (os.umask would, for every thread):
-    from /proc on Linux, else from the mode of a probe folder made with mode 0777."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return _probed_umask()
-
-
-def _probed_umask() -> int:
-    """The umask as the bits a mkdir with mode 0777 loses (where /proc is not available)."""
-    with tempfile.TemporaryDirectory(prefix=TMP_PREFIX) as parent:
-        probe = os.path.join(parent, "probe")
-        os.mkdir(probe, 0o777)
-        return 0o777 & ~stat.S_IMODE(os.stat(probe).st_mode)
-
-
-def dir_mode() -> int:
-    """The mode a plain mkdir gives under the user's umask (mkdtemp gives 0700)."""
-    return 0o777 & ~current_umask()
-
-
-def file_mode() -> int:
-    """The mode a plain open() gives under the user's umask (mkstemp gives 0600)."""
-    return 0o666 & ~current_umask()
-
-
-#: the test hook's environment variable (module doc); read by `_fault_point` only
-FAULT_ENV = "HB_FAULT_AT"
-_writes = 0
-#: the files written under each claimed folder by this process (`complete_output_dir` lists them)
-_written: dict[Path, set[str]] = {}
-
-
-def _fault_point() -> None:
-    """Test hook (module doc): SIGKILL this process at its HB_FAULT_AT-th write."""
-    global _writes
-    at = os.environ.get(FAULT_ENV)
-    if not at:
-        return
-    _writes += 1
-    if _writes == int(at):
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _record_write(path: Path) -> None:
-    for root, names in _written.items():
-        try:
-            names.add(path.resolve().relative_to(root).as_posix())
-        except ValueError:
-            continue
-
-
-def atomic_write(path: str | os.PathLike, content: Content, *, exclusive: bool = False) -> Path:
-    """Replace `path` in one step; returns it. `exclusive`: never replace an existing file
-    (the temporary is hard-linked into place; UserError when `path` exists by then).
-
-    `content` (bytes, text written as UTF-8, or a function that writes the path it is
-    given: `df.to_parquet`, `torch.save`, `fig.savefig`) goes into a hidden temporary file
-    beside `path` (`.tmp-<name>-XXXX<suffix>`: same folder, so the rename is atomic; same
-    suffix, for writers that read the format from it), which gets `file_mode()` and is
-    renamed over `path`. On any error the temporary file is removed and `path` is left as
-    it was. The folder must exist.
-    """
-    path = Path(path)
-    fd, name = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=path.suffix, dir=path.parent)
-    tmp = Path(name)
-    try:
-        if callable(content):
-            os.close(fd)
-            content(tmp)
-        else:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(content.encode() if isinstance(content, str) else content)
-        os.chmod(tmp, file_mode())
-        _fault_point()
-        if exclusive:
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                raise UserError(f"{str(path)!r} appeared while this command ran: nothing is overwritten; "
-                                "choose a new path") from None
-            tmp.unlink()
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _record_write(path)
-    return path
-
-
-def write_json_atomic(path: str | os.PathLike, obj) -> Path:
-    """`obj` as indented JSON with sorted keys (non-JSON values as str), atomically."""
-    return atomic_write(path, json.dumps(obj, indent=1, sort_keys=True, default=str) + "\n")
-
-
-def make_temp_dir(beside: str | os.PathLike) -> Path:
-    """A new, empty, hidden folder next to `beside` (`.tmp-<name>-XXXX`, unique) with the
-    mode a plain mkdir gives: fill it, then rename it into place."""
-    beside = Path(beside)
-    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(beside), dir=beside.parent))
-    os.chmod(tmp, dir_mode())
-    return tmp
-
-
-def write_dir_atomic(final: str | os.PathLike, fill: Callable[[Path], None], *,
-                     keep: Callable[[Path], bool] = lambda d: False) -> bool:
-    """Write a directory atomically: `fill(tmp)` fills a new empty temporary directory next
-    to `final` (`make_temp_dir`), which is then renamed to `final`. An existing `final` for
-    which `keep(final)` holds is kept and False returned (e.g. another worker finished the
-    same run first); any other existing `final` is moved aside in one rename and removed.
-    Temporaries are removed either way, also when `fill` raises."""
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp, old = make_temp_dir(final), None
-    try:
-        fill(tmp)
-        _fault_point()
-        if final.is_dir() and not keep(final):
-            old = make_temp_dir(final)
-            os.rename(final, old)                       # onto the empty temporary: atomic
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if final.is_dir():
-                return False
-            raise
-    finally:
-        for p in (tmp, old):
-            if p is not None and p.exists():
-                shutil.rmtree(p, ignore_errors=True)
-    return True
-
-
-def _temp_prefix(path: Path) -> str:
-    """`.tmp-<name>-<pid>-`: the writer's process id lets `remove_temp` tell a killed
-    writer's temporary from one a live command (two commands on one folder) is writing."""
-    return f"{TMP_PREFIX}{path.name}-{os.getpid()}-"
-
-
-def _writer_alive(temp: Path) -> bool:
-    """Whether the process that made temporary `temp` still runs (another than this one;
-    names without a pid, from older versions, count as dead). On Linux a killed writer
-    whose parent has not reaped it yet (a zombie: `kill -9` of a grid run leaves its
-    workers so until init collects them) is dead, and so is a live process that started
-    after the temporary was last written: its pid was reused (`_proc_state`)."""
-    m = _TEMP_PID.search(temp.name)
-    if m is None or int(m.group(1)) == os.getpid():
-        return False
-    pid = int(m.group(1))
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:          # exists, another user's
-        pass
-    state = _proc_state(pid)
-    if state is None:        # no /proc (macOS), or it just exited
-        return True
-    status, started = state
-    if status in "ZX":
-        return False
-    try:
-        written = temp.lstat().st_mtime
-    except OSError:
-        return False         # already gone
-    return started <= written + _START_SLACK_S
-
-
-_START_SLACK_S = 2.0   # /proc's boot time has whole seconds: a writer starts at most this after it could
-
-
-def _proc_state(pid: int) -> tuple[str, float] | None:
-    """(state letter, start time in seconds since the epoch) of process `pid` from
-    /proc/<pid>/stat (Linux); None where /proc cannot say."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
-        return fields[0], boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError, StopIteration):
-        return None
-
-
-_TEMP_PID = re.compile(r"-(\d+)-[A-Za-z0-9_]+(\.[^.]*)?$")
-
-
-def remove_temp(folder: str | os.PathLike, target: str | None = None) -> int:
-    """Remove the temporaries killed writers left in `folder` (not below it): hidden names
-    holding TMP_PREFIX (ours; older write_run's `.<name>.tmp-*`) whose writer no longer
-    runs; only those of the file `target` when given (a user's folder: `hb calibrate
-    --csv`); returns how many."""
-    mine = (lambda n: n.startswith(f"{TMP_PREFIX}{target}-")) if target else (lambda n: TMP_PREFIX in n)
-    try:
-        stale = [p for p in Path(folder).iterdir()
-                 if p.name.startswith(".") and mine(p.name) and not _writer_alive(p)]
-    except OSError:
-        return 0
-    for p in stale:
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            p.unlink(missing_ok=True)
-    return len(stale)
-
-
-def _is_temp(path: Path) -> bool:
-    return path.name.startswith(".") and TMP_PREFIX in path.name
-
-
-def visible(folder: str | os.PathLike) -> list[Path]:
-    """The entries of `folder` every reader may see, sorted: no hidden name (temporaries,
-    markers, probes); [] for a missing folder."""
-    try:
-        return sorted(p for p in Path(folder).iterdir() if not p.name.startswith("."))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
-def find_files(root: str | os.PathLike, name: str, depth: int) -> list[Path]:
-    """Every file called `name` in `root` or its visible subfolders down to `depth` levels,
-    sorted (the readers' one walk: never into hidden or temporary folders)."""
-    root, found = Path(root), []
-    if (root / name).is_file():
-        found.append(root / name)
-    if depth > 0:
-        for entry in visible(root):
-            if entry.is_dir():
-                found.extend(find_files(entry, name, depth - 1))
-    return sorted(found)
-
 
 # -- paths -----------------------------------------------------------------------------------
 def _exists(path: Path) -> bool:
@@ -393,9 +138,6 @@ def read_marker(path: str | os.PathLike) -> dict | None:
 _SEED_DIR = re.compile(r"seed\d+")
 
 
-_visible = visible
-
-
 def legacy_kind(path: str | os.PathLike) -> str | None:
     """The kind of a folder written before markers existed, when unmistakably ours:
     grid (grid.json), run (run.json or checkpoints/last.pt), report (index.html + report.md),
@@ -408,7 +150,7 @@ def legacy_kind(path: str | os.PathLike) -> str | None:
         return "run"
     if (p / REPORT_INDEX).is_file() and (p / REPORT_MARKDOWN).is_file():
         return "report"
-    entries = _visible(p)
+    entries = visible(p)
     if entries and all(e.is_dir() and legacy_kind(e) == "sim" for e in entries):
         return "study"
     runs = 0
@@ -417,7 +159,7 @@ def legacy_kind(path: str | os.PathLike) -> str | None:
             return None
         if _kind_of(entry) == "report":
             continue
-        seeds = _visible(entry)
+        seeds = visible(entry)
         if not seeds or not all(_SEED_DIR.fullmatch(s.name) and (s / RUN_JSON).is_file() for s in seeds):
             return None
         runs += len(seeds)
@@ -470,7 +212,7 @@ def check_replaceable(root: Path, kind: str, flag: str = "--out") -> None:
     immutable or append-only file: chattr +i / +a): the command would stop half way,
     leaving some files new and some old. Checks the folder's files (the marker included),
     and for a report those of its subfolders (figures/)."""
-    folders = [root] + ([p for p in _visible(root) if p.is_dir()] if kind == "report" else [])
+    folders = [root] + ([p for p in visible(root) if p.is_dir()] if kind == "report" else [])
     for folder in folders:
         for entry in sorted(folder.iterdir()):
             if entry.is_file() and not entry.is_symlink() and _locked(entry):
@@ -524,7 +266,7 @@ def check_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None
     record = read_marker(root)
     found = record["kind"] if record else legacy_kind(root)
     if found is None:
-        example = ", ".join(p.name for p in _visible(root)[:3]) or "hidden files"
+        example = ", ".join(p.name for p in visible(root)[:3]) or "hidden files"
         problem = f"is a non-empty folder that hb did not create (no {KIND_FILE}; it holds {example})"
     elif found != kind:
         problem = f"is {KINDS[found]}, not {KINDS[kind]}"
@@ -556,7 +298,7 @@ def claim_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None
         if (root / KIND_FILE).is_dir():
             raise
         previous = {}  # an unreadable marker is replaced
-    for folder in (root, *(p for p in _visible(root) if p.is_dir() and not p.is_symlink())):
+    for folder in (root, *(p for p in visible(root) if p.is_dir() and not p.is_symlink())):
         remove_temp(folder)
     command = shlex.join(["hb", *sys.argv[1:]]) if os.path.basename(sys.argv[0]) in ("hb", "cli.py") else None
     record = {"kind": kind, "config_hash": config_hash, "tool": tool or f"hb {kind}", "state": "incomplete",
@@ -570,8 +312,8 @@ def claim_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None
             if attempt == 2:
                 raise
             root.mkdir(parents=True, exist_ok=True)
-    _written[root.resolve()] = set()
-    _claims[root.resolve()] = (created, marker_before, [p.name for p in _visible(root)], mine)
+    track_writes(root)
+    _claims[root.resolve()] = (created, marker_before, [p.name for p in visible(root)], mine)
     return root
 
 
@@ -592,14 +334,14 @@ def output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = Non
         yield root
     except BaseException:
         existed, marker, entries, mine = _claims.pop(key)
-        if not _written.get(key) and [p.name for p in _visible(root)] == entries:   # nothing written yet
+        if not tracked_writes(key) and [p.name for p in visible(root)] == entries:   # nothing written yet
             _undo_claim(root, existed, marker, mine)
         raise
     complete_output_dir(root)
 
 
 def _undo_claim(root: Path, existed: Path, marker: bytes | None, mine: bytes) -> None:
-    _written.pop(root.resolve(), None)
+    untrack_writes(root)
     try:
         if (root / KIND_FILE).read_bytes() != mine:
             return                   # another command claimed the folder since: its marker stays
@@ -627,7 +369,7 @@ def complete_output_dir(path: str | os.PathLike, files: list | None = None) -> P
     if record is None:
         raise RuntimeError(f"{root}: complete_output_dir before claim_output_dir")
     base = root.resolve()
-    names = set(record.get("files") or []) | _written.pop(base, set())
+    names = set(record.get("files") or []) | untrack_writes(base)
     for f in files or []:
         f = Path(f)
         names.add((f.resolve().relative_to(base) if f.is_absolute() else f).as_posix())

@@ -3,7 +3,7 @@
 and a grid's complete cells read into one table (`load_cells`, `collect_cells`).
 
 A run directory is complete when its `run.json` exists: it is always written last.
-Every reader lists folders with `hbsim.folders.visible` / `find_files` (never a hidden or
+Every reader lists folders with `hbsim.atomic.visible` / `find_files` (never a hidden or
 temporary entry a killed writer left; re-exported here).
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hbsim.contract import CELLS, COUNTERFACTUAL_FILE, EVAL_FILE, RUN_FILES, RUN_JSON, TRAIN_FILE
-from hbsim.folders import atomic_write, find_files, make_temp_dir, remove_temp, visible, write_dir_atomic  # noqa: F401
+from hbsim.atomic import atomic_write, make_temp_dir, remove_temp, visible, write_dir_atomic
 from policies.errors import UserError
 
 
@@ -103,7 +103,7 @@ def fill_run_dir(result, folder: Path) -> None:
 def write_run(result, out, *, overwrite: bool = False) -> Path:
     """Write `result` (a RunResult) to the run directory `out`, atomically.
 
-    A fresh `out` is written by `hbsim.folders.write_dir_atomic` (a temporary directory
+    A fresh `out` is written by `hbsim.atomic.write_dir_atomic` (a temporary directory
     renamed into place); an existing incomplete `out` (e.g. `hb real`'s folder holding its
     checkpoints) receives the files one atomic replace at a time, run.json last. An existing
     complete run directory raises UserError unless `overwrite`. The run directory gets the

@@ -19,7 +19,7 @@ import pandas as pd
 
 from hbsim.contract import (BUDGET_UNIT, CELLS, EVAL_FILE, EVAL_TABLE, PART, ROW_KEYS, RUN_JSON, TRAIN_FILE,
                             VALIDATION_SUITE, part_suffix)
-from hbsim.folders import find_files, visible
+from hbsim.atomic import find_files, visible
 from hbsim.records import read_meta
 from policies.errors import UserError
 

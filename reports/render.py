@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from hbsim.contract import REPORT_INDEX, REPORT_MARKDOWN
-from hbsim.folders import atomic_write, written_files
+from hbsim.atomic import atomic_write
+from hbsim.folders import written_files
 from reports import figures, gap, rliable_views, sections, text
 from reports.page import CSS, EXPORT_DIR, Doc, export_stem
 from reports.text import fmt_mde, verdict
@@ -101,7 +102,7 @@ def _headline(doc: Doc, result) -> None:
 
 def write(result, out: Path, jobs: int = 1) -> None:
     """Write CSVs, figures, the rliable export, report.md and index.html into ``out``
-    (files replaced atomically, created with the user's umask: `hbsim.folders.atomic_write`)."""
+    (files replaced atomically, created with the user's umask: `hbsim.atomic.atomic_write`)."""
     out.mkdir(parents=True, exist_ok=True)
     fig_dir = out / "figures"
     fig_dir.mkdir(exist_ok=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hbsim.folders import atomic_write
+from hbsim.atomic import atomic_write
 from hbsim.references import FIXED, best_fixed, run_table, share_of_gap, train_scores
 from hbsim.summary import final_scores
 from reports import figures

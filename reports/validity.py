@@ -15,7 +15,7 @@ the run's own (pure) choice on each target, and how often the training-objective
 is also the best harness for the other targets.
 
 Reads files only (their names and the run record reader are `hbsim.contract` and
-`hbsim.records`); writes with `hbsim.folders.atomic_write`.
+`hbsim.records`); writes with `hbsim.atomic.atomic_write`.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from hbsim.contract import COUNTERFACTUAL_FILE, TRAIN_FILE
-from hbsim.folders import atomic_write, find_files
+from hbsim.atomic import atomic_write, find_files
 from hbsim.records import read_meta
 from policies.errors import UserError
 from reports.load import _parquet

@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 from ablations_testkit import grid_text, study_text
-from hbsim import folders
+from hbsim import atomic, folders
 from hbsim.records import done_ids
 
 pytestmark = pytest.mark.slow
@@ -45,12 +45,12 @@ def cache(tmp_path_factory) -> Path:
 
 
 def hb(*args, cwd: Path, fault: int | None = None, cache: Path | None = None, timeout: int = 900):
-    env = {k: v for k, v in os.environ.items() if k not in (folders.FAULT_ENV, "HB_DEBUG")}
+    env = {k: v for k, v in os.environ.items() if k not in (atomic.FAULT_ENV, "HB_DEBUG")}
     env.update(PYTHONPATH=str(REPO), OPENBLAS_NUM_THREADS="1")
     if cache is not None:
         env["HB_CACHE_DIR"] = str(cache)
     if fault is not None:
-        env[folders.FAULT_ENV] = str(fault)
+        env[atomic.FAULT_ENV] = str(fault)
     return subprocess.run([sys.executable, "-m", "hbsim.cli", *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -266,13 +266,13 @@ def reference_big_grid(tmp_path_factory) -> Path:
 def test_ctrl_c_stops_the_workers_and_the_rerun_completes(tmp_path, reference_big_grid, presses):
     (tmp_path / "g.toml").write_text(BIG)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop(folders.FAULT_ENV, None)
+    env.pop(atomic.FAULT_ENV, None)
     proc = subprocess.Popen([sys.executable, "-m", "hbsim.cli", "grid", "run", "g.toml", "--out", "grid", "--jobs",
                              "2"], cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     cells = tmp_path / "grid" / "cells"
     deadline = time.monotonic() + 300
-    while not (cells.is_dir() and folders.visible(cells)) and time.monotonic() < deadline:
+    while not (cells.is_dir() and atomic.visible(cells)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert proc.poll() is None, proc.communicate()
     for _ in range(presses):                       # a terminal's Ctrl-C: SIGINT to the whole group
@@ -283,7 +283,7 @@ def test_ctrl_c_stops_the_workers_and_the_rerun_completes(tmp_path, reference_bi
     assert proc.returncode in (130, -signal.SIGINT) and "interrupted" in err, err[-3000:]
     time.sleep(2.5)                                # an orphan watch checks once a second
     assert _session_processes(proc.pid) == []      # no worker or forkserver outlives hb
-    done = len(folders.visible(cells))
+    done = len(atomic.visible(cells))
     assert done < 60                               # it stopped: the queue was not worked through
     ok(hb("grid", "run", "g.toml", "--out", "grid", "--jobs", "1", cwd=tmp_path))
     ok(hb("grid", "collect", "grid", cwd=tmp_path))

@@ -27,7 +27,7 @@ import pandas as pd
 import pytest
 
 from ablations_testkit import grid_text, study_text
-from hbsim import folders
+from hbsim import atomic, folders
 from policies import validate
 from policies.errors import UserError
 
@@ -679,7 +679,7 @@ def test_report_force_removes_only_what_hb_wrote(base, tmp_path, hb):
     (figures / "mine.png").write_bytes(b"the user's own figure")          # not hb's: kept
     (figures / "old.png").write_bytes(b"an earlier report's figure")      # hb's (listed): removed
     marker["files"].append("figures/old.png")
-    folders.write_json_atomic(grid / "report" / folders.KIND_FILE, marker)
+    atomic.write_json_atomic(grid / "report" / folders.KIND_FILE, marker)
     code, _, err = hb(*args, "--force")
     assert code == 0, err[-3000:]
     assert (figures / "mine.png").read_bytes() == b"the user's own figure" and not (figures / "old.png").exists()
@@ -690,7 +690,7 @@ def test_killed_report_folder_is_resumed_not_refused(base, tmp_path, hb):
     """A report killed after its marker (state "incomplete") and a few files: the rerun writes it."""
     grid = World(base, tmp_path, hb).grid()
     folders.claim_output_dir(grid / "report", "report", tool="hb report")
-    folders.atomic_write(grid / "report" / "paired.csv", "half")
+    atomic.atomic_write(grid / "report" / "paired.csv", "half")
     assert folders.check_output_dir(grid / "report", "report") == "resume"
     code, _, err = hb("report", grid, "--baseline", "uniform", "--resamples", "20", "--k", "1")
     assert code == 0, err[-3000:]
@@ -753,7 +753,7 @@ def test_readers_skip_hidden_temporaries(base, tmp_path, hb):
     shutil.copytree(seed, seed.parent / ".tmp-seed7-xyz")
     code, again, err = hb("validity", sim, "--min-step", "0", "--resamples", "5")
     assert code == 0 and again == first, err[-3000:]
-    assert {p.parent.name for p in folders.find_files(sim, "eval.parquet", 2)} == {"seed0"}
+    assert {p.parent.name for p in atomic.find_files(sim, "eval.parquet", 2)} == {"seed0"}
 
 
 def test_trl_resume_uses_the_newest_complete_checkpoint(tmp_path):
@@ -772,9 +772,9 @@ def test_trl_resume_uses_the_newest_complete_checkpoint(tmp_path):
 
 def test_exclusive_write_never_replaces(tmp_path):
     target = tmp_path / "p.csv"
-    folders.atomic_write(target, "first", exclusive=True)
+    atomic.atomic_write(target, "first", exclusive=True)
     with pytest.raises(UserError, match="appeared while this command ran: nothing is overwritten"):
-        folders.atomic_write(target, "second", exclusive=True)
+        atomic.atomic_write(target, "second", exclusive=True)
     assert target.read_text() == "first" and sorted(p.name for p in tmp_path.iterdir()) == ["p.csv"]
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from hbsim.folders import atomic_write
+from hbsim.atomic import atomic_write
 from policies.errors import UserError
 from real_runs import streams
 from real_runs.native.model import ByteTokenizer, ModelConfig, Transformer, right_pad

@@ -7,7 +7,7 @@ import pytest
 
 from ablations import store
 from ablations.runner import ProgressBar
-from hbsim.folders import write_dir_atomic
+from hbsim.atomic import write_dir_atomic
 from hbsim.records import done_ids, is_complete
 
 

@@ -166,7 +166,7 @@ def _run(*argv, cwd=None):
 @NEEDS_TRL
 @pytest.mark.slow
 def test_hb_real_backend_trl_writes_a_run_that_hb_report_reads(tmp_path):
-    from hbsim import folders
+    from hbsim import atomic
     base = ["-m", "hbsim.cli", "real", "--backend", "trl", "--steps", "2",     # no --device: the default works
             "--set", 'harnesses=["json","xml","kv"]', "--set", "n_train_tasks=12", "--set", "max_completion_length=8"]
     for policy in ("harnessbandit", "mixed"):
@@ -176,7 +176,7 @@ def test_hb_real_backend_trl_writes_a_run_that_hb_report_reads(tmp_path):
     train = pd.read_parquet(tmp_path / "grid" / "harnessbandit" / "train.parquet")
     assert list(train["arm"]) == [0, 1] and {"p_json", "alloc_kv", "overhead_frac"} <= set(train.columns)
     ckpt = tmp_path / "grid" / "harnessbandit" / "trl" / "checkpoint-2"
-    mode = 0o666 & ~folders.current_umask()       # TRL's files follow the umask (safetensors writes 0600)
+    mode = 0o666 & ~atomic.current_umask()       # TRL's files follow the umask (safetensors writes 0600)
     assert {p.name: p.stat().st_mode & 0o777 for p in ckpt.iterdir()} == {p.name: mode for p in ckpt.iterdir()}
     again = _run(*base, "--policy", "harnessbandit", "--out", str(tmp_path / "grid" / "harnessbandit"))
     assert again.returncode == 2 and "already holds a run; use --resume" in again.stderr
