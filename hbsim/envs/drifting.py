@@ -60,10 +60,12 @@ import math
 import numpy as np
 from scipy.special import expit
 
-from hbsim.envs.base import (COMMON_KNOBS, CATEGORIES, Batch, GradientEnv, Knob, _stream, aligned_heldout,
-                             heldout_align_knobs, int_items, int_string, optimizer_knobs, sketch_coordinates)
+from hbsim.envs.base import (COMMON_KNOBS, CATEGORIES, Batch, _stream, aligned_heldout, heldout_align_knobs, int_items,
+                             int_string)
+from hbsim.envs.gradient import GradientEnv, optimizer_knobs, sketch_coordinates
 from hbsim.grpo import Optimizer, expected_group_signal
 from policies.errors import UserError
+from policies.knobs import Knob
 
 #: spawn-key stream id of the drift and gradient-noise stream (the base uses 0-5)
 STREAM_DRIFT = 10

@@ -39,9 +39,10 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
-from hbsim.envs.base import (COMMON_KNOBS, CATEGORIES, Batch, GradientEnv, Knob, aligned_heldout, heldout_align_knobs,
-                             optimizer_knobs, sketch_coordinates)
+from hbsim.envs.base import COMMON_KNOBS, CATEGORIES, Batch, aligned_heldout, heldout_align_knobs
+from hbsim.envs.gradient import GradientEnv, optimizer_knobs, sketch_coordinates
 from hbsim.grpo import Optimizer, expected_group_signal
+from policies.knobs import Knob
 
 
 def student_features(x: np.ndarray, v: np.ndarray, interaction: float) -> np.ndarray:
