@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 from ablations_testkit import grid_text, study_text
-from hbsim import atomic, folders
+from hbsim import atomic, contract, folders
 from hbsim.records import done_ids
 
 pytestmark = pytest.mark.slow
@@ -92,7 +92,7 @@ def assert_same(a: dict, b: dict) -> None:
 
 
 def no_temporaries(root: Path) -> None:
-    left = [str(p) for p in root.rglob("*") if folders.TMP_PREFIX in p.name]
+    left = [str(p) for p in root.rglob("*") if contract.TMP_PREFIX in p.name]
     assert not left, left
 
 
@@ -141,9 +141,9 @@ def test_grid_collect_killed_then_rerun(tmp_path, reference_grid, at):
     grid = tmp_path / "grid"
     shutil.copytree(reference_grid / "grid" / "cells", grid / "cells")
     shutil.copy(reference_grid / "grid" / "grid.json", grid / "grid.json")
-    shutil.copy(reference_grid / "grid" / folders.KIND_FILE, grid / folders.KIND_FILE)
+    shutil.copy(reference_grid / "grid" / contract.KIND_FILE, grid / contract.KIND_FILE)
     killed(hb("grid", "collect", grid, cwd=tmp_path, fault=at))
-    assert any(folders.TMP_PREFIX in p.name for p in grid.iterdir())      # the killed write's temporary
+    assert any(contract.TMP_PREFIX in p.name for p in grid.iterdir())      # the killed write's temporary
     ok(hb("grid", "collect", grid, cwd=tmp_path))
     for name in ("train.parquet", "eval.parquet"):
         pd.testing.assert_frame_equal(pd.read_parquet(grid / name), pd.read_parquet(reference_grid / "grid" / name))

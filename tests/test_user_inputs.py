@@ -27,7 +27,7 @@ import pandas as pd
 import pytest
 
 from ablations_testkit import grid_text, study_text
-from hbsim import atomic, folders
+from hbsim import atomic, contract, folders
 from policies import validate
 from policies.errors import UserError
 
@@ -258,8 +258,8 @@ class World:
     def sim_marker_folder(self) -> Path:
         """An `hb sim` folder whose marker is a folder."""
         path = self.sim()
-        (path / folders.KIND_FILE).unlink()
-        (path / folders.KIND_FILE).mkdir()
+        (path / contract.KIND_FILE).unlink()
+        (path / contract.KIND_FILE).mkdir()
         return path
 
     def env(self, **values) -> Path:
@@ -569,7 +569,7 @@ def test_report_recollects_a_stale_grid(base, tmp_path, hb):
 def test_legacy_grid_without_marker_is_adopted_and_user_folder_forced(base, tmp_path, hb):
     world = World(base, tmp_path, hb)
     grid = world.grid()
-    (grid / folders.KIND_FILE).unlink()
+    (grid / contract.KIND_FILE).unlink()
     assert folders.legacy_kind(grid) == "grid"
     code, out, err = hb("grid", "run", world.spec, "--out", grid, "--jobs", "1")
     assert code == 0 and "2 already done, 0 run" in out, err[-3000:]
@@ -679,7 +679,7 @@ def test_report_force_removes_only_what_hb_wrote(base, tmp_path, hb):
     (figures / "mine.png").write_bytes(b"the user's own figure")          # not hb's: kept
     (figures / "old.png").write_bytes(b"an earlier report's figure")      # hb's (listed): removed
     marker["files"].append("figures/old.png")
-    atomic.write_json_atomic(grid / "report" / folders.KIND_FILE, marker)
+    atomic.write_json_atomic(grid / "report" / contract.KIND_FILE, marker)
     code, _, err = hb(*args, "--force")
     assert code == 0, err[-3000:]
     assert (figures / "mine.png").read_bytes() == b"the user's own figure" and not (figures / "old.png").exists()
