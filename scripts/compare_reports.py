@@ -1,12 +1,13 @@
 """Compare two `hb report` folders (or two captures of scripts/capture_numbers.sh): every
 CSV cell, every parquet table, report.md, index.html, the export and the captured stdout.
 
-    python scripts/compare_reports.py BEFORE AFTER [--rtol 1e-9] [--skip '*.err']
+    python scripts/compare_reports.py BEFORE AFTER [--rtol 1e-9] [--skip '*.err'] [--ignore-columns 'seconds_.*']
 
 A CSV is "identical" when its text is; "equal" when every number agrees within rtol
 (relative to the larger magnitude, absolute 1e-15 near zero) and every other cell is the
 same string; a parquet table is "equal" when its frame equals (pandas, exact) although its
-bytes differ. The other text files must be identical; PNGs and .npz are compared by bytes.
+bytes differ (`--ignore-columns REGEX`: columns left out of both, e.g. the measured seconds of a
+rerun). The other text files must be identical; PNGs and .npz are compared by bytes.
 Prints one line per file that is not identical and the largest relative difference seen;
 exits 1 when a file is missing or differs beyond rtol.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import re
 import sys
 from pathlib import Path
 
@@ -41,10 +43,12 @@ def compare_csv(a: Path, b: Path, rtol: float) -> tuple[str, float]:
     return ("equal" if worst <= rtol else "DIFFERS"), worst
 
 
-def compare_parquet(a: Path, b: Path) -> str:
+def compare_parquet(a: Path, b: Path, ignore: str | None = None) -> str:
     if a.read_bytes() == b.read_bytes():
         return "identical"
     x, y = pd.read_parquet(a), pd.read_parquet(b)
+    if ignore:
+        x, y = (f[[c for c in f.columns if not re.fullmatch(ignore, str(c))]] for f in (x, y))
     try:
         pd.testing.assert_frame_equal(x, y, check_exact=True)
     except AssertionError:
@@ -58,6 +62,7 @@ def main(argv=None) -> int:
     ap.add_argument("after", type=Path)
     ap.add_argument("--rtol", type=float, default=1e-9)
     ap.add_argument("--skip", action="append", default=[], help="glob of relative paths not compared (repeatable)")
+    ap.add_argument("--ignore-columns", default=None, help="regex of parquet columns not compared (e.g. 'seconds_.*')")
     args = ap.parse_args(argv)
     names = sorted({p.relative_to(args.before) for p in args.before.rglob("*") if p.is_file()
                     and not p.name.startswith(".")
@@ -73,7 +78,7 @@ def main(argv=None) -> int:
             state, w = compare_csv(a, b, args.rtol)
             worst = max(worst, w)
         elif rel.suffix == ".parquet":
-            state = compare_parquet(a, b)
+            state = compare_parquet(a, b, args.ignore_columns)
         else:
             state = "identical" if a.read_bytes() == b.read_bytes() else "DIFFERS"
         counts[state.split()[0]] = counts.get(state.split()[0], 0) + 1
