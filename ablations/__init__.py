@@ -1,5 +1,9 @@
 """Ablation grids: a TOML file of policy variants x sweep points x seeds, run resumably
-on local worker processes or a Ray cluster, collected into the SPEC §7 tables.
+on local worker processes or a Ray cluster, collected into the SPEC §7 tables: a grid's
+cells (`plan`), its `[tune]` table (`tune`), the file (`spec`), the grid directory
+(`store`), the one multi-run path (`runner.run_many`, `run_grid`, `run_tuned`), and the
+commands that run many runs (`hb sim`, `grid`, `demo`, `stress`, `scenarios`, `validity`,
+`calibrate`).
 
     spec = ablations.load_spec("ablations/examples/paper_grid.toml")
     ablations.run_grid(spec, "runs/paper", jobs=2)      # or run_many(tasks): any batch of runs

@@ -18,7 +18,7 @@ directory of its own, resumable), (2) selects each design's setting: the point w
 largest mean over tuning seeds of the cell's mean validation reward at its final step; a
 tie goes to the point listed first (points in [tune.knobs] order: keys sorted, each key's
 values in file order), and a design with one point keeps it; the selection is written to
-DIR/tune.json (atomically, `hbsim.folders`); (3) runs each design at its selected setting on
+DIR/tune.json (atomically, `hbsim.atomic`); (3) runs each design at its selected setting on
 the test seeds into DIR/cells/, labelled by the design alone (`harnessbandit`), so `hb
 report DIR` sees only test runs and lists the settings (reports.budget.tuned_lines). A
 rerun skips the finished cells of both phases and recomputes the same selection from them.

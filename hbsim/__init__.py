@@ -1,5 +1,6 @@
 """hbsim: the offline laboratory -- GRPO maths, the one training loop, synthetic
-environments and the scenario suite, the data contract (run records, output folders) and
+environments and the scenario suite, the data contract (names, run records, atomic writes,
+output folders), the run knobs and their one `--set` grammar, the interval maths and
 the `hb` dispatcher (`hbsim.cli`; each subcommand lives in the package that owns it:
 `hb sim` in `ablations.sim_cli`).
 

@@ -1,7 +1,7 @@
 """The data contract (SPEC §7): every file, folder and column name that runs, grids and
 reports share, defined once. Names only: reading and writing them is `hbsim.records`
 (run directories, a grid's cells collected into one table), creating and checking
-output folders and replacing files atomically is `hbsim.folders`.
+output folders is `hbsim.folders`, replacing files atomically `hbsim.atomic`.
 
 A run directory (one `hb sim` run, `hb real --out DIR`, a grid cell):
 

@@ -7,7 +7,8 @@ scheduled by the same policy objects as the synthetic bandits.
 
 Sub-packages by concern: `world` (the task world, no torch), `native` (the torch trainer
 behind hbsim's adapter, and the presets' knob table), `integrations` (TRL's GRPOTrainer
-and verl's sampler); `streams` names every random stream, `cli` is `hb real`. torch is
+and verl's sampler); `streams` names every random stream, `cli` is `hb real`, and both of
+its backends share `command` (the run knobs they take) and `resume` (`same_run`). torch is
 imported only when a trainer is used, so `real_runs.world` and grid validation stay light.
 """
 from __future__ import annotations
