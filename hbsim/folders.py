@@ -300,7 +300,7 @@ def claim_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None
         previous = {}  # an unreadable marker is replaced
     for folder in (root, *(p for p in visible(root) if p.is_dir() and not p.is_symlink())):
         remove_temp(folder)
-    command = shlex.join(["hb", *sys.argv[1:]]) if os.path.basename(sys.argv[0]) in ("hb", "cli.py") else None
+    command = shlex.join(["hb", *sys.argv[1:]]) if os.path.basename(sys.argv[0]) in ("hb", "harnessbandit", "cli.py") else None
     record = {"kind": kind, "config_hash": config_hash, "tool": tool or f"hb {kind}", "state": "incomplete",
               "command": command, "files": list(previous.get("files") or [])}
     mine = (json.dumps(record, sort_keys=True) + "\n").encode()

@@ -66,4 +66,14 @@ shown "^report: "
 hb demo --out demo
 shown "^demo: (grid '|total)|^report: .*index.html"
 test -f demo/report/index.html && test -f bench/report/index.html && test -f sim/uniform/seed0/run.json
-step "ok: hb policies, sim, scenarios, grid run/collect, report and demo ran from the installed wheel"
+# the doors (docs/EXTENDING.md): a user's policy module and scenario file outside the package,
+# through --plugin in two worker processes, and the second console script
+mkdir "$WORK/plug" && cp "$ROOT/examples/my_policy.py" "$ROOT/examples/my_scenario.toml" "$WORK/plug/"
+PYTHONPATH="$WORK/plug" hb --plugin my_policy sim --scenario "$WORK/plug/my_scenario.toml" --policy greedy_l \
+    --policy uniform --seeds 2 --steps 5 --jobs 2 --out plug
+shown "^(greedy_l|uniform) "
+test -f plug/greedy_l/seed0/run.json
+hb scenarios --check "$WORK/plug/my_scenario.toml"
+shown "^oracle - uniform"
+"$WORK/venv/bin/harnessbandit" policies >"$LOG" 2>&1 || { cat "$LOG" >&2; echo "wheel-smoke: FAILED: harnessbandit policies" >&2; exit 1; }
+step "ok: hb policies, sim, scenarios, grid run/collect, report, demo, a plugin policy and a scenario file ran from the installed wheel"
