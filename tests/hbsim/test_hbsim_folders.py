@@ -1,28 +1,11 @@
-"""hbsim.folders in process: output-folder kinds, markers and --resume checks (the CLI side of these is tests/test_user_inputs.py)."""
+"""hbsim.folders in process: output-folder kinds, markers and --resume checks (the CLI side
+of these is tests/test_user_inputs.py)."""
 from __future__ import annotations
-
-import os
-import stat
-from pathlib import Path
 
 import pytest
 
 from hbsim import atomic, contract, folders
 from policies.errors import UserError
-
-
-@pytest.fixture
-def umask027():
-    old = os.umask(0o027)
-    try:
-        yield
-    finally:
-        os.umask(old)
-
-
-def _mode(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
-
 
 
 def test_claim_output_dir_marker(tmp_path):
