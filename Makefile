@@ -4,6 +4,10 @@
 PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
+# test worker processes (pytest-xdist; each test FILE stays in one worker, in order, so a file's
+# module fixtures and its tests' sequence are as in one process); TEST_JOBS=0: one process
+TEST_JOBS ?= 2
+XDIST := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
 
 .PHONY: venv browser test test-fast test-unit wheel-smoke demo bench clean
 
@@ -26,12 +30,12 @@ browser:
 venv: $(STAMP)
 
 test: $(STAMP) browser
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest $(XDIST)
 
 # the same without the `slow` tests (those that spawn processes: CLI subprocesses, --jobs 2, Ray, DDP);
 # tiers: -m unit, -m roundtrip, -m cli, -m calibration, -m torch (tests/conftest.py)
 test-fast: $(STAMP)
-	$(VENV)/bin/python -m pytest -m "not slow"
+	$(VENV)/bin/python -m pytest -m "not slow" $(XDIST)
 
 # the inner loop: in-memory tests of one function or class, no torch (under 30 s)
 test-unit: $(STAMP)
