@@ -19,7 +19,7 @@ import textwrap
 
 from ablations import scenarios as measure
 from hbsim.counterfactual import TARGETS
-from hbsim.scenarios import SCENARIOS, get
+from hbsim.scenarios import SCENARIOS, get, is_shipped
 from policies.errors import UserError
 from policies.validate import MAX_SEEDS, check_int, parse_sets
 
@@ -79,7 +79,7 @@ def show(name: str) -> str:
     lines += ["summary:"] + textwrap.wrap(sc.summary, 96, initial_indent="    ", subsequent_indent="    ")
     lines += ["lr:"] + textwrap.wrap(sc.lr_note, 96, initial_indent="    ", subsequent_indent="    ")
     lines += ["[env]"] + [f"{k} = {json.dumps(v)}" for k, v in sc.env.items()]
-    if SCENARIOS.get(sc.name) != sc:      # the user's own file: which one, and its content hash
+    if not is_shipped(sc):      # the user's own file: which one, and its content hash
         lines += [f"file = {sc.file}", f"sha256 = {sc.sha256}"]
     return "\n".join(lines)
 

@@ -118,7 +118,7 @@ def grid_raw(scenarios: list, policies: list[str], seeds: int | None, quick: boo
     (`[env] scenario`: a shipped name or the file's path)."""
     parts = []
     for sc in scenarios:
-        ref = sc.name if suite.SCENARIOS.get(sc.name) is sc else sc.file
+        ref = sc.name if suite.is_shipped(sc) else sc.file
         part = {"name": sc.name, "env": {"scenario": ref}, **sc.run(), "seeds": _seeds(sc, seeds, quick),
                 "policies": [{"name": p} for p in policies] + [{"name": "oracle", "target": sc.target}]}
         if "fixed" in policies:

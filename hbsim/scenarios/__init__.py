@@ -139,6 +139,12 @@ def _all() -> dict[str, Scenario]:
 SCENARIOS: dict[str, Scenario] = _all()
 
 
+def is_shipped(sc: Scenario) -> bool:
+    """Whether `sc` is the shipped scenario of its name (not a user's file, even one of the
+    same name or content): a run names it by its name, a user's file by its path."""
+    return SCENARIOS.get(sc.name) == sc
+
+
 def get(ref: str, folder: str | os.PathLike | None = None) -> Scenario:
     """A shipped scenario by name, or the scenario file at path `ref` (relative to `folder`,
     default the current folder); UserError naming the valid names or the file's problem."""
@@ -166,4 +172,4 @@ def target_truth(train, target: str, harnesses: list[str]):
     return train[TARGET_COLUMNS[target]]
 
 
-__all__ = ["FOLDER", "SCENARIOS", "Scenario", "get", "is_file_reference", "load", "scenario_config", "target_truth"]
+__all__ = ["FOLDER", "SCENARIOS", "Scenario", "get", "is_file_reference", "is_shipped", "load", "scenario_config", "target_truth"]
