@@ -30,9 +30,9 @@ import os
 import signal
 import socket
 import sys
-import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from multiprocessing import forkserver
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -41,7 +41,7 @@ import ablations.store as store
 import ablations.tune as tune
 import ablations.worker as worker
 from ablations.plan import GridSpec
-from hbsim import atomic, threads
+from hbsim import atomic, lifeline, threads
 from hbsim.contract import CELLS, PART, TUNE_DIR, TUNE_JSON
 from hbsim.records import config_hash, is_complete, read_meta
 from policies.errors import UserError
@@ -276,43 +276,36 @@ SINGLE_THREAD_ENV = {name: "1" for name in threads.WORKER_VARS}
 
 
 def _pool_context():
+    """The workers' start method: a forkserver that imported PRELOAD once, started here with
+    SIGINT ignored (`hbsim.lifeline.interrupts_ignored`: a Ctrl-C during its imports is hb's
+    to handle, no traceback there; the forkserver, the resource tracker and every worker
+    forked from it inherit the ignored SIGINT)."""
     if "forkserver" not in mp.get_all_start_methods():  # pragma: no cover - not Linux
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
+    with lifeline.interrupts_ignored():
+        forkserver.ensure_running()
     return ctx
 
 
-def _worker_init() -> None:
-    """In each pool worker: Ctrl-C is the parent's to handle (it stops the workers, see
-    `_stop_pool`), and a worker whose parent is gone (hb killed: the forkserver exits with
-    it) exits within a second instead of finishing the queue as an orphan."""
+def _worker_init(hb_pid: int) -> None:
+    """In each pool worker: Ctrl-C is hb's to handle (it stops the workers, see
+    `_stop_pool`), and the worker ends as soon as hb (``hb_pid``) is gone, killed with -9
+    included (`hbsim.lifeline.exit_with`: it watches hb itself, not the forkserver that is
+    its parent), instead of finishing the queue as an orphan; the run directory it was
+    writing stays a hidden temporary that the rerun removes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(1)    # the run directory being written stays a hidden temporary: the rerun removes it
-    threading.Thread(target=watch, daemon=True, name="hb-orphan-watch").start()
+    lifeline.exit_with(hb_pid)
 
 
 def _stop_pool(pool: ProcessPoolExecutor) -> None:
     """Ctrl-C or an error in the parent: cancel the queue and kill the workers now (each
     run directory is written atomically: a killed run leaves a temporary, which the rerun
     removes), with further Ctrl-C ignored until they are gone."""
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
-    try:
-        processes = list((getattr(pool, "_processes", None) or {}).values())
+    with lifeline.interrupts_ignored():
         pool.shutdown(wait=False, cancel_futures=True)
-        for proc in processes:
-            proc.kill()
-        for proc in processes:
-            proc.join(timeout=5)
-    finally:
-        if main:
-            signal.signal(signal.SIGINT, previous)
+        lifeline.kill_processes(pool)
 
 
 def run_local(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], **_) -> None:
@@ -322,7 +315,7 @@ def run_local(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], **_
         return
     threads.pin_one_thread()   # inherited by the workers; user settings win
     with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=_pool_context(),
-                             initializer=_worker_init) as pool:
+                             initializer=_worker_init, initargs=(os.getpid(),)) as pool:
         pending_runs = {pool.submit(worker.execute, t): t for t in tasks}
         try:
             while pending_runs:

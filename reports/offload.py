@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 from collections import deque
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Callable
 
+from hbsim import lifeline
 from policies.errors import UserError
 
 #: environment variable naming the default of ``--jobs`` (1 or 2); unset: `default_jobs`
@@ -50,15 +53,56 @@ def check_jobs(jobs) -> int:
 
 #: what the helper was handed at its fork (`Helper`): the state its calls work on
 _STATE: dict = {}
+_CARRY: list = [None]
+#: test hook: the helper kills itself (SIGKILL) at the start of its N-th call (0: in its
+#: start-up, before any call) -- tests/test_fault_injection.py and the offload tests; no other use
+KILL_ENV = "HB_HELPER_KILL_AT"
+_calls = [0]
 
 
-def _init(state: dict) -> None:
+def _fault_point(at: int) -> None:
+    if os.environ.get(KILL_ENV) == str(at):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _init(state: dict, carry, hb_pid: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is hb's: it stops the helper (close)
+    lifeline.exit_with(hb_pid)                     # and the helper never outlives hb, kill -9 included
     _STATE.clear()
     _STATE.update(state)
+    _CARRY[0] = carry
+    _calls[0] = 0
+    _fault_point(0)
 
 
 def _call(fn: Callable, *args):
-    return fn(_STATE, *args)
+    _calls[0] += 1
+    _fault_point(_calls[0])
+    value = fn(_STATE, *args)
+    return value, (_CARRY[0](_STATE) if _CARRY[0] is not None else None)
+
+
+#: the line printed once when the helper process ends before its work is done
+DIED = ("the report's helper process ended before its work was done (killed, or out of memory); "
+        "this process does that work instead: the same numbers, on one core")
+
+
+class _Call(Future):
+    """A call handed to `Helper.submit`: ``result()`` waits for the helper, or, when the
+    helper process has died, does the call here (with every earlier call not yet done,
+    in the order submitted) and returns that."""
+
+    def __init__(self, helper: "Helper", fn: Callable, args: tuple):
+        super().__init__()
+        self._helper, self._fn, self._args = helper, fn, args
+
+    def result(self, timeout=None):
+        self._helper._settle(self)
+        return super().result(timeout)
+
+    def exception(self, timeout=None):
+        self._helper._settle(self)
+        return super().exception(timeout)
 
 
 class Helper:
@@ -67,71 +111,135 @@ class Helper:
     ``fn(state, *args)`` there and returns a Future; arguments and results are pickled.
     Calls run one at a time, in the order submitted, and each is handed to the helper only
     when the one before has finished, so a call not yet started can still be cancelled
-    (and done by the caller instead: `values.Later.steal`). ``close()`` waits for the
-    helper to end."""
+    (and done by the caller instead: `values.Later.steal`).
 
-    def __init__(self, jobs: int, state: dict):
+    ``carry(state)`` (optional): what of the helper's state a call may change (e.g. a
+    random generator's state); it is sent back with each result and put into this
+    process's ``state`` by ``restore(state, carried)``, so this process's state follows
+    the helper's from call to call.
+
+    The failure path: if the helper process dies (kill -9, the OOM killer, a crash) at
+    any moment, its unfinished calls are done in this process when their results are
+    asked for -- state as the helper had it after its last finished call (``carry``), the
+    same numbers as ``jobs`` 1 -- and one line (DIED) goes to stderr. ``close()`` waits for
+    the helper to end; ``close(cancel=True)`` (a stop: Ctrl-C, an error) cancels what has
+    not started and kills the helper if it is still at work. The helper ends with hb
+    (`hbsim.lifeline`), and ignores Ctrl-C, which is hb's to handle."""
+
+    def __init__(self, jobs: int, state: dict, carry: Callable | None = None, restore: Callable | None = None):
         self.state = state
+        self._restore = restore
         self._pool = None
-        self._queue: deque = deque()  # (future, fn, args) not yet handed to the helper
+        self._queue: deque = deque()  # (call, fn, args) not yet handed to the helper
+        self._calls: list[_Call] = []  # every call submitted, in order
         self._busy = False
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._death: Future = Future()  # done when the helper process has died
         if check_jobs(jobs) > 1 and "fork" in multiprocessing.get_all_start_methods():
             self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"),
-                                             initializer=_init, initargs=(state,))
+                                             initializer=_init, initargs=(state, carry, os.getpid()))
 
     @property
     def forked(self) -> bool:
         """Whether calls run in a helper process (else in this one, at submit)."""
         return self._pool is not None
 
+    @property
+    def died(self) -> bool:
+        """Whether the helper process died before its work was done."""
+        return self._death.done()
+
     def submit(self, fn: Callable, *args) -> Future:
-        done: Future = Future()
+        call = _Call(self, fn, args)
         if self._pool is None:
-            try:
-                done.set_result(fn(self.state, *args))
-            except Exception as exc:  # noqa: BLE001 -- handed to the caller by result(), as from the helper
-                done.set_exception(exc)
-            return done
+            self._run_here(call)
+            return call
         with self._lock:
-            self._queue.append((done, fn, args))
+            self._calls.append(call)
+            self._queue.append((call, fn, args))
         self._next()
-        return done
+        return call
+
+    def _run_here(self, call: _Call) -> None:
+        try:
+            value = call._fn(self.state, *call._args)
+        except Exception as exc:  # noqa: BLE001 -- handed to the caller by result(), as from the helper
+            call.set_exception(exc)
+        else:
+            call.set_result(value)
 
     def _next(self) -> None:
-        """Hand the next call that was not cancelled to the helper, if it is idle. The call is
-        handed over after the lock is released: a call the helper finished before its callback
-        was attached runs `_finished` at once, in this thread, which takes the lock."""
+        """Hand the next call that was not cancelled to the helper, if it is idle and alive.
+        The call is handed over after the lock is released: a call the helper finished before
+        its callback was attached runs `_finished` at once, in this thread."""
         with self._lock:
-            if self._busy or self._pool is None:
+            if self._busy or self._pool is None or self.died:
                 return
             while self._queue:
-                done, fn, args = self._queue.popleft()
-                if done.set_running_or_notify_cancel():
+                call, fn, args = self._queue.popleft()
+                if call.set_running_or_notify_cancel():
                     self._busy, pool = True, self._pool
                     break
             else:
                 return
-        pool.submit(_call, fn, *args).add_done_callback(lambda f, d=done: self._finished(d, f))
+        try:
+            ran = pool.submit(_call, fn, *args)
+        except (BrokenProcessPool, RuntimeError):    # the helper died (or the pool was shut down) before
+            self._died()
+            return
+        ran.add_done_callback(lambda f, c=call: self._finished(c, f))
 
-    def _finished(self, done: Future, ran: Future) -> None:
-        if ran.cancelled():
-            done.set_exception(RuntimeError("the report's helper process stopped before this call ran"))
-        elif ran.exception() is not None:
-            done.set_exception(ran.exception())
+    def _finished(self, call: _Call, ran: Future) -> None:
+        if ran.cancelled() or isinstance(ran.exception(), BrokenProcessPool):
+            self._died()                 # `call` stays unfinished: its result() does it here
+            return
+        if ran.exception() is not None:
+            call.set_exception(ran.exception())
         else:
-            done.set_result(ran.result())
+            value, carried = ran.result()
+            if self._restore is not None:
+                self._restore(self.state, carried)
+            call.set_result(value)
         with self._lock:
             self._busy = False
         self._next()
 
+    def _died(self) -> None:
+        with self._lock:
+            if self._death.done():
+                return
+            self._busy = False
+            self._death.set_result(True)
+        print(f"hb report: {DIED}", file=sys.stderr, flush=True)
+
+    def _settle(self, call: _Call) -> None:
+        """Return when ``call`` is done; if the helper died first, do it here (module doc)."""
+        if call.done():
+            return
+        wait([call, self._death], return_when=FIRST_COMPLETED)
+        if call.done():
+            return
+        with self._lock:
+            earlier = self._calls[: self._calls.index(call) + 1]
+        for each in earlier:
+            with self._lock:
+                if each.done():
+                    continue
+                self._queue = deque(q for q in self._queue if q[0] is not each)
+            self._run_here(each)
+
     def close(self, cancel: bool = False) -> None:
         if self._pool is None:
             return
-        if cancel:
-            with self._lock:
-                for done, _, _ in self._queue:
-                    done.cancel()
+        with self._lock:
+            if cancel:
+                for call, _, _ in self._queue:
+                    call.cancel()
                 self._queue.clear()
-        pool, self._pool = self._pool, None
+            pool, self._pool, busy = self._pool, None, self._busy
+        if cancel and busy:              # a stop: do not wait for work no one will read
+            with lifeline.interrupts_ignored():
+                pool.shutdown(wait=False, cancel_futures=True)
+                lifeline.kill_processes(pool)
+            return
         pool.shutdown(wait=True, cancel_futures=cancel)

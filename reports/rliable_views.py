@@ -78,7 +78,9 @@ class ViewsBuilder:
         self.fr, self.cells, self.baseline, self.ks = fr, cells, baseline, ks
         self.reps, self.alpha = min(resamples, VIEW_RESAMPLES), alpha
         self.rng = np.random.default_rng([seed, STREAM])
-        self.helper = offload.Helper(jobs, {"views": self})  # the summary's IQM replicates go there too
+        # the summary's IQM replicates go there too; the views' stream follows the helper's from call to
+        # call, so a dead helper's calls done here draw what they would have drawn there
+        self.helper = offload.Helper(jobs, {"views": self}, carry=_stream_state, restore=_set_stream_state)
         self._parts: list = []
 
     def add(self, suite: str, metrics: list[str], members: list[str], metric: str) -> None:
@@ -125,6 +127,15 @@ class ViewsBuilder:
                        "iqm_steps": _iqm_steps(self.fr.eval_all, al, suite, metric, self.baseline, self.ks, reps,
                                                rng, alpha, part)}
         return part, (suite, metric, (len(al.seeds), len(al.tasks)), median)
+
+
+def _stream_state(state: dict) -> dict:
+    """What a call in the helper changes of the builder: its random stream's state."""
+    return state["views"].rng.bit_generator.state
+
+
+def _set_stream_state(state: dict, carried: dict) -> None:
+    state["views"].rng.bit_generator.state = carried
 
 
 def _suite_views(state: dict, suite: str, metrics: list[str], members: list[str], metric: str):

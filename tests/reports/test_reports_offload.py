@@ -2,6 +2,7 @@
 files as one process; bad values of --jobs / $HB_REPORT_JOBS are one line."""
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import Future
 
@@ -179,3 +180,98 @@ def test_a_call_finished_before_its_callback_is_attached_does_not_deadlock(monke
     assert not worker.is_alive(), "submit() deadlocked on the helper's lock"
     assert answers["results"] == (42, 5)
     assert not helper._busy and not helper._queue
+
+
+# -- the failure path: the helper process dies (kill -9, the OOM killer) ----------------------
+def _draw(state, n):
+    """A call that changes the helper's state: n draws from the stream in `state`."""
+    return state["rng"].random(n).tolist()
+
+
+def _carry(state):
+    return state["rng"].bit_generator.state
+
+
+def _restore(state, carried):
+    state["rng"].bit_generator.state = carried
+
+
+def _draws_with(jobs, monkeypatch, kill_at=None):
+    import numpy as np
+
+    if kill_at is None:
+        monkeypatch.delenv(offload.KILL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(offload.KILL_ENV, str(kill_at))     # inherited at the fork
+    helper = offload.Helper(jobs, {"rng": np.random.default_rng(7)}, carry=_carry, restore=_restore)
+    try:
+        calls = [helper.submit(_draw, n) for n in (2, 3, 1, 4)]
+        return [c.result(timeout=60) for c in calls], helper.died
+    finally:
+        helper.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_at", [0, 1, 2, 4])
+def test_a_dead_helpers_calls_are_done_here_with_the_same_numbers(monkeypatch, capfd, kill_at):
+    """Killed in its start-up (0) or at the start of its 1st, 2nd or last call: every result
+    still arrives, equal to one process's (the stream's state followed the helper's), and
+    one line says what happened."""
+    alone, died = _draws_with(1, monkeypatch)
+    assert not died and [len(d) for d in alone] == [2, 3, 1, 4]
+    got, died = _draws_with(2, monkeypatch, kill_at)
+    assert died and got == alone
+    err = capfd.readouterr().err
+    assert err.count(offload.DIED) == 1 and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_a_helper_killed_from_outside_in_the_middle_of_a_call(monkeypatch, tmp_path, capfd):
+    """kill -9 of the helper about a second into a call (the OOM killer's way): the report
+    does not wait forever, and a later submit after the death is done here too."""
+    import signal
+    import time
+
+    monkeypatch.delenv(offload.KILL_ENV, raising=False)
+    helper = offload.Helper(2, {"k": 3, "where": tmp_path / "pid", "parent": os.getpid()})
+    try:
+        busy = helper.submit(_report_pid_and_sleep, 30)
+        queued = helper.submit(_double, 5)
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        os.kill(int((tmp_path / "pid").read_text()), signal.SIGKILL)
+        started = time.monotonic()
+        assert queued.result(timeout=60) == 15     # done here, in order: `busy` first (at once here)
+        assert busy.result(timeout=1) == "here"
+        assert helper.submit(_double, 2).result(timeout=5) == 6
+        assert time.monotonic() - started < 30     # not the helper's 30 s sleep: it was not waited for
+    finally:
+        helper.close()
+    assert capfd.readouterr().err.count(offload.DIED) == 1
+
+
+def _report_pid_and_sleep(state, seconds):
+    """In the helper: say its pid, then sleep; done here (taken back): at once."""
+    import time
+
+    if os.getpid() == state["parent"]:
+        return "here"
+    state["where"].write_text(str(os.getpid()))
+    time.sleep(seconds)
+    return "there"
+
+
+@pytest.mark.slow
+def test_close_with_cancel_kills_a_busy_helper_at_once(monkeypatch):
+    """A stop (Ctrl-C, an error) does not wait for the helper's current call."""
+    import time
+
+    monkeypatch.delenv(offload.KILL_ENV, raising=False)
+    helper = offload.Helper(2, {})
+    helper.submit(_sleepy, 30)
+    time.sleep(0.5)
+    started = time.monotonic()
+    helper.close(cancel=True)
+    assert time.monotonic() - started < 10
