@@ -27,12 +27,11 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import signal
 import socket
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from multiprocessing import forkserver
+from multiprocessing import forkserver, resource_tracker
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -277,14 +276,15 @@ SINGLE_THREAD_ENV = {name: "1" for name in threads.WORKER_VARS}
 
 def _pool_context():
     """The workers' start method: a forkserver that imported PRELOAD once, started here with
-    SIGINT ignored (`hbsim.lifeline.interrupts_ignored`: a Ctrl-C during its imports is hb's
-    to handle, no traceback there; the forkserver, the resource tracker and every worker
-    forked from it inherit the ignored SIGINT)."""
+    SIGINT blocked (`hbsim.lifeline.interrupts_blocked`: a Ctrl-C during its imports is hb's
+    to handle, no traceback there; the forkserver and every worker forked from it inherit
+    the block)."""
     if "forkserver" not in mp.get_all_start_methods():  # pragma: no cover - not Linux
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
-    with lifeline.interrupts_ignored():
+    resource_tracker.ensure_running()      # first: its own start lifts a SIGINT block (hbsim.lifeline)
+    with lifeline.interrupts_blocked():
         forkserver.ensure_running()
     return ctx
 
@@ -295,7 +295,7 @@ def _worker_init(hb_pid: int) -> None:
     included (`hbsim.lifeline.exit_with`: it watches hb itself, not the forkserver that is
     its parent), instead of finishing the queue as an orphan; the run directory it was
     writing stays a hidden temporary that the rerun removes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    lifeline.ignore_interrupts_here()
     lifeline.exit_with(hb_pid)
 
 
@@ -304,8 +304,7 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
     run directory is written atomically: a killed run leaves a temporary, which the rerun
     removes), with further Ctrl-C ignored until they are gone."""
     with lifeline.interrupts_ignored():
-        pool.shutdown(wait=False, cancel_futures=True)
-        lifeline.kill_processes(pool)
+        lifeline.stop_executor(pool)
 
 
 def run_local(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], **_) -> None:
@@ -316,8 +315,10 @@ def run_local(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], **_
     threads.pin_one_thread()   # inherited by the workers; user settings win
     with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=_pool_context(),
                              initializer=_worker_init, initargs=(os.getpid(),)) as pool:
-        pending_runs = {pool.submit(worker.execute, t): t for t in tasks}
+        pending_runs: dict = {}
         try:
+            with lifeline.interrupts_deferred():    # workers start here: none half started at a Ctrl-C
+                pending_runs.update({pool.submit(worker.execute, t): t for t in tasks})
             while pending_runs:
                 finished, _ = wait(pending_runs, return_when=FIRST_COMPLETED)
                 for fut in finished:

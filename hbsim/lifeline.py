@@ -10,13 +10,22 @@ forked helper (`reports.offload`) -- must end when hb ends, however hb ends:
   worker holds its alive pipe, so "parent gone" never happens after a kill -9 of hb alone.
   When the workers have gone, the forkserver and the resource tracker see their pipes
   close and exit on their own.
-- `interrupts_ignored()`: SIGINT ignored while hb starts its helper processes, so that
-  a Ctrl-C pressed during their start-up (the forkserver importing its preload list, a
-  worker unpickling its initializer) is hb's to handle and prints no traceback there: a
-  process started while SIGINT is ignored inherits that, through exec too, and Python then
-  installs no KeyboardInterrupt handler in it.
-- `kill_processes(executor)`: the workers of a `ProcessPoolExecutor` killed now, for a
-  stop (Ctrl-C, an error, a cancelled report) that must not wait for their current work.
+- `interrupts_blocked()`: SIGINT blocked (not lost: held pending) while hb starts a
+  helper process, so that a Ctrl-C pressed during its start-up (the forkserver importing its
+  preload list, a forked helper before its initializer) is hb's to handle and prints no
+  traceback there: the helper starts with SIGINT blocked (the mask is inherited through
+  fork and exec alike) and ignores it for good once it can (`ignore_interrupts_here`; the
+  forkserver ignores it after its imports), while hb receives the press the moment the
+  block ends. multiprocessing's resource tracker starts itself the same way, and must
+  start first: its start-up lifts the block of the thread that starts it.
+- `interrupts_ignored()`: SIGINT ignored, for a stop that must finish (killing the workers)
+  whatever is pressed meanwhile.
+- `interrupts_deferred()`: a Ctrl-C while hb hands work to its helpers (and so starts
+  them) is held until the hand-over is done, then raised, so no helper is left started
+  but unknown to the code that stops them.
+- `stop_executor(executor)`: a `ProcessPoolExecutor`'s queue cancelled and its workers
+  killed now, for a stop (Ctrl-C, an error, a cancelled report) that must not wait for
+  their current work.
 
 Standard library only.
 """
@@ -72,6 +81,26 @@ def exit_with(pid: int, code: int = 1) -> None:
 
 
 @contextlib.contextmanager
+def interrupts_blocked():
+    """SIGINT blocked in this thread inside the block: a press stays pending and is
+    delivered at its end (or at once, to another thread of this process that does not
+    block it: Python then raises KeyboardInterrupt here as usual, so no press is lost).
+    A process started inside inherits the mask, through fork and exec alike (module doc)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def ignore_interrupts_here() -> None:
+    """In a helper process started inside `interrupts_blocked`: SIGINT ignored for good,
+    then unblocked (a press held pending is dropped): Ctrl-C is hb's to handle."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@contextlib.contextmanager
 def interrupts_ignored():
     """SIGINT ignored inside the block (in the main thread; elsewhere a no-op), then the
     previous handler back: start helper processes inside it (module doc)."""
@@ -85,11 +114,31 @@ def interrupts_ignored():
         signal.signal(signal.SIGINT, previous)
 
 
-def kill_processes(executor) -> None:
-    """Kill the worker processes of a `concurrent.futures.ProcessPoolExecutor` now and
-    reap them (its private process table: the standard library offers no public way
-    before Python 3.14's ``terminate_workers``)."""
+@contextlib.contextmanager
+def interrupts_deferred():
+    """A Ctrl-C inside the block is held until its end, then raised (KeyboardInterrupt), so
+    a block that starts helper processes is never left half done: every process it started
+    is then known to whoever stops them. In the main thread; elsewhere a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pressed = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pressed:
+        raise KeyboardInterrupt
+
+
+def stop_executor(executor) -> None:
+    """Stop a `concurrent.futures.ProcessPoolExecutor` now: its queue cancelled and its
+    worker processes killed and reaped, without waiting for their current work. It reads
+    the executor's private process table (the standard library offers no public way before
+    Python 3.14's ``terminate_workers``) before ``shutdown``, which forgets it."""
     processes = list((getattr(executor, "_processes", None) or {}).values())
+    executor.shutdown(wait=False, cancel_futures=True)
     for proc in processes:
         with contextlib.suppress(Exception):
             proc.kill()

@@ -66,7 +66,7 @@ def _fault_point(at: int) -> None:
 
 
 def _init(state: dict, carry, hb_pid: int) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is hb's: it stops the helper (close)
+    lifeline.ignore_interrupts_here()              # Ctrl-C is hb's: it stops the helper (close)
     lifeline.exit_with(hb_pid)                     # and the helper never outlives hb, kill -9 included
     _STATE.clear()
     _STATE.update(state)
@@ -183,7 +183,8 @@ class Helper:
             else:
                 return
         try:
-            ran = pool.submit(_call, fn, *args)
+            with lifeline.interrupts_blocked():      # the first submit forks the helper (module doc of lifeline)
+                ran = pool.submit(_call, fn, *args)
         except (BrokenProcessPool, RuntimeError):    # the helper died (or the pool was shut down) before
             self._died()
             return
@@ -239,7 +240,6 @@ class Helper:
             pool, self._pool, busy = self._pool, None, self._busy
         if cancel and busy:              # a stop: do not wait for work no one will read
             with lifeline.interrupts_ignored():
-                pool.shutdown(wait=False, cancel_futures=True)
-                lifeline.kill_processes(pool)
+                lifeline.stop_executor(pool)
             return
         pool.shutdown(wait=True, cancel_futures=cancel)

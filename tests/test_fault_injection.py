@@ -23,6 +23,7 @@ import pytest
 
 from ablations_testkit import grid_text, study_text
 from hbsim import atomic, contract, folders
+from reports import offload
 from hbsim.records import done_ids
 
 pytestmark = pytest.mark.slow
@@ -291,6 +292,107 @@ def test_ctrl_c_stops_the_workers_and_the_rerun_completes(tmp_path, reference_bi
         got = tables(tmp_path / "grid")[name]
         pd.testing.assert_frame_equal(got, tables(reference_big_grid)[name])
     no_temporaries(tmp_path / "grid")
+
+
+# -- kill -9 of the hb process alone (not its group), and the report's helper ----------------
+def _start(args: list[str], cwd: Path, **extra_env) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in (atomic.FAULT_ENV, "HB_DEBUG", offload.KILL_ENV)}
+    env.update(PYTHONPATH=str(REPO), OPENBLAS_NUM_THREADS="1", **extra_env)
+    return subprocess.Popen([sys.executable, "-m", "hbsim.cli", *args], cwd=cwd, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _gone_within(sid: int, seconds: float) -> list[int]:
+    """The processes of session `sid` still alive after `seconds` (hb's session: every
+    process hb started, whatever became of their parents)."""
+    deadline = time.monotonic() + seconds
+    while _session_processes(sid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return _session_processes(sid)
+
+
+def _wait_until(condition, proc, seconds: float = 300) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    assert condition(), "the command never reached the moment to kill it"
+
+
+KILL_ALONE = {
+    "sim": (["sim", "--policy", "uniform", "--policy", "round_robin", "--seeds", "30", "--steps", "60", "--jobs", "2",
+             "--out", "out"]),
+    "grid run": (["grid", "run", "g.toml", "--out", "out", "--jobs", "2"]),
+    "stress": (["stress", "--quick", "--scenarios", "trap,dead", "--jobs", "2", "--out", "out"]),
+}
+
+
+@pytest.mark.parametrize("command", sorted(KILL_ALONE))
+def test_kill_9_of_hb_alone_leaves_no_process_behind(tmp_path, command):
+    """hb killed with -9 while its two workers run (the forkserver, the resource tracker and
+    both workers alive): within a few seconds no process hb started is left (each worker
+    watches hb itself; then the forkserver and the tracker see their pipes close)."""
+    args = KILL_ALONE[command]
+    (tmp_path / "g.toml").write_text(BIG)
+    proc = _start(args, tmp_path)
+    _wait_until(lambda: len(_session_processes(proc.pid)) >= 4, proc)   # hb, tracker, forkserver, a worker
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert _gone_within(proc.pid, 5.0) == []
+
+
+@pytest.mark.parametrize("kill_at", [0, 1, 2])
+def test_report_helper_killed_at_several_moments(tmp_path, reference_grid, kill_at):
+    """The report's forked helper killed with -9 in its start-up or at its 1st or 2nd call:
+    the report still ends (exit 0), says so in one line, and its tables and figures are
+    the bytes of a one-process report."""
+    one = hb("report", reference_grid / "grid", *REPORT, "--jobs", "1", "--out", tmp_path / "one", cwd=tmp_path)
+    ok(one)
+    proc = _start(["report", str(reference_grid / "grid"), *REPORT, "--jobs", "2", "--out", "two"], tmp_path,
+                  **{offload.KILL_ENV: str(kill_at)})
+    out, err = proc.communicate(timeout=600)                 # a hang fails here
+    assert proc.returncode == 0, err[-3000:]
+    assert offload.DIED in err and "Traceback" not in err
+    assert_same(tables(tmp_path / "two"), tables(tmp_path / "one"))
+    pngs = lambda root: {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*.png"))}  # noqa: E731
+    assert pngs(tmp_path / "two") == pngs(tmp_path / "one") != {}
+    assert _gone_within(proc.pid, 5.0) == []
+
+
+def test_kill_9_of_hb_report_alone_ends_its_helper(tmp_path, reference_grid):
+    proc = _start(["report", str(reference_grid / "grid"), *REPORT, "--resamples", "20000", "--jobs", "2",
+                   "--out", "r"], tmp_path)
+    _wait_until(lambda: _children(proc.pid) != [], proc)    # the forked helper is at work
+    time.sleep(0.5)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert _gone_within(proc.pid, 5.0) == []
+
+
+def test_ctrl_c_while_the_forkserver_starts_prints_no_traceback(tmp_path):
+    """Ctrl-C (SIGINT to the whole group) the moment hb's first helper process exists: the
+    forkserver is importing its preload list then. hb says "interrupted" (130) and no
+    process prints a traceback."""
+    (tmp_path / "g.toml").write_text(BIG)
+    proc = _start(["grid", "run", "g.toml", "--out", "out", "--jobs", "2"], tmp_path)
+    _wait_until(lambda: len(_session_processes(proc.pid)) >= 2, proc, seconds=120)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode in (130, -signal.SIGINT), err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert _gone_within(proc.pid, 5.0) == []
 
 
 # -- a full disk ---------------------------------------------------------------------------
