@@ -1,0 +1,78 @@
+"""`hbsim.lifeline`: a Ctrl-C held while helpers start is delivered after, never lost;
+`wait_for_exit` returns when a process has ended; `exit_with` is a no-op on itself.
+(Whole commands killed with -9, and Ctrl-C while the forkserver starts:
+tests/test_fault_injection.py.)"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+
+from hbsim import lifeline
+
+
+def _press() -> None:
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_a_press_inside_deferred_is_raised_at_its_end_not_inside():
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with lifeline.interrupts_deferred():
+            _press()
+            reached.append("after the press")    # the block is not cut short
+    assert reached == ["after the press"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_deferred_without_a_press_raises_nothing():
+    with lifeline.interrupts_deferred():
+        pass
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_press_inside_blocked_is_pending_then_delivered():
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with lifeline.interrupts_blocked():
+            _press()
+            assert signal.SIGINT in signal.sigpending()   # held, not lost
+            reached.append("after the press")
+    assert reached == ["after the press"]
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+
+
+def test_ignored_drops_a_press():
+    with lifeline.interrupts_ignored():
+        _press()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_deferred_in_another_thread_is_a_no_op():
+    seen = []
+
+    def body():
+        with lifeline.interrupts_deferred():
+            seen.append(signal.getsignal(signal.SIGINT))
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    assert seen == [signal.default_int_handler]
+
+
+@pytest.mark.slow                     # it forks a process
+def test_wait_for_exit_returns_for_an_ended_process():
+    pid = os.fork()
+    if pid == 0:                      # the child ends at once
+        os._exit(0)
+    lifeline.wait_for_exit(pid)       # readable once it has ended (a zombie until reaped)
+    assert os.waitpid(pid, 0)[0] == pid
+    lifeline.wait_for_exit(pid)       # reaped: gone, returns at once
+
+
+def test_exit_with_itself_starts_no_watch():
+    before = threading.active_count()
+    lifeline.exit_with(os.getpid())
+    assert threading.active_count() == before
