@@ -255,8 +255,7 @@ class HarnessCurriculumCore:
     def record_early(self, batch) -> dict:
         """Record the trained step `batch` now (before verl's checkpoint of the step); the
         step's later `update(batch)` returns this row. Returns the train row."""
-        self._early = None
-        self._early = self.update(batch)
+        self._early = self._record(batch)
         return self._early
 
     def update(self, batch) -> dict:
@@ -265,6 +264,9 @@ class HarnessCurriculumCore:
         if self._early is not None:
             row, self._early = self._early, None
             return row
+        return self._record(batch)
+
+    def _record(self, batch) -> dict:
         pending = self.recorder.pending
         if pending is None:
             raise UserError("update(batch) is not allowed before the sampler drew a step")
