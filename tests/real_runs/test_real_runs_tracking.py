@@ -51,6 +51,22 @@ def test_unknown_or_missing_tracker_is_one_line(monkeypatch):
     check_tracker(None)
 
 
+@pytest.mark.cli
+def test_hb_real_log_without_its_extra_is_one_line_exit_2_before_any_work(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from hbsim.cli import main
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real_find_spec(name, *a))
+    for backend in ("native", "trl"):
+        out = tmp_path / backend
+        assert main(["real", "--steps", "1", "--out", str(out), "--device", "cpu", "--backend", backend,
+                     "--log", "wandb"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.endswith("--log wandb needs the optional extra: pip install 'harnessbandit[wandb]'")
+        assert len(err.splitlines()) == 1 and not out.exists()
+
+
 def _wandb_history(folder) -> list[dict]:
     """The history records of a W&B offline run file (`run-*.wandb`: LevelDB-log framing,
     32 KiB blocks of records with a 7-byte header, each a wandb_internal_pb2.Record)."""
