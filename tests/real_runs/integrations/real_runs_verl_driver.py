@@ -5,6 +5,8 @@ CPU torch), never in the test process.
 
     python real_runs_verl_driver.py OUT MODE [STEPS SAVE_FREQ KILL_AT]
 
+MODE `actor`: verl's DataParallelPPOActor subclass HarnessPPOActor on an FSDP2 module (one
+gloo rank): the sketch it takes equals the pre-clip gradient's, not the clipped one's.
 MODE: `harness` (HarnessRayPPOTrainer; after its run, the trainer's refusal of verl's default
 trainer.total_epochs (30) without total_training_steps is recorded too), `stock` (verl's own
 RayPPOTrainer). KILL_AT > 0:
@@ -171,7 +173,48 @@ def config(out: Path, mode: str, steps: int, save_freq: int):
         return compose(config_name="ppo_trainer", overrides=overrides)
 
 
+def actor_check(out: Path) -> int:
+    """HarnessPPOActor._optimizer_step: the sketch before verl's clipping (grad_clip 0.01 is active)."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from verl.utils.config import omega_conf_to_dataclass
+
+    from real_runs.integrations.verl_actor import HarnessPPOActor
+    from real_runs.integrations.verl_sketch import ShardedSketch
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("HB_PORT", "29731"), RANK="0",
+                      WORLD_SIZE="1", LOCAL_RANK="0")
+    dist.init_process_group("gloo")
+    with initialize_config_dir(config_dir=os.path.join(os.path.dirname(main_ppo.__file__), "config"),
+                               version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=[
+            "actor_rollout_ref.actor.grad_clip=0.01", "data.train_batch_size=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"])
+    torch.manual_seed(0)
+    net = torch.nn.Module()
+    net.blocks = torch.nn.ModuleList([torch.nn.Linear(5, 7), torch.nn.Linear(7, 3)])
+    for block in net.blocks:
+        fully_shard(block)
+    fully_shard(net)
+    sketch = ShardedSketch.build(net, block_path="blocks", last_blocks=2, dim=12, seed=1)
+    actor = HarnessPPOActor(omega_conf_to_dataclass(cfg.actor_rollout_ref.actor), net,
+                            torch.optim.SGD(net.parameters(), lr=0.1), sketch=sketch)
+    x = torch.linspace(-1, 1, 10).reshape(2, 5)
+    before = [p.detach().to_local().clone() for p in net.parameters()]
+    (net.blocks[1](net.blocks[0](x)) ** 2).sum().backward()
+    pre_clip = sketch.grad().tolist()
+    norm = float(actor._optimizer_step())
+    post_clip = sketch.grad().tolist()       # the clipped gradients are still there after the step
+    moved = any(not torch.equal(a, p.detach().to_local()) for a, p in zip(before, net.parameters()))
+    result = {"taken": actor.take_step_sketch(), "pre_clip": pre_clip, "post_clip": post_clip, "grad_norm": norm,
+              "moved": moved, "after_take": actor.take_step_sketch()}
+    Path(out, f"result-{os.getpid()}.json").write_text(json.dumps(result))
+    dist.destroy_process_group()
+    return 0
+
+
 def main(out: Path, mode: str, steps: int, save_freq: int, kill_at: int) -> int:
+    if mode == "actor":
+        return actor_check(out)
     cls = RayPPOTrainer if mode == "stock" else HarnessRayPPOTrainer
     rows = Rows()
     pools = SimpleNamespace(get_n_gpus=lambda: 1)

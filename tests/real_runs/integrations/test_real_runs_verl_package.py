@@ -3,7 +3,8 @@ Hydra config with the user's `+data.harnessbandit.*` overrides, `RayPPOTrainer._
 `create_rl_sampler`, `fit` on real `DataProto`s (collate, uid, `_get_gen_batch`, repeat, the
 agent loop's `_postprocess`, reward extraction, GRPO advantages, verl's checkpoint and
 `_load_checkpoint`), with a SIGKILL mid-run and a resume (real_runs_verl_driver.py says
-what is stubbed: the rollout and actor workers).
+what is stubbed: the rollout and actor workers); and verl's `DataParallelPPOActor` subclass
+taking the sketch before verl's own clipping, on an FSDP2 module.
 
 verl needs numpy < 2, so it lives in a separate environment, `.venv-verl`, built by
 `make venv-verl` (`make test` and `make test-verl` build it first); the driver runs there as
@@ -71,8 +72,11 @@ def runs(tmp_path_factory):
         first = _run(base / "stock", "stock", 4, SAVE_FREQ, 3)
         return first, _run(base / "stock", "stock", 4, SAVE_FREQ, 0)
 
-    with ThreadPoolExecutor(3) as pool:            # three chains of processes side by side
-        jobs = [pool.submit(f) for f in (whole, killed_then_resumed, stock)]
+    def actor():
+        return _result(base / "actor", _run(base / "actor", "actor"))
+
+    with ThreadPoolExecutor(3) as pool:            # the chains of processes, three side by side
+        jobs = [pool.submit(f) for f in (whole, killed_then_resumed, stock, actor)]
         return [j.result() for j in jobs]
 
 
@@ -125,3 +129,13 @@ def test_a_stock_trainer_checkpoint_is_refused_on_resume_not_replayed(runs):
     assert again.returncode == 2
     assert ("error: this sampler state was saved during step 2, before its sampler.update(batch) (verl's stock "
             "RayPPOTrainer saves before it)") in again.stderr and "HarnessRayPPOTrainer" in again.stderr
+
+
+def test_verls_actor_subclass_takes_the_sketch_before_verls_clipping(runs):
+    r = runs[3]
+    # verl's own _optimizer_step clipped (grad_clip 0.01 against a norm of about 2.5) and stepped
+    assert r["grad_norm"] > 1.0 and r["moved"]
+    ratio = 0.01 / r["grad_norm"]
+    assert r["taken"] == r["pre_clip"] and len(r["taken"]) == 12
+    assert r["post_clip"] == pytest.approx([v * ratio for v in r["pre_clip"]], rel=1e-4, abs=1e-9)
+    assert r["after_take"] is None                  # taken once per step
