@@ -288,7 +288,7 @@ def main(args) -> int:
     try:
         import trl
     except ImportError:
-        raise UserError("--backend trl needs the optional extra: pip install 'harnessbandit[trl]'") from None
+        raise UserError("--backend trl needs the optional extra (Python >= 3.11): pip install 'harnessbandit[trl]'") from None
     from real_runs.native.adapter import pick_device
     device = pick_device(args.device or "auto").type   # hb real's --device defaults to None (the preset's)
     t0 = time.perf_counter()
