@@ -9,13 +9,21 @@ STAMP := $(VENV)/.installed
 TEST_JOBS ?= 2
 XDIST := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
 
-.PHONY: venv browser test test-fast test-unit wheel-smoke demo bench clean
+.PHONY: venv venv-verl browser test test-fast test-unit test-verl wheel-smoke demo bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -c constraints.txt -e '.[dev,torch,ray,trl]'
+	$(VENV)/bin/python -m pip install -q -c constraints.txt -e '.[dev,torch,ray,trl,trackers]'
 	touch $(STAMP)
+
+# The real-verl test's own environment (verl 0.7.1 needs numpy < 2): scripts/verl_venv.sh, pins
+# in constraints-verl.txt. On CI a failed build stops make; elsewhere the test then skips.
+VERL_VENV := .venv-verl
+$(VERL_VENV)/.installed: constraints-verl.txt scripts/verl_venv.sh
+	PY=$(PY) bash scripts/verl_venv.sh $(VERL_VENV)
+
+venv-verl: $(VERL_VENV)/.installed
 
 # The report's page test (tests/reports/test_reports_page.py) drives headless Chromium: `make test`
 # installs it when missing (as root, Debian's package); otherwise it stops and says how. `make demo`
@@ -29,8 +37,12 @@ browser:
 
 venv: $(STAMP)
 
-test: $(STAMP) browser
+test: $(STAMP) browser venv-verl
 	$(VENV)/bin/python -m pytest $(XDIST)
+
+# verl itself (0.7.1) driving the sampler through its own fit, a kill and a resume (also in `make test`)
+test-verl: $(STAMP) venv-verl
+	$(VENV)/bin/python -m pytest tests/real_runs/integrations/test_real_runs_verl_package.py
 
 # the same without the `slow` tests (those that spawn processes: CLI subprocesses, --jobs 2, Ray, DDP);
 # tiers: -m unit, -m roundtrip, -m cli, -m calibration, -m torch (tests/conftest.py)
@@ -52,4 +64,4 @@ bench: $(STAMP)
 	$(VENV)/bin/python -m pytest --benchmark-only --benchmark-enable tests
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .benchmarks
+	rm -rf $(VENV) $(VERL_VENV) runs .pytest_cache .benchmarks

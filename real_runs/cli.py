@@ -30,7 +30,7 @@ from hbsim import folders, threads
 from hbsim.contract import CHECKPOINT, RUN_JSON, TRL_CHECKPOINT
 from policies import validate
 from policies.errors import UserError
-from real_runs.command import RUN_SETS, run_knobs
+from real_runs.command import RUN_SETS, add_log_option, check_log, run_knobs
 from real_runs.native.presets import PRESETS
 from real_runs.resume import same_run
 
@@ -53,6 +53,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help=f"override a knob: env knob (lr=3e-4 or env.lr=3e-4; TRL: its knobs), policy.KNOB, "
                              f"or a run knob: {', '.join(RUN_SETS)} (VALUE parsed as JSON, none = unset)")
+    add_log_option(parser)
 
 
 def build_config(args) -> dict:
@@ -108,6 +109,7 @@ def _check_out(args) -> None:
     if args.model is not None and not Path(args.model).is_dir():
         raise UserError(f"--model {args.model!r} is not a folder; expected a local Hugging Face model directory")
     check_environment()
+    check_log(args)
     if trl:
         from real_runs.integrations.trl_run import settings
         settings(args)                 # the TRL knobs, harnesses and policy (torch-free)
@@ -172,7 +174,7 @@ def main(args) -> int:
     out = Path(args.out)
     config = build_config(args)
     saved = _resume_state(out, config, args.steps) if args.resume else None   # DIR checked by _check_out
-    saver = Checkpointer(out, config, args.steps, args.checkpoint_every, rank)
+    saver = Checkpointer(out, config, args.steps, args.checkpoint_every, rank, log=args.log)
     t0 = time.perf_counter()
 
     def factory(cfg: dict):
@@ -188,6 +190,7 @@ def main(args) -> int:
         result = hbsim.run_config(config, adapter_factory=factory, state=saved, checkpoint=saver)
     finally:
         saver.restore()
+        saver.close_log()
     if saver.stopped_at is not None:
         print(f"stopped by {signal.Signals(saver.signum).name} after step {saver.stopped_at}/{args.steps}: "
               f"checkpoint in {(out / CHECKPOINT).parent}; continue with --resume", file=sys.stderr)
@@ -234,8 +237,9 @@ class Checkpointer:
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self, out: Path, config: dict, steps: int, every: int, rank: int = 0):
+    def __init__(self, out: Path, config: dict, steps: int, every: int, rank: int = 0, log: str | None = None):
         self.out, self.config, self.steps, self.every, self.rank = out, config, steps, every, rank
+        self.log, self.sink = log, None      # --log: the tracker each step's row streams to (rank 0)
         self.signum: int | None = None
         self.stopped_at: int | None = None
         self._previous: dict = {}
@@ -243,6 +247,11 @@ class Checkpointer:
     def listen(self) -> None:
         if threading.current_thread() is threading.main_thread():
             self._previous = {s: signal.signal(s, self._on_signal) for s in self.SIGNALS}
+
+    def close_log(self) -> None:
+        if self.sink is not None:
+            self.sink.close()
+            self.sink = None
 
     def restore(self) -> None:
         for s, handler in self._previous.items():
@@ -273,6 +282,11 @@ class Checkpointer:
         print(f"step {t}/{self.steps} arm={name} reward={row['reward']:.3f} L={row['learnability']:.3f} "
               f"groups gen/opt={row['groups_generated']}/{row['groups_optimized']} tokens={row['tokens']} "
               f"{row['seconds_step']:.2f}s overhead={100 * step_overhead(row):.2f}%", file=sys.stderr)
+        if self.log and self.rank == 0:
+            if self.sink is None:
+                from real_runs.tracking import open_sink
+                self.sink = open_sink(self.log, self.out, loop.harnesses, name=self.out.name, config=self.config)
+            self.sink.log({**row, "overhead_frac": step_overhead(row)}, t)
         stop = t < self.steps and self._stop_requested(loop.adapter.device)
         if self.rank == 0 and (stop or t == 1 or t % self.every == 0 or t == self.steps):
             checkpoint.save(self.out, self.config, loop.state_dict())

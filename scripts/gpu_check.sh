@@ -14,8 +14,11 @@
 #                           a local checkpoint ($GPU_CHECK_TRL_MODEL, else the first Qwen2.5-0.5B*
 #                           snapshot in the Hugging Face cache) if present, else the in-process
 #                           Qwen2 at gpu-small size; per-step scheduler overhead in the summary
+#   fsdp2_sketch.npz        (6) the verl actor's sketch on FSDP2 shards (verl_sketch.ShardedSketch,
+#                           NCCL, every visible GPU a rank, a tiny model; under a minute) against the
+#                           unsharded CPU sketch
 #   summary.txt             the figures to quote
-# GPU_CHECK_PHASES selects phases (default "1 2 3 4 5").
+# GPU_CHECK_PHASES selects phases (default "1 2 3 4 5 6"). Phase 6 has not yet run on a GPU.
 # Each phase has a time limit so the whole script stays under 8 minutes; a grid cut short
 # is still collected and reported (the summary says how many cells finished).
 # The presets' models embed the previous byte (token shift) and gpu-small warm-starts on
@@ -31,6 +34,7 @@
 # and a CPU dry run of the TRL phase alone (tiny in-process model, 2 steps, ~15 s):
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=5 GPU_CHECK_TRL_PRESET=tiny GPU_CHECK_TRL_STEPS=2 \
 #   GPU_CHECK_TRL_SET="batch_groups=2 group_size=4 max_completion_length=16" scripts/gpu_check.sh /tmp/gc
+# and of phase 6 (two gloo ranks, ~25 s): GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=6 scripts/gpu_check.sh /tmp/gc
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: scripts/gpu_check.sh OUTDIR}
@@ -45,7 +49,7 @@ DEVICE=${GPU_CHECK_DEVICE:-cuda}
 PRESET=${GPU_CHECK_PRESET:-gpu-small}
 STEPS=${GPU_CHECK_STEPS:-100}
 GRID=${GPU_CHECK_GRID:-ablations/examples/real_grid.toml}
-PHASES=${GPU_CHECK_PHASES:-1 2 3 4 5}
+PHASES=${GPU_CHECK_PHASES:-1 2 3 4 5 6}
 TRL_STEPS=${GPU_CHECK_TRL_STEPS:-20}
 TRL_PRESET=${GPU_CHECK_TRL_PRESET:-gpu-small}
 TRL_SET=${GPU_CHECK_TRL_SET:-batch_groups=8 group_size=8 max_completion_length=64}
@@ -116,5 +120,16 @@ else
     cat "$OUT/trl.txt" | tee -a "$OUT/summary.txt" >&2
     grep -E "ready|^step (1|2|10|$TRL_STEPS) " "$OUT/trl.log" | tee -a "$OUT/summary.txt" >&2
 fi
+fi
+if want 6; then
+# (6) the verl actor's gradient sketch on FSDP2 shards (NCCL), one rank per GPU
+# (GPU_CHECK_DEVICE=cpu: two gloo ranks on the CPU, a dry run of the plumbing)
+if [ "$DEVICE" = cpu ]; then SK_DEV=cpu; NGPU=2; else
+    SK_DEV=cuda; NGPU=$($PY -c 'import torch; print(max(torch.cuda.device_count(), 1))' 2>/dev/null || echo 1); fi
+W=tests/real_runs/integrations/real_runs_fsdp2_sketch_worker.py
+HB_SKETCH_DEVICE=$SK_DEV timeout 90 $PY -m torch.distributed.run --nproc_per_node "$NGPU" --master_addr 127.0.0.1 \
+    --master_port 29517 "$W" "$OUT/fsdp2_sketch.npz" > "$OUT/fsdp2_sketch.log" 2>&1
+log "(6) fsdp2 sketch rc=$? ranks=$NGPU $(PYTHONPATH="$PWD/tests/real_runs/integrations:$PYTHONPATH" \
+    $PY "$W" --compare "$OUT/fsdp2_sketch.npz" 2>&1 | tail -n 1)"
 fi
 log "done in $(( $(date +%s) - START ))s"

@@ -368,6 +368,16 @@ class HarnessGRPOTrainer(GRPOTrainer):
         self.scheduler.set_grad_norm(norm)
         return norm
 
+    def log(self, logs: dict, start_time: float | None = None) -> None:
+        """TRL's log of a training step, with the step's scheduler signals (`hb/` scalars of
+        its train row, real_runs.tracking) merged in: whatever `report_to` names gets them."""
+        rows = self.scheduler.recorder.rows
+        if self.model.training and rows and rows[-1]["step"] != getattr(self, "_hb_logged", None):
+            from real_runs.tracking import row_metrics
+            self._hb_logged = rows[-1]["step"]
+            logs = {**logs, **row_metrics(rows[-1], self.scheduler.harnesses)}
+        super().log(logs, start_time)
+
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         if resume_from_checkpoint:
             folder = resume_from_checkpoint

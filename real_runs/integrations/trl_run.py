@@ -261,6 +261,22 @@ def build(cfg, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str
     return trainer, sched, config
 
 
+def report_to(log: str | None, out: Path) -> dict | None:
+    """TRL's `report_to` of `hb real --backend trl --log TRACKER` (W&B offline in DIR/wandb,
+    trackio's store in DIR/trackio, TensorBoard's events in DIR/tensorboard, unless the user set
+    WANDB_MODE / WANDB_DIR / TRACKIO_DIR / TENSORBOARD_LOGGING_DIR); None without --log."""
+    if log is None:
+        return None
+    if log == "wandb":
+        os.environ.setdefault("WANDB_MODE", "offline")
+        os.environ.setdefault("WANDB_DIR", str(out))
+    if log == "trackio":
+        os.environ.setdefault("TRACKIO_DIR", str(out / "trackio"))
+    if log == "tensorboard":
+        os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(out / "tensorboard"))
+    return {"report_to": [log]}
+
+
 def main(args) -> int:
     """The `hb real --backend trl` command (args from real_runs.cli.add_arguments)."""
     from hbsim.records import write_run
@@ -272,7 +288,7 @@ def main(args) -> int:
     try:
         import trl
     except ImportError:
-        raise UserError("--backend trl needs the optional extra: pip install 'harnessbandit[trl]'") from None
+        raise UserError("--backend trl needs the optional extra (Python >= 3.11): pip install 'harnessbandit[trl]'") from None
     from real_runs.native.adapter import pick_device
     device = pick_device(args.device or "auto").type   # hb real's --device defaults to None (the preset's)
     t0 = time.perf_counter()
@@ -280,7 +296,7 @@ def main(args) -> int:
                                    device=device, model_path=args.model,
                                    preset=args.preset, eval_every=run.get("eval_every"),
                                    checkpoint_every=args.checkpoint_every, eval_budget=run.get("eval_budget"),
-                                   resume=resume)
+                                   resume=resume, extra_args=report_to(getattr(args, "log", None), out))
     claim_output_dir(out, "run", tool="hb real --backend trl")
     print(f"TRL trainer ready in {time.perf_counter() - t0:.1f}s ({len(cfg.harnesses)} harnesses)", file=sys.stderr)
     if run.get("eval_every") and sched.recorder.t == 0 and not args.resume:

@@ -3,7 +3,9 @@ a cluster and without verl installed.
 
 * `verl_result(batch, harnesses, ...)`: a verl `DataProto`-like batch (`.batch` tensors,
   `.non_tensor_batch` arrays, `.meta_info`) after a training step -> the allocation it
-  trained (counts from the `harness` column) and its `StepResult`: L from the
+  trained (each row's harness: `harness_names`, from `extra_info["harness"]`, else a
+  `harness` column, else `data_source`: the keys verl's `_get_gen_batch` keeps) and its
+  `StepResult`: L from the
   trajectories' outcome scores grouped by `uid` (SPEC §2.3, LOO advantages recomputed
   from the scores: verl's own advantages may be std-scaled), the sketch that the actor put
   into `meta_info["hb_sketch"]`, and the cost ledger.
@@ -14,6 +16,9 @@ a cluster and without verl installed.
   `data.dataloader_num_workers=0` the choice for step k+1 follows `update(batch_k)`, which
   records the step (`record`: the policy's feedback, the SPEC §7 train row and its cost
   ledger). Rows come from the task world's per-harness pools (`world.pool.TaskPool`).
+* Supported verl: `VERL_SUPPORTED` (0.5 to 0.7: the releases with `AbstractCurriculumSampler`
+  and the `sampler.update(batch=batch)` call in `RayPPOTrainer.fit`); constructing
+  `HarnessCurriculumSampler` on any other verl, or without verl, is one `UserError` line.
 * The group filter (`hbsim.sampling.GroupFilter`, knobs `keep_band`, `min_abs_adv` of
   `FILTER_KNOBS`, in `data.harnessbandit`): L and the retained count are over the groups it
   keeps, as in every other backend. verl trains on its own batch, so the sampler cannot drop
@@ -46,6 +51,38 @@ def _column(batch, key, required: bool = True):
     return None
 
 
+def _get(table, key):
+    """table[key] of a dict, DataFrame or datasets.Dataset; None when it has no such column."""
+    try:
+        value = table[key]
+    except (KeyError, ValueError, TypeError, IndexError):
+        return None
+    return value.detach().cpu().numpy() if hasattr(value, "detach") else value
+
+
+def harness_names(table, key: str = "harness", n: int | None = None) -> list:
+    """Each row's harness name in `table` (a dataset's columns, or a verl batch's
+    non_tensor_batch): `extra_info[key]`, else a column `key`, else `data_source` (in that
+    order, row by row). verl 0.6/0.7's `_get_gen_batch` drops every non-tensor key but
+    `data_source, reward_model, extra_info, uid` before the rollout and its agent-loop path
+    does not copy them back, so a dataset's own `harness` column does not reach `update`."""
+    extra, column, source = _get(table, "extra_info"), _get(table, key), _get(table, "data_source")
+    size = n if n is not None else next((len(c) for c in (extra, column, source) if c is not None), 0)
+    names = []
+    for i in range(size):
+        info = extra[i] if extra is not None else None
+        if hasattr(info, "keys") and key in info.keys() and info[key] is not None:
+            names.append(str(info[key]))
+        elif column is not None:
+            names.append(str(column[i]))
+        elif source is not None:
+            names.append(str(source[i]))
+        else:
+            raise UserError(f"verl row {i} names no harness: expected extra_info[{key!r}], a {key!r} column or "
+                            "data_source (docs/VERL.md, section 1)")
+    return names
+
+
 def _names(name: str, value) -> list:
     if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):     # a list, or OmegaConf's ListConfig
         raise UserError(f"{name}={value!r} is not allowed: expected {_names.allowed}")
@@ -74,7 +111,7 @@ VERL_KNOBS = Knobs({
     "policy": Knob("harnessbandit", "the scheduling policy (hb policies lists them)"),
     "policy_knobs": Knob({}, "the policy's knobs", parse=_mapping),
     "seed": Knob(0, "the policy's seed", 0, validate.MAX_SEED),
-    "harness_key": Knob("harness", "the dataset column that names each row's harness"),
+    "harness_key": Knob("harness", "the key of extra_info (or the column) that names each row's harness"),
     **FILTER_KNOBS,
 }, scope="data.harnessbandit", owner="HarnessCurriculumSampler")
 
@@ -124,7 +161,7 @@ def verl_result(batch, harnesses: list[str], *, score_key: str = "token_level_sc
     generated count, e.g. from DAPO's `num_gen_batches`), tokens = the `response_mask` sum
     when the batch has one."""
     rewards, groups = _groups(batch, score_key)
-    names = _column(batch, harness_key)
+    names = harness_names(getattr(batch, "non_tensor_batch", batch), harness_key, len(rewards))
     size = len(next(iter(groups.values())))
     index = np.asarray([i for rows in groups.values() for i in rows])
     r = rewards[index]
@@ -152,7 +189,16 @@ class HarnessCurriculumCore:
     indices of step after step (`batch_groups` prompts each, drawn from the harnesses of
     the policy's allocation at the moment the step's first index is requested), and
     `update(batch)` records the step through the `recorder` (the policy's feedback and the
-    SPEC §7 train row); `result(config)` is the run's RunResult."""
+    SPEC §7 train row); `result(config)` is the run's RunResult.
+
+    Steps and resume: `len()` is the planned steps' indices (verl's `len(train_dataloader)`
+    = `steps`, constant), `__iter__` yields the steps not yet recorded (from `recorder.t`), so
+    an epoch re-entered (`trainer.total_epochs` > 1) or a resumed dataloader continues at the
+    step verl continues at. verl saves its checkpoint inside the step, before its
+    `sampler.update(batch)`: `record_early(batch)` (called by `HarnessRayPPOTrainer` after the
+    actor update, before the save) records the step then, and the stock `update` of the same
+    step returns that row. A state saved with a step still pending (the stock trainer) lacks
+    that step's feedback: loading it is refused, naming the trainer that saves it whole."""
 
     def __init__(self, harness_column, harnesses: list[str], policy, *, batch_groups: int, steps: int,
                  seed: int = 0, harness_key: str = "harness", label: str | None = None,
@@ -162,6 +208,31 @@ class HarnessCurriculumCore:
         self.steps = int(steps)
         self.recorder = StepRecorder(policy, self.harnesses, label=label, seed=seed, batch_groups=int(batch_groups))
         self.rows = TaskPool.of_column(harness_column, self.harnesses, seed)
+        self._early: dict | None = None      # the row `record_early` recorded, until the step's `update`
+
+    @classmethod
+    def from_config(cls, data_source, data_config) -> "HarnessCurriculumCore":
+        """The sampler of verl's `data` config (`data.harnessbandit` = VERL_KNOBS) over
+        `data_source` (verl's RLHFDataset: its `dataframe`; each row's harness by
+        `harness_names`); prompts per step = `data.gen_batch_size`, else `data.train_batch_size`
+        (the batch size verl gives its dataloader)."""
+        obj = cls.__new__(cls)
+        HarnessCurriculumCore._configure(obj, data_source, data_config)
+        return obj
+
+    def _configure(self, data_source, data_config) -> None:
+        from policies import make
+        cfg = VERL_KNOBS.settings(dict(data_config.get("harnessbandit", {}) or {}))
+        if cfg.harnesses is None or cfg.steps is None:
+            raise UserError("data.harnessbandit.harnesses and data.harnessbandit.steps are required by "
+                            "HarnessCurriculumSampler (verl's schema has no such key: pass them as "
+                            "+data.harnessbandit.harnesses=[...] +data.harnessbandit.steps=N)")
+        table = getattr(data_source, "dataframe", data_source)
+        policy = make(cfg.policy, n_arms=len(cfg.harnesses), seed=cfg.seed, **cfg.policy_knobs)
+        prompts = data_config.get("gen_batch_size", None) or data_config["train_batch_size"]
+        HarnessCurriculumCore.__init__(self, harness_names(table, cfg.harness_key), cfg.harnesses, policy,
+                                       batch_groups=int(prompts), steps=cfg.steps, seed=cfg.seed,
+                                       harness_key=cfg.harness_key, group_filter=GroupFilter.of(cfg, "loo"))
 
     @property
     def policy(self):
@@ -171,17 +242,31 @@ class HarnessCurriculumCore:
         return self.recorder.batch_groups * self.steps
 
     def __iter__(self):
-        for _ in range(self.steps):
+        for _ in range(self.recorder.t, self.steps):
             if self.recorder.pending is not None:   # the next step chosen before this one's feedback
                 raise UserError("the dataloader drew a step's indices before update(batch) of the previous step: "
-                                "it prefetches, so each choice would ignore the previous step's feedback; set "
-                                "data.dataloader_num_workers=0")
+                                "it prefetches (or one step takes several batches, as DAPO's filter_groups), so "
+                                "each choice would ignore the previous step's feedback; set "
+                                "data.dataloader_num_workers=0 and one dataloader batch per step")
             alloc = self.recorder.begin()
             for h, n in enumerate(np.asarray(alloc.counts)):
                 yield from self.rows.draw(h, int(n))
 
+    def record_early(self, batch) -> dict:
+        """Record the trained step `batch` now (before verl's checkpoint of the step); the
+        step's later `update(batch)` returns this row. Returns the train row."""
+        self._early = self._record(batch)
+        return self._early
+
     def update(self, batch) -> dict:
-        """Record the trained step `batch`; returns its train row."""
+        """Record the trained step `batch`; returns its train row (the row `record_early`
+        recorded, when it did)."""
+        if self._early is not None:
+            row, self._early = self._early, None
+            return row
+        return self._record(batch)
+
+    def _record(self, batch) -> dict:
         pending = self.recorder.pending
         if pending is None:
             raise UserError("update(batch) is not allowed before the sampler drew a step")
@@ -196,36 +281,63 @@ class HarnessCurriculumCore:
         return self.recorder.result(config)
 
     def state_dict(self) -> dict:
-        return {"recorder": self.recorder.state_dict(), "rows": self.rows.state_dict()}
+        pending = None if self.recorder.pending is None else self.recorder.t + 1
+        return {"recorder": self.recorder.state_dict(), "rows": self.rows.state_dict(), "pending_step": pending}
 
     def load_state_dict(self, state: dict) -> None:
+        if state.get("pending_step") is not None:
+            raise UserError(f"this sampler state was saved during step {state['pending_step']}, before its "
+                            "sampler.update(batch) (verl's stock RayPPOTrainer saves before it), so that step's "
+                            "feedback is lost; train with real_runs.integrations.verl_trainer (HarnessRayPPOTrainer), "
+                            "which records each step before verl saves it")
         self.recorder.load_state_dict(state["recorder"])
         self.rows.load_state_dict(state["rows"])
+        self._early = None
 
 
-try:  # verl is not a dependency: the class below is verl's sampler when verl is importable
-    from verl.experimental.dataset.sampler import AbstractCurriculumSampler as _VerlBase
+#: the verl releases whose RayPPOTrainer.fit calls `sampler.update(batch=batch)` on an
+#: AbstractCurriculumSampler (0.8.0 removed both; 0.9.1's create_rl_sampler ignores data.sampler)
+VERL_SUPPORTED = ((0, 5), (0, 8))
+VERL_RANGE = ">=0.5,<0.8"
+
+try:  # verl is an optional extra (harnessbandit[verl]); without it the class below refuses to build
+    import verl as _verl
 except ImportError:
+    _verl = None
+try:
+    from verl.experimental.dataset.sampler import AbstractCurriculumSampler as _VerlBase
+except ImportError:       # no verl, or a verl without the hook (0.8+)
     _VerlBase = object
 
 
+def verl_problem(version: str | None, has_hook: bool) -> str | None:
+    """Why verl `version` cannot drive the sampler (None: it can). Pure, for the tests."""
+    if version is None:
+        return f"HarnessCurriculumSampler needs verl {VERL_RANGE}, which is not installed: pip install 'harnessbandit[verl]'"
+    parts = []
+    for piece in str(version).split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    low, high = VERL_SUPPORTED
+    if not (low <= tuple(parts) < high) or not has_hook:
+        return (f"HarnessCurriculumSampler needs verl {VERL_RANGE} (the releases whose RayPPOTrainer.fit calls "
+                f"AbstractCurriculumSampler.update(batch)); found verl {version}: pip install 'harnessbandit[verl]' "
+                "(docs/VERL.md says what verl 0.8+ would need)")
+    return None
+
+
 class HarnessCurriculumSampler(HarnessCurriculumCore, _VerlBase):
-    """verl: `data.sampler.class_path=pkg://real_runs.integrations.verl_sampler`,
+    """verl (0.5-0.7): `data.sampler.class_path=pkg://real_runs.integrations.verl_sampler`,
     `data.sampler.class_name=HarnessCurriculumSampler`, `data.dataloader_num_workers=0`,
-    and `data.harnessbandit = {harnesses: [...], policy: harnessbandit, policy_knobs: {},
+    and `+data.harnessbandit = {harnesses: [...], policy: harnessbandit, policy_knobs: {},
     seed: 0, steps: N}` (optionally `harness_key` and the group filter's `keep_band`, `min_abs_adv`;
-    every key is a row of VERL_KNOBS and any other is refused);
-    `data.train_batch_size` prompts (groups) per step. The dataset's
-    rows carry a `harness` column (verl keeps extra columns in `non_tensor_batch`)."""
+    every key is a row of VERL_KNOBS and any other is refused; verl's Hydra schema has no
+    `harnessbandit` key, hence the `+`); `data.train_batch_size` prompts (groups) per step.
+    Each dataset row names its harness in `extra_info["harness"]` (`harness_names`)."""
 
     def __init__(self, data_source, data_config):
-        from policies import make
-        cfg = VERL_KNOBS.settings(dict(data_config.get("harnessbandit", {}) or {}))
-        if cfg.harnesses is None or cfg.steps is None:
-            raise UserError("data.harnessbandit.harnesses and data.harnessbandit.steps are required by "
-                            "HarnessCurriculumSampler")
-        table = getattr(data_source, "dataframe", data_source)
-        policy = make(cfg.policy, n_arms=len(cfg.harnesses), seed=cfg.seed, **cfg.policy_knobs)
-        super().__init__(list(table[cfg.harness_key]), cfg.harnesses, policy,
-                         batch_groups=int(data_config["train_batch_size"]), steps=cfg.steps, seed=cfg.seed,
-                         harness_key=cfg.harness_key, group_filter=GroupFilter.of(cfg, "loo"))
+        problem = verl_problem(getattr(_verl, "__version__", None) if _verl is not None else None,
+                               _VerlBase is not object)
+        if problem:
+            raise UserError(problem)
+        self._configure(data_source, data_config)

@@ -11,6 +11,8 @@ from policies import make
 from policies.errors import UserError
 from real_runs.integrations.verl_sampler import HarnessCurriculumCore, verl_result
 
+from_config = HarnessCurriculumCore.from_config
+
 H = ["json", "xml", "kv"]
 
 
@@ -109,24 +111,24 @@ def test_sampler_records_spec_train_rows_with_a_finite_cost():
 
 
 def test_sampler_builds_from_a_verl_like_config():
-    from real_runs.integrations.verl_sampler import HarnessCurriculumSampler
     data = SimpleNamespace(dataframe={"harness": ["json", "xml", "kv", "xml"]})
     cfg = {"train_batch_size": 2, "harnessbandit": {"harnesses": H, "policy": "mixed", "steps": 2}}
-    sampler = HarnessCurriculumSampler(data, cfg)
+    sampler = from_config(data, cfg)
     first = [next(iter(sampler)) for _ in range(1)]
     assert len(sampler) == 4 and sampler.policy.name == "mixed" and first[0] in range(4)
-    with pytest.raises(UserError, match="required"):
-        HarnessCurriculumSampler(data, {"train_batch_size": 2})
+    with pytest.raises(UserError, match=r"required .*\+data\.harnessbandit\.steps=N"):
+        from_config(data, {"train_batch_size": 2})
+    dapo = from_config(data, {**cfg, "gen_batch_size": 3})    # the dataloader's batch: gen_batch_size prompts
+    assert dapo.recorder.batch_groups == 3 and len(dapo) == 6
 
 
 def test_sampler_refuses_unknown_or_bad_config_keys():
-    from real_runs.integrations.verl_sampler import HarnessCurriculumSampler
     data = SimpleNamespace(dataframe={"harness": ["json", "xml", "kv", "xml"]})
     hb = {"harnesses": H, "steps": 2}
 
     def refused(**extra) -> str:
         with pytest.raises(UserError) as info:
-            HarnessCurriculumSampler(data, {"train_batch_size": 2, "harnessbandit": {**hb, **extra}})
+            from_config(data, {"train_batch_size": 2, "harnessbandit": {**hb, **extra}})
         return str(info.value)
     msg = refused(polcy="mixed")       # a typo was silently ignored (the policy stayed harnessbandit)
     assert msg.startswith("HarnessCurriculumSampler has no knob 'polcy'; valid knobs: harnesses, steps, policy, ")
@@ -137,7 +139,7 @@ def test_sampler_refuses_unknown_or_bad_config_keys():
     assert "data.harnessbandit.harnesses='json' is not allowed" in refused(harnesses="json")
     assert "data.harnessbandit.policy_knobs=3 is not allowed" in refused(policy_knobs=3)
     assert "tau" in refused(policy_knobs={"tau": 0})       # the policy's own check names its knob
-    sampler = HarnessCurriculumSampler(data, {"train_batch_size": 2, "harnessbandit": {
+    sampler = from_config(data, {"train_batch_size": 2, "harnessbandit": {
         **hb, "harnesses": tuple(H), "policy": "mixed", "seed": 3, "policy_knobs": {"arms": [0, 2]}}})
     assert sampler.policy.name == "mixed" and sampler.harnesses == H
 
@@ -162,18 +164,113 @@ def test_group_filter_shapes_l_and_retained_hand_computed():
 
 def test_sampler_takes_the_filter_knobs_from_its_config():
     from hbsim.sampling import GroupFilter
-    from real_runs.integrations.verl_sampler import HarnessCurriculumSampler
     data = SimpleNamespace(dataframe={"harness": ["json", "xml", "kv", "kv"]})
     hb = {"harnesses": H, "policy": "uniform", "steps": 1, "keep_band": [0.3, 0.8], "min_abs_adv": 0.1}
-    sampler = HarnessCurriculumSampler(data, {"train_batch_size": 2, "harnessbandit": hb})
+    sampler = from_config(data, {"train_batch_size": 2, "harnessbandit": hb})
     assert sampler.filter == GroupFilter("0.3,0.8", 0.1, "loo")
     rows = list(sampler)
     arm = H.index(data.dataframe["harness"][rows[0]])
     row = sampler.update(_batch([1, 0, 0, 0, 1, 1, 0, 0], ["a"] * 4 + ["b"] * 4, [H[arm]] * 8))
     assert row["groups_retained"] == 1 and row["learnability"] == pytest.approx(2 / 3)    # only b is in the band
-    plain = HarnessCurriculumSampler(data, {"train_batch_size": 2, "harnessbandit": {**hb, "keep_band": ""}})
+    plain = from_config(data, {"train_batch_size": 2, "harnessbandit": {**hb, "keep_band": ""}})
     assert plain.filter == GroupFilter("", 0.1, "loo")
     with pytest.raises(UserError, match="keep_band"):
-        HarnessCurriculumSampler(data, {"train_batch_size": 2, "harnessbandit": {**hb, "keep_band": [0.8, 0.3]}})
+        from_config(data, {"train_batch_size": 2, "harnessbandit": {**hb, "keep_band": [0.8, 0.3]}})
     with pytest.raises(UserError, match="min_abs_adv"):
-        HarnessCurriculumSampler(data, {"train_batch_size": 2, "harnessbandit": {**hb, "min_abs_adv": -1}})
+        from_config(data, {"train_batch_size": 2, "harnessbandit": {**hb, "min_abs_adv": -1}})
+
+
+def test_supported_verl_range_and_the_refusal_without_it():
+    from real_runs.integrations import verl_sampler
+    from real_runs.integrations.verl_sampler import HarnessCurriculumSampler, verl_problem
+    assert verl_problem("0.5.0", True) is None and verl_problem("0.7.1", True) is None
+    assert verl_problem("0.6.1.post1", True) is None
+    for version in ("0.4.1", "0.8.0", "0.8.0.dev", "0.9.1", "1.0.0"):
+        msg = verl_problem(version, True)
+        assert msg.startswith("HarnessCurriculumSampler needs verl >=0.5,<0.8 ") and f"found verl {version}:" in msg
+    assert "found verl 0.7.1" in verl_problem("0.7.1", False)      # a build without AbstractCurriculumSampler
+    assert "not installed" in verl_problem(None, False)
+    if verl_sampler._verl is None:          # this process has no verl: the class refuses, no plain-object fallback
+        data = SimpleNamespace(dataframe={"harness": ["json", "xml", "kv", "xml"]})
+        with pytest.raises(UserError, match=r"needs verl >=0\.5,<0\.8, which is not installed"):
+            HarnessCurriculumSampler(data, {"train_batch_size": 2, "harnessbandit": {"harnesses": H, "steps": 2}})
+
+
+def _default_path_batch(scores, uid, harness, key="harness"):
+    """The non-tensor keys a step's batch holds after verl 0.6/0.7's default agent-loop path:
+    `_get_gen_batch` keeps only data_source, reward_model, extra_info and uid (the dataset's
+    other columns never come back); extra_info is a dict per row."""
+    tokens = np.zeros((len(scores), 3))
+    tokens[:, -1] = scores
+    extra = np.empty(len(scores), dtype=object)
+    extra[:] = [{key: h, "index": i} for i, h in enumerate(harness)]
+    return SimpleNamespace(batch={"token_level_scores": tokens}, meta_info={}, non_tensor_batch={
+        "data_source": np.asarray(["gsm8k"] * len(scores), dtype=object), "extra_info": extra,
+        "reward_model": np.asarray([{"ground_truth": "1"}] * len(scores), dtype=object),
+        "uid": np.asarray(uid, dtype=object)})
+
+
+def test_harness_from_what_survives_verls_gen_batch():
+    from real_runs.integrations.verl_sampler import harness_names
+    b = _default_path_batch([1, 0, 0, 0, 1, 1, 0, 1], ["a"] * 4 + ["b"] * 4, ["kv"] * 4 + ["json"] * 4)
+    alloc, res = verl_result(b, H)
+    assert alloc.counts.tolist() == [1, 0, 1] and res.learnability == pytest.approx((1 / 2 + 1 / 2) / 2)
+    # data_source is the fallback when extra_info lacks the key (here it names a harness)
+    b2 = _default_path_batch([1, 0], ["a", "a"], ["kv", "kv"], key="other")
+    b2.non_tensor_batch["data_source"] = np.asarray(["xml", "xml"], dtype=object)
+    assert verl_result(b2, H)[0].counts.tolist() == [0, 1, 0]
+    table = {"data_source": ["xml", "kv", "json"], "extra_info": [{"harness": "kv"}, {}, {"harness": None}],
+             "harness": ["json", "json", "xml"]}
+    assert harness_names(table) == ["kv", "json", "xml"]      # extra_info, then the column, then data_source
+    assert harness_names({"data_source": ["xml", "kv"], "extra_info": [{}, {}]}) == ["xml", "kv"]
+    with pytest.raises(UserError, match="names no harness"):
+        harness_names({"extra_info": [{}]}, n=1)
+    b3 = _default_path_batch([1, 0], ["a", "a"], ["kv", "kv"])
+    b3.non_tensor_batch["data_source"] = np.asarray(["gsm8k", "gsm8k"], dtype=object)
+    b3.non_tensor_batch["extra_info"][:] = [{}, {}]
+    with pytest.raises(UserError, match="harness='gsm8k' is not allowed"):
+        verl_result(b3, H)
+    # the dataset side: a verl dataframe whose rows name the harness in extra_info only
+    data = SimpleNamespace(dataframe={"data_source": ["gsm8k"] * 3, "extra_info": [{"harness": h} for h in H]})
+    core = from_config(data, {"train_batch_size": 1, "harnessbandit": {"harnesses": H, "policy": "round_robin",
+                                                                         "steps": 3}})
+    first = next(iter(core))
+    assert data.dataframe["extra_info"][first]["harness"] == "json"
+
+
+def test_resume_keeps_step_after_verls_save_then_update_order():
+    column = ["json"] * 4 + ["xml"] * 4 + ["kv"] * 4
+    scores = [1, 0, 0, 0, 1, 1, 0, 0]
+
+    def step(core, it, early):
+        rows = [next(it), next(it)]
+        b = _batch(scores, ["a"] * 4 + ["b"] * 4, [column[rows[0]]] * 8)
+        if early:
+            row = core.record_early(b)
+            saved = core.state_dict()          # verl's save comes after the actor update
+            assert core.update(b) is row       # the stock update of the same step: the row recorded early
+            return saved
+        saved = core.state_dict()              # the stock trainer: saved while the step is pending
+        core.update(b)
+        return saved
+
+    whole = HarnessCurriculumCore(column, H, make("harnessbandit", n_arms=3, seed=1), batch_groups=2, steps=4)
+    it = iter(whole)
+    states = [step(whole, it, early=True) for _ in range(4)]
+    assert list(it) == [] and list(iter(whole)) == []    # a re-entered epoch (total_epochs > 1): no step left
+    resumed = HarnessCurriculumCore(column, H, make("harnessbandit", n_arms=3, seed=1), batch_groups=2, steps=4)
+    resumed.load_state_dict(states[1])                 # verl's checkpoint of step 2
+    assert resumed.recorder.t == 2 and len(resumed) == 8
+    it2 = iter(resumed)
+    for _ in range(2):
+        step(resumed, it2, early=True)
+    assert list(it2) == []
+    assert [r["arm"] for r in resumed.recorder.rows] == [r["arm"] for r in whole.recorder.rows]
+    assert resumed.policy.state_dict()["t"] == whole.policy.state_dict()["t"] == 4
+    assert np.array_equal(resumed.policy.probabilities(), whole.policy.probabilities())
+    stock = HarnessCurriculumCore(column, H, make("harnessbandit", n_arms=3, seed=1), batch_groups=2, steps=4)
+    saved = step(stock, iter(stock), early=False)
+    assert saved["pending_step"] == 1
+    with pytest.raises(UserError, match="saved during step 1, before its sampler.update.*HarnessRayPPOTrainer"):
+        HarnessCurriculumCore(column, H, make("harnessbandit", n_arms=3, seed=1), batch_groups=2,
+                              steps=4).load_state_dict(saved)

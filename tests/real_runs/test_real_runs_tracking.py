@@ -1,0 +1,196 @@
+"""Live diagnostics (real_runs/tracking.py): a train row's hb/ scalars, hand-computed; each
+tracker's offline output read back (TensorBoard event files through tensorboard's reader, the
+W&B offline run file, trackio's local SQLite store); `hb real --log` (native) and TRL's
+`report_to` through HarnessGRPOTrainer.log. The trackers are the extra harnessbandit[trackers]
+(the Makefile's set-up installs it, so CI runs these)."""
+from __future__ import annotations
+
+import json
+import math
+import struct
+import sys
+
+import pandas as pd
+import pytest
+
+from policies.errors import UserError
+from real_runs import tracking
+from real_runs.tracking import Sink, check_tracker, row_metrics
+
+H = ["json", "kv"]
+ROW = {"step": 3, "arm": -1, "learnability": 0.5, "transfer": float("nan"), "l_norm": 1.0, "t_norm": 0.25,
+       "score": 0.75, "reward": 0.375, "entropy": 0.8, "tokens": 24, "seconds_scheduler": 0.002,
+       "groups_generated": 3, "groups_optimized": 2, "p_json": 0.25, "p_kv": 0.75, "q_json": 0.1,
+       "q_kv": float("nan"), "n_json": 2, "n_kv": 1, "mem_age_json": 0, "mem_age_kv": 2, "mem_norm_json": 1.5,
+       "alloc_json": 1, "alloc_kv": 1, "policy": "hb", "run_id": "abc"}
+
+
+def test_row_metrics_hand_computed():
+    m = row_metrics(ROW, H)
+    assert m == {"hb/L": 0.5, "hb/l_norm": 1.0, "hb/t_norm": 0.25, "hb/score": 0.75, "hb/reward": 0.375,
+                 "hb/entropy": 0.8, "hb/arm": -1.0, "hb/tokens": 24.0, "hb/seconds_scheduler": 0.002,
+                 "hb/cost": 1.5,                           # 3 groups generated per 2 optimized
+                 "hb/p/json": 0.25, "hb/Q/json": 0.1, "hb/visits/json": 2.0, "hb/memory_age/json": 0.0,
+                 "hb/memory_norm/json": 1.5, "hb/alloc/json": 1.0,
+                 "hb/p/kv": 0.75, "hb/visits/kv": 1.0, "hb/memory_age/kv": 2.0, "hb/alloc/kv": 1.0}
+    # T and Q of kv are nan, mem_norm_kv absent: left out (a gap in the tracker), never logged as 0
+    assert "hb/T" not in m and "hb/Q/kv" not in m and "hb/memory_norm/kv" not in m
+    assert row_metrics({"groups_generated": 1, "groups_optimized": 0}, H) == {}
+
+
+def test_unknown_or_missing_tracker_is_one_line(monkeypatch):
+    with pytest.raises(UserError, match=r"^--log 'mlflow' is not allowed: expected one of tensorboard, wandb, "
+                                        r"trackio$"):
+        check_tracker("mlflow")
+    import importlib.util
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    for kind in tracking.TRACKERS:
+        with pytest.raises(UserError) as info:
+            check_tracker(kind)
+        assert str(info.value) == f"--log {kind} needs the optional extra: pip install 'harnessbandit[{kind}]'"
+    check_tracker(None)
+
+
+@pytest.mark.cli
+def test_hb_real_log_without_its_extra_is_one_line_exit_2_before_any_work(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from hbsim.cli import main
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real_find_spec(name, *a))
+    for backend in ("native", "trl"):
+        out = tmp_path / backend
+        assert main(["real", "--steps", "1", "--out", str(out), "--device", "cpu", "--backend", backend,
+                     "--log", "wandb"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.endswith("--log wandb needs the optional extra: pip install 'harnessbandit[wandb]'")
+        assert len(err.splitlines()) == 1 and not out.exists()
+
+
+def _wandb_history(folder) -> list[dict]:
+    """The history records of a W&B offline run file (`run-*.wandb`: LevelDB-log framing,
+    32 KiB blocks of records with a 7-byte header, each a wandb_internal_pb2.Record)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+    (path,) = folder.glob("wandb/offline-run-*/run-*.wandb")
+    raw, pos, part, out, block = path.read_bytes(), 7, b"", [], 32768
+    assert raw[:4] == b":W&B"
+    while pos + 7 <= len(raw):
+        if block - pos % block < 7:
+            pos += block - pos % block
+            continue
+        _, n, kind = struct.unpack("<IHB", raw[pos:pos + 7])
+        pos += 7
+        part += raw[pos:pos + n]
+        pos += n
+        if kind in (1, 4):               # FULL or LAST
+            rec = pb.Record()
+            rec.ParseFromString(part)
+            part = b""
+            if rec.WhichOneof("record_type") == "history":
+                out.append({(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in rec.history.item})
+    return out
+
+
+@pytest.mark.slow     # wandb starts its wandb-core service process
+def test_wandb_sink_writes_an_offline_run_read_back(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.delenv("WANDB_MODE", raising=False)       # offline by default: no network, no account
+    sink = Sink("wandb", tmp_path, H, name="r", config={"seed": 0})
+    sink.log(ROW, 3)
+    sink.log({**ROW, "learnability": 0.25, "arm": 1}, 4)
+    sink.close()
+    hist = _wandb_history(tmp_path)
+    assert [h["_step"] for h in hist] == [3, 4]
+    for h, want in zip(hist, (row_metrics(ROW, H), row_metrics({**ROW, "learnability": 0.25, "arm": 1}, H))):
+        assert {k: v for k, v in h.items() if k.startswith("hb/")} == pytest.approx(want)
+
+
+def test_trackio_sink_writes_its_local_store_read_back(tmp_path, monkeypatch):
+    pytest.importorskip("trackio")
+    import trackio  # noqa: F401  (its store folder is bound at import: point every binding here)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("trackio") and hasattr(module, "TRACKIO_DIR"):
+            monkeypatch.setattr(module, "TRACKIO_DIR", tmp_path / "store")
+    sink = Sink("trackio", tmp_path, H, name="r1")
+    sink.log(ROW, 3)
+    sink.log({**ROW, "p_json": 0.5, "p_kv": 0.5}, 4)
+    sink.close()
+    from trackio.sqlite_storage import SQLiteStorage
+    logs = SQLiteStorage.get_logs("harnessbandit", "r1")
+    assert [r["step"] for r in logs] == [3, 4]
+    assert {k: v for k, v in logs[0].items() if k.startswith("hb/")} == pytest.approx(row_metrics(ROW, H))
+    assert logs[1]["hb/p/json"] == 0.5 and logs[1]["hb/cost"] == 1.5
+
+
+def _tensorboard_scalars(folder) -> dict:
+    """{tag: [(step, value), ...]} of every event file under `folder` (tensorboard's reader)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    out: dict = {}
+    for run in sorted({p.parent for p in folder.rglob("events.out.tfevents.*")}):
+        acc = EventAccumulator(str(run))
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            out.setdefault(tag, []).extend((e.step, e.value) for e in acc.Scalars(tag))
+    return out
+
+
+SMALL = ["--set", "warm_steps=2", "--set", "n_train_tasks=30", "--set", "n_heldout_tasks=5",
+         "--set", "eval_tasks=1", "--set", "eval_attempts=1", "--set", "max_new_tokens=8"]
+
+
+@pytest.mark.torch
+def test_hb_real_log_tensorboard_streams_each_train_row(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    from hbsim.cli import main
+    monkeypatch.setenv("HB_CACHE_DIR", str(tmp_path / "warm"))
+    out = tmp_path / "run"
+    assert main(["real", "--preset", "tiny", "--policy", "uniform", "--seed", "0", "--device", "cpu", "--steps", "2",
+                 "--out", str(out), *SMALL, "--log", "tensorboard"]) == 0
+    train = pd.read_parquet(out / "train.parquet")
+    scalars = _tensorboard_scalars(out / "tensorboard")
+    harnesses = [c[2:] for c in train.columns if c.startswith("p_")]
+    assert [s for s, _ in scalars["hb/arm"]] == [1, 2]
+    for _, row in train.iterrows():
+        want = row_metrics(row.to_dict(), harnesses)
+        got = {tag: v for tag, vals in scalars.items() for s, v in vals if s == row["step"]}
+        assert set(got) == set(want) and "hb/p/" + harnesses[0] in got
+        for tag, value in want.items():
+            if tag not in ("hb/seconds_scheduler", "hb/overhead_frac"):      # timings: the row's own float32
+                assert math.isclose(got[tag], value, rel_tol=1e-6, abs_tol=1e-7), tag
+
+
+@pytest.mark.torch
+def test_trl_report_to_carries_the_hb_rows(tmp_path, monkeypatch):
+    pytest.importorskip("trl")
+    pytest.importorskip("tensorboard")
+    import torch
+
+    from hbsim.experiment import resolve_policy
+    from real_runs.integrations import trl_run
+    torch.set_num_threads(1)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", "unset")     # restored to the user's value after the test
+    monkeypatch.delenv("TENSORBOARD_LOGGING_DIR")              # (report_to sets it: DIR/tensorboard)
+    harnesses = ["json", "xml", "kv"]
+    cfg = trl_run.TRL_KNOBS.settings(dict(harnesses=harnesses, n_train_tasks=12, n_heldout_tasks=2, eval_tasks=1,
+                                          max_completion_length=8, batch_groups=2, group_size=4, lr=1e-3,
+                                          sketch_dim=256))
+    pc = resolve_policy({"name": "harnessbandit", "label": "hb"}, len(harnesses))
+    out = tmp_path / "trl"
+    extra = trl_run.report_to("tensorboard", out)
+    assert extra == {"report_to": ["tensorboard"]}
+    trainer, sched, _ = trl_run.build(cfg, policy_cfg=pc, seed=0, steps=2, out=str(out), checkpoint_every=100,
+                                      extra_args=extra)
+    trainer.train()
+    # transformers' callbacks prefix a training log's keys with "train/" (TensorBoard and W&B alike)
+    scalars = {tag[len("train/"):]: v for tag, v in _tensorboard_scalars(out / "tensorboard").items()
+               if tag.startswith("train/hb/")}
+    rows = sched.recorder.rows
+    assert len(rows) == 2 and [s for s, _ in scalars["hb/arm"]] == [1, 2]     # TRL logs at its global step
+    for row in rows:
+        got = {tag: v for tag, vals in scalars.items() for s, v in vals if s == row["step"]}
+        want = row_metrics(row, harnesses)
+        assert set(got) == set(want)
+        for tag in ("hb/L", "hb/arm", "hb/cost", "hb/p/json", "hb/alloc/kv"):
+            if tag in want:
+                assert math.isclose(got[tag], want[tag], rel_tol=1e-6), tag
