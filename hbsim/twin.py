@@ -91,6 +91,7 @@ class Observations:
     costs: dict = field(default_factory=dict)
     n_heldout_tasks: int = 20
     task_spread: np.ndarray | None = None
+    transfer: dict = field(default_factory=lambda: {k: np.zeros(0) for k in ("r", "t", "h", "value")})
 
 
 def _columns(d: dict) -> dict:
@@ -113,6 +114,7 @@ def observations(runs: list[dict], *, group_size: int | None = None, suite: str 
     g = {k: [] for k in ("r", "t", "h", "n", "value", "kind")}
     e = {k: [] for k in ("r", "t", "h", "n", "value")}
     p = {k: [] for k in ("r", "t", "h", "target", "value")}
+    tr = {k: [] for k in ("r", "t", "h", "value")}
     tg, heldout, sizes, costs = [], None, [], []
     dispersion = []
     for r, run in enumerate(runs):
@@ -170,6 +172,9 @@ def observations(runs: list[dict], *, group_size: int | None = None, suite: str 
                     _extend(p, r=r, t=cf["step"].to_numpy()[ok] - 1, h=hidx[ok], target=target, value=v[ok])
             if "t_grad" in cf:
                 tg.append(cf[cf["arm"] >= 0].groupby("harness")["t_grad"].mean())
+                v = cf["t_grad"].to_numpy(dtype=np.float64)
+                ok = np.isfinite(v) & (hidx >= 0)
+                _extend(tr, r=r, t=cf["step"].to_numpy()[ok] - 1, h=hidx[ok], value=v[ok])
     tgrad = (pd.concat(tg, axis=1).mean(axis=1).reindex(harnesses).to_numpy() if tg else np.full(H, np.nan))
     G = group_size or (sizes[0] if sizes else 8)
     batch = int(np.median(alloc.sum(axis=2)[alloc.sum(axis=2) > 0]))
@@ -183,7 +188,7 @@ def observations(runs: list[dict], *, group_size: int | None = None, suite: str 
             if len(mine):
                 per_harness[i] = difficulty_spread([mine.set_index(["harness", "task"])])
     return Observations(harnesses, heldout, alloc, steps, _cat(g), _cat(e), _cat(p), int(G), batch, tgrad,
-                        difficulty_spread(dispersion), {"per_group": cost}, n_heldout, per_harness)
+                        difficulty_spread(dispersion), {"per_group": cost}, n_heldout, per_harness, _cat(tr))
 
 
 def _untruthful(frame: pd.DataFrame) -> pd.DataFrame:
@@ -337,6 +342,24 @@ def expected_step(prm: Params, z, s, counts, parts: dict):
     return z + dz, s_new
 
 
+def sketch_transfer(read: np.ndarray, noise: np.ndarray, dead: np.ndarray) -> np.ndarray:
+    """The T (SPEC §2.5) the twin's gradient sketch gives each harness: (..., H) the mean over the
+    other harnesses j with a sketch (not dead) of cos(g_h, g_j), where a pure step's sketch is
+    (read_h d / C on each of the C core coordinates, d on its own skill coordinate), so
+
+        cos(g_h, g_j) = (read_h read_j / C) / sqrt((read_h^2 / C + 1) (read_j^2 / C + 1))
+
+    and 0 for a noise harness (its core push is a random direction). read, noise, dead (..., H)."""
+    C = N_CATEGORIES
+    r = np.where(noise, 0.0, read)
+    u = r / np.sqrt(C) / np.sqrt(r ** 2 / C + 1.0)                                         # (..., H)
+    cos = u[..., :, None] * u[..., None, :]
+    H = read.shape[-1]
+    other = ~np.eye(H, dtype=bool) & ~np.asarray(dead)[..., None, :]
+    cos = np.where(other, cos, 0.0)
+    return cos.sum(axis=-1) / np.maximum(other.sum(axis=-1), 1)
+
+
 def replay(prm: Params, alloc: np.ndarray, G: int, probe_at: np.ndarray | None = None, batch: int = 8) -> dict:
     """The expected trajectory of every run under its logged schedule.
 
@@ -445,6 +468,12 @@ class Objective:
             m = p["target"] == target
             if m.any():
                 self.p_sd[m] = max(0.25 * float(np.std(p["value"][m])), 1e-5)
+        tr = obs.transfer
+        self.t_ok = tr["t"] < cut[tr["r"].astype(int)] if len(tr["t"]) else np.zeros(0, bool)
+        self.t_sd = np.full(len(tr["value"]), 0.05)
+        for h in np.unique(tr["h"]).astype(int):
+            m = tr["h"] == h
+            self.t_sd[m] = max(float(np.std(tr["value"][m])), 0.02)
         R, S, _ = obs.alloc.shape
         self.probe_at = np.zeros((R, S), bool)
         if len(p["t"]):
@@ -476,7 +505,9 @@ class Objective:
                 pp = out["gain"][p["r"].astype(int) + off, p["t"].astype(int), ph, p["target"].astype(int)]
             else:
                 pp = np.zeros(0)
-            preds.append({"groups": pg, "evals": pe, "probes": pp})
+            T = sketch_transfer(prm.read[i], prm.noise[i], prm.dead[i])
+            pt = T[self.obs.transfer["h"].astype(int)] if len(self.obs.transfer["h"]) else np.zeros(0)
+            preds.append({"groups": pg, "evals": pe, "probes": pp, "transfer": pt})
         return preds
 
     def residuals(self, theta: np.ndarray) -> np.ndarray:
@@ -487,7 +518,8 @@ class Objective:
             rows.append(np.concatenate([
                 ((pr["groups"] - o.groups["value"]) / self.g_sd)[self.g_ok],
                 ((pr["evals"] - o.evals["value"]) / self.e_sd)[self.e_ok],
-                ((pr["probes"] - o.probes["value"]) / np.maximum(self.p_sd, 1e-12))[self.p_ok]]))
+                ((pr["probes"] - o.probes["value"]) / np.maximum(self.p_sd, 1e-12))[self.p_ok],
+                ((pr["transfer"] - o.transfer["value"]) / self.t_sd)[self.t_ok]]))
         return np.nan_to_num(np.vstack(rows), nan=0.0)
 
     def fun(self, theta):
@@ -618,7 +650,7 @@ def _has_mixed(obs: Observations) -> bool:
 QUANTITIES = {(0, "groups"): "success of generated groups", (1, "groups"): "retained groups' mean reward",
               (2, "groups"): "keep rate", ("train", "evals"): "eval success per harness",
               ("heldout", "evals"): "held-out harness eval", (0, "probes"): "what-if change (train)",
-              (1, "probes"): "what-if change (held-out harness)"}
+              (1, "probes"): "what-if change (held-out harness)", ("T", "probes"): "what-if gradient T"}
 
 
 def quality_table(obs: Observations, prm: Params, cut: np.ndarray) -> pd.DataFrame:
@@ -642,6 +674,10 @@ def quality_table(obs: Observations, prm: Params, cut: np.ndarray) -> pd.DataFra
         if len(p["t"]):
             m = (p["target"] == target) & (p["t"] >= cut[p["r"].astype(int)])
             blocks.append(((target, "probes"), p["value"][m], pred["probes"][m]))
+    tr = obs.transfer
+    if len(tr["t"]):
+        m = tr["t"] >= cut[tr["r"].astype(int)]
+        blocks.append((("T", "probes"), tr["value"][m], pred["transfer"][m]))
     for key, y, yhat in blocks:
         ok = np.isfinite(y) & np.isfinite(yhat)
         if ok.sum() < 2:
