@@ -196,7 +196,8 @@ def _untruthful(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _extend(store: dict, **cols) -> None:
-    n = max(np.size(v) for v in cols.values())
+    """Append columns to `store`; scalars are repeated to the arrays' length."""
+    n = max(np.size(v) for v in cols.values() if np.ndim(v))
     for k, v in cols.items():
         store[k].append(np.broadcast_to(np.asarray(v), (n,)).copy() if np.ndim(v) == 0 else np.asarray(v))
 
