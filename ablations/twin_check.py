@@ -36,7 +36,7 @@ import pandas as pd
 from ablations import runner
 from hbsim import intervals, scenarios, twin
 from hbsim.atomic import atomic_write, visible
-from hbsim.contract import CELLS
+from hbsim.contract import CELLS, EVAL_FILE
 from hbsim.experiment import resolve_config
 from hbsim.folders import check_output_dir, output_dir
 from hbsim.records import canonical_json, config_hash, is_complete, read_meta
@@ -88,7 +88,7 @@ def real_runs(folder: str) -> list[dict]:
         meta = read_meta(d) or {}
         cfg = meta.get("config") or {}
         policy = dict(cfg.get("policy") or {"name": meta.get("policy", ""), "label": meta.get("label", "")})
-        evals = pd.read_parquet(d / "eval.parquet")
+        evals = pd.read_parquet(d / EVAL_FILE)
         out.append({"meta": meta, "policy": policy, "seed": int(meta.get("seed", cfg.get("seed", 0))),
                     "steps": int(cfg.get("steps", meta.get("steps", 0))), "batch_groups": cfg.get("batch_groups"),
                     "scores": final_scores(evals), "harnesses": sorted(evals["harness"].unique())})

@@ -115,7 +115,7 @@ def observations(runs: list[dict], *, group_size: int | None = None, suite: str 
     e = {k: [] for k in ("r", "t", "h", "n", "value")}
     p = {k: [] for k in ("r", "t", "h", "target", "value")}
     tr = {k: [] for k in ("r", "t", "h", "value")}
-    tg, heldout, sizes, costs = [], None, [], []
+    tg, heldout, sizes, costs, n_heldout = [], None, [], [], 0
     dispersion = []
     for r, run in enumerate(runs):
         train = run["train"].sort_values("step")
@@ -133,6 +133,9 @@ def observations(runs: list[dict], *, group_size: int | None = None, suite: str 
                         n=agg["n"].to_numpy()[ok], value=agg[col].to_numpy()[ok], kind=kind)
             if "cost" in groups:
                 costs.append(groups.groupby("harness")["cost"].mean())
+            early = groups[groups["step"] <= max(1, int(0.1 * steps[r]))]     # each group: one task, G attempts
+            dispersion.append(early.assign(task=np.arange(len(early))).set_index(["harness", "task"])
+                              .rename(columns={"success": "mean"})[["mean", "size"]])
         else:
             pure = train[train["arm"] >= 0]
             gen = pure["groups_generated"].to_numpy(dtype=np.float64)
@@ -160,7 +163,9 @@ def observations(runs: list[dict], *, group_size: int | None = None, suite: str 
             _extend(e, r=r, t=agg["step"].to_numpy(), h=hidx.astype(int), n=agg["n"].to_numpy(),
                     value=agg["value"].to_numpy())
             first = mine[(mine["step"] == mine["step"].min()) & (mine["suite"] == suite)]
-            dispersion.append(first.groupby(["harness", "task"])["success"].agg(["mean", "size"]))
+            if groups is None or not len(groups):        # the groups table's groups are the better sample
+                dispersion.append(first.groupby(["harness", "task"])["success"].agg(["mean", "size"]))
+            n_heldout = max(n_heldout, int(first.groupby("harness")["task"].nunique().max()) if len(first) else 0)
         cf = run.get("counterfactual")
         if cf is not None and len(cf):
             hidx = cf["harness"].map({h: i for i, h in enumerate(harnesses)}).fillna(MIXED_ARM).to_numpy().astype(int)
@@ -179,7 +184,7 @@ def observations(runs: list[dict], *, group_size: int | None = None, suite: str 
     G = group_size or (sizes[0] if sizes else 8)
     batch = int(np.median(alloc.sum(axis=2)[alloc.sum(axis=2) > 0]))
     cost = pd.concat(costs, axis=1).mean(axis=1).reindex(harnesses).fillna(0.0).to_numpy() if costs else np.zeros(H)
-    n_heldout = int(dispersion[0].reset_index().groupby("harness")["task"].nunique().max()) if dispersion else 20
+    n_heldout = n_heldout or 20
     per_harness = np.full(H, np.nan)
     if dispersion:
         both = pd.concat(dispersion).reset_index()
@@ -222,7 +227,8 @@ def _train_costs(pure: pd.DataFrame, harnesses: list[str]) -> pd.Series:
 
 def difficulty_spread(tables: list[pd.DataFrame], nodes: int = N_NODES) -> float:
     """The logit std sigma of the task difficulty that best explains the spread of per-task
-    success at the first evaluation (tables: per (harness, task) mean success and attempts):
+    success (tables: per (harness, task) mean success and attempts: the groups of the first
+    10% of steps where a groups table exists, else the first evaluation):
     the marginal likelihood of a logit-normal per harness (mean fitted per harness, sigma
     shared) over a grid of sigma. 1.0 without evaluations."""
     if not tables:

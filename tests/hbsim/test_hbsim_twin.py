@@ -141,3 +141,24 @@ def test_world_distance_is_zero_for_the_same_world_and_picks_trap_for_trap():
     assert twin.world_distance(q["trap"], q["anchor"]) > 0.5
     T = q["trap"]["transfer"]
     assert T.shape == (5, 6) and (np.diag(T[:, :5]) > 0).all() and (T[4, :4] < 0).all()   # the trap hurts the others
+
+
+def test_observations_read_the_groups_table_where_a_run_has_one():
+    """groups.parquet (one row per generated group before the filter; the real runs' table):
+    per (step, harness) the mean success and keep rate, G from `size`, the cost per group."""
+    runs = _logs("trap", seeds=1)
+    rows = []
+    for step, arm in zip(runs[0]["train"]["step"], runs[0]["train"]["arm"]):
+        for h, name in enumerate(["ordinary1", "ordinary2", "ordinary3", "ordinary4", "trap"]):
+            for g, (success, kept) in enumerate([(0.25, True), (0.0, False)] if h == arm else [(0.5, True)]):
+                rows.append({"step": step, "harness": name, "arm": h, "group": g, "size": 4, "success": success,
+                             "retained": kept, "chosen": h == arm, "cost": 10.0 * (h + 1)})
+    runs[0]["groups"] = pd.DataFrame(rows)
+    obs = twin.observations(runs)
+    g = obs.groups
+    assert obs.group_size == 4 and set(g["kind"].tolist()) == {0, 2}              # no train-row estimates
+    first = (g["t"] == 0) & (g["h"] == runs[0]["train"]["arm"].iloc[0])
+    np.testing.assert_allclose(np.sort(g["value"][first]), [0.125, 0.5])             # mean success, keep rate
+    other = (g["t"] == 0) & (g["h"] != runs[0]["train"]["arm"].iloc[0])
+    assert set(g["value"][other].tolist()) == {0.5, 1.0}
+    np.testing.assert_allclose(obs.costs["per_group"], [10, 20, 30, 40, 50])
