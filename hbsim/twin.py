@@ -152,13 +152,16 @@ def observations(runs: list[dict], *, group_size: int | None = None, suite: str 
             ev = ev[ev["budget_unit"].isna()]
         if "step" in ev and len(ev):
             mine = ev[ev["suite"].isin([suite, "heldout_harness"])]
-            for name in mine.loc[mine["suite"] == "heldout_harness", "harness"].unique():
-                heldout = name
+            held = mine["suite"] == "heldout_harness"
+            if held.any():                          # several held-out harnesses (real runs): pooled as one
+                heldout = "+".join(sorted(mine.loc[held, "harness"].astype(str).unique()))
+                mine = mine.assign(harness=mine["harness"].astype(str).where(~held, heldout))
             names = harnesses + ([heldout] if heldout is not None else [])
             agg = mine.groupby(["step", "suite", "harness"], as_index=False).agg(
                 n=("success", "size"), value=("success", "mean"))
             agg = agg[(agg["suite"] == suite) & agg["harness"].isin(harnesses)
                       | (agg["suite"] == "heldout_harness")]
+            agg = agg[agg["harness"].isin(names)]
             hidx = agg["harness"].map({h: i for i, h in enumerate(names)}).to_numpy()
             _extend(e, r=r, t=agg["step"].to_numpy(), h=hidx.astype(int), n=agg["n"].to_numpy(),
                     value=agg["value"].to_numpy())
