@@ -124,7 +124,7 @@ fi
 if want twin || [ -d "$OUT/gpu_real" ]; then
 if [ -d "$OUT/gpu_real" ]; then
     mkdir -p "$OUT/twin"
-    timeout 120 $PY -m hbsim.cli twin fit "$OUT/gpu_real" --out "$OUT/twin/gpu_twin.toml" --force \
+    timeout 120 $PY -m hbsim.cli twin fit "$OUT/gpu_real" --out "$OUT/twin/gpu_twin.toml" \
         > "$OUT/twin/fit.txt" 2> "$OUT/twin/fit.log"
     log "(7) twin fit rc=$? on $OUT/gpu_real"
     tee -a "$OUT/summary.txt" < "$OUT/twin/fit.txt" >&2
