@@ -60,6 +60,8 @@ def observations(runs: list[dict], *, group_size: int | None = None, suite: str 
         other = [c[len("alloc_"):] for c in run["train"].columns if c.startswith("alloc_")]
         if other != harnesses:
             raise ValueError(f"runs on different harnesses: {harnesses} and {other}")
+    if not harnesses or any(not len(run["train"]) for run in runs):
+        raise ValueError("a run without logged steps (its train table is empty or has no alloc_<harness> columns)")
     H, R = len(harnesses), len(runs)
     steps = np.array([int(run["train"]["step"].max()) for run in runs])
     S = int(steps.max())

@@ -162,3 +162,17 @@ def test_observations_read_the_groups_table_where_a_run_has_one():
     other = (g["t"] == 0) & (g["h"] != runs[0]["train"]["arm"].iloc[0])
     assert set(g["value"][other].tolist()) == {0.5, 1.0}
     np.testing.assert_allclose(obs.costs["per_group"], [10, 20, 30, 40, 50])
+
+
+def test_a_mixed_probe_row_is_read_as_the_mixed_batch_and_frees_interference():
+    """A counterfactual row with arm < 0 (the mixed batch's what-if step) is a probe of the
+    even mixed batch (h = -1, no T row), and interference becomes a fitted value; without
+    mixed steps or such a row it stays 0 (not identified)."""
+    runs = _logs("trap", seeds=1)
+    assert not twin.fitting._has_mixed(twin.observations(runs))
+    cf = runs[0]["counterfactual"]
+    mixed = cf[cf["arm"] == 0].assign(arm=-1, harness="mixed", t_grad=float("nan"))
+    runs[0]["counterfactual"] = pd.concat([cf, mixed], ignore_index=True)
+    obs = twin.observations(runs)
+    assert (obs.probes["h"] == -1).sum() == 2 * len(mixed)                    # real_train, real_heldout_harness
+    assert (obs.transfer["h"] >= 0).all() and twin.fitting._has_mixed(obs)
