@@ -1,5 +1,8 @@
 """The twin fit (issue 30, `hb twin fit`): run logs in, a `twin`-kind scenario out. Pure: tables
-in, a scenario dict out (reading folders and writing files is `ablations.twin_cli`).
+in, a scenario dict out (reading folders and writing files is `ablations.twin_cli`). Four
+modules, one direction (`A <- B`: B imports A): `logs` (what a fit reads: `observations`)
+<- `model` (the replay) <- `fitting` (`fit`, `quality_table`) <- `worlds` (`scenario`,
+`world_quantities`, `world_distance`); this package re-exports their names.
 
 What it reads -- only what a real run can log (SPEC §7, §10): the train table's allocation
 (`alloc_<harness>`), groups generated / retained and the retained groups' mean `reward`; the
