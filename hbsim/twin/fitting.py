@@ -17,6 +17,9 @@ from hbsim.twin.model import Params, _nodes, _sigmoid, replay, sketch_transfer
 BOUNDS = {"bias": (-8.0, 8.0), "read": (-4.0, 4.0), "ceil": (0.05, 1.0), "skill_lr": (0.0, 10.0),
           "max_step": (0.02, 3.0), "forget": (0.0, 10.0), "interference": (0.0, 16.0),
           "heldout_bias": (-8.0, 8.0), "heldout_read": (-4.0, 4.0)}
+#: the sd of the prior that pulls a harness's ceiling towards 1: a ceiling below 1 must be shown by
+#: the logs (a plateau), not fitted into curves that never came near it
+CEILING_PRIOR_SD = 0.1
 #: how much noisier than binomial a train row's keep rate is taken to be
 KEEP_SD_FACTOR = 3.0
 SCALARS = ("skill_lr", "max_step", "forget", "interference", "heldout_bias", "heldout_read")
@@ -127,7 +130,8 @@ class Objective:
                 pp = np.zeros(0)
             T = sketch_transfer(prm.read[i], prm.noise[i], prm.dead[i])
             pt = T[self.obs.transfer["h"].astype(int)] if len(self.obs.transfer["h"]) else np.zeros(0)
-            preds.append({"groups": pg, "evals": pe, "probes": pp, "transfer": pt})
+            preds.append({"groups": pg, "evals": pe, "probes": pp, "transfer": pt,
+                          "ceil": prm.ceil[i][self.layout.free]})
         return preds
 
     def residuals(self, theta: np.ndarray) -> np.ndarray:
@@ -139,7 +143,8 @@ class Objective:
                 ((pr["groups"] - o.groups["value"]) / self.g_sd)[self.g_ok],
                 ((pr["evals"] - o.evals["value"]) / self.e_sd)[self.e_ok],
                 ((pr["probes"] - o.probes["value"]) / np.maximum(self.p_sd, 1e-12))[self.p_ok],
-                ((pr["transfer"] - o.transfer["value"]) / self.t_sd)[self.t_ok]]))
+                ((pr["transfer"] - o.transfer["value"]) / self.t_sd)[self.t_ok],
+                (1.0 - pr["ceil"]) / CEILING_PRIOR_SD]))
         return np.nan_to_num(np.vstack(rows), nan=0.0)
 
     def fun(self, theta):

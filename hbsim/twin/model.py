@@ -93,7 +93,7 @@ def state_parts(prm: Params, z: np.ndarray, s: np.ndarray, G: int) -> dict:
 def expected_step(prm: Params, z, s, counts, parts: dict):
     """(z, s) after the expected step of `counts` (..., R, H) from state (z (R,), s (R, H)) of
     per-run values `prm`: the scenario env's `expected_state` (kappa, trust region,
-    forgetting), the categories pooled."""
+    forgetting), the categories pooled, times the probability that the batch is not empty."""
     opt = counts * parts["fill"]
     n = opt.sum(axis=-1, keepdims=True)
     share = np.divide(opt, n, out=np.zeros_like(opt), where=n > 0)
@@ -107,6 +107,13 @@ def expected_step(prm: Params, z, s, counts, parts: dict):
     moved = N_CATEGORIES * np.abs(dz) + np.abs(ds).sum(axis=-1)
     bound = np.where(prm.max_step > 0, prm.max_step, np.inf)
     clip = np.minimum(1.0, bound / np.maximum(moved, 1e-300))
+    # a batch with no retained group is an empty step (it moves nothing): the sampler generates up
+    # to oversample x max_rounds groups per requested one, so P(empty) = prod_h (1 - q_h)^(that many);
+    # the scenario env's oracle leaves this out, the realised runs a twin is fitted to do not
+    with np.errstate(divide="ignore"):
+        log_miss = np.log(np.clip(1.0 - parts["q"], 0.0, 1.0))
+    nonempty = 1.0 - np.exp(np.where(counts > 0, counts * OVERSAMPLE * MAX_ROUNDS * log_miss, 0.0).sum(axis=-1))
+    clip = clip * nonempty
     dz, ds, moved = dz * clip, ds * clip[..., None], moved * clip
     s_new = (s + ds) * np.exp(-prm.forget[..., None] * (1.0 - share) * moved[..., None])
     return z + dz, s_new
