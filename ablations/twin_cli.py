@@ -147,8 +147,6 @@ def fit_main(args: argparse.Namespace) -> int:
     if args.target not in ("train", "heldout_tasks", "heldout_harness"):
         raise UserError(f"--target {args.target!r} is not allowed: expected train, heldout_tasks or heldout_harness")
     figure = out.with_suffix(".png")
-    if not out.parent.exists():
-        raise UserError(f"--out {args.out!r}: its folder {str(out.parent)!r} does not exist")
     check_path_length(out)
     check_writable(out.parent)
     check_replaceable_file(out, args.force, _ours_toml)
@@ -168,6 +166,7 @@ def fit_main(args: argparse.Namespace) -> int:
                           sources=f" ({', '.join(str(Path(d)) for d in args.dirs)})")
     quantities = twin.world_quantities(table["env"])
     text = report_text(result, quantities, table, pool)
+    out.parent.mkdir(parents=True, exist_ok=True)          # after every check and the fit
     atomic_write(out, toml_text(table, ["fitted to " + ", ".join(args.dirs)] + text.splitlines()))
     scenarios.load(out)                          # checked like a shipped scenario file
     fig = curves_figure(result)

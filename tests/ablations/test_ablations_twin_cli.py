@@ -54,6 +54,9 @@ def test_fit_writes_a_scenario_file_that_runs(logs, capsys):
     assert "exists and was not written by hb twin fit" in capsys.readouterr().err
     assert main(["twin", "fit", str(logs / "fitlogs"), "--out", str(foreign), "--holdout", "0", "--force"]) == 0
     assert foreign.read_text().startswith("# written by hb twin fit")
+    assert main(["twin", "fit", str(logs / "fitlogs"), "--out", str(logs / "new" / "deep" / "t.toml"), "--holdout",
+                 "0"]) == 0                                      # its folder is created (after the fit)
+    assert (logs / "new" / "deep" / "t.png").is_file()
 
 
 @pytest.mark.parametrize("argv, message", [
