@@ -94,3 +94,20 @@ def test_check_prints_the_agreement_and_writes_its_folder(logs, capsys):
     assert main(["twin", "check", "--twin", str(twin_file), "--real", str(logs / "real"), "--suite", "nope",
                  "--jobs", "1"]) == 2
     assert "--suite 'nope' is not in the real runs' evaluations" in capsys.readouterr().err
+
+
+def test_run_folders_of_every_layout(logs, tmp_path):
+    """A run directory, an hb sim folder (<label>/seed<s>/) and a grid directory (cells/<id>/):
+    their complete runs; hidden temporaries and incomplete runs are not."""
+    import shutil
+
+    from ablations.twin_check import run_dirs
+
+    sim = sorted(run_dirs(logs / "real"))
+    assert len(sim) == 10 and run_dirs(sim[0]) == [sim[0]]
+    grid = tmp_path / "grid"
+    for i, d in enumerate(sim[:3]):
+        shutil.copytree(d, grid / "cells" / f"cell{i}")
+    shutil.copytree(sim[3], grid / "cells" / ".tmp-cell3")
+    (grid / "cells" / "cell4").mkdir()                        # incomplete: no run.json
+    assert [p.name for p in run_dirs(grid)] == ["cell0", "cell1", "cell2"]
