@@ -44,6 +44,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("ablations.calibrate", "A/A calibration: false-positive rate of every test of hb report"),
     "scenarios": ("ablations.scenarios_cli", "the scenario suite and your own scenario files: list, show, check oracle vs uniform"),
     "stress": ("ablations.stress", "every policy on every scenario: share of the oracle's gain, one resumable grid"),
+    "twin": ("ablations.twin_cli", "fit a twin of your runs (a scenario file) and check that it ranks policies as they do"),
 }
 
 #: OSErrors that say the machine refused a write, not that hb has a bug: one line, exit 2

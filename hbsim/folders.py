@@ -47,6 +47,10 @@ from hbsim.contract import (CELLS, CHECKPOINT, EVAL_FILE, GRID_JSON, KIND_FILE, 
 from policies.errors import UserError
 from policies.validate import check_choice
 
+#: the folder kind of `hb twin check --out` (issue 30). Its home is hbsim.contract.KINDS; a parallel
+#: branch owns that file this round, so the kind is added here until the merge moves it there.
+KINDS.setdefault("twin_check", "an `hb twin check` folder (check.json, check.md)")
+
 #: bytes kept free below PATH_MAX for the files a tool creates inside its output folder
 PATH_RESERVE = 96
 

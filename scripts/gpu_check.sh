@@ -132,4 +132,21 @@ HB_SKETCH_DEVICE=$SK_DEV timeout 90 $PY -m torch.distributed.run --nproc_per_nod
 log "(6) fsdp2 sketch rc=$? ranks=$NGPU $(PYTHONPATH="$PWD/tests/real_runs/integrations:$PYTHONPATH" \
     $PY "$W" --compare "$OUT/fsdp2_sketch.npz" 2>&1 | tail -n 1)"
 fi
+
+# (7) a twin of the real GPU run (issue 30, docs/TWIN.md): `hb twin fit` on the real logs the collection
+# step before it wrote into $OUT/gpu_real (run directories or a grid; skipped when there are none);
+# writes twin/gpu_twin.toml, twin/gpu_twin.png and the quality table twin/fit.txt. Runs whenever
+# $OUT/gpu_real exists (or GPU_CHECK_PHASES names "twin"), CPU only, at most a minute.
+if want twin || [ -d "$OUT/gpu_real" ]; then
+if [ -d "$OUT/gpu_real" ]; then
+    mkdir -p "$OUT/twin"
+    timeout 120 $PY -m hbsim.cli twin fit "$OUT/gpu_real" --out "$OUT/twin/gpu_twin.toml" \
+        > "$OUT/twin/fit.txt" 2> "$OUT/twin/fit.log"
+    log "(7) twin fit rc=$? on $OUT/gpu_real"
+    tee -a "$OUT/summary.txt" < "$OUT/twin/fit.txt" >&2
+    tail -n 1 "$OUT/twin/fit.log" | tee -a "$OUT/summary.txt" >&2
+else
+    log "(7) twin fit skipped: no $OUT/gpu_real (the real-log collection step did not run)"
+fi
+fi
 log "done in $(( $(date +%s) - START ))s"

@@ -29,6 +29,8 @@ README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 MAX_README_LINES = 250
 GRID_ACTIONS = ("plan", "run", "status", "collect")
+#: the commands with sub-commands, and those (`hb grid run`, `hb twin fit`)
+ACTIONS = {"grid": GRID_ACTIONS, "twin": ("fit", "check")}
 #: options of `hb` itself (before the command) that take a value
 GLOBAL_VALUED = ("--plugin",)
 FENCE = re.compile(r"^```.*?$(.*?)^```", re.S | re.M)
@@ -147,9 +149,9 @@ def hb_problems(line: str) -> list[str]:
     if command not in hbsim.cli.SUBCOMMANDS:
         return problems + [f"hb has no command {command!r} (commands: {', '.join(hbsim.cli.SUBCOMMANDS)})"]
     argv = [command]
-    if command == "grid" and rest and not rest[0].startswith("-"):
-        if rest[0] not in GRID_ACTIONS:
-            return problems + [f"hb grid has no action {rest[0]!r} (actions: {', '.join(GRID_ACTIONS)})"]
+    if command in ACTIONS and rest and not rest[0].startswith("-"):
+        if rest[0] not in ACTIONS[command]:
+            return problems + [f"hb {command} has no action {rest[0]!r} (actions: {', '.join(ACTIONS[command])})"]
         argv.append(rest.pop(0))
     try:
         help_ = help_text(tuple(argv))

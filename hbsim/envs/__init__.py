@@ -23,6 +23,7 @@ ENV_CLASSES: dict[str, tuple[str, str]] = {
     "drifting": ("hbsim.envs.drifting", "DriftingEnv"),
     "student": ("hbsim.envs.student", "StudentEnv"),
     "scenario": ("hbsim.envs.scenario", "ScenarioEnv"),
+    "twin": ("hbsim.envs.twin", "TwinEnv"),
 }
 
 

@@ -25,7 +25,7 @@ def strip_seconds(d: dict) -> dict:
 
 # -- registry and knobs ------------------------------------------------------------------
 def test_registry_and_unknown_kind():
-    assert list(ENVS) == ["bernoulli", "drifting", "student", "scenario"]
+    assert list(ENVS) == ["bernoulli", "drifting", "student", "scenario", "twin"]
     with pytest.raises(ValueError, match=r"kind='nope'.*valid kinds: bernoulli, drifting, student, scenario"):
         make_env("nope")
 

@@ -1,0 +1,113 @@
+"""`hb twin fit` and `hb twin check` in process (issue 30): the scenario file it writes runs in
+hb sim and loads like a shipped one, the figure beside it, the refusals (a file hb did not
+write, bad flags), and the check's table and folder on a grid of hb sim runs standing in for
+real runs."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hbsim import scenarios
+from hbsim.cli import main
+from hbsim.contract import KIND_FILE
+
+pytestmark = pytest.mark.cli
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    """Uniform runs of the trap scenario with probes (the fit's logs) and a 'real' folder of
+    five policies x 2 other seeds, 40 steps each."""
+    root = tmp_path_factory.mktemp("twin")
+    assert main(["sim", "--scenario", "trap", "--policy", "uniform", "--seeds", "2", "--steps", "40",
+                 "--counterfactual", "10", "--eval-every", "10", "--out", str(root / "fitlogs"), "--jobs", "1"]) == 0
+    assert main(["sim", "--scenario", "trap", "--policy", "uniform", "--policy", "round_robin", "--policy", "transfer",
+                 "--policy", "learnability", "--policy", "oracle", "--set", "policy.target=heldout_tasks",
+                 "--seeds", "2", "--seed-offset", "5", "--steps", "40", "--out", str(root / "real"), "--jobs", "1"]) == 0
+    return root
+
+
+def test_fit_writes_a_scenario_file_that_runs(logs, capsys):
+    out = logs / "my_twin.toml"
+    assert main(["twin", "fit", str(logs / "fitlogs"), "--out", str(out), "--holdout", "0.25"]) == 0
+    printed = capsys.readouterr().out
+    assert "fit quality on held-out steps" in printed and "what-if change (train)" in printed
+    assert "transfer matrix" in printed and "tasks per step" in printed
+    text = out.read_text()
+    assert text.startswith("# written by hb twin fit") and (logs / "my_twin.png").stat().st_size > 1000
+    sc = scenarios.load(out)
+    assert sc.name == "my_twin" and sc.env["kind"] == "twin" and sc.steps == 40 and sc.seeds == 2
+    assert sc.env["harness_names"] == "ordinary1,ordinary2,ordinary3,ordinary4,trap"
+    assert "true_" not in text.split("[env]")[1]
+    assert main(["sim", "--scenario", str(out), "--policy", "uniform", "--seeds", "2", "--steps", "5", "--jobs", "1"]) == 0
+    assert "uniform" in capsys.readouterr().out
+    assert main(["stress", "--scenarios", str(out), "--policies", "transfer", "--seeds", "2", "--out",
+                 str(logs / "stress"), "--jobs", "1"]) == 0
+    assert "my_twin" in capsys.readouterr().out
+    # hb wrote it: a rerun replaces it; a file hb did not write is refused unless --force
+    assert main(["twin", "fit", str(logs / "fitlogs"), "--out", str(out), "--holdout", "0"]) == 0
+    foreign = logs / "foreign.toml"
+    foreign.write_text("name = 'mine'\n")
+    assert main(["twin", "fit", str(logs / "fitlogs"), "--out", str(foreign)]) == 2
+    assert foreign.read_text() == "name = 'mine'\n"
+    assert "exists and was not written by hb twin fit" in capsys.readouterr().err
+    assert main(["twin", "fit", str(logs / "fitlogs"), "--out", str(foreign), "--holdout", "0", "--force"]) == 0
+    assert foreign.read_text().startswith("# written by hb twin fit")
+    assert main(["twin", "fit", str(logs / "fitlogs"), "--out", str(logs / "new" / "deep" / "t.toml"), "--holdout",
+                 "0"]) == 0                                      # its folder is created (after the fit)
+    assert (logs / "new" / "deep" / "t.png").is_file()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--out", "x.txt"], "expected the path of a .toml file"),
+    (["--out", "TWIN.toml", "--holdout", "0.95"], "--holdout=0.95"),
+    (["--out", "TWIN.toml", "--target", "nope"], "--target 'nope' is not allowed"),
+])
+def test_fit_refuses_bad_flags(logs, capsys, argv, message):
+    assert main(["twin", "fit", str(logs / "fitlogs"), *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_fit_refuses_a_folder_without_runs(tmp_path, capsys):
+    assert main(["twin", "fit", str(tmp_path), "--out", str(tmp_path / "t.toml")]) == 2
+    assert "holds no complete run" in capsys.readouterr().err
+
+
+def test_check_prints_the_agreement_and_writes_its_folder(logs, capsys):
+    twin_file = logs / "check_twin.toml"
+    assert main(["twin", "fit", str(logs / "fitlogs"), "--out", str(twin_file), "--holdout", "0"]) == 0
+    capsys.readouterr()
+    out = logs / "check"
+    assert main(["twin", "check", "--twin", str(twin_file), "--real", str(logs / "real"), "--out", str(out),
+                 "--resamples", "200", "--jobs", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "Kendall tau" in printed and "bernoulli (default)" in printed and "twin: check_twin" in printed
+    record = json.loads((out / "check.json").read_text())
+    assert set(record["worlds"]) == {"twin", "closest", "bernoulli"} and record["closest"] == "trap"
+    for row in record["worlds"].values():
+        assert row["policies"] == 4 and row["seeds"] == 2            # the oracle is not ranked
+        assert -1 <= row["tau"] <= 1 and row["tau_lo"] <= row["tau_hi"] and row["top1_regret"] >= 0
+        assert row["share_policies"] == 3                             # round_robin, transfer, learnability
+    assert json.loads((out / KIND_FILE).read_text())["kind"] == "twin_check"
+    assert (out / "check.md").read_text().startswith("# hb twin check")
+    assert main(["twin", "check", "--twin", str(twin_file), "--real", str(logs / "real"), "--suite", "nope",
+                 "--jobs", "1"]) == 2
+    assert "--suite 'nope' is not in the real runs' evaluations" in capsys.readouterr().err
+
+
+def test_run_folders_of_every_layout(logs, tmp_path):
+    """A run directory, an hb sim folder (<label>/seed<s>/) and a grid directory (cells/<id>/):
+    their complete runs; hidden temporaries and incomplete runs are not."""
+    import shutil
+
+    from ablations.twin_check import run_dirs
+
+    sim = sorted(run_dirs(logs / "real"))
+    assert len(sim) == 10 and run_dirs(sim[0]) == [sim[0]]
+    grid = tmp_path / "grid"
+    for i, d in enumerate(sim[:3]):
+        shutil.copytree(d, grid / "cells" / f"cell{i}")
+    shutil.copytree(sim[3], grid / "cells" / ".tmp-cell3")
+    (grid / "cells" / "cell4").mkdir()                        # incomplete: no run.json
+    assert [p.name for p in run_dirs(grid)] == ["cell0", "cell1", "cell2"]
