@@ -52,7 +52,11 @@ harness's skill decays on the steps that train OTHER harnesses, in proportion to
 that step moves the parameters (catastrophic forgetting is overwriting), so the skill
 equilibria do not wash out with a larger learning rate; an empty step forgets nothing. The
 trust region bounds a step's progress, so beyond the learning rate at which it binds a
-larger rate adds nothing (the designs are trained) and a wasted step stays wasted.
+larger rate adds nothing and a wasted step stays wasted. Each train row records `trust_bound`
+(1.0 when the trust region clipped that step's move, else 0.0; an env extra), so the fraction
+of a run's steps on which it binds is measured (`hb scenarios NAME --sweep`): the shipped
+scenarios run where it binds on a minority of uniform's steps and the learning rate, not the
+trust region, sets the progress (issue 28; each file's `lr_note`).
 
 Oracle (`expected_success`, `expected_gains`; the base's `target_gains` per target): per
 task the exact E[sig | p] and keep probability for G binary rollouts (hbsim.grpo), retained
