@@ -226,6 +226,16 @@ def test_hb_scenarios_lists_shows_and_checks(capsys):
     assert "valid scenarios: anchor" in capsys.readouterr().err
 
 
+def test_hb_scenarios_sweep_prints_the_binding_fraction_and_the_late_gain(capsys):
+    assert cli.main(["scenarios", "dead", "--sweep", "--seeds", "2"]) == 0
+    out = capsys.readouterr().out
+    sweep = measure.sweep("dead", seeds=2)
+    assert "fraction of steps the trust region (max_step) binds" in out
+    for f, row in sweep.items():
+        assert f"  x{f:<6g} {row['train']:.3f} | bound {row['bound']:.2f} | late {row['late']:.2f}" in out.splitlines()
+    assert list(sweep) == [0.25, 0.5, 1.0, 2.0, 4.0, 8.0]
+
+
 def test_hb_sim_runs_a_scenario(capsys):
     assert cli.main(["sim", "--scenario", "dead", "--policy", "oracle", "--policy", "uniform", "--seeds", "1",
                      "--steps", "5", "--jobs", "1"]) == 0
