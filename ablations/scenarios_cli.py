@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", nargs="?", default=None, metavar="NAME|PATH.toml",
                         help=f"a scenario: {', '.join(SCENARIOS)}, or the path of your own scenario file")
     parser.add_argument("--check", action="store_true", help="measure the oracle against uniform (and --policy)")
-    parser.add_argument("--sweep", action="store_true", help="uniform's training success, trust-region binding fraction and last-quarter gain per lr multiplier")
+    parser.add_argument("--sweep", action="store_true",
+                        help="per lr multiplier: uniform's training success, trust-region binding fraction, late gain")
     parser.add_argument("--policy", action="append", default=[], metavar="NAME[:KNOB=V,...]",
                         help="also measure this policy with --check (repeatable; V parsed as JSON)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default: the scenario's)")

@@ -16,7 +16,8 @@ PAPER_DESIGNS = {"mixed-2", "mixed-all", "uniform", "round_robin", "learnability
 
 
 def test_demo_grid_is_the_paper_design():
-    for path, min_seeds in ((DEFAULT_GRID.parent / "demo_bernoulli.toml", 5), (DEFAULT_GRID.parent / "paper_grid.toml", 10)):
+    for path, min_seeds in ((DEFAULT_GRID.parent / "demo_bernoulli.toml", 5),
+                            (DEFAULT_GRID.parent / "paper_grid.toml", 10)):
         spec = load_spec(path)
         cells = spec.cells()
         assert {c.label for c in cells} == PAPER_DESIGNS and len(spec.seeds) >= min_seeds

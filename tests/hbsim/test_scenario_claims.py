@@ -16,6 +16,8 @@ Simulations of the real runs (ablations.scenarios, in this process): the calibra
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -110,15 +112,27 @@ def test_every_scenario_has_its_allocation_check_and_at_least_8_seeds():
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_the_summary_names_exactly_the_designs_whose_claims_are_asserted(name):
+    """The designs named after "Measured at the shipped settings:" are exactly those CLAIMS
+    asserts (with PURE for "below-pure"), and no "should win / lose" is left in the paragraph
+    (before that mark it describes the structure and the oracle, which the allocation test checks)."""
+    _, sep, measured = SCENARIOS[name].summary.partition("Measured at the shipped settings:")
+    assert sep and "should" not in SCENARIOS[name].summary
+    named = lambda text: {p for p in DESIGNS if re.search(rf"\b{p}\b", text)}     # noqa: E731
+    want = {p for p, _ in CLAIMS[name]} | (set(PURE) if any(c == "below-pure" for _, c in CLAIMS[name]) else set())
+    assert named(measured) == want, named(measured)
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_the_structure_changes_the_oracles_allocation(name):
     start = SCENARIOS[name].env.get("leave_step", 0) if name == "churn" else 0
     ALLOCATION[name](*oracle_and_uniform(name, start))
 
 
 # -- 2. the summary's sentences ------------------------------------------------------------
-#: scenario -> [(policy, claim)]: "gains" / "loses" (paired t over the shipped seeds beyond the
-#: two-sided 5% critical value, against uniform), "tenth" (share of the oracle's gap below 0.1), "below-pure" (loses to uniform
-#: and to every pure design listed for that scenario)
+#: scenario -> [(policy, claim)]: "gains" / "loses" (paired t over the shipped seeds beyond
+#: the two-sided 5% critical value, against uniform), "tenth" (share of the oracle's gap below
+#: 0.1), "below-pure" (loses to uniform and to every design of PURE)
 CLAIMS = {
     "anchor": [("transfer", "loses"), ("mixed", "gains")],
     "churn": [("mixed", "gains")],
@@ -136,6 +150,7 @@ CLAIMS = {
     "unlock": [("learnability", "tenth"), ("transfer", "tenth"), ("harnessbandit", "tenth")],
 }
 PURE = ("round_robin", "learnability", "transfer", "harnessbandit")
+DESIGNS = PURE + ("mixed",)
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
