@@ -7,6 +7,7 @@ two policies has no evaluation noise.
     truth["uniform"]                  # (seeds, 3): train, heldout_tasks, heldout_harness
     gap = oracle_gap("trap")          # {"delta", "mde", "ratio", ...}: oracle vs uniform, paired over seeds
     lr_sweep("trap", (0.5, 1, 2))     # uniform's mean final training success per lr multiplier
+    sweep("trap", (0.5, 1, 2))        # ... with the trust region's binding fraction and the late gain
 """
 from __future__ import annotations
 
@@ -76,18 +77,61 @@ def oracle_gap(name: str, seeds: int | None = None, **kw) -> dict:
             "oracle": float(truth["oracle"][:, i].mean()), "uniform": float(truth["uniform"][:, i].mean())}
 
 
-def lr_sweep(name: str, factors=(0.25, 0.5, 1.0, 2.0, 4.0, 8.0), policy: dict | None = None,
-             seeds: int | None = None) -> dict[float, float]:
-    """factor -> mean final TRAINING success of `policy` (default uniform) with its learning
-    rate multiplied by factor: the design's `lr_scale` (policies.base.LR_SCALE, applied by the
-    env's `set_lr_scale` to its own rate knobs) times factor. The rate at which it stops
-    rising is where the design is trained."""
+def train_tables(name: str, policy: dict, seeds: int | None = None, jobs: int = 1, **env_overrides) -> tuple:
+    """(train tables of `policy` on seeds 0..N-1, the training-target truth before training
+    per seed (N,), the harness names): the runs `final_truth` makes, with every row kept."""
+    sc = get(name)
+    n = sc.seeds if seeds is None else seeds
+    tasks = [{"id": f"{label_of(policy)}/seed{seed}",
+              "config": resolve_config(scenario_config(name, {**policy, "label": label_of(policy)}, seed,
+                                                       **env_overrides))} for seed in range(n)]
+    answers = {}
+    runner.run_many(tasks, jobs=jobs, on_done=lambda a: answers.update({a["id"]: a})).check()
+    env = dict(tasks[0]["config"]["env"])
+    kind = env.pop("kind")
+    start = []
+    for seed in range(n):
+        e = make_env(kind, seed=seed, **env)
+        start.append(target_means(e.success_matrix(), e.n_tasks, e.H)[0])
+    harnesses = make_env(kind, seed=0, **env).harnesses
+    return [answers[t["id"]]["result"].train for t in tasks], np.asarray(start), harnesses
+
+
+#: the fraction of the horizon whose gain `sweep` reports as "late" (its last quarter)
+LATE = 0.25
+
+
+def sweep(name: str, factors=(0.25, 0.5, 1.0, 2.0, 4.0, 8.0), policy: dict | None = None,
+          seeds: int | None = None, jobs: int = 1) -> dict[float, dict]:
+    """factor -> {"train", "bound", "late"} of `policy` (default uniform) with its learning
+    rate multiplied by factor (the design's `lr_scale`, policies.base.LR_SCALE, applied by the
+    env's `set_lr_scale` to its own rate knobs, times factor): "train" the mean final noise-free
+    training success over seeds, "bound" the fraction of its steps on which the trust region
+    (max_step) clipped the move (the `trust_bound` column, mean over steps and seeds), "late"
+    the share of its training gain over the start made in the last quarter of the horizon,
+    (mean final - mean at 3/4 of the steps) / (mean final - mean start). Where "train" still
+    rises with the factor and "bound" is small, the learning rate (not the trust region)
+    sets the progress."""
     policy = policy or {"name": "uniform"}
     out = {}
     for f in factors:
         scaled = {**policy, "lr_scale": policy.get("lr_scale", 1.0) * f}
-        out[float(f)] = float(final_truth(name, [scaled], seeds)[label_of(policy)][:, 0].mean())
+        tables, start, harnesses = train_tables(name, scaled, seeds, jobs)
+        truth = np.array([target_truth(t, "train", harnesses).to_numpy() for t in tables])   # (seeds, steps)
+        final, at = truth[:, -1].mean(), truth[:, int(round(truth.shape[1] * (1 - LATE))) - 1].mean()
+        gain = final - start.mean()
+        out[float(f)] = {"train": float(final),
+                         "bound": float(np.mean([t["trust_bound"].mean() for t in tables])),
+                         "late": float((final - at) / gain) if gain != 0 else float("nan")}
     return out
 
 
-__all__ = ["final_truth", "label_of", "lr_sweep", "oracle_gap", "oracle_policy", "paired"]
+def lr_sweep(name: str, factors=(0.25, 0.5, 1.0, 2.0, 4.0, 8.0), policy: dict | None = None,
+             seeds: int | None = None) -> dict[float, float]:
+    """factor -> mean final TRAINING success of `policy` (default uniform) with its learning
+    rate multiplied by factor (`sweep`'s "train")."""
+    return {f: row["train"] for f, row in sweep(name, factors, policy, seeds).items()}
+
+
+__all__ = ["LATE", "final_truth", "label_of", "lr_sweep", "oracle_gap", "oracle_policy", "paired", "sweep",
+           "train_tables"]

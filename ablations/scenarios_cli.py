@@ -6,7 +6,8 @@
     hb scenarios NAME --check [--policy mixed --policy 'mixed:arms=[0,1]'] [--seeds N]
         # the oracle (on the scenario's target) vs uniform, paired over the shipped seeds, and
         # each --policy's mean gain on the three targets (noise-free truth of the final step)
-    hb scenarios NAME --sweep         # uniform's final training success per learning-rate multiplier
+    hb scenarios NAME --sweep         # per learning-rate multiplier: uniform's final training success,
+                                      # the fraction of its steps the trust region binds, its late gain
 
 Runs go through `ablations.runner.run_many` in this process (--jobs N: worker processes).
 `hb sim --scenario NAME` runs a scenario like any env, with the full per-policy table.
@@ -28,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", nargs="?", default=None, metavar="NAME|PATH.toml",
                         help=f"a scenario: {', '.join(SCENARIOS)}, or the path of your own scenario file")
     parser.add_argument("--check", action="store_true", help="measure the oracle against uniform (and --policy)")
-    parser.add_argument("--sweep", action="store_true", help="uniform's training success per lr multiplier")
+    parser.add_argument("--sweep", action="store_true",
+                        help="per lr multiplier: uniform's training success, trust-region binding fraction, late gain")
     parser.add_argument("--policy", action="append", default=[], metavar="NAME[:KNOB=V,...]",
                         help="also measure this policy with --check (repeatable; V parsed as JSON)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default: the scenario's)")
@@ -84,6 +86,16 @@ def show(name: str) -> str:
     return "\n".join(lines)
 
 
+def sweep_text(name: str, sweep: dict[float, dict]) -> str:
+    """The lines of `hb scenarios NAME --sweep` from `ablations.scenarios.sweep`."""
+    late = f"last {measure.LATE:.0%}"
+    lines = [f"{get(name).name}: uniform per lr multiplier (lr and skill_lr x the multiplier): final training "
+             f"success | fraction of steps the trust region (max_step) binds | share of the gain made in the {late} "
+             f"of the steps"]
+    lines += [f"  x{f:<6g} {v['train']:.3f} | bound {v['bound']:.2f} | late {v['late']:.2f}" for f, v in sweep.items()]
+    return "\n".join(lines)
+
+
 def check(name: str, extra: list[dict], seeds: int | None, jobs: int) -> str:
     sc = get(name)
     policies = [measure.oracle_policy(name), {"name": "uniform"}] + extra
@@ -117,9 +129,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("hb scenarios: --policy is measured by --check; pass --check too")
     print(show(args.name))
     if args.sweep:
-        sweep = measure.lr_sweep(args.name, seeds=args.seeds)
-        print(f"{get(args.name).name}: uniform's final training success per lr multiplier: "
-              + "  ".join(f"x{f:g} {v:.3f}" for f, v in sweep.items()))
+        print(sweep_text(args.name, measure.sweep(args.name, seeds=args.seeds, jobs=args.jobs)))
     if args.check:
         print(check(args.name, extra, args.seeds, args.jobs))
     return 0

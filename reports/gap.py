@@ -24,6 +24,14 @@ def gap_table(frames) -> pd.DataFrame:
     return references.share_of_gap(both, runs)
 
 
+def headline(doc, result) -> None:
+    """The share lines on the report's first screen, under the compact table (nothing
+    without the references; the full table is `section`'s)."""
+    table = result.tables.get("gap")
+    if table is not None and not table.empty:
+        doc.pre("\n".join(references.share_lines(table)))
+
+
 def section(doc, result) -> None:
     """The section of `reports.render.write` (nothing without the references)."""
     table = result.tables.get("gap")

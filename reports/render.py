@@ -85,6 +85,7 @@ def _headline(doc: Doc, result) -> None:
               + "; p_holm: seed-level sign-flip test, Holm-adjusted; seeds +/-: seeds where the candidate is "
                 "ahead / behind; MDE: smallest true delta detectable with power 0.8 at these seeds. Every "
                 "metric and column: the groups below and paired.csv.", "meta")
+    gap.headline(doc, result)      # the share of the achievable gain, where the runs have the references
     doc.p(f"Source: {cfg['source']}. Policies: {', '.join(result.policies)}. Bootstrap: {cfg['resamples']} "
           f"crossed task x seed resamples (generator seed {cfg['seed']}), alpha = {cfg['alpha']}. "
           f"Runs hash {cfg['runs']['hash']}.", "meta")

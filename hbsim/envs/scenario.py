@@ -52,7 +52,11 @@ harness's skill decays on the steps that train OTHER harnesses, in proportion to
 that step moves the parameters (catastrophic forgetting is overwriting), so the skill
 equilibria do not wash out with a larger learning rate; an empty step forgets nothing. The
 trust region bounds a step's progress, so beyond the learning rate at which it binds a
-larger rate adds nothing (the designs are trained) and a wasted step stays wasted.
+larger rate adds nothing and a wasted step stays wasted. Each train row records `trust_bound`
+(1.0 when the trust region clipped that step's move, else 0.0; an env extra), so the fraction
+of a run's steps on which it binds is measured (`hb scenarios NAME --sweep`): the shipped
+scenarios run where it binds on a minority of uniform's steps and the learning rate, not the
+trust region, sets the progress (issue 28; each file's `lr_note`).
 
 Oracle (`expected_success`, `expected_gains`; the base's `target_gains` per target): per
 task the exact E[sig | p] and keep probability for G binary rollouts (hbsim.grpo), retained
@@ -214,6 +218,7 @@ class ScenarioEnv(SyntheticEnv):
         self._onehot = np.eye(C)[self.task_category[: self.n_train]]                       # (n_train, C)
         self.z, self.s = np.zeros(C), np.zeros(H)
         self._share, self._moved = np.zeros(H), 0.0
+        self._bound = 0.0
         self._p = None
 
     def available(self, step: int | None = None) -> np.ndarray:
@@ -272,6 +277,7 @@ class ScenarioEnv(SyntheticEnv):
         gs = np.bincount(batch.harnesses, weights=np.where(noisy, 0.0, sig) / n, minlength=H)
         dz, ds = k["lr"] * self.lr_scale * kappa * gz, k["skill_lr"] * self.lr_scale * kappa * gs   # lr_scale: set_lr_scale
         clip = trust_region(k["max_step"], np.abs(dz).sum() + np.abs(ds).sum())
+        self._bound = float(clip < 1.0)
         dz, ds = dz * clip, ds * clip
         self.z, self.s, self._p = self.z + dz, self.s + ds, None
         self._share = np.bincount(batch.harnesses, minlength=H) / n
@@ -284,6 +290,14 @@ class ScenarioEnv(SyntheticEnv):
         if self.knobs["forget"] and self._moved:
             self.s, self._p = self.s * forgetting(self.knobs["forget"], self._share, self._moved), None
         self._share, self._moved = np.zeros(self.H), 0.0
+
+    def _ground_truth(self, gains: np.ndarray, counts: np.ndarray) -> dict:
+        """The base's extras and `trust_bound`: 1.0 when the trust region clipped this step's
+        move (its unclipped L1 move exceeded max_step), 0.0 otherwise (an empty step included);
+        its mean over a run's steps is the fraction of steps the trust region binds."""
+        extras = {**super()._ground_truth(gains, counts), "trust_bound": self._bound}
+        self._bound = 0.0
+        return extras
 
     def _expected_parts(self) -> dict:
         """Per-harness expectations at the current state (module docstring, "Oracle"); cached
@@ -359,4 +373,4 @@ class ScenarioEnv(SyntheticEnv):
 
     def _load_model_state(self, state: dict) -> None:
         self.z, self.s = np.array(state["z"], dtype=np.float64), np.array(state["s"], dtype=np.float64)
-        self._share, self._moved, self._p = np.zeros(self.H), 0.0, None
+        self._share, self._moved, self._p, self._bound = np.zeros(self.H), 0.0, None, 0.0

@@ -5,7 +5,7 @@ and the one loader of a scenario file, the user's own included (docs/EXTENDING.m
 A scenario file has
 
     name = "trap"                   # = the file's stem
-    summary = "..."                 # one paragraph: what it tests, which signal should win and why
+    summary = "..."                 # one paragraph: what it tests, what the oracle does, what designs did
     target = "train"                # the oracle's target and the truth the suite check reads
     seeds = 6                       # shipped seed count (seeds 0..N-1; at least 2)
     steps = 100                     # optimizer steps per run

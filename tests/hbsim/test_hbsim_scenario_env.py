@@ -107,6 +107,22 @@ def test_trust_region_clips_every_step():
         assert np.abs(res.update_sketch).sum() <= 0.3 + 1e-5
 
 
+def test_trust_bound_says_whether_the_trust_region_clipped_the_step():
+    """trust_bound = 1 exactly when the unclipped L1 move exceeded max_step: always at lr 50 and
+    max_step 0.3, never without a trust region or when the bound is far above the move, and 0
+    on an empty step (the default roles' harness 5 is dead)."""
+    e = env(lr=50.0, skill_lr=50.0, max_step=0.3)
+    assert [e.train_step(pure(e, h)).extras["trust_bound"] for h in range(4)] == [1.0] * 4
+    assert e.train_step(pure(e, 5)).extras["trust_bound"] == 0.0
+    for knobs in ({"max_step": 0.0}, {"max_step": 1000.0}):
+        e = env(lr=50.0, skill_lr=50.0, **knobs)
+        assert [e.train_step(pure(e, h)).extras["trust_bound"] for h in range(4)] == [0.0] * 4
+    moved = float(np.abs(env().train_step(pure(env(), 0)).update_sketch.astype(np.float64)).sum())   # unclipped
+    for bound, clipped in ((moved * 1.01, 0.0), (moved * 0.99, 1.0)):  # the first step, just above / below it
+        e = env(max_step=bound)
+        assert e.train_step(pure(e, 0)).extras["trust_bound"] == clipped
+
+
 def test_heldout_success_follows_the_coverage_of_trained_formats():
     e = env(roles="ordinary*6", coverage=1.0, coverage_scale=0.3, heldout_read=0.0)
     spread = e._success(np.zeros((1, 5)), np.array([[1.0, 1.0, 1.0, 0, 0, 0]]))[0, e.n_tasks:, e.H].mean()

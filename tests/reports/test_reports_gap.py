@@ -42,7 +42,13 @@ def test_report_has_the_section(tmp_path):
     assert result.tables["gap"]["policy"].tolist() == ["hb"]
     page = (tmp_path / "report.md").read_text()
     assert "## Share of the achievable gain" in page and "seed-bootstrap" in page
+    # the share lines also sit on the first screen: in the headline, above its Source line
+    first = page[: page.index("## Share of the achievable gain")]
+    assert "share of the achievable gain = (policy - uniform)" in first
+    assert first.index("share of the achievable gain =") < first.index("Source:")
     assert pd.read_csv(tmp_path / "gap.csv")["policy"].tolist() == ["hb"]
     plain = build_report(make_synthetic({"uniform": 0.0, "hb": 0.4}, n_seeds=3), baseline="uniform",
                          out=tmp_path / "plain", resamples=20)
-    assert plain.tables["gap"].empty and "Share of the achievable" not in (tmp_path / "plain" / "report.md").read_text()
+    plain_page = (tmp_path / "plain" / "report.md").read_text()
+    assert plain.tables["gap"].empty and "Share of the achievable" not in plain_page
+    assert "share of the achievable gain" not in plain_page
