@@ -169,7 +169,7 @@ class ScoredPolicy(Policy):
         cfg = self.cfg
         n = self.n.tolist()
         fill = None
-        if self._prior:
+        if self._prior and not all(self.q_defined):       # every Q defined: no arm reads the prior
             fill = undefined_prior(n, cfg.q_prior, 1.0 if cfg.undefined_q == "prior" else cfg.prior_decay)
         return selection_probabilities(self.q, self.q_defined, n, cfg.bonus_c, cfg.tau, cfg.epsilon, fill)
 
@@ -239,29 +239,27 @@ class ScoredPolicy(Policy):
         before filtering), else from `Feedback.reward` (rollout count unknown: no noise
         check); neither: progress is missing and L~ stays the advantage's."""
         cfg = self.cfg
+        source = cfg.learnability_source
         rate, rollouts = _NAN, _NAN
         gen = feedback.generated
         if gen is not None:
-            row = gen[arm]
-            if row[0] > 0:
-                rollouts = float(row[0])
-                rate = min(1.0, max(0.0, float(row[1]) / rollouts))
+            count, total = gen[arm].tolist()               # one conversion: scalars cost more as numpy
+            if count > 0:
+                rollouts = float(count)
+                rate = min(1.0, max(0.0, total / rollouts))
         elif feedback.reward is not None and math.isfinite(feedback.reward):
             rate = min(1.0, max(0.0, float(feedback.reward)))
-        if math.isnan(rate):
-            return l_norm if cfg.learnability_source == "advantage" else _NAN
-        self.fast[arm], self.slow[arm], progress = success_progress(
-            self.fast[arm], self.slow[arm], rate, cfg.progress_fast, cfg.progress_slow, not self.measured[arm])
-        self.measured[arm] = True
-        if cfg.learnability_source != "advantage":
+        if rate != rate:                                   # NaN: no success measured this step
+            return l_norm if source == "advantage" else _NAN
+        fast, slow, progress = success_progress(self.fast[arm], self.slow[arm], rate, cfg.progress_fast,
+                                                cfg.progress_slow, not self.measured[arm])
+        self.fast[arm], self.slow[arm], self.measured[arm] = fast, slow, True
+        if source != "advantage":
             self.p_count = window_push(self.p_window, self.p_count, progress)
             p_norm = minmax_normalise(progress, window_values(self.p_window, self.p_count), cfg.degenerate)
-            if cfg.learnability_source == "progress" or math.isnan(l_norm):
-                l_norm = p_norm
-            else:
-                l_norm = 0.5 * (l_norm + p_norm)
-        if not math.isnan(l_norm):
-            l_norm *= noise_weight(progress, self.slow[arm], rollouts, cfg.noise_z)
+            l_norm = p_norm if source == "progress" or l_norm != l_norm else 0.5 * (l_norm + p_norm)
+        if cfg.noise_z > 0.0 and l_norm == l_norm:
+            l_norm *= noise_weight(progress, slow, rollouts, cfg.noise_z)
         return l_norm
 
     def _learn(self, arm: int, score: float) -> None:
