@@ -21,9 +21,9 @@ scenarios (policies/robust.py TEST_SCENARIOS, never used for tuning):
 Equal groups: every run read at the same number of generated groups, the largest every run
 of the scenario reached (cumulative `groups_generated` of the train table), by linear
 interpolation between the two steps that bracket it, of the EXACT expected score of the
-scenario's target (the train table's `true_*` columns: train = mean over the training
-harnesses, as the profile's train score; heldout_* = `true_heldout_*`, where the profile's
-equal-steps value is the sampled evaluation). There the same three tests run, BH over the
+scenario's target (`hbsim.scenarios.target_truth` on the train table: train = the mean of
+the training harnesses' `true_*` columns, as the profile's train score; heldout_* =
+`true_heldout_*`, where the profile's equal-steps value is the sampled evaluation). There the same three tests run, BH over the
 equal-groups cells, share = mean_s (P_s - U_s) / mean_s (O_s - U_s) (the profile's
 definition, `hbsim.references.share_of_gap`). Exit code 0 when every claim passes, 1 if not.
 """
@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from hbsim.contract import part_suffix
+from hbsim.scenarios import target_truth
 from policies.robust import TEST_SCENARIOS
 from reports.stats import adjust, t_test_p
 from reports.stress import ALPHA, scores_of
@@ -58,11 +59,10 @@ def cell_keys(prof: pd.DataFrame) -> list[str]:
 
 # -- equal groups ---------------------------------------------------------------------
 def _target_scores(rows: pd.DataFrame, target: str) -> np.ndarray:
-    """(steps,) the exact expected score of `target` after each step of one run."""
-    if target == "train":
-        names = [c[len("alloc_"):] for c in rows.columns if c.startswith("alloc_")]
-        return rows[[f"true_{h}" for h in names]].mean(axis=1).to_numpy()
-    return rows[f"true_{target}"].to_numpy()
+    """(steps,) the exact expected score of `target` after each step of one run
+    (`hbsim.scenarios.target_truth` over the run's training harnesses, its alloc_ columns)."""
+    names = [c[len("alloc_"):] for c in rows.columns if c.startswith("alloc_")]
+    return target_truth(rows, target, names).to_numpy(dtype=float)
 
 
 def equal_groups(train: pd.DataFrame, part: str, target: str) -> tuple[pd.DataFrame, float]:

@@ -219,3 +219,55 @@ def test_index_policies_do_not_take_the_softmax_law_knobs():
     with pytest.raises(UserError, match="policy 'exp3s' has no knob 'undefined_q'"):
         make("exp3s", n_arms=2, undefined_q="prior")
     make("exp3s", n_arms=2, empty_step="zero", learnability_source="progress")
+
+
+# -- harnessbandit_robust ----------------------------------------------------------------------
+def test_robust_is_harnessbandit_at_the_frozen_setting_step_for_step():
+    from policies.robust import ROBUST_SETTING
+    assert make("harnessbandit_robust", n_arms=2).cfg.tau == 0.1
+    rng = np.random.default_rng(8)
+    robust = make("harnessbandit_robust", n_arms=5, seed=4)
+    same = make("harnessbandit", n_arms=5, seed=4, **ROBUST_SETTING)
+    for _ in range(80):
+        arm = robust.select(8).arm
+        assert same.select(8).arm == arm
+        learn = None if rng.random() < 0.25 else float(rng.random())
+        fb = Feedback(arm=arm, learnability=learn, sketch=rng.standard_normal(8),
+                      generated=_gen(5, arm, 64, int(rng.integers(0, 65))))
+        robust.update(fb)
+        same.update(fb)
+        np.testing.assert_array_equal(robust.probabilities(), same.probabilities())
+
+
+def test_robust_config_lists_every_knob_and_its_setting():
+    from policies.robust import ROBUST_SETTING
+    config = make("harnessbandit_robust", n_arms=3, seed=1).config()
+    assert set(BEYOND_PAPER_DEFAULTS) <= set(config)
+    assert {k: config[k] for k in ROBUST_SETTING} == ROBUST_SETTING
+    assert make("harnessbandit_robust", n_arms=3, tau=0.3).config()["tau"] == 0.3      # still a knob
+
+
+def test_robust_scores_a_dead_harness_low_where_the_paper_keeps_it_top():
+    """H = 2 after the warm-up (10 steps): arm 0 learns (success 8/64, 16/64, ... 40/64), arm 1 is
+    dead (0/64, L missing). The paper leaves Q1 undefined (it takes Q0). The robust setting scores
+    arm 1's progress 0: its first visit finds the pooled window all 0 (degenerate: 0.5, Q1 = 0.5),
+    every later one a window with arm 0's positive progress (P~ = 0): Q1 = 0.5 * 0.7^4."""
+    paper, robust = make("harnessbandit", n_arms=2, seed=0), make("harnessbandit_robust", n_arms=2, seed=0)
+    for t in range(10):
+        arm = t % 2
+        fb = Feedback(arm=arm, learnability=0.3 if arm == 0 else None,
+                      generated=_gen(2, arm, 64, 8 + 4 * t if arm == 0 else 0))
+        paper.update(fb)
+        robust.update(fb)
+    assert math.isnan(_q(paper)[1]) and _q(robust)[1] == pytest.approx(0.5 * 0.7 ** 4, abs=1e-15)
+    assert _q(robust)[0] > 0.5 and paper.probabilities()[1] > 0.4 > robust.probabilities()[1]
+
+
+def test_the_tuning_and_test_scenarios_are_disjoint_shipped_and_sized():
+    from hbsim import scenarios
+    from policies.robust import TEST_SCENARIOS, TUNING_SCENARIOS
+    shipped = set(scenarios.SCENARIOS)
+    assert len(TEST_SCENARIOS) == 5 and len(TUNING_SCENARIOS) <= 9
+    assert not set(TEST_SCENARIOS) & set(TUNING_SCENARIOS)
+    assert set(TEST_SCENARIOS) | set(TUNING_SCENARIOS) <= shipped
+    assert "trap" in TEST_SCENARIOS

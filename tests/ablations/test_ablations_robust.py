@@ -1,0 +1,92 @@
+"""harnessbandit_robust's tuning grid and the claim script (issue 29): the frozen setting is
+the tuning grid's, and scripts/robust_claim.py's equal-groups reading and claims are
+hand-computed on tiny tables."""
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ablations.spec import load_spec
+from policies.robust import ROBUST_SETTING, TUNING_SCENARIOS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(f"scripts_{name}", ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+claim = _script("robust_claim")
+
+
+def test_the_frozen_setting_is_a_point_of_the_tuning_grid_on_the_tuning_scenarios_only():
+    spec = load_spec(ROOT / "ablations" / "examples" / "robust_tune.toml")
+    assert tuple(p.name.split("/", 1)[1] for p in spec.parts) == TUNING_SCENARIOS
+    for part in spec.parts:
+        assert set(part.tune.seeds).isdisjoint(range(6))          # hb stress's test seeds 0-5
+        design = next(p for p in part.policies if p.get("label") == "robust")
+        fixed = {k: v for k, v in design.items() if k not in ("name", "label")}
+        swept = {k[len("policy."):]: v for k, v in part.tune.knobs.items()}
+        assert design["name"] == "harnessbandit" and set(fixed) | set(swept) == set(ROBUST_SETTING)
+        assert all(ROBUST_SETTING[k] == v for k, v in fixed.items())
+        assert all(ROBUST_SETTING[k] in values for k, values in swept.items())
+
+
+def _train(part="trap"):
+    """Two seeds x uniform / robust / oracle, 3 steps each, one harness `a` (true_a = the
+    train target); cumulative groups: uniform 10, 20, 30; robust 20, 40, 60; oracle 10, 30, 50."""
+    rows = []
+    curves = {"uniform": ([10, 10, 10], [0.1, 0.2, 0.3]), "harnessbandit_robust": ([20, 20, 20], [0.2, 0.4, 0.6]),
+              "oracle[target=train]": ([10, 20, 20], [0.3, 0.5, 0.7])}
+    for seed in (0, 1):
+        for label, (groups, truth) in curves.items():
+            for step, (g, v) in enumerate(zip(groups, truth), start=1):
+                rows.append({"policy": f"{label}[part={part}]", "seed": seed, "step": step, "groups_generated": g,
+                             "alloc_a": 8, "true_a": v + 0.05 * seed})
+    return pd.DataFrame(rows)
+
+
+def test_equal_groups_reads_every_run_at_the_smallest_total_by_interpolation():
+    wide, milestone = claim.equal_groups(_train(), "trap", "train")
+    assert milestone == 30.0
+    # seed 0: uniform 0.3 (its last step); robust: 30 groups lie halfway between 20 (0.2) and 40 (0.4);
+    # oracle: 30 groups at its step 2 (0.5). Seed 1 adds 0.05 to every value.
+    assert wide.loc[0].to_dict() == pytest.approx({"uniform": 0.3, "harnessbandit_robust": 0.3,
+                                                   "oracle[target=train]": 0.5}, abs=1e-12)
+    assert wide.loc[1, "harnessbandit_robust"] == pytest.approx(0.35, abs=1e-12)
+
+
+def test_groups_profile_share_and_delta_hand_computed():
+    prof = pd.DataFrame([{"scenario": "trap", "target": "train"}])
+    cells = claim.groups_profile(_train(), prof, ["harnessbandit_robust"], "uniform")
+    row = cells.iloc[0]
+    assert row["delta"] == pytest.approx(0.0, abs=1e-12) and row["share"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_check_passes_and_fails_each_claim():
+    cells = pd.DataFrame([
+        {"scenario": "trap", "policy": "harnessbandit_robust", "delta": 0.05, "q": 0.01, "share": 0.8},
+        {"scenario": "dead", "policy": "harnessbandit_robust", "delta": -0.02, "q": 0.20, "share": 0.4},
+        {"scenario": "churn", "policy": "harnessbandit_robust", "delta": 0.01, "q": 0.30, "share": 0.6},
+        {"scenario": "dead", "policy": "sec", "delta": -0.09, "q": 0.001, "share": -0.5},
+    ])
+    results = claim.check(cells, {"trap": (0.01, 0.5)}, "harnessbandit_robust", "share")
+    assert [passed for _, passed, _ in results] == [True, True, True]
+    assert "median +0.60 over 3 cells" in results[1][2]
+    cells.loc[1, "q"] = 0.01                                 # dead: now significantly below uniform
+    results = claim.check(cells, {"trap": (-0.03, 0.01)}, "harnessbandit_robust", "share")
+    assert [passed for _, passed, _ in results] == [False, True, False]
+    assert results[0][2] == "dead delta -0.020 q 0.010"
+    assert claim.check(cells, {}, "harnessbandit_robust", "share")[2][1] is False     # no trap cell: not shown
+
+
+def test_part_names_with_an_axis_suffix_keep_their_scenario():
+    assert [claim.base_scenario(p) for p in ("trap", "trap@h3", "dead[x=1]", "churn:0.5")] == \
+        ["trap", "trap", "dead", "churn"]
+    empty = claim.check(pd.DataFrame(columns=["scenario", "policy", "delta", "q", "share"]), {},
+                        "harnessbandit_robust", "share")
+    assert empty[1][1] is False and empty[1][2] == "median +nan over 0 cells"    # no share: the claim fails
