@@ -8,8 +8,9 @@ prints PASS / FAIL per claim, at equal steps and at equal groups.
 It reads only the grid's outputs: DIR/stress/profile.csv (equal steps: the profile's own
 cells, their delta, share and Benjamini-Hochberg q over every cell of the profile) and
 DIR/train.parquet, DIR/eval.parquet (the paired seed-level values). A cell is one row of the
-profile (a scenario, and every axis column the profile has, e.g. `horizon`, `step_scale`
-once issue 28's axes are merged: the claim must hold in each). The claims, on the test
+profile: a scenario, and once issue 28's axes are merged its `horizon` and `step_scale`
+columns (the grid part `ablations.stress.part_name` names, e.g. `trap@3x`); the claim must
+hold in each. The claims, on the test
 scenarios (policies/robust.py TEST_SCENARIOS, never used for tuning):
 
 1. the policy is never significantly below `uniform` (delta < 0 with BH q < 0.05 over cells);
@@ -53,8 +54,21 @@ def base_scenario(part: str) -> str:
     return re.split(r"[@\[:/ ]", part, maxsplit=1)[0]
 
 
-def cell_keys(prof: pd.DataFrame) -> list[str]:
-    return ["scenario"] + [a for a in AXES if a in prof.columns]
+def part_of(scenario: str, horizon=1, step_scale=1.0) -> str:
+    """The stress part that holds a scenario at an axis: `ablations.stress.part_name` where it
+    exists (issue 28's axes: `trap@3x`, `trap@lr0.5`), else the scenario's own name."""
+    try:
+        from ablations.stress import part_name
+    except ImportError:
+        return scenario
+    return part_name(scenario, int(horizon), float(step_scale))
+
+
+def with_parts(prof: pd.DataFrame) -> pd.DataFrame:
+    """The profile with a `part` column: the grid part of each cell (scenario x axis)."""
+    if not all(a in prof.columns for a in AXES):
+        return prof.assign(part=prof["scenario"])
+    return prof.assign(part=[part_of(r.scenario, r.horizon, r.step_scale) for r in prof.itertuples()])
 
 
 # -- equal groups ---------------------------------------------------------------------
@@ -84,7 +98,7 @@ def equal_groups(train: pd.DataFrame, part: str, target: str) -> tuple[pd.DataFr
 def groups_profile(train: pd.DataFrame, prof: pd.DataFrame, policies: list[str], baseline: str) -> pd.DataFrame:
     """The equal-groups cells: one row per (scenario, policy) with delta, share, p and BH q."""
     rows = []
-    for part, target in prof.drop_duplicates("scenario")[["scenario", "target"]].itertuples(index=False):
+    for part, target in prof.drop_duplicates("part")[["part", "target"]].itertuples(index=False):
         wide, milestone = equal_groups(train, part, target)
         oracle = next(c for c in wide.columns if c.split("[", 1)[0] == "oracle")   # oracle[target=...]
         gap = wide[oracle] - wide[baseline]
@@ -92,7 +106,8 @@ def groups_profile(train: pd.DataFrame, prof: pd.DataFrame, policies: list[str],
             if pol not in wide:
                 continue
             d = (wide[pol] - wide[baseline]).dropna().to_numpy()
-            rows.append({"scenario": part, "target": target, "policy": pol, "groups": milestone,
+            rows.append({"scenario": base_scenario(part), "part": part, "target": target, "policy": pol,
+                         "groups": milestone,
                          "delta": float(d.mean()), "share": float(d.mean() / gap.mean()) if gap.mean() else np.nan,
                          "p": t_test_p(d)})
     out = pd.DataFrame(rows)
@@ -111,7 +126,7 @@ def check(cells: pd.DataFrame, paired: dict, policy: str, share_column: str) -> 
     trap_bad = [k for k, (mean, p) in paired.items() if mean < 0 and p < ALPHA]
     return [
         ("1 never significantly below uniform", below.empty,
-         "none" if below.empty else ", ".join(f"{r.scenario} delta {r.delta:+.3f} q {r.q:.3f}"
+         "none" if below.empty else ", ".join(f"{r.part} delta {r.delta:+.3f} q {r.q:.3f}"
                                               for r in below.itertuples())),
         ("2 median share >= 0.5", median >= 0.5, f"median {median:+.2f} over {shares.size} cells"),
         ("3 not significantly below harnessbandit in trap", bool(paired) and not trap_bad,
@@ -134,7 +149,7 @@ def steps_wides(train: pd.DataFrame, evals: pd.DataFrame, prof: pd.DataFrame) ->
     """{part: seed x policy table of the final score on the part's target} (the profile's scores)."""
     scores = scores_of(train, evals)
     out = {}
-    for part, target in prof.drop_duplicates("scenario")[["scenario", "target"]].itertuples(index=False):
+    for part, target in prof.drop_duplicates("part")[["part", "target"]].itertuples(index=False):
         suffix = part_suffix(part)
         mine = scores[scores["policy"].str.endswith(suffix) & (scores["suite"] == target)].copy()
         mine["policy"] = mine["policy"].str[: -len(suffix)]
@@ -147,11 +162,11 @@ def _print_side_by_side(steps: pd.DataFrame, groups: pd.DataFrame, policies: lis
         return f"{r.share:+.2f}{'*' if r.q < ALPHA else ' '}"
     print("share of the achievable gain (* = BH q < 0.05 against uniform); equal steps | equal groups")
     print(f"{'scenario':<14}" + "".join(f"{p[:20]:>22}" for p in policies))
-    for part in steps["scenario"].drop_duplicates():
+    for part in steps["part"].drop_duplicates():
         line = f"{part:<14}"
         for pol in policies:
-            a = steps[(steps["scenario"] == part) & (steps["policy"] == pol)]
-            b = groups[(groups["scenario"] == part) & (groups["policy"] == pol)]
+            a = steps[(steps["part"] == part) & (steps["policy"] == pol)]
+            b = groups[(groups["part"] == part) & (groups["policy"] == pol)]
             cell = (mark(next(a.itertuples())) if len(a) else "   -  ") + " | " + \
                    (mark(next(b.itertuples())) if len(b) else "   -  ")
             line += f"{cell:>22}"
@@ -170,7 +185,7 @@ def main(argv=None) -> int:
     root = Path(args.dir)
     prof = pd.read_csv(root / "stress" / "profile.csv")
     tests = set(args.scenarios.split(","))
-    prof = prof[prof["scenario"].map(base_scenario).isin(tests)]
+    prof = with_parts(prof[prof["scenario"].map(base_scenario).isin(tests)])
     if prof.empty or args.policy not in set(prof["policy"]):
         print(f"{root}: no {args.policy} rows on the scenarios {sorted(tests)} in the profile", file=sys.stderr)
         return 2
@@ -179,9 +194,9 @@ def main(argv=None) -> int:
     wides = steps_wides(train, evals, prof)
     groups = groups_profile(train, prof, policies, args.baseline)
     _print_side_by_side(prof, groups, policies)
-    print(f"equal groups: milestones {', '.join(f'{r.scenario} {r.groups:.0f}' for r in groups.drop_duplicates('scenario').itertuples())}")
+    print(f"equal groups: milestones {', '.join(f'{r.part} {r.groups:.0f}' for r in groups.drop_duplicates('part').itertuples())}")
     gwides = {part: equal_groups(train, part, target)[0]
-              for part, target in prof.drop_duplicates("scenario")[["scenario", "target"]].itertuples(index=False)}
+              for part, target in prof.drop_duplicates("part")[["part", "target"]].itertuples(index=False)}
     ok = True
     for name, cells, share_col, pw in (("equal steps", prof, args.share_column, wides),
                                        ("equal groups", groups, "share", gwides)):

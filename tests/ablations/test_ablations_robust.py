@@ -61,7 +61,8 @@ def test_equal_groups_reads_every_run_at_the_smallest_total_by_interpolation():
 
 
 def test_groups_profile_share_and_delta_hand_computed():
-    prof = pd.DataFrame([{"scenario": "trap", "target": "train"}])
+    prof = claim.with_parts(pd.DataFrame([{"scenario": "trap", "target": "train"}]))
+    assert prof["part"].tolist() == ["trap"]
     cells = claim.groups_profile(_train(), prof, ["harnessbandit_robust"], "uniform")
     row = cells.iloc[0]
     assert row["delta"] == pytest.approx(0.0, abs=1e-12) and row["share"] == pytest.approx(0.0, abs=1e-12)
@@ -69,10 +70,10 @@ def test_groups_profile_share_and_delta_hand_computed():
 
 def test_check_passes_and_fails_each_claim():
     cells = pd.DataFrame([
-        {"scenario": "trap", "policy": "harnessbandit_robust", "delta": 0.05, "q": 0.01, "share": 0.8},
-        {"scenario": "dead", "policy": "harnessbandit_robust", "delta": -0.02, "q": 0.20, "share": 0.4},
-        {"scenario": "churn", "policy": "harnessbandit_robust", "delta": 0.01, "q": 0.30, "share": 0.6},
-        {"scenario": "dead", "policy": "sec", "delta": -0.09, "q": 0.001, "share": -0.5},
+        {"scenario": "trap", "part": "trap", "policy": "harnessbandit_robust", "delta": 0.05, "q": 0.01, "share": 0.8},
+        {"scenario": "dead", "part": "dead", "policy": "harnessbandit_robust", "delta": -0.02, "q": 0.20, "share": 0.4},
+        {"scenario": "churn", "part": "churn", "policy": "harnessbandit_robust", "delta": 0.01, "q": 0.30, "share": 0.6},
+        {"scenario": "dead", "part": "dead", "policy": "sec", "delta": -0.09, "q": 0.001, "share": -0.5},
     ])
     results = claim.check(cells, {"trap": (0.01, 0.5)}, "harnessbandit_robust", "share")
     assert [passed for _, passed, _ in results] == [True, True, True]
@@ -85,9 +86,11 @@ def test_check_passes_and_fails_each_claim():
 
 
 def test_part_names_with_an_axis_suffix_keep_their_scenario():
+    axes = pd.DataFrame([{"scenario": "trap", "horizon": 1, "step_scale": 1.0}])
+    assert claim.with_parts(axes)["part"].tolist() == [claim.part_of("trap", 1, 1.0)] == ["trap"]
     assert [claim.base_scenario(p) for p in ("trap", "trap@h3", "dead[x=1]", "churn:0.5")] == \
         ["trap", "trap", "dead", "churn"]
-    empty = claim.check(pd.DataFrame(columns=["scenario", "policy", "delta", "q", "share"]), {},
+    empty = claim.check(pd.DataFrame(columns=["scenario", "part", "policy", "delta", "q", "share"]), {},
                         "harnessbandit_robust", "share")
     assert empty[1][1] is False and empty[1][2] == "median +nan over 0 cells"    # no share: the claim fails
 
