@@ -4,7 +4,9 @@
     python scripts/robust_tune.py ablations/examples/robust_tune.toml DIR [--json OUT]
 
 The grid is a grid of parts, one per tuning scenario, each with a [tune] table; `hb grid run`
-runs every part's tuning cells (designs x tune points x tuning seeds). Per part, the [tune]
+runs every part's tuning cells (designs x tune points x tuning seeds; into DIR/tune/ once a
+grid of parts runs tuned parts in two phases, then also each part at its own selection on the
+test seeds, which this script does not read). Per part, the [tune]
 machinery's own rule scores every point (`ablations.tune.select`: the mean over tuning seeds
 of the mean validation reward at the final step). Across parts, this script then picks the
 one point of the `robust` design with the largest
@@ -36,10 +38,13 @@ def criterion(spec, root: Path) -> tuple[list[dict], list[str]]:
     """(one row per point of the robust design: setting, per-part gains, criterion; part names)."""
     gains: dict[str, dict] = {}
     names = []
+    # where `hb grid run` put the tuning cells: DIR/tune/ where a grid of parts runs its tuned
+    # parts in two phases (issue 28's ablations.tune.is_tuned), else DIR itself
+    tune_dir = root / "tune" if (root / "tune" / "grid.json").is_file() else root
     for part in spec.parts:
         name = part.name.split("/", 1)[1]
         names.append(name)
-        chosen = select(part, root)["designs"]
+        chosen = select(part, tune_dir)["designs"]
         base = chosen[BASELINE]["score"]
         for row in chosen[DESIGN]["points"]:
             setting = {k: v for k, v in row["setting"].items() if k != PART}      # the part's own sweep key
