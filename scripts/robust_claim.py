@@ -194,6 +194,9 @@ def main(argv=None) -> int:
     wides = steps_wides(train, evals, prof)
     groups = groups_profile(train, prof, policies, args.baseline)
     _print_side_by_side(prof, groups, policies)
+    if "reference" in prof.columns and set(prof["reference"].dropna()) - {"oracle"}:
+        print("note: the profile's share uses the best reachable reference "
+              f"({', '.join(sorted(set(prof['reference'].dropna())))}); the equal-groups share uses the oracle")
     print(f"equal groups: milestones {', '.join(f'{r.part} {r.groups:.0f}' for r in groups.drop_duplicates('part').itertuples())}")
     gwides = {part: equal_groups(train, part, target)[0]
               for part, target in prof.drop_duplicates("part")[["part", "target"]].itertuples(index=False)}
