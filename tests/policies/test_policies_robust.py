@@ -271,3 +271,9 @@ def test_the_tuning_and_test_scenarios_are_disjoint_shipped_and_sized():
     assert not set(TEST_SCENARIOS) & set(TUNING_SCENARIOS)
     assert set(TEST_SCENARIOS) | set(TUNING_SCENARIOS) <= shipped
     assert "trap" in TEST_SCENARIOS
+
+
+def test_a_generated_table_of_the_wrong_shape_is_refused():
+    pol = make("harnessbandit_robust", n_arms=3, seed=0)
+    with pytest.raises(ValueError, match=r"feedback.generated has shape \(2, 2\): expected \(3, 2\)"):
+        pol.update(Feedback(arm=0, learnability=0.2, generated=np.zeros((2, 2))))
