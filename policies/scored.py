@@ -243,8 +243,9 @@ class ScoredPolicy(Policy):
         rate, rollouts = _NAN, _NAN
         gen = feedback.generated
         if gen is not None:
-            if np.shape(gen) != (self.n_arms, 2):
-                raise ValueError(f"feedback.generated has shape {np.shape(gen)}: expected ({self.n_arms}, 2)")
+            shape = gen.shape if type(gen) is np.ndarray else np.shape(gen)     # (the attribute: no call)
+            if shape != (self.n_arms, 2):
+                raise ValueError(f"feedback.generated has shape {shape}: expected ({self.n_arms}, 2)")
             count, total = gen[arm].tolist()               # one conversion: scalars cost more as numpy
             if count > 0:
                 rollouts = float(count)
