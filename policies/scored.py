@@ -21,7 +21,8 @@ hash as before; docs/POLICIES.md "Beyond the paper: the robustness knobs"):
   constant `q_prior` (`prior`) or `q_prior * prior_decay ** n_h` (`optimistic`);
 * `learnability_source`: L~ from |advantage| (the paper), from measured learning progress
   (`progress`: |fast - slow| EMAs of the harness's training success on all its generated
-  groups, `Feedback.generated`), or the mean of both (`both`);
+  groups, `Feedback.generated`), or the mean of both (`both`); `progress_sign="increase"`
+  counts only a rise, max(fast - slow, 0), so a collapse of success is not progress;
 * `noise_z`: the noise check: L~ times min(1, progress / (noise_z * se)), se the binomial
   standard error of the step's success rate (0 = off);
 * the law's sharpness is `tau` and `epsilon` (and `bonus_c`), already knobs.
@@ -80,6 +81,9 @@ ROBUST_KNOBS = Knobs({
                           low_open=True),
     "progress_slow": Knob(0.1, "slow EMA rate of a harness's success per visit (learning progress)", 0.0, 1.0,
                           low_open=True),
+    "progress_sign": Knob("absolute", "learning progress as: absolute (|fast - slow|, any change of success) or "
+                                      "increase (max(fast - slow, 0): only rising success counts)",
+                          choices=("absolute", "increase")),
     "noise_z": Knob(0.0, "noise check: L~ times min(1, progress / (noise_z * se)), se the binomial standard error "
                          "of the step's success rate; 0 = off", 0.0, 1e9),
 }, scope="policy")
@@ -126,6 +130,7 @@ class ScoredPolicy(Policy):
         cfg = self.cfg
         #: the knobs beyond the paper, resolved once (at the paper's defaults each is False: no per-step cost)
         self._empty_zero = cfg.empty_step == "zero"
+        self._increase = cfg.progress_sign == "increase"
         self._progress = self.uses_l and (cfg.learnability_source != "advantage" or cfg.noise_z > 0)
         self._prior = cfg.undefined_q != "max"
         self._reset_state()
@@ -255,7 +260,7 @@ class ScoredPolicy(Policy):
         if rate != rate:                                   # NaN: no success measured this step
             return l_norm if source == "advantage" else _NAN
         fast, slow, progress = success_progress(self.fast[arm], self.slow[arm], rate, cfg.progress_fast,
-                                                cfg.progress_slow, not self.measured[arm])
+                                                cfg.progress_slow, not self.measured[arm], self._increase)
         self.fast[arm], self.slow[arm], self.measured[arm] = fast, slow, True
         if source != "advantage":
             self.p_count = window_push(self.p_window, self.p_count, progress)

@@ -321,10 +321,12 @@ def undefined_prior(n: Sequence[float], q_prior: float, prior_decay: float) -> l
 
 
 def success_progress(fast: float, slow: float, rate: float, beta_fast: float, beta_slow: float,
-                     first: bool) -> tuple[float, float, float]:
+                     first: bool, increase: bool = False) -> tuple[float, float, float]:
     """Learning progress of one harness (beyond the paper; Kanitscheider et al. 2021,
     Portelas et al. 2020): a fast and a slow EMA of its training success rate, per visit,
-    and progress = |fast - slow|, the recent change in success.
+    and progress = |fast - slow|, the recent change in success; with `increase`, only a rise
+    counts: max(fast - slow, 0) (a collapse of success, e.g. a departing harness, is not
+    learning; `progress_sign = "increase"`).
 
     fast, slow: the EMAs before this visit; rate: this step's success rate in [0, 1];
     first: no earlier visit measured (both EMAs start at `rate`, progress 0).
@@ -333,7 +335,7 @@ def success_progress(fast: float, slow: float, rate: float, beta_fast: float, be
         return rate, rate, 0.0
     fast += beta_fast * (rate - fast)
     slow += beta_slow * (rate - slow)
-    return fast, slow, abs(fast - slow)
+    return fast, slow, (max(fast - slow, 0.0) if increase else abs(fast - slow))
 
 
 def noise_weight(progress: float, slow: float, rollouts: float, noise_z: float) -> float:

@@ -29,7 +29,8 @@ def test_defaults_are_the_paper_and_stay_out_of_config():
     pol = make("harnessbandit", n_arms=3, seed=0)
     assert not set(BEYOND_PAPER_DEFAULTS) & set(pol.config())
     assert BEYOND_PAPER_DEFAULTS == {"empty_step": "skip", "empty_cost": 0.0, "learnability_source": "advantage",
-                                     "progress_fast": 0.5, "progress_slow": 0.1, "noise_z": 0.0,
+                                     "progress_fast": 0.5, "progress_slow": 0.1, "progress_sign": "absolute",
+                                     "noise_z": 0.0,
                                      "undefined_q": "max", "q_prior": 0.5, "prior_decay": 0.5}
     changed = make("harnessbandit", n_arms=3, seed=0, empty_step="zero")
     assert changed.config()["empty_step"] == "zero" and "noise_z" not in changed.config()
@@ -104,6 +105,34 @@ def test_success_progress_hand_computed():
     fast, slow, progress = success_progress(0.3, 0.3, 0.7, 0.5, 0.1, False)
     assert (fast, slow) == (pytest.approx(0.5, abs=1e-15), pytest.approx(0.34, abs=1e-15))
     assert progress == pytest.approx(0.16, abs=1e-15)
+
+
+def test_success_progress_increase_counts_only_a_rise():
+    # a rise: fast 0.5, slow 0.34, as above: progress 0.16 either way
+    assert success_progress(0.3, 0.3, 0.7, 0.5, 0.1, False, True)[2] == pytest.approx(0.16, abs=1e-15)
+    # a collapse 0.7 -> 0.1: fast = 0.7 - 0.5 * 0.6 = 0.4, slow = 0.7 - 0.1 * 0.6 = 0.64:
+    # |fast - slow| = 0.24 (absolute), max(fast - slow, 0) = 0 (increase)
+    assert success_progress(0.7, 0.7, 0.1, 0.5, 0.1, False)[2] == pytest.approx(0.24, abs=1e-15)
+    fast, slow, progress = success_progress(0.7, 0.7, 0.1, 0.5, 0.1, False, True)
+    assert (fast, slow, progress) == (pytest.approx(0.4, abs=1e-15), pytest.approx(0.64, abs=1e-15), 0.0)
+    assert success_progress(0.0, 0.0, 0.3, 0.5, 0.1, True, True) == (0.3, 0.3, 0.0)
+
+
+def test_progress_sign_increase_does_not_reward_a_collapse():
+    """H = 2, no warm-up, L~ = normalised progress. 1: arm 0, 6/8 = 0.75, first visit: progress 0,
+    W_P = [0] -> 0.5 (degenerate): Q0 = 0.5. 2: arm 0 departs, 0/8 (empty): fast = 0.375,
+    slow = 0.675. absolute: progress 0.3, W_P = [0, 0.3] -> 1: Q0 = 0.7 * 0.5 + 0.3 = 0.65;
+    increase: progress 0, W_P = [0, 0] (zero range) -> 0.5: Q0 = 0.5."""
+    q = {}
+    for sign in ("absolute", "increase"):
+        pol = make("learnability", n_arms=2, seed=0, warmup_rounds=0, learnability_source="progress",
+                   progress_sign=sign)
+        pol.update(Feedback(arm=0, learnability=0.3, generated=_gen(2, 0, 8, 6)))
+        pol.update(Feedback(arm=0, learnability=None, generated=_gen(2, 0, 8, 0)))
+        q[sign] = _q(pol)[0]
+    assert q["absolute"] == pytest.approx(0.65, abs=1e-15) and q["increase"] == 0.5
+    with pytest.raises(UserError, match="progress_sign"):
+        make("harnessbandit", n_arms=2, progress_sign="up")
 
 
 def test_noise_weight_hand_computed():
