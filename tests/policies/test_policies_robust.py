@@ -278,9 +278,11 @@ def test_robust_config_lists_every_knob_and_its_setting():
 
 def test_robust_scores_a_dead_harness_low_where_the_paper_keeps_it_top():
     """H = 2 after the warm-up (10 steps): arm 0 learns (success 8/64, 16/64, ... 40/64), arm 1 is
-    dead (0/64, L missing). The paper leaves Q1 undefined (it takes Q0). The robust setting scores
-    arm 1's progress 0: its first visit finds the pooled window all 0 (degenerate: 0.5, Q1 = 0.5),
-    every later one a window with arm 0's positive progress (P~ = 0): Q1 = 0.5 * 0.7^4."""
+    dead (0/64, L missing). The paper leaves Q1 undefined (it takes Q0). The robust setting
+    (learnability_source=both) scores arm 1's empty step L = 0, normalised 0 against arm 0's 0.3,
+    and its progress 0: its first visit finds the pooled progress window all 0 (degenerate 0.5:
+    L~ = (0 + 0.5) / 2, Q1 = 0.25), every later one a window with arm 0's positive progress
+    (P~ = 0, L~ = 0): Q1 = 0.25 * 0.7^4. (No cost in the feedback: no cost division.)"""
     paper, robust = make("harnessbandit", n_arms=2, seed=0), make("harnessbandit_robust", n_arms=2, seed=0)
     for t in range(10):
         arm = t % 2
@@ -288,7 +290,7 @@ def test_robust_scores_a_dead_harness_low_where_the_paper_keeps_it_top():
                       generated=_gen(2, arm, 64, 8 + 4 * t if arm == 0 else 0))
         paper.update(fb)
         robust.update(fb)
-    assert math.isnan(_q(paper)[1]) and _q(robust)[1] == pytest.approx(0.5 * 0.7 ** 4, abs=1e-15)
+    assert math.isnan(_q(paper)[1]) and _q(robust)[1] == pytest.approx(0.25 * 0.7 ** 4, abs=1e-15)
     assert _q(robust)[0] > 0.5 and paper.probabilities()[1] > 0.4 > robust.probabilities()[1]
 
 
