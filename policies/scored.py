@@ -230,9 +230,11 @@ class ScoredPolicy(Policy):
         score = self._fuse(l_norm, t_norm, cfg.alpha)
         if empty and self._empty_zero:
             score -= cfg.empty_cost
-        if cfg.cost_weight > 0 and feedback.cost is not None and math.isfinite(feedback.cost):
-            self.c_count = window_push(self.c_window, self.c_count, float(feedback.cost))
-            c_norm = minmax_normalise(float(feedback.cost), window_values(self.c_window, self.c_count), cfg.degenerate)
+        cost = feedback.cost
+        if cost is not None and cfg.cost_weight > 0 and math.isfinite(cost):
+            cost = float(cost)
+            self.c_count = window_push(self.c_window, self.c_count, cost)
+            c_norm = minmax_normalise(cost, window_values(self.c_window, self.c_count), cfg.degenerate)
             score = score / (1.0 + cfg.cost_weight * c_norm)
         self.last = {"arm": arm, "learnability": l_raw, "transfer": t_raw, "l_norm": l_norm,
                      "t_norm": t_norm, "score": score}

@@ -101,8 +101,10 @@ def _generated(i: int) -> np.ndarray:
 
 
 def _feedback(i: int, pool) -> Feedback:
+    """One step's feedback; `cost` (groups generated per optimized group) moves, so
+    harnessbandit_robust's cost division (cost_weight) does its work every cycle too."""
     return Feedback(arm=i % H, learnability=0.2 + 0.001 * (i % 97), sketch=pool[i % len(pool)].copy(),
-                    generated=_generated(i))
+                    generated=_generated(i), cost=1.0 + 0.25 * (i % 5))
 
 
 def _warm(policy, sketches):

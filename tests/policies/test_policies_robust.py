@@ -308,3 +308,16 @@ def test_a_generated_table_of_the_wrong_shape_is_refused():
     pol = make("harnessbandit_robust", n_arms=3, seed=0)
     with pytest.raises(ValueError, match=r"feedback.generated has shape \(2, 2\): expected \(3, 2\)"):
         pol.update(Feedback(arm=0, learnability=0.2, generated=np.zeros((2, 2))))
+
+
+def test_cost_weight_hand_computed():
+    """harnessbandit_robust's cost division, S / (1 + w c~), w = 1, c~ the cost min-max normalised
+    in its own pooled window; `learnability` (S = L~), no warm-up, H = 2.
+    1: arm 0, L 0.3, cost 1: L~ 0.5 (one value), c~ 0.5: S = 0.5 / 1.5, Q0 = 1/3.
+    2: arm 1, L 0.1, cost 3: L~ = 0 ([0.3, 0.1]): S = 0, Q1 = 0.
+    3: arm 0, L 0.3, cost 2: L~ = 1, c~ = (2 - 1) / (3 - 1) = 0.5: S = 2/3, Q0 = 0.7/3 + 0.3 * 2/3.
+    4: arm 1, L 0.3, no cost: no division, L~ = 1: Q1 = 0.3."""
+    pol = make("learnability", n_arms=2, seed=0, warmup_rounds=0, cost_weight=1.0)
+    for arm, learn, cost in ((0, 0.3, 1.0), (1, 0.1, 3.0), (0, 0.3, 2.0), (1, 0.3, None)):
+        pol.update(Feedback(arm=arm, learnability=learn, cost=cost))
+    assert _q(pol) == pytest.approx([0.7 / 3 + 0.2, 0.3], abs=1e-15)
