@@ -24,7 +24,8 @@ Two tuning rounds, both on the tuning scenarios and seeds only. The first chose 
 tau and epsilon (and progress, now superseded) at equal steps (the grid
 ablations/examples/robust_tune.toml as of commit 816e819); the second, whose criterion scores
 each point at equal steps AND at equal generated groups (the issue's claim is made at both),
-swept learnability_source, progress_sign and cost_weight with those fixed, and chose them by
+swept learnability_source, progress_sign and cost_weight with those fixed (a round started
+after round 1's test result was seen: docs/POLICIES.md), and chose them by
 
     hb grid run ablations/examples/robust_tune.toml --out DIR --jobs 1
     python scripts/robust_tune.py ablations/examples/robust_tune.toml DIR
