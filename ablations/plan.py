@@ -271,8 +271,10 @@ def _resolve_policy(err, i: int, where: str, policy: dict, n_arms: int) -> dict:
         resolved = resolve_policy(policy, n_arms)
     except ValueError as exc:
         err(f"policies[{i}]", f"{where}: policy {policy['name']!r}: {_one_line(exc)}")
-    # lr_scale = 1 is left out of config() on purpose (policies.base.LR_SCALE)
-    lost = sorted(k for k in set(policy) - set(resolved) if not (k == "lr_scale" and policy[k] == 1.0))
+    # lr_scale = 1 and the knobs beyond the paper at their defaults are left out of config() on
+    # purpose (policies.base.LR_SCALE, Policy.QUIET_DEFAULTS)
+    quiet = {"lr_scale": 1.0, **getattr(POLICIES.get(policy["name"]), "QUIET_DEFAULTS", {})}
+    lost = sorted(k for k in set(policy) - set(resolved) if not (k in quiet and policy[k] == quiet[k]))
     if lost:  # a policy whose config() drops a knob would silently run with its default
         err(f"policies[{i}].{lost[0]}", f"policy {policy['name']!r} accepts knob {lost[0]!r} "
             "but does not report it in config(), so the cell would ignore it")

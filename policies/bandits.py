@@ -29,7 +29,7 @@ from policies.scored import SCORED_KNOBS, ScoredPolicy
 from policies.signals import undefined_q_fill
 
 #: the signal pipeline's knobs without the softmax selection's (an index policy has its own law)
-INDEX_KNOBS = SCORED_KNOBS.without("bonus_c", "tau", "epsilon")
+INDEX_KNOBS = SCORED_KNOBS.without("bonus_c", "tau", "epsilon", "undefined_q", "q_prior", "prior_decay")
 
 
 class Exp3S(ScoredPolicy):

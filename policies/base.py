@@ -106,6 +106,9 @@ class Policy:
     departures: ClassVar[tuple[str, ...]] = ()
     KNOBS: ClassVar[Knobs] = Knobs(scope="policy")
     _RECORD: ClassVar[Knobs] = KNOBS
+    #: knobs added after results were recorded: `config()` leaves each out while it holds this
+    #: default, so earlier configs (and their hashes) stay as they were (like `lr_scale`)
+    QUIET_DEFAULTS: ClassVar[dict] = {}
 
     def __init_subclass__(cls, **kwargs):
         """Every policy's table is named after it (`policy 'ucb1' has no knob ...`), its
@@ -184,8 +187,9 @@ class Policy:
 
     def config(self) -> dict:
         """The resolved constructor arguments of this policy: n_arms, seed and its knobs
-        (`lr_scale` only where it is not 1: see LR_SCALE)."""
-        knobs = {k: v for k, v in self._knobs.items() if k != "lr_scale" or v != LR_SCALE.default}
+        (`lr_scale` only where it is not 1: see LR_SCALE; likewise QUIET_DEFAULTS)."""
+        quiet = {"lr_scale": LR_SCALE.default, **self.QUIET_DEFAULTS}
+        knobs = {k: v for k, v in self._knobs.items() if k not in quiet or v != quiet[k]}
         return {"n_arms": self.n_arms, "seed": self.seed, **copy.deepcopy(knobs)}
 
     def state_dict(self) -> dict:

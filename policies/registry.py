@@ -27,6 +27,7 @@ from policies.bandits import UCB1, DiscountedTS, Exp3S, RankPrioritised
 from policies.clairvoyant import Fixed, Oracle
 from policies.mixed import Mixed
 from policies.published import SEC, TAC, SuccessVariance
+from policies.robust import HarnessBanditRobust
 from policies.scored import LearnabilityOnly, MinFusion, ProductFusion, ScoredPolicy, TransferOnly
 from policies.simple import RoundRobin, Uniform
 from policies.errors import UserError
@@ -35,7 +36,7 @@ from policies.errors import UserError
 ENTRY_POINT_GROUP = "harnessbandit.policies"
 
 _SHIPPED = (Uniform, RoundRobin, LearnabilityOnly, TransferOnly, ScoredPolicy, ProductFusion, MinFusion, Mixed,
-            Exp3S, UCB1, DiscountedTS, RankPrioritised, SEC, SuccessVariance, TAC, Oracle, Fixed)
+            Exp3S, UCB1, DiscountedTS, RankPrioritised, SEC, SuccessVariance, TAC, HarnessBanditRobust, Oracle, Fixed)
 
 
 class Registry(MutableMapping):

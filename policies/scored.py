@@ -10,6 +10,23 @@ different `fusion`. Three knobs beyond the paper, which the reading note asks to
 * `cost_weight=w > 0`: S <- S / (1 + w * c~), c~ the feedback's cost (groups generated per
   optimized group) min-max normalised in its own pooled window (§9.2).
 
+Beyond the paper, one knob per failure mechanism of the fused scheduler (SPEC §10; each
+default is the paper, and `config()` leaves them out at their defaults, so earlier configs
+hash as before; docs/POLICIES.md "Beyond the paper: the robustness knobs"):
+
+* `empty_step`: a step without a retained group (raw L missing) is skipped (the paper: Q is
+  not updated) or scored as L = 0 (`zero`, the mean |A| of a batch without reward variance)
+  minus `empty_cost`;
+* `undefined_q`: the Q' of an arm whose Q is undefined: the largest defined Q (the paper), a
+  constant `q_prior` (`prior`) or `q_prior * prior_decay ** n_h` (`optimistic`);
+* `learnability_source`: L~ from |advantage| (the paper), from measured learning progress
+  (`progress`: |fast - slow| EMAs of the harness's training success on all its generated
+  groups, `Feedback.generated`), or the mean of both (`both`); `progress_sign="increase"`
+  counts only a rise, max(fast - slow, 0), so a collapse of success is not progress;
+* `noise_z`: the noise check: L~ times min(1, progress / (noise_z * se)), se the binomial
+  standard error of the step's success rate (0 = off);
+* the law's sharpness is `tau` and `epsilon` (and `bonus_c`), already knobs.
+
 Index policies (`policies.bandits`) reuse this signal pipeline and override only
 `_index_law` (and `_learn` for their own statistics). The windows and Q are Python lists
 (read and written one scalar at a time, where a numpy scalar costs more than the
@@ -25,7 +42,8 @@ from policies.base import Feedback, Policy
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
 from policies.signals import (FUSION_USES, FUSIONS, MemoryBank, bank_for, inverse_cdf_draw, minmax_normalise,
-                              selection_probabilities, sketch_norm, transfer_and_update, window_push, window_values)
+                              noise_weight, selection_probabilities, sketch_norm, success_progress,
+                              transfer_and_update, undefined_prior, window_push, window_values)
 
 _NAN = float("nan")
 
@@ -49,6 +67,41 @@ SCORED_KNOBS = Knobs({
     "cost_weight": Knob(0.0, "divide S by (1 + cost_weight * normalised cost); 0 = off", 0.0, 1e9),
 }, scope="policy")
 
+#: beyond the paper (SPEC §10): one knob per failure mechanism, each default the paper's
+ROBUST_KNOBS = Knobs({
+    "empty_step": Knob("skip", "a step whose raw L is missing (no retained group): skip (the paper: no Q update) "
+                               "or zero (L = 0 enters the window and the fusion, minus empty_cost)",
+                       choices=("skip", "zero")),
+    "empty_cost": Knob(0.0, "with empty_step=zero: subtracted from the score S of an empty step", 0.0, 1.0),
+    "learnability_source": Knob("advantage", "L~ from: advantage (the paper: mean |A|), progress (|fast - slow| "
+                                             "EMAs of the harness's training success, all generated groups), both "
+                                             "(the mean of the two normalised values)",
+                                choices=("advantage", "progress", "both")),
+    "progress_fast": Knob(0.5, "fast EMA rate of a harness's success per visit (learning progress)", 0.0, 1.0,
+                          low_open=True),
+    "progress_slow": Knob(0.1, "slow EMA rate of a harness's success per visit (learning progress)", 0.0, 1.0,
+                          low_open=True),
+    "progress_sign": Knob("absolute", "learning progress as: absolute (|fast - slow|, any change of success) or "
+                                      "increase (max(fast - slow, 0): only rising success counts)",
+                          choices=("absolute", "increase")),
+    "noise_z": Knob(0.0, "noise check: L~ times min(1, progress / (noise_z * se)), se the binomial standard error "
+                         "of the step's success rate; 0 = off", 0.0, 1e9),
+}, scope="policy")
+
+#: the law's knob for arms whose Q is undefined (only the softmax law of SPEC §3 reads it)
+UNDEFINED_Q_KNOBS = Knobs({
+    "undefined_q": Knob("max", "Q' of an arm whose Q is undefined: max (the paper: the largest defined Q), prior "
+                               "(q_prior) or optimistic (q_prior * prior_decay ** n_h)",
+                        choices=("max", "prior", "optimistic")),
+    "q_prior": Knob(0.5, "undefined_q=prior|optimistic: the prior value of an undefined Q", 0.0, 1e9),
+    "prior_decay": Knob(0.5, "undefined_q=optimistic: the prior's factor per visit", 0.0, 1.0),
+}, scope="policy")
+
+#: the whole family (paper knobs first); index policies drop the softmax law's knobs
+SCORED_KNOBS = SCORED_KNOBS | ROBUST_KNOBS | UNDEFINED_Q_KNOBS
+#: the knobs beyond the paper at their defaults: left out of `config()` (Policy.QUIET_DEFAULTS)
+BEYOND_PAPER_DEFAULTS = {**ROBUST_KNOBS.defaults(), **UNDEFINED_Q_KNOBS.defaults()}
+
 
 class ScoredPolicy(Policy):
     """SPEC §3 with a configurable fusion. A variant's `KNOBS` is `SCORED_KNOBS.without(...)`
@@ -59,6 +112,7 @@ class ScoredPolicy(Policy):
     summary = "SPEC §3 fused scheduler, S = alpha*L~ + (1-alpha)*T~ (the paper)"
     fixed_fusion: str | None = None
     KNOBS = SCORED_KNOBS
+    QUIET_DEFAULTS = BEYOND_PAPER_DEFAULTS
 
     @classmethod
     def _record_table(cls) -> Knobs:
@@ -73,6 +127,12 @@ class ScoredPolicy(Policy):
         super().__init__(n_arms, seed, **knobs)
         self.uses_l, self.uses_t = FUSION_USES[self.cfg.fusion]
         self._fuse = FUSIONS[self.cfg.fusion]
+        cfg = self.cfg
+        #: the knobs beyond the paper, resolved once (at the paper's defaults each is False: no per-step cost)
+        self._empty_zero = cfg.empty_step == "zero"
+        self._increase = cfg.progress_sign == "increase"
+        self._progress = self.uses_l and (cfg.learnability_source != "advantage" or cfg.noise_z > 0)
+        self._prior = cfg.undefined_q != "max"
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -83,6 +143,11 @@ class ScoredPolicy(Policy):
         self.l_count = self.t_count = self.c_count = 0
         self.q = [0.0] * h                              # per-arm scalars as lists: read and written
         self.q_defined = [False] * h                    # one at a time, where numpy scalars cost more
+        self.p_window = [0.0] * self.cfg.window         # learning progress (learnability_source, noise_z)
+        self.p_count = 0
+        self.fast = [0.0] * h                           # per-arm EMAs of training success
+        self.slow = [0.0] * h
+        self.measured = [False] * h
         self.bank: MemoryBank | None = None             # transfer memories, allocated on the first sketch
         self.counters = {"missing_learnability": 0, "missing_transfer": 0, "nonfinite_signals": 0}
         self.last = {"arm": -1, "learnability": _NAN, "transfer": _NAN, "l_norm": _NAN, "t_norm": _NAN,
@@ -107,7 +172,11 @@ class ScoredPolicy(Policy):
     def _index_law(self) -> tuple[np.ndarray, np.ndarray]:
         """The post-warm-up law (p, index) — the one thing an index policy overrides."""
         cfg = self.cfg
-        return selection_probabilities(self.q, self.q_defined, self.n.tolist(), cfg.bonus_c, cfg.tau, cfg.epsilon)
+        n = self.n.tolist()
+        fill = None
+        if self._prior and not all(self.q_defined):       # every Q defined: no arm reads the prior
+            fill = undefined_prior(n, cfg.q_prior, 1.0 if cfg.undefined_q == "prior" else cfg.prior_decay)
+        return selection_probabilities(self.q, self.q_defined, n, cfg.bonus_c, cfg.tau, cfg.epsilon, fill)
 
     def probabilities(self) -> np.ndarray:
         return self._law()[0].copy()
@@ -138,29 +207,70 @@ class ScoredPolicy(Policy):
         and the optional cost division. Returns S (NaN when no signal was present)."""
         t_raw = self._transfer(arm, feedback) if self.uses_t else _NAN
         l_raw = _NAN
-        if feedback.learnability is not None:
+        empty = feedback.learnability is None
+        if not empty:
             l_raw = float(feedback.learnability)
             if not math.isfinite(l_raw):
                 self.counters["nonfinite_signals"] += 1
                 l_raw = _NAN
         if math.isnan(l_raw):
             self.counters["missing_learnability"] += 1
+            if empty and self._empty_zero:
+                l_raw = 0.0                                 # empty_step=zero: the mean |A| of no variance
         l_norm = t_norm = _NAN
         cfg = self.cfg
         if not math.isnan(l_raw):
             self.l_count = window_push(self.l_window, self.l_count, l_raw)
             l_norm = minmax_normalise(l_raw, window_values(self.l_window, self.l_count), cfg.degenerate)
+        if self._progress:
+            l_norm = self._progress_learnability(arm, feedback, l_norm)
         if not math.isnan(t_raw):
             self.t_count = window_push(self.t_window, self.t_count, t_raw)
             t_norm = minmax_normalise(t_raw, window_values(self.t_window, self.t_count), cfg.degenerate)
         score = self._fuse(l_norm, t_norm, cfg.alpha)
-        if cfg.cost_weight > 0 and feedback.cost is not None and math.isfinite(feedback.cost):
-            self.c_count = window_push(self.c_window, self.c_count, float(feedback.cost))
-            c_norm = minmax_normalise(float(feedback.cost), window_values(self.c_window, self.c_count), cfg.degenerate)
+        if empty and self._empty_zero:
+            score -= cfg.empty_cost
+        cost = feedback.cost
+        if cost is not None and cfg.cost_weight > 0 and math.isfinite(cost):
+            cost = float(cost)
+            self.c_count = window_push(self.c_window, self.c_count, cost)
+            c_norm = minmax_normalise(cost, window_values(self.c_window, self.c_count), cfg.degenerate)
             score = score / (1.0 + cfg.cost_weight * c_norm)
         self.last = {"arm": arm, "learnability": l_raw, "transfer": t_raw, "l_norm": l_norm,
                      "t_norm": t_norm, "score": score}
         return score
+
+    def _progress_learnability(self, arm: int, feedback: Feedback, l_norm: float) -> float:
+        """L~ under `learnability_source` and `noise_z` (beyond the paper). The step's success
+        rate of the trained harness comes from `Feedback.generated` (all its generated groups,
+        before filtering), else from `Feedback.reward` (rollout count unknown: no noise
+        check); neither: progress is missing and L~ stays the advantage's."""
+        cfg = self.cfg
+        source = cfg.learnability_source
+        rate, rollouts = _NAN, _NAN
+        gen = feedback.generated
+        if gen is not None:
+            shape = gen.shape if type(gen) is np.ndarray else np.shape(gen)     # (the attribute: no call)
+            if shape != (self.n_arms, 2):
+                raise ValueError(f"feedback.generated has shape {shape}: expected ({self.n_arms}, 2)")
+            count, total = gen[arm].tolist()               # one conversion: scalars cost more as numpy
+            if count > 0:
+                rollouts = float(count)
+                rate = min(1.0, max(0.0, total / rollouts))
+        elif feedback.reward is not None and math.isfinite(feedback.reward):
+            rate = min(1.0, max(0.0, float(feedback.reward)))
+        if rate != rate:                                   # NaN: no success measured this step
+            return l_norm if source == "advantage" else _NAN
+        fast, slow, progress = success_progress(self.fast[arm], self.slow[arm], rate, cfg.progress_fast,
+                                                cfg.progress_slow, not self.measured[arm], self._increase)
+        self.fast[arm], self.slow[arm], self.measured[arm] = fast, slow, True
+        if source != "advantage":
+            self.p_count = window_push(self.p_window, self.p_count, progress)
+            p_norm = minmax_normalise(progress, window_values(self.p_window, self.p_count), cfg.degenerate)
+            l_norm = p_norm if source == "progress" or l_norm != l_norm else 0.5 * (l_norm + p_norm)
+        if cfg.noise_z > 0.0 and l_norm == l_norm:
+            l_norm *= noise_weight(progress, slow, rollouts, cfg.noise_z)
+        return l_norm
 
     def _learn(self, arm: int, score: float) -> None:
         """SPEC §3 step 5: Q <- S the first time, then the EMA. Index policies extend this."""
@@ -208,12 +318,14 @@ class ScoredPolicy(Policy):
                 **self.counters}
 
     _LISTS = ("l_window", "t_window", "c_window", "q", "q_defined")   # saved as arrays
+    #: the learning-progress state (beyond the paper); a state saved before it existed loads as fresh
+    _PROGRESS_LISTS = ("p_window", "fast", "slow", "measured")
     #: an index policy's own state arrays (`_reset_state` makes them), saved and loaded as copies
     _ARRAYS: tuple[str, ...] = ()
 
     def _extra_state(self) -> dict:
-        state = {k: np.array(getattr(self, k)) for k in self._LISTS}
-        state.update(l_count=self.l_count, t_count=self.t_count, c_count=self.c_count, counters=dict(self.counters),
+        state = {k: np.array(getattr(self, k)) for k in self._LISTS + self._PROGRESS_LISTS}
+        state.update(p_count=self.p_count, l_count=self.l_count, t_count=self.t_count, c_count=self.c_count, counters=dict(self.counters),
                      last=dict(self.last), memory=None if self.bank is None else self.bank.state())
         state.update({k: getattr(self, k).copy() for k in self._ARRAYS})
         return state
@@ -223,6 +335,10 @@ class ScoredPolicy(Policy):
             raise ValueError("state_dict does not match this policy's n_arms or window")
         for k in self._LISTS:
             setattr(self, k, np.asarray(state[k]).tolist())
+        if "p_window" in state:
+            for k in self._PROGRESS_LISTS:
+                setattr(self, k, np.asarray(state[k]).tolist())
+            self.p_count = int(state["p_count"])
         self.l_count, self.t_count, self.c_count = int(state["l_count"]), int(state["t_count"]), int(state["c_count"])
         self.counters, self.last = dict(state["counters"]), dict(state["last"])
         self.bank = None if state["memory"] is None else MemoryBank.from_state(state["memory"])

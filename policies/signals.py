@@ -312,23 +312,70 @@ def undefined_q_fill(q: Sequence[float], q_defined: Sequence[bool]) -> float:
     return 0.0 if fill is None else fill
 
 
+def undefined_prior(n: Sequence[float], q_prior: float, prior_decay: float) -> list[float]:
+    """(H,) the Q' an arm with an undefined Q takes under `undefined_q = prior | optimistic`
+    (beyond the paper): q_prior * prior_decay ** n_h, n_h its visits (prior: prior_decay = 1,
+    a constant prior; optimistic: a high prior that decays with every visit that still left
+    Q undefined, i.e. every empty step)."""
+    return [q_prior * prior_decay ** k for k in n]
+
+
+def success_progress(fast: float, slow: float, rate: float, beta_fast: float, beta_slow: float,
+                     first: bool, increase: bool = False) -> tuple[float, float, float]:
+    """Learning progress of one harness (beyond the paper; Kanitscheider et al. 2021,
+    Portelas et al. 2020): a fast and a slow EMA of its training success rate, per visit,
+    and progress = |fast - slow|, the recent change in success; with `increase`, only a rise
+    counts: max(fast - slow, 0) (a collapse of success, e.g. a departing harness, is not
+    learning; `progress_sign = "increase"`).
+
+    fast, slow: the EMAs before this visit; rate: this step's success rate in [0, 1];
+    first: no earlier visit measured (both EMAs start at `rate`, progress 0).
+    Returns (fast', slow', progress)."""
+    if first:
+        return rate, rate, 0.0
+    fast += beta_fast * (rate - fast)
+    slow += beta_slow * (rate - slow)
+    return fast, slow, (max(fast - slow, 0.0) if increase else abs(fast - slow))
+
+
+def noise_weight(progress: float, slow: float, rollouts: float, noise_z: float) -> float:
+    """The noise check (beyond the paper): 1 when the harness's success moved by at least
+    noise_z binomial standard errors, else progress / (noise_z * se), with
+    se = sqrt(slow (1 - slow) / rollouts) the standard error of one step's success rate.
+    1 when the check is off (noise_z = 0), when se = 0 (success 0 or 1 does not vary) or
+    when the step's rollout count is unknown (NaN)."""
+    if noise_z <= 0.0 or not rollouts > 0.0:
+        return 1.0
+    se = math.sqrt(max(slow * (1.0 - slow), 0.0) / rollouts)
+    if se == 0.0:
+        return 1.0
+    return min(1.0, progress / (noise_z * se))
+
+
 def selection_probabilities(q: Sequence[float], q_defined: Sequence[bool], n: Sequence[float], bonus_c: float,
-                            tau: float, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
+                            tau: float, epsilon: float,
+                            fill: Sequence[float] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The post-warm-up law of SPEC §3. q, q_defined, n: (H,) sequences (lists are
     fastest). Returns (p, U), both (H,) arrays.
 
     Q'_h = Q_h if defined else max defined Q (0.0 if none); U = Q' + c / sqrt(n + 1);
     p = (1 - eps) softmax(U / tau) + eps / H.
+    fill: optional (H,) Q' of each arm whose Q is undefined (`undefined_prior`, beyond the
+    paper); None is the paper's max defined Q.
 
     Plain loops over the H arms: H is a handful, and on small arrays each numpy call
     costs more than the whole loop. (Loops rather than comprehensions: this runs right
     after the memory update has streamed megabytes through the cache, where each extra
     code object costs cache misses; measured ~30% faster there.)
     """
-    fill = undefined_q_fill(q, q_defined)
     u = []
-    for v, d, k in zip(q, q_defined, n):
-        u.append((v if d else fill) + bonus_c / math.sqrt(k + 1.0))
+    if fill is None:
+        top_q = undefined_q_fill(q, q_defined)
+        for v, d, k in zip(q, q_defined, n):
+            u.append((v if d else top_q) + bonus_c / math.sqrt(k + 1.0))
+    else:
+        for v, d, k, f in zip(q, q_defined, n, fill):
+            u.append((v if d else f) + bonus_c / math.sqrt(k + 1.0))
     top = max(u)
     e, total = [], 0.0
     for x in u:

@@ -14,7 +14,8 @@ change of background load between them moves the ratio. Running this file as a s
 
     .venv/bin/python tests/policies/test_policies_bench.py [--blocks 8] [--cycles 500] [--cold]
 
-alternates blocks of cycles of the two implementations in one process, after a warm-up
+alternates blocks of cycles of the implementations (harnessbandit, harnessbandit_robust
+and the baseline) in one process, after a warm-up
 block of each that is not counted, and prints each one's min and median over the cycles
 and their ratios, which drift does not bias; `--cold` streams 32 MiB between cycles (a
 training step evicts the memories from cache between scheduler cycles). Both modes pin
@@ -91,9 +92,25 @@ def _sketches(k=16):
     return [(0.5 * shared + rng.standard_normal(D).astype(np.float32)) for _ in range(k)]
 
 
+def _generated(i: int) -> np.ndarray:
+    """Feedback.generated of a step on arm i mod H: 64 rollouts, a success count that moves
+    (so harnessbandit_robust's progress and noise check do their work every cycle)."""
+    gen = np.zeros((H, 2))
+    gen[i % H] = 64, 16 + (i * 7) % 33
+    return gen
+
+
+def _feedback(i: int, pool) -> Feedback:
+    """One step's feedback; `cost` (groups generated per optimized group) moves, so
+    harnessbandit_robust's cost division (cost_weight) does its work every cycle too."""
+    return Feedback(arm=i % H, learnability=0.2 + 0.001 * (i % 97), sketch=pool[i % len(pool)].copy(),
+                    generated=_generated(i), cost=1.0 + 0.25 * (i % 5))
+
+
 def _warm(policy, sketches):
     for t in range(40):
-        policy.update(Feedback(arm=t % H, learnability=0.1 + 0.01 * t, sketch=sketches[t % len(sketches)]))
+        policy.update(Feedback(arm=t % H, learnability=0.1 + 0.01 * t, sketch=sketches[t % len(sketches)],
+                               generated=_generated(t)))
 
 
 def test_naive_agrees_with_policy():
@@ -135,8 +152,7 @@ def _bench(benchmark, policy):
     def setup():
         state["i"] += 1
         i = state["i"]
-        fb = Feedback(arm=i % H, learnability=0.2 + 0.001 * (i % 97), sketch=pool[i % len(pool)].copy())
-        return (fb,), {}
+        return (_feedback(i, pool),), {}
 
     def cycle(fb):
         policy.update(fb)
@@ -159,6 +175,12 @@ def test_bench_cycle_harnessbandit(benchmark):
 
 
 @pytest.mark.benchmark(group="scheduler-cycle-H6-d65536")
+def test_bench_cycle_harnessbandit_robust(benchmark):
+    """The knobs beyond the paper on (progress, noise check, empty steps, prior): the same cycle."""
+    _bench(benchmark, make("harnessbandit_robust", n_arms=H, seed=0))
+
+
+@pytest.mark.benchmark(group="scheduler-cycle-H6-d65536")
 def test_bench_cycle_naive_baseline(benchmark):
     _bench(benchmark, NaiveHarnessBandit(H))
 
@@ -168,7 +190,9 @@ def _paired(blocks: int, cycles: int, cold: bool) -> None:
     import time
 
     pool = _sketches()
-    policies = {"harnessbandit": make("harnessbandit", n_arms=H, seed=0), "naive baseline": NaiveHarnessBandit(H)}
+    policies = {"harnessbandit": make("harnessbandit", n_arms=H, seed=0),
+                "harnessbandit_robust": make("harnessbandit_robust", n_arms=H, seed=0),
+                "naive baseline": NaiveHarnessBandit(H)}
     for policy in policies.values():
         _warm(policy, pool)
     flush = np.ones(8 * 1024 * 1024, dtype=np.float32) if cold else None
@@ -180,7 +204,7 @@ def _paired(blocks: int, cycles: int, cold: bool) -> None:
             for i in range(1, cycles + 1):
                 if flush is not None:
                     flush += 1.0
-                fb = Feedback(arm=i % H, learnability=0.2 + 0.001 * (i % 97), sketch=pool[i % len(pool)].copy())
+                fb = _feedback(i, pool)
                 start = time.perf_counter()
                 policy.update(fb)
                 policy.probabilities()
@@ -188,17 +212,20 @@ def _paired(blocks: int, cycles: int, cold: bool) -> None:
                 times[name].append(time.perf_counter() - start)
     stats = {name: (float(np.min(v)) * 1e6, float(np.median(v)) * 1e6) for name, v in times.items()}
     for name, (low, median) in stats.items():
-        print(f"{name:16s} min {low:7.1f} us   median {median:7.1f} us")
-    (fm, fmed), (nm, nmed) = stats["harnessbandit"], stats["naive baseline"]
-    print(f"ratio            min {nm / fm:7.2f}x    median {nmed / fmed:7.2f}x"
-          f"   ({blocks} x {cycles} cycles each after a warm-up block, BLAS threads {threads.openblas_threads()}"
+        print(f"{name:20s} min {low:7.1f} us   median {median:7.1f} us")
+    nm, nmed = stats["naive baseline"]
+    for name in ("harnessbandit", "harnessbandit_robust"):
+        fm, fmed = stats[name]
+        print(f"ratio {name:14s} min {nm / fm:7.2f}x    median {nmed / fmed:7.2f}x")
+    print(f"({blocks} x {cycles} cycles each after a warm-up block, BLAS threads {threads.openblas_threads()}"
           f"{', caches flushed between cycles' if cold else ''})")
 
 
 if __name__ == "__main__":
     import argparse
 
-    parser = argparse.ArgumentParser(description="paired scheduler-cycle timing, harnessbandit vs the naive baseline")
+    parser = argparse.ArgumentParser(description="paired scheduler-cycle timing, harnessbandit and "
+                                                 "harnessbandit_robust vs the naive baseline")
     parser.add_argument("--blocks", type=int, default=8)
     parser.add_argument("--cycles", type=int, default=500)
     parser.add_argument("--cold", action="store_true")

@@ -131,7 +131,8 @@ def test_policy_knobs_are_its_table_and_config_round_trips(name):
     assert cls.knobs() == cls.KNOBS.defaults() and cls.KNOBS.owner == f"policy {name!r}"
     pol = make(name, n_arms=4, seed=7)
     config = pol.config()
-    defaults = {k: v for k, v in cls.knobs().items() if k != "lr_scale"}     # lr_scale = 1: left out
+    quiet = {"lr_scale": 1.0, **cls.QUIET_DEFAULTS}  # lr_scale = 1 and the knobs beyond the paper: left out
+    defaults = {k: v for k, v in cls.knobs().items() if k not in quiet or v != quiet[k]}
     assert config == {"n_arms": 4, "seed": 7, **defaults, **({"arms": [0, 1, 2, 3]} if name == "mixed" else {})}
     assert cls.knobs()["lr_scale"] == 1.0
     again = make(name, **config)
