@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from hbsim.contract import PART
-from reports import gap, load
+from reports import budget as budget_mod, gap, load
 from reports.cells import (align, category_values, cell_metrics, headline_metric, metric_names, per_task_rows,
                            score_is_pass1, view_metric)
 from reports.text import conclusion, headline_table  # noqa: F401 (public: reports.headline_table)
@@ -109,7 +109,7 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
                  resamples: int = 10000, seed: int = 0, alpha: float = 0.05,
                  progress: Callable[[int, int, str], None] | None = None, axis: str | None = None,
                  primary: str = "score", unpaired: bool = False, target_delta: float | None = None,
-                 jobs: int = 1) -> ReportResult:
+                 jobs: int = 1, budget: dict | None = None) -> ReportResult:
     """Paired comparison of every policy against ``baseline``; the seed is the unit of the
     tests (reports.inference). The headline: ``primary`` (score; pass@1 where the two
     agree) tested over seeds, Holm over candidates x suites, with its simultaneous t
@@ -125,7 +125,8 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     column of a collected grid (e.g. "policy.tau"): adds the `sensitivity` table (delta
     against the baseline per knob value) and its figure. jobs: 2 runs rliable's views, the
     summary's IQM replicates and half the figures in a forked helper process
-    (`reports.offload`; the same numbers and files as 1).
+    (`reports.offload`; the same numbers and files as 1). budget: `reports.budget.frames_at`'s
+    selection (with its Frames as dir_or_frames): every section at exactly that milestone.
     """
     from reports import offload
 
@@ -136,7 +137,7 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     from reports import analysis, diagnostics, values
 
     rng = np.random.default_rng(seed)
-    cells = cell_metrics(fr.eval, ks)
+    cells = budget_mod.cells_at(fr, budget, ks) if budget else cell_metrics(fr.eval, ks)
     notes: list[str] = []
     for k in ks:
         short = [s for s, n in attempts.items() if n < k]
@@ -159,10 +160,14 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
                 builder.add(plan.suite, plan.metrics, [p for p in policies if p in set(plan.al.policies)],
                             view_metric(plan.metrics, plan.head))
         helper = builder.helper if builder.helper.forked else None  # the summaries' IQM replicates
+        interpolated = bool(budget) and bool((budget["table"]["rule"] == "interpolated").any())
         for si, plan in enumerate(plans):
             _compare_suite(acc, fr, plan, baseline, rng=rng, alpha=alpha, resamples=resamples,
                            stages=(si * len(policies), stages), progress=progress, unpaired=unpaired,
-                           helper=helper)
+                           helper=helper, gee_ok=not interpolated)
+            if interpolated:
+                plan.notes.append(f"{plan.suite}: GEE not fitted: it models single binary attempts, and the runs are "
+                                  "read between two evaluations (interpolated at the budget milestone)")
             notes += plan.notes
         later = [part for part in acc["summary"] if isinstance(part, values.Later)]
         for part in reversed(later):  # what the helper has not started yet is done here, now idle
@@ -185,15 +190,31 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     diag = diagnostics.compute(fr.train, fr.eval_all)
     notes += diag.notes
     tables["diagnostics"], tables["cost"], tables["visits"] = diag.spearman, diag.cost, diag.visits
-    tables["gap"] = gap.gap_table(fr)                         # share of the achievable gain (reports.gap)
+    # share of the achievable gain (reports.gap), in a budget report at the milestone
+    tables["gap"] = gap.gap_table(fr, budget_mod.run_scores(cells) if budget else None,
+                                  budget_mod.train_at(fr.train, budget["unit"], budget["at"]) if budget else None)
+    budget_cfg = None
+    if budget:
+        tables["budget"] = budget["table"]
+        steps_cells = cell_metrics(budget["steps"], ks)
+        tables["ranking"] = budget_mod.ranking_rows(steps_cells, cells, alpha, resamples=resamples,
+                                                    rng=np.random.default_rng(seed))
+        budget_cfg = {"unit": budget["unit"], "at": budget["at"], "largest": budget["largest"],
+                      "tolerance": budget["tolerance"], "rule": budget_mod.RULES["interpolated"],
+                      "lines": budget_mod.ranking_lines(steps_cells, cells, budget, alpha, tables["ranking"])}
     for line in notes:
         if "excluded" in line or "lacks" in line:
             warnings.warn(line, stacklevel=2)
     config = {"baseline": baseline, "suite": suite, "ks": list(ks), "resamples": resamples, "seed": seed,
               "alpha": alpha, "axis": axis, "primary": primary, "unpaired": unpaired, "target_delta": target_delta,
               "source": fr.source, "part": fr.part, "versions": _versions(), "runs": _runs(fr)}
-    canonical = json.dumps({k: config[k] for k in ("baseline", "suite", "ks", "resamples", "seed", "alpha", "axis",
-                                                   "primary", "unpaired", "target_delta", "runs")},
+    if budget_cfg:
+        config["budget"] = budget_cfg
+    keyed = {k: config[k] for k in ("baseline", "suite", "ks", "resamples", "seed", "alpha", "axis", "primary",
+                                    "unpaired", "target_delta", "runs")}
+    if budget_cfg:
+        keyed["budget"] = {k: v for k, v in budget_cfg.items() if k != "lines"}
+    canonical = json.dumps(keyed,
                            sort_keys=True, separators=(",", ":"))
     config["config_hash"] = hashlib.sha256(canonical.encode()).hexdigest()[:16]
     result = ReportResult(config, tables, diag, notes, attempts, policies, views=views,
@@ -266,7 +287,8 @@ def _plan_suite(cells: pd.DataFrame, suite: str, attempts: int, policies: list[s
 
 
 def _compare_suite(acc: dict, fr: load.Frames, plan: _SuitePlan, baseline: str, *, rng, alpha: float,
-                   resamples: int, stages: tuple[int, int], progress, unpaired: bool, helper=None) -> None:
+                   resamples: int, stages: tuple[int, int], progress, unpaired: bool, helper=None,
+                   gee_ok: bool = True) -> None:
     """Append every comparison table of one suite (`_plan_suite`) to ``acc``: the draws of
     the report's generator ``rng``, in a fixed order (helper: `values.bootstrap_summary`'s)."""
     from reports import analysis, gee, values
@@ -278,9 +300,10 @@ def _compare_suite(acc: dict, fr: load.Frames, plan: _SuitePlan, baseline: str, 
                                                          progress=_stage(progress, first + 1, total), **kw))
         acc["per_task"].append(per_task_rows(al, suite))
         acc["category_values"].append(category_values(al, suite))
-        rows, gee_notes = gee.gee_rows(fr.eval, al, suite, baseline)
-        acc["gee"].append(pd.DataFrame(rows))
-        plan.notes += gee_notes
+        if gee_ok:
+            rows, gee_notes = gee.gee_rows(fr.eval, al, suite, baseline)
+            acc["gee"].append(pd.DataFrame(rows))
+            plan.notes += gee_notes
     for ci, cand in enumerate(plan.cands):
         if cand not in plan.pairs:
             continue
