@@ -37,6 +37,12 @@ def fmt_seeds(n) -> str:
     return "more than 10000" if n > 10000 else str(int(n))
 
 
+def interval_label(alpha: float) -> str:
+    """What the headline interval is, everywhere it is drawn or tabled: its simultaneous
+    coverage over the row's family (each row alone: 1 - alpha / family, ci_level)."""
+    return f"{100 * (1 - alpha):.0f}% simultaneous"
+
+
 def fmt_ci(lo, hi) -> str:
     return f"[{lo:+.3f}, {hi:+.3f}]" if np.isfinite(lo) and np.isfinite(hi) else "(no interval)"
 
@@ -103,11 +109,20 @@ def conclusion(result) -> str:
             else "seed-level sign-flip test")
     parts = [_suite_sentence(g, s, base, alpha, result.headline.get(s))
              for s, g in paired.groupby("suite", sort=True)]
-    return (f"Conclusion ({test} of 'no effect', Holm over {m} candidate x suite comparison(s) on the primary "
+    return (budget_clause(cfg.get("budget")) + f"Conclusion ({test} of 'no effect', Holm over {m} candidate x suite comparison(s) on the primary "
             f"metric, alpha = {alpha}; intervals: simultaneous t intervals over seeds, for these tasks and new "
             "training runs): " + "; ".join(parts)
             + ". Secondary metrics: max-T over each candidate's metrics; task-level tests are conditional on these "
             "trained models (see the tables).")
+
+
+def budget_clause(budget: dict | None) -> str:
+    """The opening words of a budget report's conclusion ('' otherwise): unit, milestone, rule."""
+    if not budget:
+        return ""
+    return (f"Budget report, at equal cost: every run at exactly {budget['unit']} = {budget['at']:g}"
+            + (" (the largest milestone every run reached)" if budget.get("largest") else "")
+            + f", {budget['rule']}; every table below is at that milestone. ")
 
 
 def headline_table(result) -> str:
@@ -119,7 +134,7 @@ def headline_table(result) -> str:
     if summ.empty and paired.empty:
         return "(no comparable data)"
     base = result.config["baseline"]
-    pct = "CI (simultaneous)"
+    pct = interval_label(result.config["alpha"])
     width = max(12, max(len(p) for p in result.policies) + 2)
     lines = []
     for s in sorted(set(summ.get("suite", pd.Series(dtype=str))) | set(paired.get("suite", pd.Series(dtype=str)))):
@@ -150,16 +165,37 @@ def headline_table(result) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def adjusted_p(r) -> float:
+    """The row's own adjusted p: p_holm on the primary metric, p_maxt on a secondary (nan:
+    descriptive, e.g. --unpaired secondaries)."""
+    p = r["p_holm"] if r.get("role", "primary") == "primary" else r.get("p_maxt", np.nan)
+    return float(p) if p is not None and np.isfinite(p) else float("nan")
+
+
 def verdict(r, alpha: float) -> str:
-    """The per-candidate sentence of earlier reports, as one table cell."""
+    """One table cell from the row's own test (`adjusted_p`: Holm on the primary, max-T on a
+    secondary) that never contradicts its interval (ci_low, ci_high): 'ahead' / 'behind' when
+    the test rejects and the interval lies on that side of 0; when it rejects but the t
+    interval still reaches 0 (the permutation test and the t interval are two procedures),
+    the cell says so; a row that is not rejected has an interval that holds 0
+    (`inference.headline` widens it), and is 'not detectable (|delta| < MDE)' or 'not
+    significant (TEST)'."""
     if int(r["n_seeds"]) < 2:
         return "one seed: no test"
-    if r["p_holm"] < alpha:
-        return "ahead" if r["delta"] > 0 else "behind"
+    test = "Holm" if r.get("role", "primary") == "primary" else "max-T"
+    p = adjusted_p(r)
+    if not np.isfinite(p):
+        return "descriptive (no test)"
+    if p < alpha:
+        side = "ahead" if r["delta"] > 0 else "behind"
+        lo, hi = float(r.get("ci_low", np.nan)), float(r.get("ci_high", np.nan))
+        if np.isfinite(lo) and lo <= 0 <= hi:
+            return f"{side} by the {test} test; its t interval reaches 0"
+        return side
     mde = r.get("mde", np.nan)
     if np.isfinite(mde) and abs(r["delta"]) < mde:
         return "not detectable (|delta| < MDE)"
-    return "not significant (Holm)"
+    return f"not significant ({test})"
 
 
 def fmt_mde(v) -> str:
