@@ -22,6 +22,7 @@ equal cost, per seed), Holm over the swapped pairs of the suite, is below alpha.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -158,8 +159,8 @@ def select(raw: pd.DataFrame, train: pd.DataFrame | None, unit: str, at: float,
 def frames_at(dir_path, unit: str, at: float | None = None, extra: tuple[str, ...] = (),
               part: str | None = None, tolerance: float = DEFAULT_TOLERANCE) -> tuple[load.Frames, dict]:
     """The Frames of DIR (of its part `part`, `load.one_part`) at one milestone (module doc):
-    eval = every run's first evaluation at or past it, train = the train rows up to that
-    step; and what was selected: {"unit", "at", "largest", "tolerance", "lower": the rows
+    eval = every run's first evaluation at or past it, train and eval_all = the train rows
+    and ordinary evaluations up to that step; and what was selected: {"unit", "at", "largest", "tolerance", "lower": the rows
     below, "table": `select`'s cost table, "steps": the final (equal-steps) evaluation}. `cells_at` turns the two into the cells."""
     check_unit(unit)
     check_tolerance(tolerance)
@@ -179,6 +180,10 @@ def frames_at(dir_path, unit: str, at: float | None = None, extra: tuple[str, ..
         train = train[(train["step"] <= last).to_numpy()].reset_index(drop=True)
     frames = load.make_frames(upper, train, runs=base.runs, source=base.source, extra=extra)
     frames.part = part
+    # the learning curves (training diagnostics) up to the milestone: the ordinary evaluations to each
+    # run's crossing step
+    curve = base.eval_all["run_id"].map(table.set_index("run_id")["step_above"])
+    frames.eval_all = base.eval_all[(base.eval_all["step"] <= curve).to_numpy()].reset_index(drop=True)
     lower = load.validate_eval(lower, extra) if len(lower) else lower
     info = {"unit": unit, "at": at_value, "largest": at is None, "tolerance": tolerance, "lower": lower,
             "table": table, "steps": base.eval}
@@ -206,6 +211,12 @@ def cells_at(fr: load.Frames, info: dict, ks) -> pd.DataFrame:
         lo = below[col].to_numpy(dtype=float)
         mixed[col] = np.where(has, (1.0 - w) * lo + w * upper[col].to_numpy(dtype=float), upper[col].to_numpy())
     return mixed
+
+
+def views_frames(fr: load.Frames) -> load.Frames:
+    """The Frames rliable's views read in a budget report: the runs reach the milestone at
+    different steps, so 'IQM over steps' has one point, the reading at the milestone (step 0)."""
+    return dataclasses.replace(fr, eval_all=fr.eval.assign(step=0))
 
 
 def run_scores(cells: pd.DataFrame) -> pd.DataFrame:

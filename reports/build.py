@@ -152,8 +152,8 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     load.release_arrow()
     # rliable's views of every suite start first (in the helper process with jobs 2): they draw from a
     # generator of their own and need only the all-policy rectangles
-    builder = rliable_views.ViewsBuilder(fr, cells, baseline, ks, resamples=resamples, seed=seed, alpha=alpha,
-                                         jobs=jobs)
+    builder = rliable_views.ViewsBuilder(budget_mod.views_frames(fr) if budget else fr, cells, baseline, ks,
+                                         resamples=resamples, seed=seed, alpha=alpha, jobs=jobs)
     try:
         for plan in plans:
             if plan.al.tasks and plan.al.seeds:
