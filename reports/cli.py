@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "for binary rewards); the other metrics are secondary (max-T over a candidate's metrics)")
     parser.add_argument("--target-delta", type=float, default=None,
                         help="the true effect on the primary metric that seeds_needed plans for (a design "
-                             "calculation; default: the minimum detectable effect at the current seeds)")
+                             "calculation; default 0.02, two points on a metric in [0, 1])")
     parser.add_argument("--jobs", type=int, default=None,
                         help="processes: 2 computes rliable's views and half the figures in a forked helper while "
                              "the paired tables run (the same numbers and files as 1; default $HB_REPORT_JOBS, else 2 "

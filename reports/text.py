@@ -19,8 +19,8 @@ LEGEND = ("The primary metric (--primary) is the headline: p_seed = sign-flip pe
           "simultaneous over the same family (an interval that excludes 0 has p_adj < alpha); boot_low/boot_high "
           "in paired.csv target new tasks and new runs. value = the candidate's mean on the same seeds x tasks as "
           "its delta; seeds +/- = seeds where the candidate is ahead / behind; MDE = smallest true delta the "
-          "headline procedure (this test, its floor and its Holm family) detects with power 0.8 ('none': not at "
-          "these seeds); W/T/L = tasks won / tied / lost (seed-averaged, conditional on these trained models).")
+          "headline procedure (this sign-flip test, its floor and its Holm family; secondary rows: max-T's family) "
+          "detects with power 0.8, from the test's own power near its floor ('none': not at these seeds); W/T/L = tasks won / tied / lost (seed-averaged, conditional on these trained models).")
 
 
 def fmt_p(p) -> str:

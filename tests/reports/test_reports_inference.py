@@ -52,17 +52,25 @@ def test_paired_tests_hand_case_and_rows_are_independent():
 
 def test_design_columns_hand_case():
     # 5 seeds: exact sign-flip floor 2/32 = 0.0625 >= 0.05, no rejection possible: mde = inf, and the
-    # design asks for the seeds at which the t-test mde (the default target) becomes detectable
+    # design asks for the seeds at which the procedure detects the stated default target, 0.02
     se = 0.01
     d = inference.design(0.03, se, 4.0, 5, family=1, alpha=0.05, resamples=10000)
     assert d["mde"] == float("inf") and d["p_floor"] == pytest.approx(2 / 32)
-    assert d["target_delta"] == pytest.approx(stats.mde_se(se, 4, 0.05))
-    assert d["seeds_needed"] == stats.seeds_needed(d["target_delta"], se * np.sqrt(5), 0.05) >= 6
-    # 10 seeds, family 3: the level is the largest multiple of 2/1024 below 0.05/3
+    assert d["target_delta"] == inference.DEFAULT_TARGET_DELTA == 0.02
+    # 0.02 / 0.0224 = 0.89 sd of d_s; at 11 and 12 seeds the level is 51 and 102 steps of 2 / 2**n wide (t approx.)
+    assert d["seeds_needed"] == stats.seeds_needed(0.02, se * np.sqrt(5), 0.05) == 12
+    e = 0.02 / (se * np.sqrt(5))
+    assert stats._power_nc(e * np.sqrt(12), 11, stats.procedure_level(12, 0.05, 1, 10000)) >= 0.8 > \
+        stats._power_nc(e * np.sqrt(11), 10, stats.procedure_level(11, 0.05, 1, 10000))
+    # 10 seeds, family 3: the level is the largest multiple of 2/1024 below 0.05/3 (8 steps: the sign-flip
+    # test's own power, not the t approximation)
     d = inference.design(0.03, se, 9.0, 10, family=3, alpha=0.05, resamples=10000)
     level = 2 / 1024 * 8  # 0.015625 < 0.016667 <= 0.017578
-    assert d["mde"] == pytest.approx(stats.mde_se(se, 9, level))
-    assert d["seeds_needed"] == 10.0  # the default target is the mde at the current seeds
+    assert d["mde"] == pytest.approx(stats.mde_effect(10, level) * se * np.sqrt(10))
+    assert d["mde"] > stats.mde_se(se, 9, level)
+    assert d["seeds_needed"] == stats.seeds_needed(0.02, se * np.sqrt(10), 0.05, family=3) != 10.0
+    assert inference.design(0.03, se, 9.0, 10, family=3, alpha=0.05, resamples=10000, target=0.05)[
+        "target_delta"] == 0.05
     big = inference.design(0.0, 0.5, 1.0, 2, family=1, alpha=0.05, resamples=10000)
     assert big["mde"] == float("inf")  # 2 seeds: floor 0.5; also above a bounded metric's range
     one = inference.design(0.1, np.nan, np.nan, 1, family=1, alpha=0.05, resamples=10000)
