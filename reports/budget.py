@@ -160,8 +160,9 @@ def frames_at(dir_path, unit: str, at: float | None = None, extra: tuple[str, ..
               part: str | None = None, tolerance: float = DEFAULT_TOLERANCE) -> tuple[load.Frames, dict]:
     """The Frames of DIR (of its part `part`, `load.one_part`) at one milestone (module doc):
     eval = every run's first evaluation at or past it, train and eval_all = the train rows
-    and ordinary evaluations up to that step; and what was selected: {"unit", "at", "largest", "tolerance", "lower": the rows
-    below, "table": `select`'s cost table, "steps": the final (equal-steps) evaluation}. `cells_at` turns the two into the cells."""
+    and ordinary evaluations up to that step; and what was selected: {"unit", "at",
+    "largest", "tolerance", "lower": the rows below, "table": `select`'s cost table,
+    "steps": the final (equal-steps) evaluation}. `cells_at` turns the two into the cells."""
     check_unit(unit)
     check_tolerance(tolerance)
     kept: dict = {}

@@ -140,7 +140,8 @@ def _categories(doc: Doc, result, name: str) -> None:
                   "the worst category of each candidate and metric is marked in the table.")
         for _, r in flagged.iterrows():
             doc.p(f"{r['candidate']} regresses on {r['category']} ({r['metric']}): delta {r['delta']:+.3f} "
-                  f"({100 * (1 - alpha):.0f}% crossed-bootstrap interval over tasks and seeds, unadjusted, [{r['boot_low']:+.3f}, {r['boot_high']:+.3f}]), seed-level BH p {r['p_bh']:.3g}",
+                  f"({100 * (1 - alpha):.0f}% crossed-bootstrap interval over tasks and seeds, unadjusted, "
+                  f"[{r['boot_low']:+.3f}, {r['boot_high']:+.3f}]), seed-level BH p {r['p_bh']:.3g}",
                   "note")
         doc.table(sub.drop(columns=["suite", "baseline"]), max_rows=80, keys=3)
 

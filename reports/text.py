@@ -16,11 +16,13 @@ LEGEND = ("The primary metric (--primary) is the headline: p_seed = sign-flip pe
           "candidate x suite on the primary metric (p_holm); secondary metrics: p_adj = max-T sign-flip over the "
           "candidate's metrics (p_maxt). The seed-level tests test 'the policy has no effect' (the two runs of a "
           "seed exchangeable). CI = t interval of mean(d_s) over seeds for these tasks and new training runs, "
-          "simultaneous over the same family (an interval that excludes 0 has p_adj < alpha); boot_low/boot_high "
+          "simultaneous at 1 - alpha over the same family, i.e. 1 - alpha / family per row (an interval that "
+          "excludes 0 has p_adj < alpha); boot_low/boot_high "
           "in paired.csv target new tasks and new runs. value = the candidate's mean on the same seeds x tasks as "
           "its delta; seeds +/- = seeds where the candidate is ahead / behind; MDE = smallest true delta the "
           "headline procedure (this sign-flip test, its floor and its Holm family; secondary rows: max-T's family) "
-          "detects with power 0.8, from the test's own power near its floor ('none': not at these seeds); W/T/L = tasks won / tied / lost (seed-averaged, conditional on these trained models).")
+          "detects with power 0.8, from the test's own power near its floor ('none': not at these seeds); W/T/L = "
+          "tasks won / tied / lost (seed-averaged, conditional on these trained models).")
 
 
 def fmt_p(p) -> str:

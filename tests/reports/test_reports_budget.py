@@ -142,8 +142,8 @@ def test_cli_budget_says_it_is_a_budget_report_everywhere(sim, capsys):
     assert hb_main(["report", str(sim), "--baseline", "uniform", "--budget", "tokens", "--resamples", "50",
                     "--jobs", "1", "--out", str(rep)]) == 0
     out = capsys.readouterr().out
-    assert " ".join(out.split()).startswith("Budget report, at equal cost: every run at exactly tokens = 8000 (the largest milestone "
-                          "every run reached), interpolated linearly in cost")
+    assert " ".join(out.split()).startswith("Budget report, at equal cost: every run at exactly tokens = 8000 "
+                                            "(the largest milestone every run reached), interpolated linearly in cost")
     assert "budget report: every run at exactly tokens = 8000" in out
     assert "  uniform: cost read 8,000 (mean over 3 runs, largest 8,000)" in out
     table = pd.read_csv(rep / "budget.csv")
