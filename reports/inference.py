@@ -151,7 +151,10 @@ def design(delta: float, se: float, df: float, n: int, *, family: int, alpha: fl
         return {"mde": np.nan, "target_delta": float(target), "seeds_needed": np.nan, "p_floor": floor}
     level = stats.attainable_level(alpha / family, floor, exact)
     sd = se * np.sqrt(n / 2.0) if unpaired else se * np.sqrt(n)
-    m = stats.mde_se(se, df, level, power) if unpaired else stats.mde_effect(n, level, power, exact) * sd
+    if unpaired or se == 0:   # se 0: mde 0 where a rejection is attainable, else inf (mde_se's cases)
+        m = stats.mde_se(se, df, level, power)
+    else:
+        m = stats.mde_effect(n, level, power, exact) * sd
     m = m if m <= 1.0 else float("inf")
     need = stats.seeds_needed(target, sd, alpha, power, family=family, resamples=resamples, unpaired=unpaired)
     return {"mde": m, "target_delta": float(target), "seeds_needed": need, "p_floor": floor}
