@@ -210,6 +210,9 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
               "source": fr.source, "part": fr.part, "versions": _versions(), "runs": _runs(fr)}
     if budget_cfg:
         config["budget"] = budget_cfg
+    tuning = budget_mod.tuned_lines(fr.source) if fr.source != "frames" and Path(fr.source).is_dir() else []
+    if tuning:
+        config["tuning"] = tuning                 # DIR/tune.json's selection, on the page and in report.md
     keyed = {k: config[k] for k in ("baseline", "suite", "ks", "resamples", "seed", "alpha", "axis", "primary",
                                     "unpaired", "target_delta", "runs")}
     if budget_cfg:

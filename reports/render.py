@@ -95,6 +95,10 @@ def _headline(doc: Doc, result) -> None:
         doc.md.append("Signal validity (what-if probes, `--counterfactual`): [validity.html](validity.html)\n")
         doc.html.append('<p class="meta">Signal validity (what-if probes, <code>--counterfactual</code>): '
                         '<a href="validity.html">validity.html</a></p>')
+    if cfg.get("tuning"):
+        doc.p("Tuned designs (DIR/tune.json): each design was tested with the setting it chose on tuning seeds "
+              "that the test seeds never include.", "meta")
+        doc.pre("\n".join(cfg["tuning"]))
     if budget:
         _budget(doc, result, budget)
     if result.notes:

@@ -280,3 +280,24 @@ def test_the_audit_case_gives_the_interpolated_answer(case, tmp_path):
         old = np.mean([first_past[("dear", s, suite)] - first_past[("cheap", s, suite)] for s in range(8)])
         got = paired.loc[(suite, "pass@1"), "delta"]
         assert got == pytest.approx(d, abs=1e-12) and abs(got - old) > 1e-3
+
+
+def test_the_tuning_selection_is_on_the_page_and_in_report_md(tmp_path):
+    import json
+
+    import reports
+    from reports_synth import make_synthetic
+
+    ev, tr = make_synthetic({"base": 0.0, "hb": 0.5}, n_seeds=3)
+    ev.to_parquet(tmp_path / "eval.parquet")
+    tr.to_parquet(tmp_path / "train.parquet")
+    (tmp_path / "tune.json").write_text(json.dumps({
+        "seeds": [100, 101], "target": "validation", "test_seeds": [0, 1, 2],
+        "designs": {"hb": {"setting": {"policy.tau": 0.5}, "score": 0.61234}, "base": {"setting": {}}}}))
+    res = reports.build_report(tmp_path, "base", tmp_path / "rep", resamples=50)
+    assert res.config["tuning"] == ["tuned on seeds [100, 101] by suite 'validation' (mean reward at the final step); "
+                                    "tested on seeds [0, 1, 2]:", "  hb: policy.tau=0.5  (validation 0.6123)",
+                                    "  base: (defaults)"]
+    for page in ("index.html", "report.md"):
+        text = (tmp_path / "rep" / page).read_text()
+        assert "Tuned designs (DIR/tune.json)" in text and "  hb: policy.tau=0.5  (validation 0.6123)" in text
