@@ -184,6 +184,7 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     tables.update(views.tables)
     notes += views.notes
     notes += _power_notes(tables["paired"], alpha, resamples)
+    tables["page_error"] = _page_error(plans, baseline, alpha, resamples, seed, unpaired)
     if axis:
         tables["sensitivity"] = analysis.sensitivity_rows(tables["paired"], axis, axis_values, baseline)
     _integer_counts(tables["per_seed"])
@@ -457,6 +458,21 @@ def _power_notes(paired: pd.DataFrame, alpha: float, resamples: int) -> list[str
                          "says the policy changes the outcome, not that it changes the mean in the direction of "
                          "delta")
     return notes
+
+
+def _page_error(plans: list, baseline: str, alpha: float, resamples: int, seed: int, unpaired: bool) -> pd.DataFrame:
+    """`inference.page_error_rate` on the all-policy rectangles (a generator of its own, so no
+    other number moves); empty when unpaired or when nothing is tested."""
+    from reports import inference
+
+    suites = [inference.SuiteFamilies(p.al.x, p.al.policies.index(baseline),
+                                      p.al.metrics.index(p.head) if p.head in p.al.metrics else None, p.al.categories)
+              for p in plans if p.al.tasks and len(p.al.seeds) >= 2 and len(p.al.policies) > 1]
+    if unpaired or not suites:
+        return pd.DataFrame(columns=["rate", "rate_table", "rate_categories", "draws", "mc_sd"])
+    rate = inference.page_error_rate(suites, alpha, resamples=min(resamples, 1000),
+                                     rng=np.random.default_rng([seed, 32]))
+    return pd.DataFrame([rate])
 
 
 def _versions() -> dict:

@@ -19,6 +19,8 @@ exact binomial interval; `hb calibrate` (ablations.calibrate) runs the A/A simul
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
@@ -217,3 +219,92 @@ def false_positive_rates(pvalues: dict[str, np.ndarray], alpha: float = 0.05, co
         rows.append({"test": name, "blocks": n, "rejections": k, "fpr": k / n if n else np.nan,
                      "fpr_low": float(lo), "fpr_high": float(hi)})
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------ the page's error rate
+
+#: within-seed relabelings behind `page_error_rate` (Monte-Carlo sd of a rate of 0.2: 0.028)
+PAGE_DRAWS = 200
+
+
+@dataclass
+class SuiteFamilies:
+    """What one suite's flags are computed from: x (metrics, policies, seeds, tasks), the
+    all-policy rectangle; the baseline's index in the policies; the primary metric's index
+    in the metrics (None: every metric secondary); categories (tasks,)."""
+
+    x: np.ndarray
+    baseline: int
+    head: int | None
+    categories: np.ndarray
+
+
+def page_flags(suites: list[SuiteFamilies], alpha: float, *, resamples: int, rng: np.random.Generator
+               ) -> tuple[bool, bool]:
+    """(the headline table flags a row, the categories flag one) by the report's own tests:
+    a primary row when Holm over every candidate x suite rejects it (some rejection exactly
+    when min p_seed * m < alpha); a secondary row when its max-T p (over the candidate's
+    metrics) is below alpha; a category when it regresses (delta < 0 and its seed-level p,
+    BH-adjusted over the categories of the candidate and metric, below alpha)."""
+    prim, table, cats = [], False, False
+    for su in suites:
+        m, p, s, _ = su.x.shape
+        cands = [j for j in range(p) if j != su.baseline]
+        if s < 2 or not cands:
+            continue
+        d = su.x[:, cands] - su.x[:, [su.baseline]]       # (metrics, C, seeds, tasks)
+        d_seed = d.mean(axis=3)                            # (metrics, C, seeds)
+        if su.head is not None:
+            prim.append(np.atleast_1d(stats.sign_flip_test(d_seed[su.head], resamples=resamples, rng=rng)))
+        sec = [i for i in range(m) if i != su.head]
+        if sec and not table:
+            table = any((stats.max_t_sign_flip(d_seed[:, c], resamples=resamples, rng=rng)[sec] < alpha).any()
+                        for c in range(len(cands)))
+        if not cats:
+            labels = sorted(set(su.categories.tolist()))
+            dc = np.stack([d[..., su.categories == k].mean(axis=3) for k in labels], axis=2)  # (m, C, K, seeds)
+            pc = stats.sign_flip_test(dc.reshape(-1, s), resamples=resamples, rng=rng).reshape(dc.shape[:3])
+            cats = bool((bh_reject(pc, alpha) & (dc.mean(axis=3) < 0)).any())
+    if prim:
+        allp = np.concatenate(prim)
+        allp = allp[np.isfinite(allp)]
+        table = table or bool(allp.size and allp.min() * allp.size < alpha)
+    return table, cats
+
+
+def bh_reject(p: np.ndarray, alpha: float) -> np.ndarray:
+    """Benjamini-Hochberg over the last axis: True where the BH-adjusted p is below alpha
+    (`stats.adjust(p, "fdr_bh") < alpha`, vectorised over the leading axes; nan never rejects)."""
+    k = p.shape[-1]
+    q = np.where(np.isfinite(p), p, np.inf)
+    order = np.sort(q, axis=-1)
+    below = order * k / np.arange(1, k + 1) < alpha
+    last = np.where(below.any(axis=-1), k - 1 - np.argmax(below[..., ::-1], axis=-1), -1)
+    cut = np.where(last >= 0, np.take_along_axis(order, np.maximum(last, 0)[..., None], axis=-1)[..., 0], -np.inf)
+    return q <= cut[..., None]
+
+
+def page_error_rate(suites: list[SuiteFamilies], alpha: float, *, resamples: int, rng: np.random.Generator,
+                    draws: int = PAGE_DRAWS) -> dict:
+    """The chance, under no effect at all, that the page shows at least one flagged row (the
+    headline table, every metric, or a regressing category), for THIS report's families:
+    the policies' labels are permuted within each seed (a seed's runs swap labels in every
+    suite together: under no effect they are exchangeable), ``draws`` times, and
+    `page_flags` recomputed. Each family holds alpha; the page, the union of many, does not.
+    Returns rate, rate_table, rate_categories, draws and the rate's Monte-Carlo sd."""
+    hits = np.zeros((draws, 2), dtype=bool)
+    n_pol = {su.x.shape[1] for su in suites}
+    for r in range(draws):
+        seeds = max(su.x.shape[2] for su in suites)
+        perms = [rng.permutation(max(n_pol)) for _ in range(seeds)] if len(n_pol) == 1 else None
+        shuffled = []
+        for su in suites:
+            m, p, s, t = su.x.shape
+            order = [perms[i] if perms is not None else rng.permutation(p) for i in range(s)]
+            x = np.stack([su.x[:, order[i], i] for i in range(s)], axis=2)
+            shuffled.append(SuiteFamilies(x, su.baseline, su.head, su.categories))
+        hits[r] = page_flags(shuffled, alpha, resamples=resamples, rng=rng)
+    both = hits.any(axis=1)
+    rate = float(both.mean())
+    return {"rate": rate, "rate_table": float(hits[:, 0].mean()), "rate_categories": float(hits[:, 1].mean()),
+            "draws": draws, "mc_sd": float(np.sqrt(max(rate * (1 - rate), 1e-12) / draws))}

@@ -115,7 +115,23 @@ def conclusion(result) -> str:
             f"metric, alpha = {alpha}; intervals: simultaneous t intervals over seeds, for these tasks and new "
             "training runs): " + "; ".join(parts)
             + ". Secondary metrics: max-T over each candidate's metrics; task-level tests are conditional on these "
-            "trained models (see the tables).")
+            "trained models (see the tables)." + page_error_clause(result))
+
+
+def page_error_clause(result) -> str:
+    """The report-level error rate (`inference.page_error_rate`), one sentence ('' without one)."""
+    page = result.tables.get("page_error")
+    if page is None or page.empty:
+        return ""
+    r = page.iloc[0]
+    paired, cats, alpha = result.tables["paired"], result.tables.get("categories"), result.config["alpha"]
+    flagged = int(sum(adjusted_p(row) < alpha for _, row in paired.iterrows()))
+    regress = int(cats["regresses"].astype(bool).sum()) if cats is not None and "regresses" in cats else 0
+    return (f" Report-level error: this page flags {flagged} row(s) of the headline table and {regress} "
+            f"regressing categor{'y' if regress == 1 else 'ies'}; under no effect at all, a page with these "
+            f"families flags at least one row with probability about {r['rate']:.2f} +- {r['mc_sd']:.2f} (headline "
+            f"table {r['rate_table']:.2f}, categories {r['rate_categories']:.2f}; {int(r['draws'])} relabelings of "
+            f"the policies within seeds), though each family holds alpha = {alpha} on its own.")
 
 
 def budget_clause(budget: dict | None) -> str:
