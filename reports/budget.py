@@ -252,8 +252,8 @@ def cost_lines(info: dict) -> list[str]:
     table, at = info["table"], info["at"]
     lines = [f"budget report: every run at exactly {info['unit']} = {at:g}"
              + (" (the largest milestone every run reached)" if info.get("largest") else "")
-             + f"; rule: {RULES['interpolated']} (a run with nothing below it: {RULES['past']}, refused beyond "
-             f"{info['tolerance']:.0%} of the milestone)"]
+             + f"; rule: {RULES['interpolated']} (a run with nothing below it: read at its first evaluation past "
+             f"it, refused beyond {info['tolerance']:.0%} of the milestone)"]
     for pol, g in table.groupby("policy", sort=True):
         rules = ", ".join(f"{n} {r}" for r, n in g["rule"].value_counts().sort_index().items())
         lines.append(f"  {pol}: cost read {g['cost_read'].mean():,.6g} (mean over {len(g)} runs, largest "
