@@ -205,6 +205,10 @@ def test_page_flags_are_the_reports_own_flags_and_bh_by_hand():
     # row 0: 0.01 * 4 / 1 < 0.05, but 0.03 * 4 / 2 and 0.04 * 4 / 3 are not; row 1: 0.01 * 4 / 1 < 0.05
     assert inference.bh_reject(p, 0.05).tolist() == [[True, False, False, False], [False, False, True, False]]
     assert all((inference.bh_reject(p, 0.05)[i] == (stats.adjust(p[i], "fdr_bh") < 0.05)).all() for i in range(2))
+    d = np.random.default_rng(1).normal(0.1, 1.0, (3, 4, 9))
+    together = inference.max_t_by_candidate(d, resamples=100, rng=np.random.default_rng(0))
+    for c in range(4):
+        assert np.array_equal(together[:, c], stats.max_t_sign_flip(d[:, c], resamples=100, rng=np.random.default_rng(0)))
     rng = np.random.default_rng(4)
     for effects in ({"base": 0.0, "a": 0.0, "b": 0.6, "c": -0.5}, {"base": 0.0, "a": 0.0, "b": 0.0}):
         ev = _aa_eval(rng, effects)
