@@ -301,3 +301,26 @@ def test_the_tuning_selection_is_on_the_page_and_in_report_md(tmp_path):
     for page in ("index.html", "report.md"):
         text = (tmp_path / "rep" / page).read_text()
         assert "Tuned designs (DIR/tune.json)" in text and "  hb: policy.tau=0.5  (validation 0.6123)" in text
+
+
+def test_the_share_of_gap_is_read_at_the_milestone():
+    """budget.train_at: the train target's true success interpolated in cumulative cost between
+    the two steps that bracket the milestone; gap.gap_table takes the scores and train rows it
+    is handed (a budget report's) instead of the final evaluation and the last step."""
+    from types import SimpleNamespace
+
+    from hbsim import references
+    from reports import gap
+
+    train = pd.DataFrame({"run_id": "r", "policy": "uniform", "seed": 0, "step": [1, 2, 3],
+                          "tokens": [400.0, 400.0, 400.0], "alloc_h": 1, "true_h": [0.2, 0.4, 0.9]})
+    at = budget.train_at(train, "tokens", 1000.0)          # cost 800 after step 2, 1200 after step 3: w = 1/2
+    assert len(at) == 1 and at["step"].iloc[0] == 3 and at["true_h"].iloc[0] == pytest.approx(0.65)
+    assert budget.train_at(train, "tokens", 400.0)["true_h"].iloc[0] == pytest.approx(0.2)   # exactly at step 1
+    scores = pd.DataFrame([{"policy": p, "seed": s, "suite": "train", "score": v + 0.01 * s}   # the oracle aims at train
+                           for p, v in (("uniform", 0.2), ("oracle", 0.6), ("harnessbandit", 0.4)) for s in range(4)])
+    frames = SimpleNamespace(eval=None, train=None, runs={})
+    got = gap.gap_table(frames, scores, None)
+    want = references.share_of_gap(scores, references.runs_from_labels(scores["policy"]))
+    pd.testing.assert_frame_equal(got, want)
+    assert not got.empty
