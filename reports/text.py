@@ -111,9 +111,10 @@ def conclusion(result) -> str:
             else "seed-level sign-flip test")
     parts = [_suite_sentence(g, s, base, alpha, result.headline.get(s))
              for s, g in paired.groupby("suite", sort=True)]
-    return (budget_clause(cfg.get("budget")) + f"Conclusion ({test} of 'no effect', Holm over {m} candidate x suite comparison(s) on the primary "
-            f"metric, alpha = {alpha}; intervals: simultaneous t intervals over seeds, for these tasks and new "
-            "training runs): " + "; ".join(parts)
+    return (budget_clause(cfg.get("budget"))
+            + f"Conclusion ({test} of 'no effect', Holm over {m} candidate x suite comparison(s) on the primary "
+            f"metric, alpha = {alpha}; intervals: {interval_label(alpha)} t intervals over seeds, for these tasks "
+            "and new training runs): " + "; ".join(parts)
             + ". Secondary metrics: max-T over each candidate's metrics; task-level tests are conditional on these "
             "trained models (see the tables)." + page_error_clause(result))
 
