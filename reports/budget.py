@@ -114,7 +114,10 @@ def select(raw: pd.DataFrame, train: pd.DataFrame | None, unit: str, at: float,
     ordinary = load.step_rows(raw)
     costs = step_costs(train, unit)
     known = ordinary[["run_id", "step"]].drop_duplicates().merge(costs, on=["run_id", "step"], how="inner")
-    smaller = raw[is_budget & (raw[BUDGET_UNIT] == unit)][["run_id", "step", COST_REACHED]].drop_duplicates()
+    in_unit = raw[is_budget & (raw[BUDGET_UNIT] == unit)]
+    smaller = in_unit[["run_id", "step", COST_REACHED]].drop_duplicates()
+    by_run = {k: g for k, g in ordinary.groupby("run_id", sort=False)}      # one pass, not one scan per run
+    budget_by_run = {k: g for k, g in in_unit.groupby("run_id", sort=False)}
     rows, uppers, lowers = [], [], []
     for run_id, up in tagged.groupby("run_id", sort=True):
         step_hi, c_hi = int(up["step"].iloc[0]), float(up[COST_REACHED].iloc[0])
@@ -124,17 +127,17 @@ def select(raw: pd.DataFrame, train: pd.DataFrame | None, unit: str, at: float,
         row = {"policy": str(up["policy"].iloc[0]), "seed": int(up["seed"].iloc[0]), "run_id": str(run_id),
                "unit": unit, "milestone": at, "step_below": np.nan, "cost_below": np.nan, "step_above": step_hi,
                "cost_above": c_hi, "weight": 1.0, "cost_read": c_hi, "rule": "exact" if c_hi == at else "past"}
-        lo = None
         if c_hi > at and (len(below) or len(below_b)):
             use_ordinary = len(below) and (not len(below_b) or below["step"].max() >= below_b["step"].max())
             if use_ordinary:
                 pick = below.loc[below["step"].idxmax()]
-                lo = ordinary[(ordinary["run_id"] == run_id) & (ordinary["step"] == pick["step"])]
+                g = by_run[run_id]
+                lo = g[g["step"] == pick["step"]]
                 c_lo = float(pick["cost"])
             else:
                 pick = below_b.loc[below_b["step"].idxmax()]
-                lo = raw[is_budget & (raw["run_id"] == run_id) & (raw[BUDGET_UNIT] == unit)
-                         & (raw["step"] == pick["step"])]
+                g = budget_by_run[run_id]
+                lo = g[g["step"] == pick["step"]]
                 lo = lo[lo[BUDGET_VALUE] == lo[BUDGET_VALUE].iloc[0]]      # one copy of that evaluation
                 c_lo = float(pick[COST_REACHED])
             w = (at - c_lo) / (c_hi - c_lo)
