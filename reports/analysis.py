@@ -42,7 +42,7 @@ from reports.cells import Aligned
 #:   family: size of the row's multiplicity family (primary: candidates x suites; secondary:
 #:     the candidate's metrics in the suite)
 #:   boot_low, boot_high: crossed bootstrap over tasks AND seeds (population: new tasks and new
-#:     runs); undercovers below 5 seeds (a note says so)
+#:     runs); empty at one seed; a note says where it undercovers (`bootstrap.percentile_coverage`)
 #:   p_seed: seed-level permutation test (sign-flip of d_s; unpaired: two-sample); p_holm: its
 #:     Holm adjustment over the primary family (NaN on secondary rows); p_maxt: max-T sign-flip
 #:     over the candidate's metrics (NaN when unpaired: those rows are descriptive)
@@ -61,6 +61,16 @@ PAIRED_COLUMNS = ["suite", "metric", "role", "candidate", "baseline", "pairing",
                   "losses", "prob_improvement"]
 
 
+def one_seed_blank(lo: np.ndarray, hi: np.ndarray, n_seeds: int) -> tuple[np.ndarray, np.ndarray]:
+    """A crossed-bootstrap interval, blank (nan) at one seed: it claims new tasks AND new runs,
+    and one run per arm shows no run-to-run variation, so it would be a task bootstrap under
+    that label (the draws are still taken: the generator's stream, and every other number,
+    stay as they were)."""
+    if n_seeds >= 2:
+        return lo, hi
+    return np.full_like(lo, np.nan, dtype=float), np.full_like(hi, np.nan, dtype=float)
+
+
 def paired_rows(al: Aligned, suite: str, cand: str, baseline: str, *, resamples: int,
                 rng: np.random.Generator, alpha: float, primary: str | None = None, unpaired: bool = False,
                 progress=None) -> list[dict]:
@@ -75,7 +85,7 @@ def paired_rows(al: Aligned, suite: str, cand: str, baseline: str, *, resamples:
     diff = al.x[:, c] - al.x[:, b]  # (metrics, seeds, tasks)
     reps = bootstrap.crossed_bootstrap(diff, bootstrap.weighted_mean, resamples=resamples, rng=rng,
                                    progress=progress, label=f"paired {suite} {cand}")
-    lo, hi = intervals.percentile_interval(reps, 1 - alpha)
+    lo, hi = one_seed_blank(*intervals.percentile_interval(reps, 1 - alpha), len(al.seeds))
     if unpaired:
         tests = inference.unpaired_tests(al.x[:, c], al.x[:, b], resamples=resamples, rng=rng)
     else:
@@ -147,7 +157,7 @@ def category_rows(al: Aligned, suite: str, cand: str, baseline: str, *, resample
         xc, xb = al.x[:, c][..., mask], al.x[:, b][..., mask]
         diff = xc - xb  # (metrics, seeds, tasks_c)
         reps = bootstrap.crossed_bootstrap(diff, bootstrap.weighted_mean, resamples=resamples, rng=rng)
-        lo, hi = intervals.percentile_interval(reps, 1 - alpha)
+        lo, hi = one_seed_blank(*intervals.percentile_interval(reps, 1 - alpha), len(al.seeds))
         dall = diff.mean(axis=1)  # (metrics, tasks_c)
         p_perm = stats.sign_flip_test(dall, resamples=resamples, rng=rng)
         if len(al.seeds) < 2:

@@ -1,16 +1,28 @@
 """Fair comparisons in a report: designs at equal cost (`hb report DIR --budget UNIT [--at V]`)
 and the setting each design of a tuned grid used (DIR/tune.json, `ablations.tune`).
 
-Equal cost: runs with the run knob `eval_budget` ("groups:500,1000") also evaluated when
+Equal cost: runs with the run knob `eval_budget` ("tokens:20000") also evaluated when
 their cumulative cost first crossed each milestone (hbsim.loop, eval rows tagged
-BUDGET_COLUMNS). `frames_at(DIR, unit, at)` keeps, of every run, the evaluation at ONE
-milestone -- `at`, or the largest milestone that every run of DIR reached -- and hands it
-to the report as if it were each run's final evaluation, so the same seed-level tests
-compare designs at equal cost. `ranking_lines` says whether the order of the designs by
-mean reward (per suite) at equal steps holds at that cost.
+BUDGET_COLUMNS). A design with expensive steps crosses late: its first evaluation past the
+milestone may cost several times the milestone. So every run is read at EXACTLY the
+milestone M (`select`): between the last evaluation below M (an ordinary one, `eval_every`,
+whose cost is the cumulative train cost at its step, or the evaluation of a smaller
+milestone; step 0 costs 0) at cost c_lo and the first one at or past M at cost c_hi, each
+per-task metric is interpolated linearly in cost, weight w = (M - c_lo) / (c_hi - c_lo) on
+the upper one (`cells_at`: on the cells, so pass@k is the interpolation of pass@k). A run
+with nothing below M is read at its first evaluation past it; when the cost read differs
+from M by more than `tolerance` (default 5%) for any run, the report refuses, naming the
+designs (nothing can correct it but evaluations below M). `cost_table` is what was read,
+per run (budget.csv); `cost_lines` prints each design's cost.
+
+`ranking_lines` compares the order of the designs by mean score at equal steps (their final
+evaluation) with the order at equal cost, per suite; a swap is called a change only when
+the seed-level sign-flip test of the pair's difference-of-differences (equal steps minus
+equal cost, per seed), Holm over the swapped pairs of the suite, is below alpha.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -19,13 +31,27 @@ import pandas as pd
 
 from hbsim.contract import BUDGET_COLUMNS, BUDGET_UNIT, BUDGET_UNITS, BUDGET_VALUE, COST_REACHED, TUNE_JSON
 from policies.errors import UserError
-from reports import load
+from reports import load, stats
+from reports.cells import CELL_KEYS, cell_metrics
+
+#: the largest relative difference |cost read / milestone - 1| of a run read without interpolation
+DEFAULT_TOLERANCE = 0.05
+#: how a run was read at the milestone (budget.csv's `rule`)
+RULES = {"exact": "an evaluation at exactly the milestone",
+         "interpolated": "interpolated linearly in cost between the two evaluations that bracket the milestone",
+         "past": "its first evaluation past the milestone (no evaluation below it to interpolate from)"}
 
 
 def check_unit(unit: str) -> str:
     if unit not in BUDGET_UNITS:
         raise UserError(f"--budget: got {unit!r}, allowed: one of {', '.join(BUDGET_UNITS)}")
     return unit
+
+
+def check_tolerance(tolerance: float) -> float:
+    if not (np.isfinite(tolerance) and 0 <= tolerance < 1):
+        raise UserError(f"--cost-tolerance: got {tolerance!r}, allowed: a fraction 0 <= t < 1")
+    return float(tolerance)
 
 
 def reached(ev: pd.DataFrame, unit: str) -> list[float]:
@@ -38,64 +64,275 @@ def reached(ev: pd.DataFrame, unit: str) -> list[float]:
     return sorted(set.intersection(*sets))
 
 
-def select_at(ev: pd.DataFrame, unit: str, at: float | None) -> tuple[pd.DataFrame, float]:
-    """(the eval rows of every run at the milestone, without the budget columns; the milestone)."""
+def milestone(ev: pd.DataFrame, unit: str, at: float | None) -> float:
+    """`at` (checked: every run reached it) or the largest milestone every run reached."""
     common = reached(ev, unit)
     if at is None:
         if not common:
             raise UserError(f"--budget {unit}: no milestone was reached by every run of DIR; rerun with a smaller "
                             "eval_budget milestone or more steps")
-        at = common[-1]
-    elif float(at) not in common:
+        return float(common[-1])
+    if float(at) not in common:
         raise UserError(f"--at: got {at!r}, allowed: a {unit} milestone every run reached ({common or 'none'})")
-    at = float(at)
-    rows = ev[(ev[BUDGET_UNIT] == unit) & (ev[BUDGET_VALUE].astype(float) == at)]
-    return rows.drop(columns=[c for c in BUDGET_COLUMNS if c in rows.columns]).reset_index(drop=True), at
+    return float(at)
+
+
+def step_costs(train: pd.DataFrame | None, unit: str) -> pd.DataFrame:
+    """(run_id, step, cost): the cumulative cost of each run after each train step, step 0
+    (cost 0) included; a step's cost is `hbsim.loop.step_cost`'s (the ledger column; for
+    `seconds` without simulated cost_seconds, seconds_rollout + seconds_tools)."""
+    cols = ["run_id", "step", "cost"]
+    if train is None or train.empty:
+        return pd.DataFrame(columns=cols)
+    col = BUDGET_UNITS[unit]
+    value = pd.to_numeric(train[col], errors="coerce") if col in train else pd.Series(0.0, index=train.index)
+    if unit == "seconds":
+        other = sum(pd.to_numeric(train[c], errors="coerce").fillna(0.0) if c in train else 0.0
+                    for c in ("seconds_rollout", "seconds_tools"))
+        value = value.where(np.isfinite(value), other)
+    tr = train[["run_id", "step"]].assign(cost=value.fillna(0.0).to_numpy(dtype=float))
+    tr = tr.sort_values(["run_id", "step"], kind="stable")
+    tr["cost"] = tr.groupby("run_id")["cost"].cumsum()
+    zero = pd.DataFrame({"run_id": tr["run_id"].unique(), "step": 0, "cost": 0.0})
+    return pd.concat([zero, tr], ignore_index=True)[cols]
+
+
+def select(raw: pd.DataFrame, train: pd.DataFrame | None, unit: str, at: float,
+           tolerance: float = DEFAULT_TOLERANCE) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(upper rows, lower rows, cost table) of every run at milestone ``at`` (module doc).
+
+    raw: every eval row of the runs (budget rows included); train: their train rows (the
+    cost of an ordinary evaluation is the cumulative cost at its step). upper: each run's
+    first evaluation at or past the milestone; lower: its last evaluation below it (runs
+    read without interpolation have none), both without the budget columns. The cost table
+    (one row per run): policy, seed, run_id, unit, milestone, step_below, cost_below,
+    step_above, cost_above, weight (on the upper evaluation), cost_read, rule (RULES).
+    Raises UserError naming the designs where a run's cost read is off by more than tolerance."""
+    is_budget = raw[BUDGET_UNIT].notna() if BUDGET_UNIT in raw.columns else pd.Series(False, index=raw.index)
+    tagged = raw[(raw[BUDGET_UNIT] == unit) & (raw[BUDGET_VALUE].astype(float) == at)] if is_budget.any() else raw[:0]
+    drop = [c for c in BUDGET_COLUMNS if c in raw.columns]
+    ordinary = load.step_rows(raw)
+    costs = step_costs(train, unit)
+    known = ordinary[["run_id", "step"]].drop_duplicates().merge(costs, on=["run_id", "step"], how="inner")
+    in_unit = raw[is_budget & (raw[BUDGET_UNIT] == unit)]
+    smaller = in_unit[["run_id", "step", COST_REACHED]].drop_duplicates()
+    by_run = {k: g for k, g in ordinary.groupby("run_id", sort=False)}      # one pass, not one scan per run
+    budget_by_run = {k: g for k, g in in_unit.groupby("run_id", sort=False)}
+    rows, uppers, lowers = [], [], []
+    for run_id, up in tagged.groupby("run_id", sort=True):
+        step_hi, c_hi = int(up["step"].iloc[0]), float(up[COST_REACHED].iloc[0])
+        below = known[(known["run_id"] == run_id) & (known["cost"] < at) & (known["step"] < step_hi)]
+        below_b = smaller[(smaller["run_id"] == run_id) & (smaller[COST_REACHED].astype(float) < at)
+                          & (smaller["step"] < step_hi)]
+        row = {"policy": str(up["policy"].iloc[0]), "seed": int(up["seed"].iloc[0]), "run_id": str(run_id),
+               "unit": unit, "milestone": at, "step_below": np.nan, "cost_below": np.nan, "step_above": step_hi,
+               "cost_above": c_hi, "weight": 1.0, "cost_read": c_hi, "rule": "exact" if c_hi == at else "past"}
+        if c_hi > at and (len(below) or len(below_b)):
+            use_ordinary = len(below) and (not len(below_b) or below["step"].max() >= below_b["step"].max())
+            if use_ordinary:
+                pick = below.loc[below["step"].idxmax()]
+                g = by_run[run_id]
+                lo = g[g["step"] == pick["step"]]
+                c_lo = float(pick["cost"])
+            else:
+                pick = below_b.loc[below_b["step"].idxmax()]
+                g = budget_by_run[run_id]
+                lo = g[g["step"] == pick["step"]]
+                lo = lo[lo[BUDGET_VALUE] == lo[BUDGET_VALUE].iloc[0]]      # one copy of that evaluation
+                c_lo = float(pick[COST_REACHED])
+            w = (at - c_lo) / (c_hi - c_lo)
+            row.update(step_below=int(pick["step"]), cost_below=c_lo, weight=w, cost_read=at, rule="interpolated")
+            lowers.append(lo.drop(columns=drop))
+        uppers.append(up.drop(columns=drop))
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    off = table[(table["cost_read"] / at - 1.0).abs() > tolerance + 1e-12]
+    if len(off):
+        worst = off.groupby("policy")["cost_read"].max() / at
+        named = ", ".join(f"{p} (up to {v:.2f}x)" for p, v in worst.items())
+        raise UserError(f"--budget {unit}: the cost read at the milestone {at:g} differs by more than "
+                        f"{tolerance:.0%} (--cost-tolerance) for design(s) {named}, and no evaluation below the "
+                        "milestone can correct it (interpolation needs one); rerun them with eval_every or a "
+                        "smaller eval_budget milestone below it, or pass a larger --cost-tolerance")
+    upper = pd.concat(uppers, ignore_index=True)
+    lower = pd.concat(lowers, ignore_index=True) if lowers else upper.iloc[:0]
+    return upper, lower, table
 
 
 def frames_at(dir_path, unit: str, at: float | None = None, extra: tuple[str, ...] = (),
-              part: str | None = None) -> tuple[load.Frames, dict]:
-    """The Frames of DIR (of its part `part`, `load.one_part`) at one milestone (module doc)
-    and what was selected: {"unit", "at", "cost": policy -> mean cost reached over its
-    runs, "steps": policy -> mean step}."""
+              part: str | None = None, tolerance: float = DEFAULT_TOLERANCE) -> tuple[load.Frames, dict]:
+    """The Frames of DIR (of its part `part`, `load.one_part`) at one milestone (module doc):
+    eval = every run's first evaluation at or past it, train and eval_all = the train rows
+    and ordinary evaluations up to that step; and what was selected: {"unit", "at",
+    "largest", "tolerance", "lower": the rows below, "table": `select`'s cost table,
+    "steps": the final (equal-steps) evaluation}. `cells_at` turns the two into the cells."""
     check_unit(unit)
-    info: dict = {"unit": unit, "largest": at is None}
+    check_tolerance(tolerance)
+    kept: dict = {}
 
-    def select(ev: pd.DataFrame) -> pd.DataFrame:
-        rows, info["at"] = select_at(ev, unit, at)
-        tagged = ev[(ev[BUDGET_UNIT] == unit) & (ev[BUDGET_VALUE].astype(float) == info["at"])]
-        per_run = tagged.drop_duplicates("run_id")
-        info["cost"] = per_run.groupby("policy")[COST_REACHED].mean().astype(float).to_dict()
-        info["steps"] = per_run.groupby("policy")["step"].mean().astype(float).to_dict()
-        return rows
+    def keep(ev: pd.DataFrame) -> pd.DataFrame:
+        kept["raw"] = ev
+        return load.step_rows(ev)
 
-    return load.read_dir(dir_path, extra=extra, select=select, part=part), info
+    base = load.read_dir(dir_path, extra=extra, select=keep, part=part)
+    raw = kept["raw"]
+    at_value = milestone(raw, unit, at)
+    upper, lower, table = select(raw, base.train, unit, at_value, tolerance)
+    train = base.train
+    if train is not None:
+        last = train["run_id"].map(table.set_index("run_id")["step_above"])
+        train = train[(train["step"] <= last).to_numpy()].reset_index(drop=True)
+    frames = load.make_frames(upper, train, runs=base.runs, source=base.source, extra=extra)
+    frames.part = part
+    # the learning curves (training diagnostics) up to the milestone: the ordinary evaluations to each
+    # run's crossing step
+    curve = base.eval_all["run_id"].map(table.set_index("run_id")["step_above"])
+    frames.eval_all = base.eval_all[(base.eval_all["step"] <= curve).to_numpy()].reset_index(drop=True)
+    lower = load.validate_eval(lower, extra) if len(lower) else lower
+    info = {"unit": unit, "at": at_value, "largest": at is None, "tolerance": tolerance, "lower": lower,
+            "table": table, "steps": base.eval}
+    return frames, info
 
 
-def mean_rank(final: pd.DataFrame) -> dict[str, list[str]]:
-    """suite -> policy labels by mean reward (over seeds, tasks, attempts) of the final rows,
-    best first (ties by label)."""
-    out = {}
-    for suite, g in final.groupby("suite", sort=True):
-        means = g.groupby(["policy", "seed"])["reward"].mean().groupby("policy").mean()
-        out[str(suite)] = sorted(means.index, key=lambda p: (-round(float(means[p]), 12), p))
-    return out
+def cells_at(fr: load.Frames, info: dict, ks) -> pd.DataFrame:
+    """`cells.cell_metrics` at the milestone: each run's cells of its evaluation past the
+    milestone, where the run was interpolated mixed with those of its evaluation below
+    (weight 1 - w), every metric column (and the success count c) alike."""
+    upper = cell_metrics(fr.eval, ks)
+    lower = info.get("lower")
+    table = info["table"]
+    if lower is None or not len(lower):
+        return upper
+    low = cell_metrics(lower, ks).set_index(CELL_KEYS)
+    run_w = table.set_index(["policy", "seed"])["weight"]
+    w = pd.MultiIndex.from_frame(upper[["policy", "seed"]]).map(run_w.to_dict()).to_numpy(dtype=float)
+    mixed = upper.copy()
+    cols = [c for c in upper.columns if c not in CELL_KEYS + ["category", "n"]]
+    idx = pd.MultiIndex.from_frame(upper[CELL_KEYS])
+    below = low.reindex(idx)
+    has = (w < 1.0) & below["n"].notna().to_numpy()
+    for col in cols:
+        lo = below[col].to_numpy(dtype=float)
+        mixed[col] = np.where(has, (1.0 - w) * lo + w * upper[col].to_numpy(dtype=float), upper[col].to_numpy())
+    return mixed
 
 
-def ranking_lines(steps: load.Frames, cost: load.Frames, info: dict) -> list[str]:
-    """Whether the ranking at equal steps holds at equal cost, one line per suite (+ the selection)."""
-    at = info["at"]
-    shown = f"{int(at)}" if at == int(at) else f"{at:g}"
-    lines = [f"equal cost: every run at its first evaluation with {info['unit']} >= {shown} (the largest milestone "
-             "every run reached)" if info.get("largest") else
-             f"equal cost: every run at its first evaluation with {info['unit']} >= {shown}"]
-    lines.append("  mean step there: " + ", ".join(f"{p} {s:.1f}" for p, s in sorted(info["steps"].items())))
-    a, b = mean_rank(steps.eval), mean_rank(cost.eval)
-    for suite in sorted(set(a) & set(b)):
-        verdict = "holds" if a[suite] == b[suite] else "changes"
-        lines.append(f"  {suite}: ranking at equal steps {' > '.join(a[suite])}; at equal {info['unit']} "
-                     f"{' > '.join(b[suite])}: {verdict}")
+def views_frames(fr: load.Frames) -> load.Frames:
+    """The Frames rliable's views read in a budget report: the runs reach the milestone at
+    different steps, so 'IQM over steps' has one point, the reading at the milestone (step 0)."""
+    return dataclasses.replace(fr, eval_all=fr.eval.assign(step=0))
+
+
+def run_scores(cells: pd.DataFrame) -> pd.DataFrame:
+    """(policy, seed, suite, score): each run's mean cell score per suite (the share-of-gap input)."""
+    return cells.groupby(["policy", "seed", "suite"], as_index=False)["score"].mean()
+
+
+def train_at(train: pd.DataFrame | None, unit: str, at: float) -> pd.DataFrame | None:
+    """The train table reduced to one row per run at exactly the milestone: the `true_*`
+    columns interpolated linearly in cumulative cost between the two steps that bracket it
+    (the first step when it alone crosses it), for the share of gap's `train` target."""
+    if train is None or train.empty:
+        return train
+    costs = step_costs(train, unit).merge(train, on=["run_id", "step"], how="inner")
+    true = [c for c in train.columns if c.startswith("true_")]
+    out = []
+    for _, g in costs.groupby("run_id", sort=True):
+        hit = np.flatnonzero(g["cost"].to_numpy() >= at)
+        i = int(hit[0]) if hit.size else len(g) - 1
+        row = g.iloc[i].copy()
+        if i > 0 and hit.size:
+            c_lo, c_hi = float(g["cost"].iloc[i - 1]), float(g["cost"].iloc[i])
+            w = (at - c_lo) / (c_hi - c_lo) if c_hi > c_lo else 1.0
+            for c in true:
+                row[c] = (1 - w) * float(g[c].iloc[i - 1]) + w * float(g[c].iloc[i])
+        out.append(row)
+    return pd.DataFrame(out).drop(columns=["cost"]).reset_index(drop=True)
+
+
+def cost_lines(info: dict) -> list[str]:
+    """Each design's cost read (mean, largest) and how its runs were read."""
+    table, at = info["table"], info["at"]
+    lines = [f"budget report: every run at exactly {info['unit']} = {at:g}"
+             + (" (the largest milestone every run reached)" if info.get("largest") else "")
+             + f"; rule: {RULES['interpolated']} (a run with nothing below it: read at its first evaluation past "
+             f"it, refused beyond {info['tolerance']:.0%} of the milestone)"]
+    for pol, g in table.groupby("policy", sort=True):
+        rules = ", ".join(f"{n} {r}" for r, n in g["rule"].value_counts().sort_index().items())
+        lines.append(f"  {pol}: cost read {g['cost_read'].mean():,.6g} (mean over {len(g)} runs, largest "
+                     f"{g['cost_read'].max():,.6g}); first evaluation past it at {g['cost_above'].mean():,.6g} "
+                     f"(up to {g['cost_above'].max() / at:.2f}x); runs: {rules}")
     return lines
+
+
+def _seed_means(cells: pd.DataFrame) -> pd.DataFrame:
+    """(suite, policy) x seed of mean score over each run's tasks."""
+    return cells.groupby(["suite", "policy", "seed"])["score"].mean()
+
+
+def ranking_rows(steps_cells: pd.DataFrame, cost_cells: pd.DataFrame, alpha: float, *, resamples: int = 10000,
+                 rng: np.random.Generator | None = None) -> pd.DataFrame:
+    """Per suite and pair of designs whose order by mean score differs between equal steps and
+    equal cost: the seed-level sign-flip test of e_s = (a_s - b_s at equal steps) - (a_s - b_s
+    at equal cost) over the seeds both readings share, Holm over the swapped pairs of the
+    suite. Columns: suite, first, second (the order at equal steps), n_seeds, change, p_seed,
+    p_holm. No swapped pair: no row."""
+    rng = np.random.default_rng(0) if rng is None else rng
+    a, b = _seed_means(steps_cells), _seed_means(cost_cells)
+    rows = []
+    for suite in sorted(set(a.index.get_level_values(0)) & set(b.index.get_level_values(0))):
+        sa, sb = a.loc[suite].unstack("seed"), b.loc[suite].unstack("seed")
+        pols = sorted(set(sa.index) & set(sb.index))
+        seeds = sorted(set(sa.dropna(axis=1).columns) & set(sb.dropna(axis=1).columns))
+        if len(pols) < 2 or not seeds:
+            continue
+        sa, sb = sa.loc[pols, seeds], sb.loc[pols, seeds]
+        ma, mb = sa.mean(axis=1).round(12), sb.mean(axis=1).round(12)
+        first = []
+        for i, p in enumerate(pols):
+            for q in pols[i + 1:]:
+                if np.sign(ma[p] - ma[q]) * np.sign(mb[p] - mb[q]) < 0:
+                    hi, lo = (p, q) if ma[p] > ma[q] else (q, p)
+                    e = (sa.loc[hi] - sa.loc[lo]) - (sb.loc[hi] - sb.loc[lo])
+                    p_seed = stats.sign_flip_test(e.to_numpy(float), resamples=resamples, rng=rng) \
+                        if len(seeds) > 1 else np.nan
+                    first.append({"suite": suite, "first": hi, "second": lo, "n_seeds": len(seeds),
+                                  "change": float(e.mean()), "p_seed": p_seed})
+        if first:
+            holm = stats.adjust(np.array([r["p_seed"] for r in first]), "holm")
+            for r, ph in zip(first, holm):
+                rows.append({**r, "p_holm": float(ph)})
+    return pd.DataFrame(rows, columns=["suite", "first", "second", "n_seeds", "change", "p_seed", "p_holm"])
+
+
+def ranking_lines(steps_cells: pd.DataFrame, cost_cells: pd.DataFrame, info: dict, alpha: float = 0.05,
+                  swaps: pd.DataFrame | None = None) -> list[str]:
+    """Whether the ranking at equal steps holds at equal cost, one line per suite: 'holds' (same
+    order), 'changes' (a swapped pair passes the seed-level test, `ranking_rows`) or 'no
+    detectable change' (the order differs, no swap passes it)."""
+    swaps = ranking_rows(steps_cells, cost_cells, alpha) if swaps is None else swaps
+    lines = cost_lines(info)
+    a, b = _seed_means(steps_cells), _seed_means(cost_cells)
+    for suite in sorted(set(a.index.get_level_values(0)) & set(b.index.get_level_values(0))):
+        ra, rb = _order(a.loc[suite]), _order(b.loc[suite])
+        mine = swaps[swaps["suite"] == suite]
+        if ra == rb or mine.empty:
+            verdict = "holds"
+        elif (mine["p_holm"] < alpha).any():
+            sig = mine[mine["p_holm"] < alpha]
+            verdict = "changes (" + "; ".join(f"{r['first']} vs {r['second']}: p_holm = {r['p_holm']:.3f}"
+                                              for _, r in sig.iterrows()) + ", seed-level sign-flip)"
+        else:
+            verdict = (f"no detectable change (the point order differs, but no swapped pair passes the seed-level "
+                       f"test: smallest p_holm = {mine['p_holm'].min():.3f})")
+        lines.append(f"  {suite}: ranking at equal steps {' > '.join(ra)}; at equal {info['unit']} "
+                     f"{' > '.join(rb)}: {verdict}")
+    return lines
+
+
+def _order(means: pd.Series) -> list[str]:
+    m = means.groupby(level="policy").mean()
+    return sorted(m.index, key=lambda p: (-round(float(m[p]), 12), p))
 
 
 def tuned_lines(dir_path) -> list[str]:

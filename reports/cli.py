@@ -39,15 +39,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--axis", help="a swept knob column of the collected grid (e.g. policy.tau): delta against "
                                        "the baseline as a function of it, table + figure")
     parser.add_argument("--budget", choices=("groups", "tokens", "seconds"), default=None,
-                        help="compare at equal cost: each run at its evaluation when its cumulative cost first "
-                             "crossed a milestone (runs with eval_budget), the largest every run reached")
+                        help="compare at equal cost: each run at exactly a milestone (runs with eval_budget; the "
+                             "largest every run reached), interpolated between the two evaluations that bracket it")
     parser.add_argument("--at", type=float, default=None, help="with --budget: this milestone instead")
+    parser.add_argument("--cost-tolerance", type=float, default=None,
+                        help="with --budget: the largest |cost read / milestone - 1| of a run that cannot be "
+                             "interpolated (nothing evaluated below the milestone) before the report refuses "
+                             "(default 0.05)")
     parser.add_argument("--primary", default="score",
                         help="the headline metric: Holm over candidates x suites on it (default score, i.e. pass@1 "
                              "for binary rewards); the other metrics are secondary (max-T over a candidate's metrics)")
     parser.add_argument("--target-delta", type=float, default=None,
                         help="the true effect on the primary metric that seeds_needed plans for (a design "
-                             "calculation; default: the minimum detectable effect at the current seeds)")
+                             "calculation; default 0.02, two points on a metric in [0, 1])")
     parser.add_argument("--jobs", type=int, default=None,
                         help="processes: 2 computes rliable's views and half the figures in a forked helper while "
                              "the paired tables run (the same numbers and files as 1; default $HB_REPORT_JOBS, else 2 "
@@ -163,6 +167,8 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("--baseline: missing; allowed: one of the policy labels of DIR (hb report DIR --baseline LABEL)")
     if args.at is not None and args.budget is None:
         raise UserError(f"--at {args.at:g}: only allowed with --budget groups|tokens|seconds")
+    if args.cost_tolerance is not None and args.budget is None:
+        raise UserError(f"--cost-tolerance {args.cost_tolerance:g}: only allowed with --budget groups|tokens|seconds")
     out = _check_paths(args)
     from reports import budget, build_report, headline_table, load
     from reports.text import LEGEND, conclusion
@@ -172,20 +178,22 @@ def main(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore")  # exclusions are printed below as one line each
         extra = (args.axis,) if args.axis else ()
         if args.budget:
-            source, info = budget.frames_at(args.dir, args.budget, args.at, extra, part=args.part)
+            tolerance = budget.DEFAULT_TOLERANCE if args.cost_tolerance is None else args.cost_tolerance
+            source, info = budget.frames_at(args.dir, args.budget, args.at, extra, part=args.part,
+                                            tolerance=tolerance)
         else:
             source, info = (load.read_dir(args.dir, extra, part=args.part) if args.part else args.dir), None
         result = build_report(source, args.baseline, out, suite=args.suite, ks=_parse_ks(args.k),
                               resamples=args.resamples, seed=args.seed, alpha=args.alpha, progress=_Progress(),
                               axis=args.axis, primary=args.primary, unpaired=args.unpaired,
-                              target_delta=args.target_delta, jobs=args.jobs)
+                              target_delta=args.target_delta, jobs=args.jobs, budget=info)
     for line in result.notes:
         print(f"warning: {line}", file=sys.stderr)
     print(textwrap.fill(conclusion(result), width=110) + "\n")
     print(headline_table(result))
     print(textwrap.fill(LEGEND, width=110) + "\n")
     if info is not None:
-        print("\n".join(budget.ranking_lines(load.read_dir(args.dir, part=args.part), source, info)) + "\n")
+        print("\n".join(result.config["budget"]["lines"]) + "\n")
     for line in budget.tuned_lines(args.dir):
         print(line)
     print(f"report: {result.files['index']}")

@@ -110,15 +110,17 @@ def rliable_plot(agg: pd.DataFrame, prof: pd.DataFrame, pi: pd.DataFrame, steps:
     ax.set_title("IQM over evaluation steps", fontsize=8)
     ax.tick_params(labelsize=7)
     axes.append(ax)
-    fig.suptitle(f"{title} (bands and bars: 95% crossed-bootstrap intervals)", fontsize=9)
+    fig.suptitle(f"{title} (bands and bars: 95% crossed-bootstrap intervals, per point)", fontsize=9)
     fig.subplots_adjust(left=_label_margin(pols, 7, 12.5), right=0.98, top=_top(fig, 0.45), bottom=0.08)
     return fig, axes
 
 
-def sensitivity_plot(rows: pd.DataFrame, axis: str, title: str = ""):
+def sensitivity_plot(rows: pd.DataFrame, axis: str, title: str = "", alpha: float = 0.05):
     """Delta against the baseline (with its interval) as a function of a swept knob, one
-    panel per metric. rows: metric, axis_value, delta, ci_low, ci_high (the headline interval), p_holm
-    (in the order to draw); numeric knob values on a numeric axis, others as categories."""
+    panel per metric. rows: metric, role, axis_value, delta, ci_low, ci_high (the headline
+    interval, simultaneous at 1 - alpha), p_holm, p_maxt (in the order to draw; a point is
+    filled when its own adjusted p, p_holm on the primary, p_maxt on a secondary, is below
+    alpha); numeric knob values on a numeric axis, others as categories."""
     metrics = list(rows["metric"].drop_duplicates())
     fig, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics) + 0.8, 3.4), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
@@ -128,7 +130,8 @@ def sensitivity_plot(rows: pd.DataFrame, axis: str, title: str = ""):
         xs = x.to_numpy(dtype=float) if numeric else np.arange(len(r), dtype=float)
         d = r["delta"].to_numpy(dtype=float)
         err = np.vstack([d - r["ci_low"].to_numpy(dtype=float), r["ci_high"].to_numpy(dtype=float) - d])
-        sig = r["p_holm"].to_numpy(dtype=float) < 0.05
+        own = np.where(r["role"] == "primary", r["p_holm"], r["p_maxt"]) if "role" in r else r["p_holm"]
+        sig = np.asarray(own, dtype=float) < alpha
         ax.errorbar(xs, d, yerr=err, fmt="-", color="tab:blue", lw=1, capsize=3, zorder=2)
         ax.scatter(xs[sig], d[sig], color="tab:blue", zorder=3, s=20)
         ax.scatter(xs[~sig], d[~sig], facecolors="white", edgecolors="tab:blue", zorder=3, s=20)
@@ -139,7 +142,8 @@ def sensitivity_plot(rows: pd.DataFrame, axis: str, title: str = ""):
         ax.set_title(metric, fontsize=9)
         ax.tick_params(labelsize=7)
     axes[0, 0].set_ylabel("delta vs baseline", fontsize=8)
-    fig.suptitle(f"{title} (headline t intervals over seeds; filled: p_holm < 0.05)", fontsize=9)
+    fig.suptitle(f"{title} ({100 * (1 - alpha):.0f}% simultaneous t intervals over seeds; filled: p_holm / p_maxt "
+                 f"< {alpha})", fontsize=9)
     fig.subplots_adjust(left=0.12, right=0.98, top=_top(fig), bottom=0.25, wspace=0.3)
     return fig, axes
 

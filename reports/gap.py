@@ -14,11 +14,15 @@ from hbsim import references
 from hbsim.summary import final_scores
 
 
-def gap_table(frames) -> pd.DataFrame:
+def gap_table(frames, scores: pd.DataFrame | None = None, train: pd.DataFrame | None = None) -> pd.DataFrame:
     """`references.share_of_gap` of a report's `load.Frames` (labels' knobs from run.json,
-    else from the labels); empty when no suite has both references."""
-    scores = final_scores(frames.eval)
-    both = pd.concat([references.train_scores(frames.train), scores], ignore_index=True)
+    else from the labels); empty when no suite has both references. A budget report
+    (`reports.budget`) passes what it read at the milestone: ``scores`` (policy, seed, suite,
+    score: `budget.run_scores` of its cells) and ``train`` (`budget.train_at`: one row per run
+    at the milestone) instead of the final evaluation and the last train step."""
+    scores = final_scores(frames.eval) if scores is None else scores
+    train = frames.train if train is None else train
+    both = pd.concat([references.train_scores(train), scores], ignore_index=True)
     runs = (references.run_table(frames.runs.values()) if frames.runs
             else references.runs_from_labels(scores["policy"]))
     return references.share_of_gap(both, runs)
@@ -38,11 +42,14 @@ def section(doc, result) -> None:
     if table is None or table.empty:
         return
     with doc.details("Share of the achievable gain (clairvoyant references)", 2):
-        _body(doc, table)
+        _body(doc, table, result.config.get("budget"))
 
 
-def _body(doc, table) -> None:
-    doc.p("share = mean over seeds of (policy - uniform) / mean of (oracle - uniform), final evaluation, paired by "
+def _body(doc, table, budget: dict | None = None) -> None:
+    when = ("final evaluation" if not budget else
+            f"at exactly {budget['unit']} = {budget['at']:g} (the budget milestone; train target: true training "
+            "success interpolated there)")
+    doc.p(f"share = mean over seeds of (policy - uniform) / mean of (oracle - uniform), {when}, paired by "
           "seed, the oracle being the `oracle` run aimed at the suite (knob target); interval: 95% percentile "
           f"bootstrap of the seeds ({references.N_BOOT} resamples) of that ratio of means; delta: mean paired "
           "difference against uniform with its 95% t half-width. 1 = what the greedy one-step oracle gains.")

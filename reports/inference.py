@@ -19,6 +19,8 @@ exact binomial interval; `hb calibrate` (ablations.calibrate) runs the A/A simul
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
@@ -124,6 +126,11 @@ def floor_of(n: int, resamples: int, unpaired: bool = False) -> tuple[float, boo
     return stats.p_floor(n, resamples), exact
 
 
+#: the effect `seeds_needed` plans for by default (--target-delta): two points on a metric in [0, 1], the size
+#: of the gains the paper reports (+1.3 points on 147 tasks); a stated design target, never the current mde
+DEFAULT_TARGET_DELTA = 0.02
+
+
 def design(delta: float, se: float, df: float, n: int, *, family: int, alpha: float, resamples: int,
            unpaired: bool = False, target: float | None = None, power: float = 0.8) -> dict:
     """Power of the procedure actually used, for one row.
@@ -132,22 +139,25 @@ def design(delta: float, se: float, df: float, n: int, *, family: int, alpha: fl
     first step; family = candidates x suites on the primary metric, or the candidate's
     metrics for the max-T secondaries), rounded down to what the permutation test over
     n seeds can attain (0 when its floor is above it). mde: the smallest true delta that
-    test detects with ``power`` (t approximation at that level; inf when the level is 0
-    or the mde exceeds 1, the widest a difference of metrics in [0, 1] can be).
-    target_delta: ``target`` or, by default, that mde (when it is inf: the mde the test
-    would have without its floor). seeds_needed: a design count, never post-hoc -- the
-    seeds per arm at which the same procedure detects target_delta with ``power``, with
-    the per-seed sd of these runs."""
+    test detects with ``power`` -- paired: the sign-flip test's own power near its floor
+    (`stats.mde_effect`, times the sd of d_s), the t approximation far above it; unpaired:
+    Welch's t at that level -- inf when the level is 0 or the mde exceeds 1, the widest a
+    difference of metrics in [0, 1] can be. target_delta: ``target`` or, by default,
+    DEFAULT_TARGET_DELTA (a stated design effect, so seeds_needed is not the current seed
+    count by construction). seeds_needed: a design count, never post-hoc -- the seeds per
+    arm at which the same procedure detects target_delta with ``power``, with the per-seed
+    sd of these runs."""
     floor, exact = floor_of(n, resamples, unpaired)
+    target = DEFAULT_TARGET_DELTA if target is None else target
     if n < 2 or not np.isfinite(se):
-        return {"mde": np.nan, "target_delta": np.nan if target is None else target, "seeds_needed": np.nan,
-                "p_floor": floor}
+        return {"mde": np.nan, "target_delta": float(target), "seeds_needed": np.nan, "p_floor": floor}
     level = stats.attainable_level(alpha / family, floor, exact)
-    m = stats.mde_se(se, df, level, power)
-    m = m if m <= 1.0 else float("inf")
-    if target is None:
-        target = m if np.isfinite(m) else stats.mde_se(se, df, alpha / family, power)
     sd = se * np.sqrt(n / 2.0) if unpaired else se * np.sqrt(n)
+    if unpaired or se == 0:   # se 0: mde 0 where a rejection is attainable, else inf (mde_se's cases)
+        m = stats.mde_se(se, df, level, power)
+    else:
+        m = stats.mde_effect(n, level, power, exact) * sd
+    m = m if m <= 1.0 else float("inf")
     need = stats.seeds_needed(target, sd, alpha, power, family=family, resamples=resamples, unpaired=unpaired)
     return {"mde": m, "target_delta": float(target), "seeds_needed": need, "p_floor": floor}
 
@@ -163,7 +173,8 @@ def headline(paired: pd.DataFrame, alpha: float, resamples: int, target_delta: f
     widened to reach 0 (ci_widened), which only adds coverage, so an interval that
     excludes 0 always has p_holm < alpha. Secondary rows: the same with p_maxt (max-T
     over the candidate's metrics) and family = those metrics. mde, target_delta,
-    seeds_needed: `design` for the row's family (target_delta applies to the primary)."""
+    seeds_needed: `design` for the row's family (target_delta applies to the primary; the
+    secondaries plan for DEFAULT_TARGET_DELTA)."""
     out = paired.copy()
     prim = (out["role"] == "primary").to_numpy()
     out["p_holm"] = np.nan
@@ -208,3 +219,118 @@ def false_positive_rates(pvalues: dict[str, np.ndarray], alpha: float = 0.05, co
         rows.append({"test": name, "blocks": n, "rejections": k, "fpr": k / n if n else np.nan,
                      "fpr_low": float(lo), "fpr_high": float(hi)})
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------ the page's error rate
+
+#: within-seed relabelings behind `page_error_rate` (Monte-Carlo sd of a rate of 0.2: 0.04; about 1 s of a
+#: demo-sized report, 8 designs x 10 seeds x 2 suites)
+PAGE_DRAWS = 100
+
+
+@dataclass
+class SuiteFamilies:
+    """What one suite's flags are computed from: x (metrics, policies, seeds, tasks), the
+    all-policy rectangle; the baseline's index in the policies; the primary metric's index
+    in the metrics (None: every metric secondary); categories (tasks,)."""
+
+    x: np.ndarray
+    baseline: int
+    head: int | None
+    categories: np.ndarray
+
+
+def page_flags(suites: list[SuiteFamilies], alpha: float, *, resamples: int, rng: np.random.Generator
+               ) -> tuple[bool, bool]:
+    """(the headline table flags a row, the categories flag one) by the report's own tests:
+    a primary row when Holm over every candidate x suite rejects it (some rejection exactly
+    when min p_seed * m < alpha); a secondary row when its max-T p (over the candidate's
+    metrics) is below alpha; a category when it regresses (delta < 0 and its seed-level p,
+    BH-adjusted over the categories of the candidate and metric, below alpha)."""
+    prim, table, cats = [], False, False
+    for su in suites:
+        m, p, s, _ = su.x.shape
+        cands = [j for j in range(p) if j != su.baseline]
+        if s < 2 or not cands:
+            continue
+        d = su.x[:, cands] - su.x[:, [su.baseline]]       # (metrics, C, seeds, tasks)
+        d_seed = d.mean(axis=3)                            # (metrics, C, seeds)
+        if su.head is not None:
+            prim.append(np.atleast_1d(stats.sign_flip_test(d_seed[su.head], resamples=resamples, rng=rng)))
+        sec = [i for i in range(m) if i != su.head]
+        if sec and not table:
+            table = bool((max_t_by_candidate(d_seed, resamples=resamples, rng=rng)[sec] < alpha).any())
+        if not cats:
+            labels = sorted(set(su.categories.tolist()))
+            dc = np.stack([d[..., su.categories == k].mean(axis=3) for k in labels], axis=2)  # (m, C, K, seeds)
+            pc = stats.sign_flip_test(dc.reshape(-1, s), resamples=resamples, rng=rng).reshape(dc.shape[:3])
+            cats = bool((bh_reject(pc, alpha) & (dc.mean(axis=3) < 0)).any())
+    if prim:
+        allp = np.concatenate(prim)
+        allp = allp[np.isfinite(allp)]
+        table = table or bool(allp.size and allp.min() * allp.size < alpha)
+    return table, cats
+
+
+def max_t_by_candidate(d: np.ndarray, *, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """`stats.max_t_sign_flip` of every candidate at once. d: (metrics, candidates, seeds) ->
+    (metrics, candidates) p-values, each candidate's max-T over its metrics (one set of sign
+    patterns for all, as the report draws one per candidate: exact below 17 seeds, where
+    they agree to the last digit)."""
+    d = stats.exact_ties(d)
+    m, c, n = d.shape
+    if n == 0:
+        return np.full((m, c), np.nan)
+    scale = np.sqrt((d ** 2).sum(axis=2))
+    zero = scale == 0
+    scale[zero] = 1.0
+    observed = np.abs(d.sum(axis=2)) / scale                        # (metrics, candidates)
+    signs, exact = stats._sign_patterns(n, resamples, rng, 16)
+    flat = d.reshape(m * c, n)
+    hits = np.zeros((m, c))
+    for start in range(0, signs.shape[0], 2000):
+        st = np.abs(signs[start:start + 2000] @ flat.T).reshape(-1, m, c) / scale   # (patterns, metrics, cands)
+        top = st.max(axis=1)                                                         # (patterns, cands)
+        hits += (top[:, None, :] >= observed[None] - 1e-9).sum(axis=0)
+    p = hits / signs.shape[0] if exact else (1.0 + hits) / (signs.shape[0] + 1.0)
+    p = np.minimum(1.0, p)
+    p[zero] = 1.0
+    return p
+
+
+def bh_reject(p: np.ndarray, alpha: float) -> np.ndarray:
+    """Benjamini-Hochberg over the last axis: True where the BH-adjusted p is below alpha
+    (`stats.adjust(p, "fdr_bh") < alpha`, vectorised over the leading axes; nan never rejects)."""
+    k = p.shape[-1]
+    q = np.where(np.isfinite(p), p, np.inf)
+    order = np.sort(q, axis=-1)
+    below = order * k / np.arange(1, k + 1) < alpha
+    last = np.where(below.any(axis=-1), k - 1 - np.argmax(below[..., ::-1], axis=-1), -1)
+    cut = np.where(last >= 0, np.take_along_axis(order, np.maximum(last, 0)[..., None], axis=-1)[..., 0], -np.inf)
+    return q <= cut[..., None]
+
+
+def page_error_rate(suites: list[SuiteFamilies], alpha: float, *, resamples: int, rng: np.random.Generator,
+                    draws: int = PAGE_DRAWS) -> dict:
+    """The chance, under no effect at all, that the page shows at least one flagged row (the
+    headline table, every metric, or a regressing category), for THIS report's families:
+    the policies' labels are permuted within each seed (a seed's runs swap labels in every
+    suite together: under no effect they are exchangeable), ``draws`` times, and
+    `page_flags` recomputed. Each family holds alpha; the page, the union of many, does not.
+    Returns rate, rate_table, rate_categories, draws and the rate's Monte-Carlo sd."""
+    hits = np.zeros((draws, 2), dtype=bool)
+    n_pol = {su.x.shape[1] for su in suites}
+    for r in range(draws):
+        seeds = max(su.x.shape[2] for su in suites)
+        perms = [rng.permutation(max(n_pol)) for _ in range(seeds)] if len(n_pol) == 1 else None
+        shuffled = []
+        for su in suites:
+            m, p, s, t = su.x.shape
+            order = [perms[i] if perms is not None else rng.permutation(p) for i in range(s)]
+            x = np.stack([su.x[:, order[i], i] for i in range(s)], axis=2)
+            shuffled.append(SuiteFamilies(x, su.baseline, su.head, su.categories))
+        hits[r] = page_flags(shuffled, alpha, resamples=resamples, rng=rng)
+    both = hits.any(axis=1)
+    rate = float(both.mean())
+    return {"rate": rate, "rate_table": float(hits[:, 0].mean()), "rate_categories": float(hits[:, 1].mean()),
+            "draws": draws, "mc_sd": float(np.sqrt(max(rate * (1 - rate), 1e-12) / draws))}

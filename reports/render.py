@@ -33,8 +33,8 @@ def interval_columns(paired: pd.DataFrame, level: float) -> tuple[str, str, str]
     the label states (1 - alpha)."""
     pct = f"{100 * level:.0f}%"
     if {"ci_low", "ci_high"} <= set(paired.columns):
-        return "ci_low", "ci_high", f"{pct} CI"
-    return "boot_low", "boot_high", f"{pct} boot CI"
+        return "ci_low", "ci_high", f"{text.interval_label(1 - level)} CI"
+    return "boot_low", "boot_high", f"{pct} crossed-bootstrap CI"
 
 
 def headline_rows(result) -> pd.DataFrame:
@@ -70,6 +70,7 @@ def _headline(doc: Doc, result) -> None:
     doc.h(1, f"{len(cands)} candidate(s) against the baseline {cfg['baseline']}")
     doc.p(text.conclusion(result), "conclusion")
     rows = headline_rows(result)
+    budget = cfg.get("budget")
     if not rows.empty:
         lo, hi, label = interval_columns(result.tables["paired"], 1 - cfg["alpha"])
         titles = {s: f"{s}: {g['metric'].iloc[0]}, {int(g['n_seeds'].max())} seeds x {int(g['n_tasks'].max())} tasks"
@@ -77,10 +78,12 @@ def _headline(doc: Doc, result) -> None:
         fig_rows = pd.DataFrame({"suite": rows["suite"], "title": rows["suite"].map(titles),
                                  "candidate": rows["candidate"], "delta": rows["delta"], "low": rows[lo],
                                  "high": rows[hi], "significant": rows["p_holm"] < cfg["alpha"]})
-        doc.figure("headline", figures.headline_plot(fig_rows, f"{label} (p_holm < {cfg['alpha']})"))
+        at = f"; at {budget['unit']} = {budget['at']:g}" if budget else ""
+        doc.figure("headline", figures.headline_plot(fig_rows, f"{label} (p_holm < {cfg['alpha']}){at}"))
         doc.table(headline_table(result), max_rows=200, keys=3)
         doc.p(f"delta = candidate - baseline on the seeds and tasks both have; {label}: "
-              + ("t interval over the per-seed differences" if lo == "ci_low" else
+              + ("t interval over the per-seed differences, simultaneous over the family of p_holm (each row "
+                 "alone: level 1 - alpha / family, ci_level in paired.csv)" if lo == "ci_low" else
                  "crossed bootstrap over tasks and seeds")
               + "; p_holm: seed-level sign-flip test, Holm-adjusted; seeds +/-: seeds where the candidate is "
                 "ahead / behind; MDE: smallest true delta detectable with power 0.8 at these seeds. Every "
@@ -93,10 +96,28 @@ def _headline(doc: Doc, result) -> None:
         doc.md.append("Signal validity (what-if probes, `--counterfactual`): [validity.html](validity.html)\n")
         doc.html.append('<p class="meta">Signal validity (what-if probes, <code>--counterfactual</code>): '
                         '<a href="validity.html">validity.html</a></p>')
+    if cfg.get("tuning"):
+        doc.p("Tuned designs (DIR/tune.json): each design was tested with the setting it chose on tuning seeds "
+              "that the test seeds never include.", "meta")
+        doc.pre("\n".join(cfg["tuning"]))
+    if budget:
+        _budget(doc, result, budget)
     if result.notes:
         with doc.details(f"Warnings and exclusions ({len(result.notes)})", 2):
             for line in result.notes:
                 doc.p(line, "note")
+
+
+def _budget(doc: Doc, result, budget: dict) -> None:
+    """A budget report's group: the cost each design's runs were read at, the ranking check."""
+    with doc.details(f"Equal cost: every run at {budget['unit']} = {budget['at']:g} (budget report)", 2):
+        doc.pre("\n".join(budget["lines"]))
+        doc.p("cost_read: the cost each run is compared at (budget.csv); cost_above: its first evaluation at or "
+              "past the milestone, cost_below: the last one below it, weight: the share of the upper evaluation in "
+              "the interpolation. A ranking 'changes' only when a swapped pair passes the seed-level sign-flip "
+              "test of its difference at equal steps minus at equal cost (Holm over the suite's swapped pairs; "
+              "ranking.csv).", "meta")
+        doc.table(result.tables["budget"].drop(columns=["unit", "milestone"]), max_rows=400, keys=2)
 
 
 # ------------------------------------------------------------------------ writing

@@ -15,7 +15,7 @@ from reports.text import fmt_mde, verdict
 
 #: the paired columns shown in the page, in this order where present (paired.csv has them all)
 SHOWN = ["metric", "candidate", "candidate_value", "baseline_value", "delta", "ci_low", "ci_high", "boot_low",
-         "boot_high", "p_seed", "p_holm", "p_seed_t", "p_seed_wilcoxon", "seeds_up", "seeds_down", "mde",
+         "boot_high", "p_seed", "p_holm", "p_maxt", "p_seed_t", "p_seed_wilcoxon", "seeds_up", "seeds_down", "mde",
          "seeds_needed", "p_task_permutation", "wins", "ties", "losses"]
 
 
@@ -34,9 +34,18 @@ def suite(doc: Doc, result, name: str) -> None:
             shown = shown.assign(mde=paired["mde"].map(fmt_mde),
                                  seeds_needed=paired["seeds_needed"].map(text.fmt_seeds),
                                  verdict=[verdict(r, alpha) for _, r in paired.iterrows()])
+            pct = f"{100 * (1 - alpha):.0f}%"
+            shown = shown.rename(columns={"ci_low": f"{pct} simult. low", "ci_high": f"{pct} simult. high",
+                                          "boot_low": f"boot {pct} low", "boot_high": f"boot {pct} high"})
             doc.table(shown, max_rows=200, keys=2)
-            doc.p("p_seed / p_seed_t / p_seed_wilcoxon: sign-flip, paired t and Wilcoxon tests over seeds; "
-                  "p_task_permutation: over tasks, conditional on these trained models (all columns in paired.csv).")
+            doc.p(f"{pct} simult. low/high (ci_low/ci_high in paired.csv): the t interval over seeds, "
+                  f"{text.interval_label(alpha)} over the row's family (the primary metric: every candidate x "
+                  "suite, Holm's; a secondary: the candidate's metrics, max-T's), i.e. each row alone at "
+                  f"1 - {alpha} / family (ci_level); boot {pct} low/high: the crossed bootstrap (new tasks and new "
+                  "runs), per row, unadjusted. Each row's verdict reads its own test: p_holm on the primary metric, "
+                  "p_maxt (max-T over the candidate's metrics) on the others. p_seed / p_seed_t / p_seed_wilcoxon: "
+                  "sign-flip, paired t and Wilcoxon tests over seeds; p_task_permutation: over tasks, conditional "
+                  "on these trained models (all columns in paired.csv).")
     with doc.details("rliable's views: median, IQM, mean, optimality gap, performance profile, "
                      "P(improvement), IQM over steps"):
         _rliable(doc, result, name, summ)
@@ -131,7 +140,8 @@ def _categories(doc: Doc, result, name: str) -> None:
                   "the worst category of each candidate and metric is marked in the table.")
         for _, r in flagged.iterrows():
             doc.p(f"{r['candidate']} regresses on {r['category']} ({r['metric']}): delta {r['delta']:+.3f} "
-                  f"(task-bootstrap interval [{r['boot_low']:+.3f}, {r['boot_high']:+.3f}]), seed-level BH p {r['p_bh']:.3g}",
+                  f"({100 * (1 - alpha):.0f}% crossed-bootstrap interval over tasks and seeds, unadjusted, "
+                  f"[{r['boot_low']:+.3f}, {r['boot_high']:+.3f}]), seed-level BH p {r['p_bh']:.3g}",
                   "note")
         doc.table(sub.drop(columns=["suite", "baseline"]), max_rows=80, keys=3)
 
@@ -193,7 +203,8 @@ def sensitivity(doc: Doc, result) -> None:
             return
         doc.table(sens.drop(columns=["axis", "baseline"]), max_rows=120, keys=3)
         for suite_name, g in sens.groupby("suite", sort=True):
-            doc.figure(f"sensitivity_{suite_name}", figures.sensitivity_plot(g, axis, f"{suite_name}: delta vs {axis}"))
+            doc.figure(f"sensitivity_{suite_name}", figures.sensitivity_plot(
+                g, axis, f"{suite_name}: delta vs {axis}", alpha=result.config["alpha"]))
 
 
 def diagnostics(doc: Doc, result) -> None:

@@ -167,15 +167,15 @@ def _t_crit(df: float, alpha: float) -> float:
 
 
 @lru_cache(maxsize=4096)
-def _nc_for_power(df: float, level: float, power: float) -> float:
-    """The noncentrality at which the two-sided t-test (df, level) has ``power`` (brentq;
+def _nc_for_power(df: float, alpha: float, power: float) -> float:
+    """The noncentrality at which the two-sided t-test (df, level alpha) has ``power`` (brentq;
     cached: every row with the same seeds and family shares it)."""
     from scipy.optimize import brentq
 
     hi = 1.0
-    while _power_nc(hi, df, level) < power:
+    while _power_nc(hi, df, alpha) < power:
         hi *= 2.0
-    return float(brentq(lambda nc: _power_nc(nc, df, level) - power, 0.0, hi, xtol=1e-12, rtol=1e-12))
+    return float(brentq(lambda nc: _power_nc(nc, df, alpha) - power, 0.0, hi, xtol=1e-12, rtol=1e-12))
 
 
 def attainable_level(alpha: float, step: float, exact: bool) -> float:
@@ -198,24 +198,89 @@ def procedure_level(n: int, alpha: float, family: int, resamples: int, exact_max
     return attainable_level(alpha / family, 2.0 / 2 ** n if exact else 0.0, exact)
 
 
-def mde_se(se: float, df: float, level: float, power: float = 0.8) -> float:
-    """Smallest true mean difference detected with ``power`` by a two-sided t-test at
-    ``level`` when the estimate has standard error ``se`` and ``df`` degrees of freedom
-    (noncentral t). level 0 (a floor above it) or a non-finite se -> inf / nan."""
+def mde_se(se: float, df: float, alpha: float, power: float = 0.8) -> float:
+    """Smallest true mean difference detected with ``power`` by a two-sided t-test at level
+    ``alpha`` when the estimate has standard error ``se`` and ``df`` degrees of freedom
+    (noncentral t). alpha 0 (a floor above it) or a non-finite se -> inf / nan."""
     if not np.isfinite(se) or not df >= 1:
         return float("nan")
-    if level <= 0:
+    if alpha <= 0:
         return float("inf")
     if se == 0:
         return 0.0
-    return float(_nc_for_power(float(df), float(level), float(power)) * se)
+    return float(_nc_for_power(float(df), float(alpha), float(power)) * se)
+
+
+#: the exact sign-flip test's power is the t approximation's only where its level is many
+#: attainable steps (2 / 2**n) wide; below this many steps it is computed for the test itself
+#: (`sign_flip_power`): at 10 seeds and Holm over 14 (one step) power 0.8 needs 2.01 sd of d_s,
+#: the t approximation said 1.70 (power 0.63 there)
+EXACT_POWER_STEPS = 16
+#: normal draws of d_s behind `sign_flip_power` (Monte-Carlo sd of a power of 0.8: 0.013)
+POWER_DRAWS = 1000
+
+
+@lru_cache(maxsize=64)
+def _power_draws(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(POWER_DRAWS, n) standard normals, the same for every effect (common random numbers:
+    the simulated power is monotone in the effect), from a generator of their own; and the
+    (2**n, n) sign patterns."""
+    bits = (np.arange(2 ** n)[:, None] >> np.arange(n)[None, :]) & 1
+    return np.random.default_rng([20261202, n]).standard_normal((POWER_DRAWS, n)), 1.0 - 2.0 * bits
+
+
+def sign_flip_power(effect: float, n: int, alpha: float) -> float:
+    """Power of the exact two-sided sign-flip test over n values d_s ~ N(effect, 1) (effect in
+    sd units of d_s) that rejects when p <= alpha, alpha a multiple of its step 2 / 2**n
+    (`attainable_level`). At one step (alpha = 2 / 2**n) only the two all-same-sign patterns
+    reach the observed |sum|, so the test rejects exactly when every d_s has the same sign:
+    Phi(e)**n + Phi(-e)**n. Above it, the share of `_power_draws` rejected."""
+    step = 2.0 / 2 ** n
+    k = int(round(alpha / step))
+    if k < 1:
+        return 0.0
+    if k == 1:
+        return float(sps.norm.cdf(effect) ** n + sps.norm.cdf(-effect) ** n)
+    z, signs = _power_draws(n)
+    d = z + effect                                        # (draws, n)
+    observed = np.abs(d.sum(axis=1)) - 1e-9 * np.abs(d).sum(axis=1)
+    hits = np.zeros(d.shape[0])
+    for start in range(0, signs.shape[0], 2048):          # `sign_flip_test`'s exact p, without its ties step
+        hits += (np.abs(signs[start:start + 2048] @ d.T) >= observed).sum(axis=0)
+    return float((hits / signs.shape[0] <= alpha + 1e-12).mean())
+
+
+@lru_cache(maxsize=4096)
+def mde_effect(n: int, alpha: float, power: float = 0.8, exact: bool = True) -> float:
+    """The smallest standardised effect (true mean of d_s / its sd) that the sign-flip test
+    over n seeds, rejecting at p <= alpha (an attainable level), detects with ``power``: the
+    test's own power (`sign_flip_power`) where alpha is fewer than EXACT_POWER_STEPS steps of
+    2 / 2**n above 0, else the t approximation (noncentral t, n - 1 df). alpha 0 -> inf."""
+    if alpha <= 0 or n < 2:
+        return float("inf")
+    if not exact or alpha / (2.0 / 2 ** n) >= EXACT_POWER_STEPS - 1e-9:
+        return _nc_for_power(float(n - 1), float(alpha), float(power)) / np.sqrt(n)
+    from scipy.optimize import brentq
+
+    t_approx = _nc_for_power(float(n - 1), float(alpha), float(power)) / np.sqrt(n)
+    lo, hi = 0.8 * t_approx, 1.4 * t_approx       # a bracket around the t approximation, widened if needed
+    while sign_flip_power(hi, n, alpha) < power:
+        lo, hi = hi, 2.0 * hi
+    while lo > 0 and sign_flip_power(lo, n, alpha) >= power:
+        lo, hi = lo / 2, lo
+    if alpha / (2.0 / 2 ** n) < 1.5:              # one step: the closed form, solved exactly
+        return float(brentq(lambda e: sign_flip_power(e, n, alpha) - power, lo, hi, xtol=1e-10))
+    while hi - lo > 2e-3:                         # bisection on the simulated (step) curve
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if sign_flip_power(mid, n, alpha) < power else (lo, mid)
+    return float(hi)
 
 
 def mde(d: np.ndarray, alpha: float, power: float = 0.8) -> float:
     """Minimum detectable mean difference of the paired t-test over the n values of d
     (one per seed) at level alpha and the given power: the standardised effect e with
     power(e, n) = power (noncentral t), times sd(d, ddof=1). n < 2 -> nan. (The report's
-    `mde` is that of its headline procedure: `mde_se` at `procedure_level`.)"""
+    `mde` is that of its headline procedure: `mde_effect` at `procedure_level`.)"""
     d = np.asarray(d, dtype=np.float64)
     if d.size < 2:
         return float("nan")
@@ -226,9 +291,10 @@ def seeds_needed(delta: float, sd: float, alpha: float, power: float = 0.8, most
                  family: int = 1, resamples: int = 10000, unpaired: bool = False) -> float:
     """Design calculation: the smallest number of seeds n >= 2 at which the headline
     procedure (sign-flip over seeds at `procedure_level`, i.e. inside Holm over
-    ``family`` comparisons, approximated by the t-test at that level) detects a true mean
-    difference ``delta`` with the given power, when per-seed differences have standard
-    deviation ``sd`` (unpaired: sd of one arm's per-seed mean, two arms of n seeds).
+    ``family`` comparisons; its own power near its floor, `mde_effect`, the t-test at
+    that level above) detects a true mean difference ``delta`` with the given power, when
+    per-seed differences have standard deviation ``sd`` (unpaired: sd of one arm's
+    per-seed mean, two arms of n seeds, Welch t approximation).
     inf if more than ``most`` (or delta = 0), nan if sd is not finite."""
     if not np.isfinite(sd) or not np.isfinite(delta):
         return float("nan")
@@ -239,8 +305,10 @@ def seeds_needed(delta: float, sd: float, alpha: float, power: float = 0.8, most
         level = procedure_level(n, alpha, family, resamples)
         if sd == 0:
             return level > 0
-        se, df = (sd * np.sqrt(2.0 / n), 2 * n - 2) if unpaired else (sd / np.sqrt(n), n - 1)
-        return _power_nc(abs(delta) / se, df, level) >= power - 1e-9  # the mde itself counts as detected
+        if unpaired:
+            return _power_nc(abs(delta) / (sd * np.sqrt(2.0 / n)), 2 * n - 2, level) >= power - 1e-9
+        exact = n <= 16 or 2 ** n <= resamples
+        return abs(delta) / sd >= mde_effect(n, level, power, exact) - 1e-9  # the mde itself counts as detected
 
     if not ok(most):
         return float("inf")

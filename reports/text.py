@@ -16,11 +16,13 @@ LEGEND = ("The primary metric (--primary) is the headline: p_seed = sign-flip pe
           "candidate x suite on the primary metric (p_holm); secondary metrics: p_adj = max-T sign-flip over the "
           "candidate's metrics (p_maxt). The seed-level tests test 'the policy has no effect' (the two runs of a "
           "seed exchangeable). CI = t interval of mean(d_s) over seeds for these tasks and new training runs, "
-          "simultaneous over the same family (an interval that excludes 0 has p_adj < alpha); boot_low/boot_high "
+          "simultaneous at 1 - alpha over the same family, i.e. 1 - alpha / family per row (an interval that "
+          "excludes 0 has p_adj < alpha); boot_low/boot_high "
           "in paired.csv target new tasks and new runs. value = the candidate's mean on the same seeds x tasks as "
           "its delta; seeds +/- = seeds where the candidate is ahead / behind; MDE = smallest true delta the "
-          "headline procedure (this test, its floor and its Holm family) detects with power 0.8 ('none': not at "
-          "these seeds); W/T/L = tasks won / tied / lost (seed-averaged, conditional on these trained models).")
+          "headline procedure (this sign-flip test, its floor and its Holm family; secondary rows: max-T's family) "
+          "detects with power 0.8, from the test's own power near its floor ('none': not at these seeds); W/T/L = "
+          "tasks won / tied / lost (seed-averaged, conditional on these trained models).")
 
 
 def fmt_p(p) -> str:
@@ -35,6 +37,12 @@ def fmt_seeds(n) -> str:
     if n is None or np.isnan(n):
         return "n/a"
     return "more than 10000" if n > 10000 else str(int(n))
+
+
+def interval_label(alpha: float) -> str:
+    """What the headline interval is, everywhere it is drawn or tabled: its simultaneous
+    coverage over the row's family (each row alone: 1 - alpha / family, ci_level)."""
+    return f"{100 * (1 - alpha):.0f}% simultaneous"
 
 
 def fmt_ci(lo, hi) -> str:
@@ -103,11 +111,37 @@ def conclusion(result) -> str:
             else "seed-level sign-flip test")
     parts = [_suite_sentence(g, s, base, alpha, result.headline.get(s))
              for s, g in paired.groupby("suite", sort=True)]
-    return (f"Conclusion ({test} of 'no effect', Holm over {m} candidate x suite comparison(s) on the primary "
-            f"metric, alpha = {alpha}; intervals: simultaneous t intervals over seeds, for these tasks and new "
-            "training runs): " + "; ".join(parts)
+    return (budget_clause(cfg.get("budget"))
+            + f"Conclusion ({test} of 'no effect', Holm over {m} candidate x suite comparison(s) on the primary "
+            f"metric, alpha = {alpha}; intervals: {interval_label(alpha)} t intervals over seeds, for these tasks "
+            "and new training runs): " + "; ".join(parts)
             + ". Secondary metrics: max-T over each candidate's metrics; task-level tests are conditional on these "
-            "trained models (see the tables).")
+            "trained models (see the tables)." + page_error_clause(result))
+
+
+def page_error_clause(result) -> str:
+    """The report-level error rate (`inference.page_error_rate`), one sentence ('' without one)."""
+    page = result.tables.get("page_error")
+    if page is None or page.empty:
+        return ""
+    r = page.iloc[0]
+    paired, cats, alpha = result.tables["paired"], result.tables.get("categories"), result.config["alpha"]
+    flagged = int(sum(adjusted_p(row) < alpha for _, row in paired.iterrows()))
+    regress = int(cats["regresses"].astype(bool).sum()) if cats is not None and "regresses" in cats else 0
+    return (f" Report-level error: this page flags {flagged} row(s) of the headline table and {regress} "
+            f"regressing categor{'y' if regress == 1 else 'ies'}; under no effect at all, a page with these "
+            f"families flags at least one row with probability about {r['rate']:.2f} +- {r['mc_sd']:.2f} (headline "
+            f"table {r['rate_table']:.2f}, categories {r['rate_categories']:.2f}; {int(r['draws'])} relabelings of "
+            f"the policies within seeds), though each family holds alpha = {alpha} on its own.")
+
+
+def budget_clause(budget: dict | None) -> str:
+    """The opening words of a budget report's conclusion ('' otherwise): unit, milestone, rule."""
+    if not budget:
+        return ""
+    return (f"Budget report, at equal cost: every run at exactly {budget['unit']} = {budget['at']:g}"
+            + (" (the largest milestone every run reached)" if budget.get("largest") else "")
+            + f", {budget['rule']}; every table below is at that milestone. ")
 
 
 def headline_table(result) -> str:
@@ -119,7 +153,7 @@ def headline_table(result) -> str:
     if summ.empty and paired.empty:
         return "(no comparable data)"
     base = result.config["baseline"]
-    pct = "CI (simultaneous)"
+    pct = interval_label(result.config["alpha"])
     width = max(12, max(len(p) for p in result.policies) + 2)
     lines = []
     for s in sorted(set(summ.get("suite", pd.Series(dtype=str))) | set(paired.get("suite", pd.Series(dtype=str)))):
@@ -150,16 +184,37 @@ def headline_table(result) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def adjusted_p(r) -> float:
+    """The row's own adjusted p: p_holm on the primary metric, p_maxt on a secondary (nan:
+    descriptive, e.g. --unpaired secondaries)."""
+    p = r["p_holm"] if r.get("role", "primary") == "primary" else r.get("p_maxt", np.nan)
+    return float(p) if p is not None and np.isfinite(p) else float("nan")
+
+
 def verdict(r, alpha: float) -> str:
-    """The per-candidate sentence of earlier reports, as one table cell."""
+    """One table cell from the row's own test (`adjusted_p`: Holm on the primary, max-T on a
+    secondary) that never contradicts its interval (ci_low, ci_high): 'ahead' / 'behind' when
+    the test rejects and the interval lies on that side of 0; when it rejects but the t
+    interval still reaches 0 (the permutation test and the t interval are two procedures),
+    the cell says so; a row that is not rejected has an interval that holds 0
+    (`inference.headline` widens it), and is 'not detectable (|delta| < MDE)' or 'not
+    significant (TEST)'."""
     if int(r["n_seeds"]) < 2:
         return "one seed: no test"
-    if r["p_holm"] < alpha:
-        return "ahead" if r["delta"] > 0 else "behind"
+    test = "Holm" if r.get("role", "primary") == "primary" else "max-T"
+    p = adjusted_p(r)
+    if not np.isfinite(p):
+        return "descriptive (no test)"
+    if p < alpha:
+        side = "ahead" if r["delta"] > 0 else "behind"
+        lo, hi = float(r.get("ci_low", np.nan)), float(r.get("ci_high", np.nan))
+        if np.isfinite(lo) and lo <= 0 <= hi:
+            return f"{side} by the {test} test; its t interval reaches 0"
+        return side
     mde = r.get("mde", np.nan)
     if np.isfinite(mde) and abs(r["delta"]) < mde:
         return "not detectable (|delta| < MDE)"
-    return "not significant (Holm)"
+    return f"not significant ({test})"
 
 
 def fmt_mde(v) -> str:

@@ -48,6 +48,8 @@ def bootstrap_summary(al: Aligned, suite: str, baseline: str, *, resamples: int,
     def finish(iqm_reps: np.ndarray) -> pd.DataFrame:
         (lo, hi), (iqm_lo, iqm_hi) = intervals.percentile_interval(reps[:, :2], 1 - alpha), \
             intervals.percentile_interval(iqm_reps, 1 - alpha)
+        if s < 2:  # one seed: no interval for new runs (`analysis.one_seed_blank`)
+            lo, hi, iqm_lo, iqm_hi = (np.full_like(v, np.nan, dtype=float) for v in (lo, hi, iqm_lo, iqm_hi))
         rows = []
         for i, metric in enumerate(al.metrics):
             for j, pol in enumerate(al.policies):

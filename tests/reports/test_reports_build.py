@@ -353,9 +353,17 @@ def test_umask_conclusion_and_power_warnings(tmp_path, frames):
     assert any("smallest attainable p_seed is 0.25" in n for n in res.notes)
     assert any("sits at its floor 0.25" in n for n in res.notes)
     one = reports.build_report(frames[0][frames[0]["seed"] == 0], "base", None, resamples=50)
-    assert any("only 1 seed: no interval and no p-value over seeds; at least two seeds" in n for n in one.notes)
+    assert any("only 1 seed: no interval and no p-value over seeds (boot_low/boot_high and the summary's intervals "
+               "are empty too: a bootstrap of one run per policy cannot see run-to-run variation" in n for n in one.notes)
     row = one.tables["paired"].iloc[0]
     assert np.isnan(row["p_seed"]) and np.isnan(row["ci_low"]) and np.isnan(row["p_holm"]) and np.isnan(row["mde"])
+    # nothing inferential at one seed: the crossed bootstrap (it would be a task bootstrap) is empty everywhere
+    assert one.tables["paired"][["boot_low", "boot_high"]].isna().all().all()
+    assert one.tables["categories"][["boot_low", "boot_high"]].isna().all().all()
+    assert one.tables["summary"][["boot_low", "boot_high", "iqm_low", "iqm_high", "pi_low", "pi_high"]].isna().all().all()
+    # and the report at 3 seeds (coverage of the bootstrap about 0.75 where runs dominate) says it undercovers
+    assert any("boot_low/boot_high (the crossed bootstrap: new tasks and new runs) resample only 3 seeds and "
+               "undercover there: about 75% instead of 95%" in n for n in res.notes)
     assert "with one seed there is no seed-level test" in reports.build.conclusion(one)
 
 

@@ -130,7 +130,7 @@ def test_the_top_of_the_page_is_the_conclusion_one_figure_and_one_table(report):
     # values from the pair's own rectangle, the interval of its delta
     assert (r["candidate value"], r["baseline value"], r["delta"]) == (
         want["candidate_value"], want["baseline_value"], want["delta"])
-    assert r["95% CI"] == f"[{want['ci_low']:+.3f}, {want['ci_high']:+.3f}]"  # the headline t interval
+    assert r["95% simultaneous CI"] == f"[{want['ci_low']:+.3f}, {want['ci_high']:+.3f}]"  # the headline t interval
     assert "not distinguishable: |delta| is below" not in page  # the sentences became the verdict column
     assert page.count("<details>") >= 10
     md = (res.out / "report.md").read_text()
@@ -161,12 +161,21 @@ def test_wording_of_cells_and_notes():
     assert text.verdict(one, 0.05) == "one seed: no test"
     assert text.verdict({**one, "n_seeds": 8, "p_holm": 0.01}, 0.05) == "ahead"
     assert text.verdict({**one, "n_seeds": 8, "p_holm": 0.5, "mde": 0.3}, 0.05) == "not detectable (|delta| < MDE)"
+    # a secondary row reads its own test (p_maxt), never p_holm (empty there), and never contradicts its interval
+    sec = {**one, "n_seeds": 10, "role": "secondary", "p_maxt": 0.012, "delta": -0.025, "ci_low": -0.044,
+           "ci_high": -0.007, "mde": 0.03}
+    assert text.verdict(sec, 0.05) == "behind"
+    assert text.verdict({**sec, "ci_high": 0.001}, 0.05) == "behind by the max-T test; its t interval reaches 0"
+    assert text.verdict({**sec, "p_maxt": 0.2, "ci_high": 0.01}, 0.05) == "not detectable (|delta| < MDE)"
+    assert text.verdict({**sec, "p_maxt": 0.2, "ci_high": 0.01, "mde": 0.02}, 0.05) == "not significant (max-T)"
+    assert text.verdict({**sec, "p_maxt": np.nan}, 0.05) == "descriptive (no test)"
 
 
 def test_the_headline_interval_is_read_from_ci_columns_when_paired_has_them():
     paired = pd.DataFrame(columns=["boot_low", "boot_high"])
-    assert render.interval_columns(paired, 0.95) == ("boot_low", "boot_high", "95% boot CI")
-    assert render.interval_columns(paired.assign(ci_low=[], ci_high=[]), 0.9) == ("ci_low", "ci_high", "90% CI")
+    assert render.interval_columns(paired, 0.95) == ("boot_low", "boot_high", "95% crossed-bootstrap CI")
+    assert render.interval_columns(paired.assign(ci_low=[], ci_high=[]), 0.9) == ("ci_low", "ci_high",
+                                                                                   "90% simultaneous CI")
 
 
 def test_render_speed(benchmark, report, tmp_path):
