@@ -99,7 +99,12 @@ def chosen_policies(value: str | None, quick: bool) -> list[str]:
     if bad or not names:
         raise UserError(f"--policies {bad[0] if bad else value!r}: unknown policy; valid: a comma-separated list of "
                         f"{', '.join(POLICIES)}")
-    return ["uniform"] + [n for n in names if n not in ALWAYS]
+    designs = [n for n in names if n not in ALWAYS]
+    if not designs:      # the profile is of designs against the references; with none it would be empty
+        raise UserError(f"--policies {value!r} names only {' and '.join(ALWAYS)}, which every profile runs as its "
+                        f"references: name at least one design to profile (e.g. harnessbandit), or see "
+                        "the oracle's gap over uniform with hb scenarios NAME --check")
+    return ["uniform"] + designs
 
 
 def _seeds(sc, seeds: int | None, quick: bool) -> int:

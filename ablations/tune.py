@@ -32,12 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ablations.plan import REAL_KIND, GridSpec, SpecError, plan_cells, variant_label
+from ablations.plan import REAL_KIND, GridSpec, SpecError, cell_bound, check_cells, plan_cells, variant_label
 from hbsim.contract import TUNE_JSON, VALIDATION_SUITE
 from hbsim.records import canonical_json, done_ids, load_cells
 from hbsim.run_knobs import seed_list
 from policies import POLICIES
 from policies.errors import UserError
+from policies.validate import MAX_SEEDS
 
 TUNE_KEYS = ("seeds", "target", "knobs")
 TARGETS = (VALIDATION_SUITE,)
@@ -71,6 +72,9 @@ def parse_tune(raw, path: str, test_seeds: list[int], spec_raw: dict) -> TuneSpe
         seeds = seed_list("tune.seeds", raw.get("seeds"), count=False)
     except UserError as exc:
         err("tune.seeds", str(exc))
+    if len(seeds) + len(test_seeds) > MAX_SEEDS:
+        err("tune.seeds", f"{len(seeds)} tuning seeds and {len(test_seeds)} test seeds are not allowed: expected "
+                          f"at most {MAX_SEEDS} seeds in one grid, both phases together")
     overlap = sorted(set(seeds) & set(test_seeds))
     if overlap:
         err("tune.seeds", f"{overlap} are also test seeds (seeds = {test_seeds}); allowed: tuning seeds disjoint "
@@ -106,6 +110,7 @@ def design_label(pol: dict) -> str:
 
 def tuning_cells(spec: GridSpec) -> dict[str, list]:
     """design label -> its tuning cells (every tune point x tuning seed), file order."""
+    check_cells(cell_bound(spec), spec.path)
     out, knobs = {}, spec.tune.knobs
     names = [p.get("name") for p in spec.policies]
     for key in sorted(knobs):
