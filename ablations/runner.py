@@ -212,12 +212,13 @@ def run_tuned(spec: GridSpec, out: str | os.PathLike, **options):
     (tuning RunReport, test RunReport or None, selection or None). `options`: `run_grid`'s."""
     check_run_options(options.get("jobs"), options.get("backend", "local"))
     out = Path(out)
+    recorded = tune.read_selection(out)          # shape checked before any work
     store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=options.get("force_mixed", False))
     tuned = run_grid(tune.tuning_spec(spec), out / TUNE_DIR, **options)
     if tuned.failed:
         return tuned, None, None
     selection = json.loads(json.dumps(tune.select(spec, out / TUNE_DIR)))      # as it reads back
-    if tune.read_selection(out) != selection:
+    if recorded != selection:
         atomic.write_json_atomic(out / TUNE_JSON, selection)
     return tuned, run_grid(tune.test_spec(spec, selection), out, **options), selection
 

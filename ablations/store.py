@@ -15,7 +15,7 @@ from pathlib import Path
 from ablations.plan import GridSpec
 from ablations.spec import parse_spec
 from ablations.tune import recorded_test_spec
-from hbsim import atomic, folders
+from hbsim import atomic, folders, shapes
 from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG
 from hbsim.records import collect_cells, done_ids
 from policies.errors import UserError
@@ -48,9 +48,10 @@ def read_grid_json(root: str | os.PathLike) -> dict | None:
     except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise UserError(f"{path}: unreadable grid record ({str(exc)[:200]}); expected the JSON object hb "
                         "writes") from None
-    if not isinstance(record, dict) or not isinstance(record.get("spec", {}), dict) \
-            or not isinstance(record.get("names", []), list):
-        raise UserError(f"{path}: unreadable grid record (not the JSON object hb writes: name, names, spec)")
+    remedy = "expected the JSON object hb writes (name, names, spec): remove it, or the folder, and run again"
+    shapes.check(path, record, shapes.GRID_RECORD, "unreadable grid record", remedy)
+    shapes.check(path, record.get("spec") or {}, shapes.GRID_SPEC, "unreadable grid record", remedy, "spec.")
+    shapes.strings(path, record.get("names") or [], "unreadable grid record", remedy, "names")
     return record
 
 

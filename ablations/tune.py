@@ -26,15 +26,13 @@ rerun skips the finished cells of both phases and recomputes the same selection 
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from ablations.plan import REAL_KIND, GridSpec, SpecError, cell_bound, check_cells, plan_cells, variant_label
 from hbsim.contract import TUNE_JSON, VALIDATION_SUITE
-from hbsim.records import canonical_json, done_ids, load_cells
+from hbsim.records import canonical_json, done_ids, load_cells, read_tune
 from hbsim.run_knobs import seed_list
 from policies import POLICIES
 from policies.errors import UserError
@@ -144,6 +142,10 @@ def test_spec(spec: GridSpec, selection: dict) -> GridSpec:
     cells = []
     for i, pol in enumerate(spec.policies):
         label = design_label(pol)
+        if label not in selection["designs"]:
+            raise UserError(f"{TUNE_JSON}: the tuning record selects no setting for design {label!r} (it has "
+                            f"{', '.join(map(repr, selection['designs'])) or 'none'}); remove it and rerun "
+                            "`hb grid run` (the finished tuning cells are kept)")
         setting = selection["designs"][label]["setting"]
         env = {**spec.env, **{k[4:]: v for k, v in setting.items() if k.startswith("env.")}}
         policy = {**pol, "label": label, **{k[7:]: v for k, v in setting.items() if k.startswith("policy.")}}
@@ -184,13 +186,8 @@ def select(spec: GridSpec, tune_dir) -> dict:
 
 
 def read_selection(root) -> dict | None:
-    path = Path(root) / TUNE_JSON
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: unreadable tuning record ({exc}); remove it and rerun `hb grid run`") from None
+    """DIR/tune.json, shape checked (`hbsim.records.read_tune`, the one reader); None when absent."""
+    return read_tune(root)
 
 
 def recorded_test_spec(spec: GridSpec, root) -> GridSpec:

@@ -27,7 +27,7 @@ are adopted when their contents are unmistakably ours (`legacy_kind`).
 Files are written with `hbsim.atomic` (atomic replace under the user's umask, temporaries
 a killed writer left removed by the rerun); a claimed folder is tracked there, so
 `complete_output_dir` lists every file this process wrote in it.
-Standard library, `policies`, `hbsim.contract` and `hbsim.atomic` only.
+Standard library, `policies`, `hbsim.contract`, `hbsim.atomic` and `hbsim.shapes` only.
 """
 from __future__ import annotations
 
@@ -40,15 +40,22 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from hbsim import shapes
 from hbsim.atomic import (_is_temp, atomic_write, remove_temp, track_writes, tracked_writes, untrack_writes,
                           visible)
 from hbsim.contract import (CELLS, CHECKPOINT, EVAL_FILE, GRID_JSON, KIND_FILE, KINDS, TUNE_DIR, REPORT_INDEX, REPORT_MARKDOWN,
                             RUN_JSON, TRAIN_FILE)
 from policies.errors import UserError
-from policies.validate import check_choice
+from policies.validate import MAX_NAME_BYTES, check_choice
 
-#: bytes kept free below PATH_MAX for the files a tool creates inside its output folder
-PATH_RESERVE = 96
+#: the longest path hb adds below a run's folder: a run directory's temporary and the temporary of
+#: its longest file (`.tmp-seed4294967295-<pid>-XXXXXXXX/.tmp-counterfactual.parquet-<pid>-XXXXXXXX.parquet`),
+#: a report's `rliable/` or `figures/` file, DIR/stress/figures/...: 96 bytes
+RUN_PATH_BYTES = 96
+#: bytes kept free below PATH_MAX for what a tool creates inside its output folder: the longest
+#: names hb adds, a study's <env>/<label>/ (each a user's name of up to MAX_NAME_BYTES), then the
+#: run directory's own path (RUN_PATH_BYTES)
+PATH_RESERVE = 2 * (MAX_NAME_BYTES + 1) + RUN_PATH_BYTES
 
 # -- paths -----------------------------------------------------------------------------------
 def _exists(path: Path) -> bool:
@@ -129,9 +136,12 @@ def read_marker(path: str | os.PathLike) -> dict | None:
         record = json.loads(marker.read_text())
     except (OSError, ValueError) as exc:
         raise UserError(f"{marker}: unreadable folder marker ({exc}); expected the JSON hb writes") from None
-    if not isinstance(record, dict) or record.get("kind") not in KINDS:
-        raise UserError(f"{marker}: kind={record.get('kind') if isinstance(record, dict) else record!r} "
-                        f"is unknown; valid kinds: {', '.join(KINDS)}")
+    remedy = "expected the JSON hb writes: remove it and run again"
+    shapes.check(marker, record, shapes.MARKER, "folder marker", remedy)
+    if record["kind"] not in KINDS:
+        raise UserError(f"{marker}: kind={record['kind']!r} is unknown; valid kinds: {', '.join(KINDS)}")
+    for name in ("files", "foreign"):
+        shapes.strings(marker, record.get(name) or [], "folder marker", remedy, name)
     return record
 
 
