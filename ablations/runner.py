@@ -41,7 +41,7 @@ import ablations.store as store
 import ablations.tune as tune
 import ablations.worker as worker
 from ablations.plan import GridSpec
-from hbsim import atomic, threads
+from hbsim import atomic, folders, threads
 from hbsim.contract import CELLS, PART, TUNE_DIR, TUNE_JSON
 from hbsim.records import config_hash, is_complete, read_meta
 from policies.errors import UserError
@@ -162,6 +162,10 @@ def run_many(tasks: list[dict], *, jobs: int | None = None, backend: str = "loca
 
     def done(answer: dict) -> None:
         report.ran += 1
+        if answer["ok"] and dirs.get(answer["id"]):     # a worker's run directory: the marker lists it
+            atomic.record_written(dirs[answer["id"]])
+        elif answer.get("log"):
+            atomic.record_written(answer["log"])
         if not answer["ok"]:
             report.failed.append(answer)
             code = answer.get("errno")
@@ -198,7 +202,9 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
                                                          "label": c.label, "seed": c.seed},
                                                 **_scenario_meta(scenario.get(c.sweep.get(PART)))}}
              for c in spec.cells()]
-    return run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress, on_done=on_done)
+    report = run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress, on_done=on_done)
+    folders.complete_output_dir(out)        # the marker last, with every file and cell written
+    return report
 
 
 def _scenario_meta(record: dict | None) -> dict:

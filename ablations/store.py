@@ -69,8 +69,11 @@ def recorded_spec(root: str | os.PathLike) -> GridSpec:
 
 def collect(root: str | os.PathLike, current: bool = False) -> tuple[Path, Path]:
     """Write DIR/train.parquet and DIR/eval.parquet of the complete cells (atomically; `current`:
-    only those of the grid file recorded last, `hb grid collect --current`); returns their paths."""
-    return collect_cells(root, only={c.id for c in recorded_spec(root).cells()} if current else None)
+    only those of the grid file recorded last, `hb grid collect --current`); returns their paths.
+    The grid's marker lists them (`hbsim.folders.output_dir`: claimed, then completed)."""
+    only = {c.id for c in recorded_spec(root).cells()} if current else None
+    with folders.output_dir(root, "grid", tool="hb grid collect"):
+        return collect_cells(root, only=only)
 
 
 def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bool = False) -> None:
