@@ -25,7 +25,7 @@ from policies.validate import check_name
 
 from hbsim.envs import ENVS, expand_preset, make_env
 from hbsim.loop import RunResult, attach_ground_truth, run
-from hbsim.run_knobs import CONFIG_KNOBS, OPTIONAL_RUN_KEYS
+from hbsim.run_knobs import CONFIG_KNOBS, OPTIONAL_RUN_KEYS, budget_milestones
 from hbsim.sampling import when_set
 
 DEFAULT_ENV = "bernoulli"
@@ -65,6 +65,19 @@ def resolve_run(partial: dict) -> dict:
     return {k: v for k, v in top.items() if v is not None or k not in OPTIONAL_RUN_KEYS}
 
 
+def check_budget(env: dict, run: dict) -> None:
+    """A run's `eval_budget` against its resolved env: a `tokens` budget on a synthetic world
+    whose tokens per group are all 0 (`env.group_tokens` unset) would never reach a milestone
+    and is refused, one line naming the knob to set (plan_cells and resolve_config call it)."""
+    unit, _ = budget_milestones(run.get("eval_budget"))
+    if unit != "tokens" or env.get("kind") not in ENVS:
+        return
+    if not any(float(x) > 0 for x in str(env.get("group_tokens") or "").split(",") if x):
+        raise UserError(f"eval_budget={run['eval_budget']!r} is not allowed on this world: its token cost is zero "
+                        "(env.group_tokens is unset or 0), so no tokens milestone is ever reached; set "
+                        "env.group_tokens (e.g. \"100,400\", per harness) or use a groups or seconds budget")
+
+
 def _resolve(partial: dict | None, resolve_env: bool | Callable[[dict], dict]) -> tuple[dict, Policy]:
     partial = copy.deepcopy(partial or {})
     top = resolve_run(partial)
@@ -73,6 +86,7 @@ def _resolve(partial: dict | None, resolve_env: bool | Callable[[dict], dict]) -
         env = resolve_env(env)
     elif resolve_env:
         env = resolve_synthetic(env)
+    check_budget(env, top)
     n_arms = env.get("n_harnesses")
     if not isinstance(n_arms, int):
         raise UserError(f"env.n_harnesses={n_arms!r} is not allowed: expected an integer >= 1")

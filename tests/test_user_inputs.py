@@ -575,10 +575,16 @@ def test_legacy_grid_without_marker_is_adopted_and_user_folder_forced(base, tmp_
     assert code == 0 and "2 already done, 0 run" in out, err[-3000:]
     assert folders.read_marker(grid)["kind"] == "grid"
     mine = world.user()
+    (mine / "eval.parquet").unlink()       # a user's eval.parquet is refused, even forced (a row of CASES)
     notes = (mine / "notes.txt").read_text()
     code, _, err = hb("grid", "run", world.spec, "--out", mine, "--jobs", "1", "--force")
     assert code == 0, err[-3000:]
     assert (mine / "notes.txt").read_text() == notes and len(list((mine / "cells").iterdir())) == 2
+    marker = folders.read_marker(mine)
+    cells = sorted(f"cells/{p.name}" for p in (mine / "cells").iterdir())
+    assert marker["state"] == "complete" and marker["files"] == [*cells, "grid.json"]    # notes.txt is not hb's
+    assert hb("grid", "collect", mine)[0] == 0
+    assert folders.read_marker(mine)["files"] == [*cells, "eval.parquet", "grid.json", "train.parquet"]
 
 
 @pytest.mark.parametrize("mask", [0o022, 0o077])
