@@ -21,7 +21,7 @@ from typing import Any
 
 from hbsim.contract import PART, part_suffix
 from hbsim.envs import ENVS, make_env
-from hbsim.experiment import check_budget, resolve_policy, resolve_run
+from hbsim.experiment import check_run, resolve_policy, resolve_run
 from hbsim.records import canonical_json, config_hash
 from policies import POLICIES
 from policies.errors import UserError
@@ -173,9 +173,9 @@ def plan_cells(spec: GridSpec) -> list[Cell]:
             if env_key not in envs:
                 envs[env_key] = _resolve_env(err, suffix, env_cfg)
                 try:
-                    check_budget(envs[env_key], top)
+                    check_run(envs[env_key], top)
                 except UserError as exc:
-                    err("eval_budget", f"{'at sweep point ' + suffix + ': ' if suffix else ''}{exc}")
+                    err("eval_budget" if str(exc).startswith("eval_budget") else "eval_every", f"{'at sweep point ' + suffix + ': ' if suffix else ''}{exc}")
             env = envs[env_key]
             for knob, value in pol_over.items():
                 checked(err, f"sweep.policy.{knob}", ptable, knob, value, where=f"{where}: ")

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from policies import POLICIES, Policy, make
 from policies.errors import UserError
-from policies.validate import check_name
+from policies.validate import MAX_RUN_EVAL_ROWS, check_name
 
 from hbsim.envs import ENVS, expand_preset, make_env
 from hbsim.loop import RunResult, attach_ground_truth, run
@@ -65,12 +65,24 @@ def resolve_run(partial: dict) -> dict:
     return {k: v for k, v in top.items() if v is not None or k not in OPTIONAL_RUN_KEYS}
 
 
-def check_budget(env: dict, run: dict) -> None:
-    """A run's `eval_budget` against its resolved env: a `tokens` budget on a synthetic world
-    whose tokens per group are all 0 (`env.group_tokens` unset) would never reach a milestone
-    and is refused, one line naming the knob to set (plan_cells and resolve_config call it)."""
-    unit, _ = budget_milestones(run.get("eval_budget"))
-    if unit != "tokens" or env.get("kind") not in ENVS:
+def check_run(env: dict, run: dict) -> None:
+    """A run's knobs against its resolved synthetic env, before it starts (plan_cells and
+    resolve_config call it): its eval table (rows per evaluation x evaluations: every
+    `eval_every` steps, the final step, each `eval_budget` milestone) at most
+    MAX_RUN_EVAL_ROWS rows, and a `tokens` budget only on a world whose token cost is not zero
+    (`env.group_tokens` unset: no milestone would ever be reached); UserError, one line."""
+    if env.get("kind") not in ENVS:
+        return
+    unit, milestones = budget_milestones(run.get("eval_budget"))
+    evaluations = run["steps"] // run["eval_every"] + 1 if run.get("eval_every") else 1
+    rows = ENVS[env["kind"]].eval_rows(env) * (evaluations + len(milestones))
+    if rows > MAX_RUN_EVAL_ROWS:
+        raise UserError(f"steps={run['steps']}, eval_every={run.get('eval_every')} and eval_budget="
+                        f"{run.get('eval_budget')!r} are not allowed with this env: the run's eval table would have "
+                        f"{rows} rows ({evaluations + len(milestones)} evaluations x "
+                        f"{ENVS[env['kind']].eval_rows(env)} rows), allowed at most {MAX_RUN_EVAL_ROWS}; evaluate "
+                        "less often (a larger eval_every) or on fewer tasks or attempts")
+    if unit != "tokens":
         return
     if not any(float(x) > 0 for x in str(env.get("group_tokens") or "").split(",") if x):
         raise UserError(f"eval_budget={run['eval_budget']!r} is not allowed on this world: its token cost is zero "
@@ -86,7 +98,7 @@ def _resolve(partial: dict | None, resolve_env: bool | Callable[[dict], dict]) -
         env = resolve_env(env)
     elif resolve_env:
         env = resolve_synthetic(env)
-    check_budget(env, top)
+    check_run(env, top)
     n_arms = env.get("n_harnesses")
     if not isinstance(n_arms, int):
         raise UserError(f"env.n_harnesses={n_arms!r} is not allowed: expected an integer >= 1")
