@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -152,7 +153,7 @@ def main(args: argparse.Namespace) -> int:
         print("\n".join(ENVS[expand_preset({"kind": args.env})["kind"]].KNOBS.listing()))
         return 0
     configs, sc = build_configs(args)
-    out = Path(args.out).resolve() if args.out is not None else None
+    out = Path(os.path.realpath(args.out)) if args.out is not None else None   # a link loop: refused below, one line
     meta = {"scenario": sc.record()} if sc is not None else {}
     tasks = [{"id": f"{c['policy']['label']}/seed{c['seed']}", "config": c, "meta": meta,
               "dir": str(run_dir(out, c)) if out else None, "replace": args.overwrite} for c in configs]
