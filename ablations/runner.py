@@ -152,6 +152,9 @@ def run_many(tasks: list[dict], *, jobs: int | None = None, backend: str = "loca
     for folder in parents:
         store.clean_tmp(folder)
     todo = pending(tasks)
+    for task in tasks:              # a complete run of the same config (a killed earlier call's): hb's, listed
+        if task.get("dir") and task not in todo:
+            atomic.record_written(task["dir"])
     report = RunReport(total=len(tasks), skipped=len(tasks) - len(todo))
     if progress:
         progress(report.skipped, report.total, 0)

@@ -100,6 +100,8 @@ def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bo
     new = {"name": names[0], "names": names, "spec": spec}
     if new != record:
         atomic.write_json_atomic(root / GRID_JSON, new)
+    else:
+        atomic.record_written(root / GRID_JSON)      # written by an earlier (maybe killed) call: the marker lists it
 
 
 clean_tmp = atomic.remove_temp     # the one implementation: hbsim.atomic
