@@ -993,3 +993,71 @@ def test_real_checks_run_before_torch_is_imported(tmp_path, argv):
                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.stdout.split() == ["2", "False", "False"], proc.stderr[-3000:]
     assert not (tmp_path / "x").exists()
+
+
+# -- issue 33: what is accepted, and what it then does ------------------------------------------
+def test_scenarios_check_keys_results_by_position_not_label(hb):
+    """`--policy uniform` / `--policy oracle` are policies of their own beside the built-in ones
+    (the same config, so the same numbers), not a collision of labels."""
+    code, out, err = hb("scenarios", "trap", "--check", "--seeds", "2", "--policy", "uniform", "--policy", "oracle")
+    assert code == 0, err[-3000:]
+    rows = [line.split(None, 1) for line in out.splitlines() if line.startswith("  ") and line[2] != " "]
+    assert [r[0] for r in rows] == ["oracle", "uniform", "uniform", "oracle"]
+    assert rows[1][1] == rows[2][1] and rows[0][1] == rows[3][1] and rows[0][1] != rows[1][1]
+
+
+def test_group_filter_that_drops_every_group_is_named(tmp_path, hb):
+    code, out, err = hb(*SIM, "--set", "env.min_abs_adv=1e9", "--out", tmp_path / "s")
+    assert code == 0, err[-3000:]
+    assert out.splitlines()[-1] == ("warning: uniform: 1 of 1 runs optimized no group in any step: the group filter "
+                                    "(equal rewards, env.keep_band, env.min_abs_adv) dropped every group, so they did "
+                                    "not train; loosen the filter")
+    code, out, err = hb(*SIM, "--out", tmp_path / "t")
+    assert code == 0 and "warning" not in out, err[-3000:]
+
+
+def test_study_at_the_longest_allowed_path_runs_with_the_longest_label(base, tmp_path, hb):
+    """The path budget (folders.PATH_RESERVE) keeps room for a study's <env>/<label>/ of 200
+    bytes each: a DIR at the limit runs through (no ENAMETOOLONG mid-run), a byte more is refused."""
+    world = World(base, tmp_path, hb)
+    limit = 4096 - folders.PATH_RESERVE
+    study = world.study_label("l" * 200)
+    code, _, err = hb("validity", world.long_dir(limit + 1), "--study", study, "--min-step", "0", "--resamples", "5")
+    assert code == 2 and f"the path has {limit + 1} bytes; allowed: at most {limit}" in err, err[-3000:]
+    longest = world.long_dir(limit)
+    assert len(os.fsencode(str(longest))) == limit
+    code, _, err = hb("validity", longest, "--study", study, "--min-step", "0", "--resamples", "5")
+    assert code == 0, err[-3000:]
+    assert (longest / "bernoulli" / ("l" * 200) / "seed0" / "run.json").is_file()
+
+
+def test_temporaries_are_removed_at_every_depth_hb_writes(tmp_path):
+    """A kill -9 while the stress profile wrote its figure left DIR/stress/figures/.tmp-*: the
+    rerun's claim removes it (its writer is dead), and a user's hidden file stays."""
+    grid = tmp_path / "g"
+    folders.claim_output_dir(grid, "grid", tool="hb stress")
+    figures = grid / contract.STRESS_DIR / contract.FIGURES_DIR
+    figures.mkdir(parents=True)
+    dead = figures / ".tmp-share.png-999999999-abcdefgh.png"         # pid 999999999: no such process
+    dead.write_bytes(b"half a png")
+    (figures / ".mine").write_text("the user's")
+    folders.claim_output_dir(grid, "grid", tool="hb stress")
+    assert sorted(p.name for p in figures.iterdir()) == [".mine"]
+
+
+def test_immutable_stress_file_is_refused_before_any_write(tmp_path, hb):
+    grid = tmp_path / "g"
+    folders.claim_output_dir(grid, "grid", tool="hb stress")
+    (grid / "stress").mkdir()
+    index = grid / "stress" / "index.html"
+    index.write_text("<p>an earlier profile</p>")
+    if subprocess.run(["chattr", "+i", str(index)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here (needs root and a file system with the flag)")
+    try:
+        before = tree_hash(grid)
+        code, _, err = hb("stress", "--scenarios", "trap", "--policies", "mixed", "--seeds", "2", "--jobs", "1",
+                          "--out", grid)
+        assert code == 2 and "stress/index.html' is immutable or append-only" in err and err.count("\n") == 1, err
+        assert tree_hash(grid) == before
+    finally:
+        subprocess.run(["chattr", "-i", str(index)], check=True)
