@@ -32,6 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from ablations import runner
+from ablations.plan import check_cells
 from hbsim.envs import ENV_PRESETS, ENVS, expand_preset
 from hbsim import scenarios
 from hbsim.experiment import resolve_config
@@ -132,6 +133,7 @@ def build_configs(args: argparse.Namespace) -> tuple[list[dict], scenarios.Scena
     for knob in policy_knobs:
         if not any(knob in POLICIES[n].KNOBS for n in names):
             raise UserError(f"--set policy.{knob} is not a knob of any selected policy ({', '.join(names)})")
+    check_cells(len(names) * seeds, "hb sim", "runs (policies x seeds)")
     configs = []
     for name in names:
         knobs = {k: v for k, v in policy_knobs.items() if k in POLICIES[name].KNOBS}

@@ -149,6 +149,8 @@ def read_meta(run_dir) -> dict | None:
     shapes.check(path, meta, shapes.RUN_RECORD, "run record", remedy)
     if meta.get("grid") is not None:
         shapes.check(path, meta["grid"], shapes.RUN_GRID, "run record", remedy, "grid.")
+    if meta.get("config") is not None:
+        shapes.check(path, meta["config"], shapes.RUN_CONFIG, "run record", remedy, "config.")
     return meta
 
 

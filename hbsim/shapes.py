@@ -27,6 +27,7 @@ GRID_RECORD = {"name?": str, "names?": list, "spec?": dict}
 GRID_SPEC = {"path?": str, "raw?": dict}
 RUN_RECORD = {"config?": dict, "config_hash?": str, "label?": str, "policy?": str, "seed?": int, "grid?": dict}
 RUN_GRID = {"sweep?": dict, "label?": str, "cell_id?": str, "name?": str}
+RUN_CONFIG = {"env?": dict, "policy?": dict}
 TUNE_RECORD = {"seeds": list, "test_seeds": list, "target": str, "knobs": dict, "designs": dict, "rule?": str}
 TUNE_DESIGN = {"setting": dict, "score": NUMBER, "points?": list}
 
