@@ -118,12 +118,13 @@ def env_table(kind: str) -> Knobs:
 
 
 # -- size ----------------------------------------------------------------------------
-def check_cells(count: int, where: str, what: str = "cells (policies x sweep points x seeds)") -> None:
+def check_cells(count: int, where: str, what: str = "cells (policies x sweep points x seeds)",
+                fewer: str = "seeds, policies or sweep points (or several grids)") -> None:
     """The one size bound of everything that plans many runs: at most MAX_CELLS; UserError
-    naming `where` (a grid file, `hb stress`, `hb scenarios --check`) otherwise."""
+    naming `where` (a grid file, `hb stress`, `hb scenarios --check`, ...) and what to use
+    fewer of otherwise."""
     if count > MAX_CELLS:
-        raise SpecError(f"{where}: plans up to {count} {what}: allowed at most {MAX_CELLS}; "
-                        "use fewer seeds, policies or sweep points (or several grids)")
+        raise SpecError(f"{where}: plans up to {count} {what}: allowed at most {MAX_CELLS}; use fewer {fewer}")
 
 
 def cell_bound(spec: GridSpec) -> int:

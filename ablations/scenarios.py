@@ -37,7 +37,7 @@ def final_truth(name: str, policies: list[dict], seeds: int | None = None, *, st
     policy of its own beside the built-in uniform."""
     sc = get(name)
     n = sc.seeds if seeds is None else seeds
-    check_cells(len(policies) * n, f"hb scenarios {sc.name}", "runs (policies x seeds)")
+    check_cells(len(policies) * n, f"hb scenarios {sc.name}", "runs (policies x seeds)", "--seeds or --policy")
     tasks, index = [], {}
     for i, policy in enumerate(policies):
         for seed in range(n):

@@ -133,7 +133,7 @@ def build_configs(args: argparse.Namespace) -> tuple[list[dict], scenarios.Scena
     for knob in policy_knobs:
         if not any(knob in POLICIES[n].KNOBS for n in names):
             raise UserError(f"--set policy.{knob} is not a knob of any selected policy ({', '.join(names)})")
-    check_cells(len(names) * seeds, "hb sim", "runs (policies x seeds)")
+    check_cells(len(names) * seeds, "hb sim", "runs (policies x seeds)", "--seeds or --policy")
     configs = []
     for name in names:
         knobs = {k: v for k, v in policy_knobs.items() if k in POLICIES[name].KNOBS}

@@ -608,6 +608,14 @@ CASES = [
     ("scenarios-check-too-many-runs", lambda w: (["scenarios", "trap", "--check", "--seeds", "10000",
                                                   *[f"--policy={n}" for n in ("mixed", "sec", "variance", "learnability", "transfer", "round_robin", "fixed", "harnessbandit", "oracle", "uniform")]], w.tmp),
      "hb scenarios trap: plans up to 120000 runs (policies x seeds): allowed at most 100000"),
+    ("sim-too-many-runs", lambda w: (["sim", "--seeds", "10000", "--out", w.missing(), *[f"--policy={n}" for n in (
+        "uniform", "round_robin", "learnability", "transfer", "harnessbandit", "product", "min", "mixed", "exp3s", "ucb1",
+        "dts")]], w.tmp), "hb sim: plans up to 110000 runs (policies x seeds): allowed at most 100000; use fewer --seeds"),
+    ("calibrate-too-many-runs", lambda w: (["calibrate", "--blocks", "10000", "--seeds", "100"], w.tmp),
+     "hb calibrate: plans up to 2000000 runs (blocks x seeds x 2): allowed at most 100000"),
+    ("validity-study-too-many-runs", lambda w: (["validity", w.missing(), "--study", w.text("s.toml", study_text(
+        steps=2, seeds=10000).replace('envs = ["bernoulli"]', 'envs = ["bernoulli", "drifting", "student"]')
+        + "[[policies]]\nname = \"mixed\"\n" * 3)], w.tmp), "plans up to 120000 runs (envs x policies x seeds)"),
     ("sim-eval-rows-huge", lambda w: ([*SIM[:-4], "--set", "env.n_heldout_tasks=100000", "--set", "env.k_attempts=100000",
                                        "--out", w.missing()], w.tmp), "one evaluation would have 70000000000 rows"),
     ("grid-eval-table-huge", lambda w: ([*GRID_RUN, w.text("e.toml", TINY_GRID.replace(
