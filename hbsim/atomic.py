@@ -8,8 +8,9 @@ over it; `exclusive=True`: linked into place, never replacing a file), folders w
 `.tmp-<name>-<pid>-XXXX`: `remove_temp` removes those whose writer no longer runs, so two
 live commands on one folder never delete each other's. Every reader lists folders with
 `visible` / `find_files` (no hidden or temporary entry). A folder can be tracked
-(`track_writes`): every atomic write under it is listed, which is how an output folder's
-marker knows what hb wrote (`hbsim.folders`).
+(`track_writes`): every atomic write under it is listed, and every folder written whole
+(`write_dir_atomic`, or a worker process's run directory: `record_written`), which is how an
+output folder's marker knows what hb wrote (`hbsim.folders`).
 
 `STORAGE_ERRNOS` are the write errors of the storage (full disk, quota, read-only), which
 stop a batch of runs at the first.

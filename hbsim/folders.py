@@ -132,7 +132,9 @@ def expect_folder(path: Path, flag: str = "--out", root: Path | None = None) -> 
     """Where hb expects a folder (to create or to write into): nothing, or a real folder.
     UserError, one line, for a file, a symbolic link (hb would write wherever it points; only
     the --out itself may be a link), a broken link or a link loop."""
-    where = f"{flag} {str(root if root is not None else path)!r}" + (f": {str(path)!r}" if root not in (None, path) else "")
+    where = f"{flag} {str(root if root is not None else path)!r}"
+    if root not in (None, path):
+        where += f": {str(path)!r}"
     if path.is_symlink():
         try:
             target = path.resolve(strict=True)
@@ -214,8 +216,7 @@ def read_marker(path: str | os.PathLike) -> dict | None:
     shapes.check(marker, record, shapes.MARKER, "folder marker", remedy)
     if record["kind"] not in KINDS:
         raise UserError(f"{marker}: kind={record['kind']!r} is unknown; valid kinds: {', '.join(KINDS)}")
-    for name in ("files", "foreign"):
-        shapes.strings(marker, record.get(name) or [], "folder marker", remedy, name)
+    shapes.strings(marker, record.get("files") or [], "folder marker", remedy, "files")
     return record
 
 
@@ -348,7 +349,6 @@ def check_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None
     expect_folder(root, flag)
     if not root.exists() or not any(not _is_temp(e) for e in root.iterdir()):   # a killed claim's temporary only
         return "new"
-    expect_folder(root, flag)
     check_replaceable(root, kind, flag)
     record = read_marker(root)
     found = record["kind"] if record else legacy_kind(root)
@@ -425,7 +425,7 @@ def output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = Non
     refusal leaves the disk as it was; after a write the marker stays "incomplete". Nested in
     an `output_dir` of the same folder (`hb stress` collects inside its profile's), it only
     yields: the outer one completes the marker with both's files."""
-    if Path(path).resolve() in _active:      # inside the same folder's own `output_dir`: that one claims
+    if Path(os.path.realpath(path)) in _active:      # inside the same folder's own `output_dir`: that one claims
         yield Path(path)
         return
     root = claim_output_dir(path, kind, config_hash, tool)

@@ -21,8 +21,7 @@ from typing import Any
 from policies.errors import UserError
 
 NUMBER = (int, float)
-MARKER = {"kind": str, "config_hash?": str, "tool?": str, "state?": str, "command?": str, "files?": list,
-          "foreign?": list}
+MARKER = {"kind": str, "config_hash?": str, "tool?": str, "state?": str, "command?": str, "files?": list}
 GRID_RECORD = {"name?": str, "names?": list, "spec?": dict}
 GRID_SPEC = {"path?": str, "raw?": dict}
 RUN_RECORD = {"config?": dict, "config_hash?": str, "label?": str, "policy?": str, "seed?": int, "grid?": dict}
