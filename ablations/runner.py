@@ -129,6 +129,10 @@ def pending(tasks: list[dict], remedy: str = "choose a new output folder") -> li
         path = Path(task["dir"]) if task.get("dir") else None
         if path is not None and path.exists() and not path.is_dir():
             raise UserError(f"{str(path)!r} is a file, not a run directory; {remedy}")
+        for parent in path.parents if path is not None else ():
+            if parent.is_dir():
+                break
+            folders.expect_folder(parent, "run directory", path)     # a file or a broken link on the way
         if path is None or task.get("replace") or not is_complete(path):
             todo.append(task)
             continue

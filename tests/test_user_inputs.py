@@ -666,6 +666,13 @@ CASES = [
      "is a broken symbolic link (or a link loop)"),
     ("sim-label-folder-symlink", lambda w: ([*SIM, "--out", w.sim()], w.elsewhere())
      if w.linked(w.sim() / "other", "link") else None, "other' is a symbolic link"),
+    ("sim-label-folder-is-a-file", lambda w: ([*SIM, "--policy", "round_robin", "--out", w.sim()], w.sim())
+     if w.linked(w.sim() / "round_robin", "file") else None, "round_robin' is a file where hb expects a folder"),
+    ("sim-label-folder-dangling", lambda w: ([*SIM, "--policy", "round_robin", "--out", w.sim()], w.sim())
+     if w.linked(w.sim() / "round_robin", "dangling") else None, "round_robin' is a broken symbolic link"),
+    ("validity-study-env-folder-is-a-file", lambda w: (["validity", w.study(), "--study", w.study_file()], w.study())
+     if shutil.rmtree(w.study() / "bernoulli") is None and w.linked(w.study() / "bernoulli", "file") else None,
+     "bernoulli' is a file where hb expects a folder"),
     # cause 7: records read back are shape checked before any work
     ("report-tune-json-wrong-shape", lambda w: (["report", w.record(w.tuned(), "tune.json", '{"designs": []}'),
                                                  "--baseline", "uniform"], w.tuned()),
