@@ -637,6 +637,10 @@ CASES = [
      "and 'stress/index.html' is a name hb writes there"),
     ("grid-run-force-user-eval", lambda w: ([*GRID_RUN, w.spec, "--out", w.user(), "--force"], w.user()),
      "never replaces a file hb did not write, and 'eval.parquet' is a name hb writes there"),
+    ("report-force-user-index", lambda w: (["report", w.grid(), "--baseline", "uniform", "--out", w.text(
+        "page/index.html", "<p>mine</p>\n").parent, "--force"], w.tmp / "page"), "'index.html' is a name hb writes"),
+    ("validity-force-user-csv", lambda w: (["validity", w.cf(), "--out", w.text("page/validity.csv", "a\n1\n").parent,
+                                            "--force"], w.tmp / "page"), "'validity.csv' is a name hb writes"),
     ("sim-force-user-run-folder", lambda w: ([*SIM, "--out", w.text("u/uniform/seed0/notes.txt", "mine\n").parents[2],
                                              "--force"], w.tmp / "u"), "'uniform/seed0' (and 1 more) is a name hb writes"),
     # cause 6: below the top folder: symlinks, files, broken links and loops where hb writes a folder
