@@ -176,7 +176,8 @@ def plan_cells(spec: GridSpec) -> list[Cell]:
                 try:
                     check_run(envs[env_key], top)
                 except UserError as exc:
-                    err("eval_budget" if str(exc).startswith("eval_budget") else "eval_every", f"{'at sweep point ' + suffix + ': ' if suffix else ''}{exc}")
+                    key = "eval_budget" if str(exc).startswith("eval_budget") else "eval_every"
+                    err(key, f"{'at sweep point ' + suffix + ': ' if suffix else ''}{exc}")
             env = envs[env_key]
             for knob, value in pol_over.items():
                 checked(err, f"sweep.policy.{knob}", ptable, knob, value, where=f"{where}: ")

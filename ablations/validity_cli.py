@@ -107,7 +107,8 @@ def study_configs(path: str) -> list[tuple[str, dict]]:
         run = resolve_run({"counterfactual": 1, **run_values(sets={k: raw[k] for k in RUN_KEYS if k in raw})})
     except UserError as exc:
         raise UserError(f"{path}: {exc}") from None
-    check_cells(len(envs) * len(policies) * len(seeds), path, "runs (envs x policies x seeds)", "envs, policies or seeds")
+    check_cells(len(envs) * len(policies) * len(seeds), path, "runs (envs x policies x seeds)",
+                "envs, policies or seeds")
     configs, labels = [], {}
     for env in envs:
         for i, pol in enumerate(policies):
