@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ablations.plan import check_cells
 from ablations import runner
 from hbsim.envs import ENVS
 from hbsim.experiment import resolve_config
@@ -65,6 +66,7 @@ def _check(args) -> None:
     """Every argument is checked before the first simulation runs."""
     check_int("--blocks", args.blocks, 1, 10_000)
     check_int("--seeds", args.seeds, 2, MAX_SEEDS)
+    check_cells(2 * args.blocks * args.seeds, "hb calibrate", "runs (blocks x seeds x 2)", "--blocks or --seeds")
     run_values(flags={"steps": args.steps})       # the run knob's one parse, named --steps
     check_int("--resamples", args.resamples, 1, MAX_RESAMPLES)
     check_float("--alpha", args.alpha, 0.0, 1.0, low_open=True, high_open=True)

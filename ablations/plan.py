@@ -21,14 +21,15 @@ from typing import Any
 
 from hbsim.contract import PART, part_suffix
 from hbsim.envs import ENVS, make_env
-from hbsim.experiment import resolve_policy, resolve_run
+from hbsim.experiment import check_run, resolve_policy, resolve_run
 from hbsim.records import canonical_json, config_hash
 from policies import POLICIES
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
 
 REAL_KIND = "real"
-#: the most cells one grid may plan (policies x sweep points x seeds); checked before planning
+#: the most cells one grid may plan (policies x sweep points x seeds, summed over its parts and over
+#: both phases of a [tune]; the runs of `hb scenarios --check`); checked before planning (`check_cells`)
 MAX_CELLS = 100_000
 
 
@@ -116,19 +117,38 @@ def env_table(kind: str) -> Knobs:
     return ENVS[kind].KNOBS
 
 
+# -- size ----------------------------------------------------------------------------
+def check_cells(count: int, where: str, what: str = "cells (policies x sweep points x seeds)",
+                fewer: str = "seeds, policies or sweep points (or several grids)") -> None:
+    """The one size bound of everything that plans many runs: at most MAX_CELLS; UserError
+    naming `where` (a grid file, `hb stress`, `hb scenarios --check`, ...) and what to use
+    fewer of otherwise."""
+    if count > MAX_CELLS:
+        raise SpecError(f"{where}: plans up to {count} {what}: allowed at most {MAX_CELLS}; use fewer {fewer}")
+
+
+def cell_bound(spec: GridSpec) -> int:
+    """The most cells `spec` can plan, from the lengths of its lists alone (before any value is
+    checked or point listed): policies x sweep points x seeds, summed over a grid's parts; a
+    [tune] grid adds its tuning phase (designs x tune points x tuning seeds)."""
+    if spec.parts:
+        return sum(cell_bound(part) for part in spec.parts)
+    def points(table: dict) -> int:
+        return math.prod(len(v) if isinstance(v, list) else 1 for v in table.values())
+    test = len(spec.policies) * len(spec.seeds) * points(spec.sweep)
+    tune = len(spec.policies) * len(spec.tune.seeds) * points(spec.tune.knobs) if spec.tune else 0
+    return test + tune
+
+
 # -- cells ---------------------------------------------------------------------------
 def plan_cells(spec: GridSpec) -> list[Cell]:
     """Policy variants x sweep points x seeds, validated, with stable ids (file order); of a
-    grid of parts, its parts' cells."""
+    grid of parts, its parts' cells. The size bound (`check_cells`) comes first."""
+    check_cells(cell_bound(spec), spec.path)
     if spec.parts:
         return [c for part in spec.parts for c in part.cells()]
     err = key_errors(spec.path)
     kind, env_base, table = _check_env(err, spec.env)
-    bound = len(spec.policies) * len(spec.seeds) * math.prod(len(v) if isinstance(v, list) else 1
-                                                             for v in spec.sweep.values())
-    if bound > MAX_CELLS:     # before the sweep's values are checked and its points listed
-        err("sweep", f"the grid has up to {bound} cells (policies x sweep points x seeds): allowed at most "
-                     f"{MAX_CELLS}; split it into several grids")
     sweep_keys = _check_sweep(err, spec, table)
     cells, labels, envs = [], {}, {}
     points = list(itertools.product(*(spec.sweep[k] for k in sweep_keys))) if sweep_keys else [()]
@@ -153,6 +173,11 @@ def plan_cells(spec: GridSpec) -> list[Cell]:
             env_key = canonical_json(env_cfg)
             if env_key not in envs:
                 envs[env_key] = _resolve_env(err, suffix, env_cfg)
+                try:
+                    check_run(envs[env_key], top)
+                except UserError as exc:
+                    key = "eval_budget" if str(exc).startswith("eval_budget") else "eval_every"
+                    err(key, f"{'at sweep point ' + suffix + ': ' if suffix else ''}{exc}")
             env = envs[env_key]
             for knob, value in pol_over.items():
                 checked(err, f"sweep.policy.{knob}", ptable, knob, value, where=f"{where}: ")

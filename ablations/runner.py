@@ -40,7 +40,7 @@ import ablations.store as store
 import ablations.tune as tune
 import ablations.worker as worker
 from ablations.plan import GridSpec
-from hbsim import atomic, lifeline, threads
+from hbsim import atomic, folders, lifeline, threads
 from hbsim.contract import CELLS, PART, TUNE_DIR, TUNE_JSON
 from hbsim.records import config_hash, is_complete, read_meta
 from policies.errors import UserError
@@ -128,6 +128,10 @@ def pending(tasks: list[dict], remedy: str = "choose a new output folder") -> li
         path = Path(task["dir"]) if task.get("dir") else None
         if path is not None and path.exists() and not path.is_dir():
             raise UserError(f"{str(path)!r} is a file, not a run directory; {remedy}")
+        for parent in path.parents if path is not None else ():
+            if parent.is_dir():
+                break
+            folders.expect_folder(parent, "run directory", path)     # a file or a broken link on the way
         if path is None or task.get("replace") or not is_complete(path):
             todo.append(task)
             continue
@@ -151,6 +155,9 @@ def run_many(tasks: list[dict], *, jobs: int | None = None, backend: str = "loca
     for folder in parents:
         store.clean_tmp(folder)
     todo = pending(tasks)
+    for task in tasks:              # a complete run of the same config (a killed earlier call's): hb's, listed
+        if task.get("dir") and task not in todo:
+            atomic.record_written(task["dir"])
     report = RunReport(total=len(tasks), skipped=len(tasks) - len(todo))
     if progress:
         progress(report.skipped, report.total, 0)
@@ -161,6 +168,10 @@ def run_many(tasks: list[dict], *, jobs: int | None = None, backend: str = "loca
 
     def done(answer: dict) -> None:
         report.ran += 1
+        if answer["ok"] and dirs.get(answer["id"]):     # a worker's run directory: the marker lists it
+            atomic.record_written(dirs[answer["id"]])
+        elif answer.get("log"):
+            atomic.record_written(answer["log"])
         if not answer["ok"]:
             report.failed.append(answer)
             code = answer.get("errno")
@@ -197,7 +208,9 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
                                                          "label": c.label, "seed": c.seed},
                                                 **_scenario_meta(scenario.get(c.sweep.get(PART)))}}
              for c in spec.cells()]
-    return run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress, on_done=on_done)
+    report = run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress, on_done=on_done)
+    folders.complete_output_dir(out)        # the marker last, with every file and cell written
+    return report
 
 
 def _scenario_meta(record: dict | None) -> dict:
@@ -211,12 +224,13 @@ def run_tuned(spec: GridSpec, out: str | os.PathLike, **options):
     (tuning RunReport, test RunReport or None, selection or None). `options`: `run_grid`'s."""
     check_run_options(options.get("jobs"), options.get("backend", "local"))
     out = Path(out)
+    recorded = tune.read_selection(out)          # shape checked before any work
     store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=options.get("force_mixed", False))
     tuned = run_grid(tune.tuning_spec(spec), out / TUNE_DIR, **options)
     if tuned.failed:
         return tuned, None, None
     selection = json.loads(json.dumps(tune.select(spec, out / TUNE_DIR)))      # as it reads back
-    if tune.read_selection(out) != selection:
+    if recorded != selection:
         atomic.write_json_atomic(out / TUNE_JSON, selection)
     return tuned, run_grid(tune.test_spec(spec, selection), out, **options), selection
 

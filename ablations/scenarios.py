@@ -4,7 +4,7 @@ the final train row (hbsim.scenarios.target_truth), so a paired seed-level compa
 two policies has no evaluation noise.
 
     truth = final_truth("trap", [{"name": "oracle", "target": "train"}, {"name": "uniform"}])
-    truth["uniform"]                  # (seeds, 3): train, heldout_tasks, heldout_harness
+    truth[1]                          # uniform's (seeds, 3): train, heldout_tasks, heldout_harness
     gap = oracle_gap("trap")          # {"delta", "mde", "ratio", ...}: oracle vs uniform, paired over seeds
     lr_sweep("trap", (0.5, 1, 2))     # uniform's mean final training success per lr multiplier
     sweep("trap", (0.5, 1, 2))        # ... with the trust region's binding fraction and the late gain
@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ablations import runner
+from ablations.plan import check_cells
 from hbsim.counterfactual import TARGETS, target_means
 from hbsim.envs import make_env
 from hbsim.experiment import resolve_config
@@ -30,18 +31,22 @@ def label_of(policy: dict) -> str:
 
 
 def final_truth(name: str, policies: list[dict], seeds: int | None = None, *, steps: int | None = None,
-                jobs: int = 1, **env_overrides) -> dict[str, np.ndarray]:
-    """{"start": (seeds, 3), label: (seeds, 3)}: the truth of the three TARGETS before training
-    and after the final step of each policy ({"name", "label"?, **knobs}), seeds 0..N-1."""
+                jobs: int = 1, **env_overrides) -> dict:
+    """{"start": (seeds, 3), i: (seeds, 3)}: the truth of the three TARGETS before training
+    and after the final step of policies[i] ({"name", "label"?, **knobs}), seeds 0..N-1.
+    Keyed by the policy's position, never by its label: a user's `--policy uniform` is a
+    policy of its own beside the built-in uniform."""
     sc = get(name)
     n = sc.seeds if seeds is None else seeds
-    tasks = []
+    check_cells(len(policies) * n, f"hb scenarios {sc.name}", "runs (policies x seeds)", "--seeds or --policy")
+    tasks, index = [], {}
     for i, policy in enumerate(policies):
         for seed in range(n):
             cfg = scenario_config(name, {**policy, "label": label_of(policy)}, seed, **env_overrides)
             if steps is not None:
                 cfg["steps"] = steps
             tasks.append({"id": f"{i}:{label_of(policy)}/seed{seed}", "config": resolve_config(cfg)})
+            index[tasks[-1]["id"]] = i
     answers = {}
     runner.run_many(tasks, jobs=jobs, on_done=lambda a: answers.update({a["id"]: a})).check()
     env = dict(tasks[0]["config"]["env"])
@@ -51,11 +56,11 @@ def final_truth(name: str, policies: list[dict], seeds: int | None = None, *, st
         e = make_env(kind, seed=seed, **env)
         starts.append(target_means(e.success_matrix(), e.n_tasks, e.H))
     harnesses = make_env(kind, seed=0, **env).harnesses
-    out: dict[str, list] = {"start": starts}
+    out: dict = {"start": starts}
     for t in tasks:
         train = answers[t["id"]]["result"].train
         row = [float(target_truth(train, target, harnesses).iloc[-1]) for target in TARGETS]
-        out.setdefault(t["config"]["policy"]["label"], []).append(row)
+        out.setdefault(index[t["id"]], []).append(row)
     return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
 
 
@@ -73,8 +78,9 @@ def oracle_gap(name: str, seeds: int | None = None, **kw) -> dict:
     on that target."""
     i = TARGETS.index(get(name).target)
     truth = final_truth(name, [oracle_policy(name), {"name": "uniform"}], seeds, **kw)
-    return {**paired(truth["oracle"][:, i], truth["uniform"][:, i]), "start": float(truth["start"][:, i].mean()),
-            "oracle": float(truth["oracle"][:, i].mean()), "uniform": float(truth["uniform"][:, i].mean())}
+    oracle, uniform = truth[0][:, i], truth[1][:, i]
+    return {**paired(oracle, uniform), "start": float(truth["start"][:, i].mean()),
+            "oracle": float(oracle.mean()), "uniform": float(uniform.mean())}
 
 
 def train_tables(name: str, policy: dict, seeds: int | None = None, jobs: int = 1, **env_overrides) -> tuple:

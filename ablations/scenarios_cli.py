@@ -104,11 +104,11 @@ def check(name: str, extra: list[dict], seeds: int | None, jobs: int) -> str:
     i = TARGETS.index(sc.target)
     lines = [f"{sc.name}: mean gain over the start (noise-free truth after step {sc.steps}; "
              f"{truth['start'].shape[0]} seeds); start " + "  ".join(f"{t} {v:.3f}" for t, v in zip(TARGETS, start))]
-    for p in policies:
+    for j, p in enumerate(policies):      # by position: a user's --policy uniform is a row of its own
         label = measure.label_of(p)
-        gain = truth[label].mean(axis=0) - start
+        gain = truth[j].mean(axis=0) - start
         lines.append(f"  {label:24s} " + "  ".join(f"{t} {g:+.3f}" for t, g in zip(TARGETS, gain)))
-    g = measure.paired(truth["oracle"][:, i], truth["uniform"][:, i])
+    g = measure.paired(truth[0][:, i], truth[1][:, i])
     lines.append(f"oracle - uniform on {sc.target}: {g['delta']:+.4f} (sd {g['sd']:.4f}); paired MDE "
                  f"{g['mde']:.4f} (alpha 0.05, power 0.8); gain = {g['ratio']:.1f} x MDE")
     return "\n".join(lines)

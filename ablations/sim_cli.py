@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from ablations import runner
+from ablations.plan import check_cells
 from hbsim.envs import ENV_PRESETS, ENVS, expand_preset
 from hbsim import scenarios
 from hbsim.experiment import resolve_config
@@ -131,6 +133,7 @@ def build_configs(args: argparse.Namespace) -> tuple[list[dict], scenarios.Scena
     for knob in policy_knobs:
         if not any(knob in POLICIES[n].KNOBS for n in names):
             raise UserError(f"--set policy.{knob} is not a knob of any selected policy ({', '.join(names)})")
+    check_cells(len(names) * seeds, "hb sim", "runs (policies x seeds)", "--seeds or --policy")
     configs = []
     for name in names:
         knobs = {k: v for k, v in policy_knobs.items() if k in POLICIES[name].KNOBS}
@@ -152,7 +155,7 @@ def main(args: argparse.Namespace) -> int:
         print("\n".join(ENVS[expand_preset({"kind": args.env})["kind"]].KNOBS.listing()))
         return 0
     configs, sc = build_configs(args)
-    out = Path(args.out).resolve() if args.out is not None else None
+    out = Path(os.path.realpath(args.out)) if args.out is not None else None   # a link loop: refused below, one line
     meta = {"scenario": sc.record()} if sc is not None else {}
     tasks = [{"id": f"{c['policy']['label']}/seed{c['seed']}", "config": c, "meta": meta,
               "dir": str(run_dir(out, c)) if out else None, "replace": args.overwrite} for c in configs]

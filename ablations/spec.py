@@ -53,7 +53,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ablations.plan import GridSpec, SpecError, checked, key_errors, plan_cells
+from ablations.plan import GridSpec, SpecError, cell_bound, check_cells, checked, key_errors, plan_cells
 from ablations.tune import parse_tune, tuning_spec
 from hbsim import scenarios
 from hbsim.run_knobs import RUN_KNOBS, seed_list
@@ -75,9 +75,10 @@ def load_spec(path: str | os.PathLike) -> GridSpec:
 
 
 def parse_spec(raw: dict, path: str = "<grid>", part: str | None = None,
-               folder: str | os.PathLike | None = None) -> GridSpec:
+               folder: str | os.PathLike | None = None, *, plan: bool = True) -> GridSpec:
     """Validate a parsed grid dict; see the module docstring for the format (`folder`: where
-    a relative `[env] scenario` path starts, default the current folder)."""
+    a relative `[env] scenario` path starts, default the current folder). `plan`: also plan
+    its cells now (a part is planned by its grid, after the whole grid's size bound)."""
     err = key_errors(path)
     unknown = sorted(set(raw) - set(TOP_KEYS))
     if unknown:
@@ -116,7 +117,9 @@ def parse_spec(raw: dict, path: str = "<grid>", part: str | None = None,
                     sweep=dict(sweep), plugins=list(plugins), raw=raw,
                     counterfactual=counterfactual, eval_budget=eval_budget, part=part, scenario=scenario)
     spec.tune = parse_tune(raw.get("tune"), path, seeds, raw)
-    spec._cells = tuning_spec(spec).cells() if spec.tune else plan_cells(spec)
+    check_cells(cell_bound(spec), path)       # both phases of a [tune], before either is planned
+    if plan:
+        spec._cells = tuning_spec(spec).cells() if spec.tune else plan_cells(spec)
     return spec
 
 
@@ -128,6 +131,10 @@ def _parse_parts(raw: dict, path: str, err, folder) -> GridSpec:
         err("name", f"{name!r} is not allowed: expected a non-empty string")
     if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) for p in parts):
         err("parts", f"{parts!r} is not allowed: expected a non-empty list of tables ([[parts]])")
+    if "tune" in raw or any("tune" in p for p in parts):
+        where = "tune" if "tune" in raw else f"parts[{next(i for i, p in enumerate(parts) if 'tune' in p)}].tune"
+        err(where, "[tune] is not allowed in a grid of parts (its tuning cells would be taken for results): "
+                   "tune each part as a grid file of its own (hb grid run PART.toml)")
     raw, top_scenario = _with_scenario(err, raw, {}, folder)      # the parts' default env may name one
     defaults = {k: v for k, v in raw.items() if k not in OWN_KEYS}
     specs, seen, expanded = [], set(), []
@@ -145,13 +152,14 @@ def _parse_parts(raw: dict, path: str, err, folder) -> GridSpec:
         part, scenario = _with_scenario(key_errors(where), part, defaults, folder)
         expanded.append(part)
         sub = {**defaults, **part, "name": f"{name}/{pname}", "plugins": raw.get("plugins", [])}
-        spec = parse_spec(sub, where, part=pname)
+        spec = parse_spec(sub, where, part=pname, plan=False)
         spec.scenario = scenario if "env" in part else top_scenario
         specs.append(spec)
     raw = {**raw, "parts": expanded}
     spec = GridSpec(path=path, name=name, steps=specs[0].steps, seeds=specs[0].seeds, eval_every=None,
                     batch_groups=None, env={}, policies=[], sweep={}, plugins=list(raw.get("plugins", [])),
                     raw=raw, parts=specs)
+    check_cells(cell_bound(spec), path, "cells (the parts' policies x sweep points x seeds)")
     cells = spec.cells()
     assert len({c.id for c in cells}) == len(cells), "labels end in the part's name, so the cells' configs differ"
     return spec

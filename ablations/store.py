@@ -15,7 +15,7 @@ from pathlib import Path
 from ablations.plan import GridSpec
 from ablations.spec import parse_spec
 from ablations.tune import recorded_test_spec
-from hbsim import atomic, folders
+from hbsim import atomic, folders, shapes
 from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG
 from hbsim.records import collect_cells, done_ids
 from policies.errors import UserError
@@ -48,9 +48,10 @@ def read_grid_json(root: str | os.PathLike) -> dict | None:
     except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise UserError(f"{path}: unreadable grid record ({str(exc)[:200]}); expected the JSON object hb "
                         "writes") from None
-    if not isinstance(record, dict) or not isinstance(record.get("spec", {}), dict) \
-            or not isinstance(record.get("names", []), list):
-        raise UserError(f"{path}: unreadable grid record (not the JSON object hb writes: name, names, spec)")
+    remedy = "expected the JSON object hb writes (name, names, spec): remove it, or the folder, and run again"
+    shapes.check(path, record, shapes.GRID_RECORD, "unreadable grid record", remedy)
+    shapes.check(path, record.get("spec") or {}, shapes.GRID_SPEC, "unreadable grid record", remedy, "spec.")
+    shapes.strings(path, record.get("names") or [], "unreadable grid record", remedy, "names")
     return record
 
 
@@ -68,8 +69,11 @@ def recorded_spec(root: str | os.PathLike) -> GridSpec:
 
 def collect(root: str | os.PathLike, current: bool = False) -> tuple[Path, Path]:
     """Write DIR/train.parquet and DIR/eval.parquet of the complete cells (atomically; `current`:
-    only those of the grid file recorded last, `hb grid collect --current`); returns their paths."""
-    return collect_cells(root, only={c.id for c in recorded_spec(root).cells()} if current else None)
+    only those of the grid file recorded last, `hb grid collect --current`); returns their paths.
+    The grid's marker lists them (`hbsim.folders.output_dir`: claimed, then completed)."""
+    only = {c.id for c in recorded_spec(root).cells()} if current else None
+    with folders.output_dir(root, "grid", tool="hb grid collect"):
+        return collect_cells(root, only=only)
 
 
 def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bool = False) -> None:
@@ -96,6 +100,8 @@ def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bo
     new = {"name": names[0], "names": names, "spec": spec}
     if new != record:
         atomic.write_json_atomic(root / GRID_JSON, new)
+    else:
+        atomic.record_written(root / GRID_JSON)      # written by an earlier (maybe killed) call: the marker lists it
 
 
 clean_tmp = atomic.remove_temp     # the one implementation: hbsim.atomic

@@ -38,6 +38,7 @@ from ablations.spec import parse_spec
 from hbsim import scenarios as suite
 from hbsim.contract import CELLS
 from hbsim.envs import make_env
+from hbsim.folders import output_dir
 from hbsim.records import canonical_json, read_meta
 from policies import POLICIES
 from policies.errors import UserError
@@ -99,7 +100,12 @@ def chosen_policies(value: str | None, quick: bool) -> list[str]:
     if bad or not names:
         raise UserError(f"--policies {bad[0] if bad else value!r}: unknown policy; valid: a comma-separated list of "
                         f"{', '.join(POLICIES)}")
-    return ["uniform"] + [n for n in names if n not in ALWAYS]
+    designs = [n for n in names if n not in ALWAYS]
+    if not designs:      # the profile is of designs against the references; with none it would be empty
+        raise UserError(f"--policies {value!r} names only {' and '.join(ALWAYS)}, which every profile runs as its "
+                        f"references: name at least one design to profile (e.g. harnessbandit), or see "
+                        "the oracle's gap over uniform with hb scenarios NAME --check")
+    return ["uniform"] + designs
 
 
 def _seeds(sc, seeds: int | None, quick: bool) -> int:
@@ -183,10 +189,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"  FAILED {failed['id']}: {failed['reason']}  (log: {failed['log']})")
     if len(report.failed) > 5:
         print(f"  ... and {len(report.failed) - 5} more (hb grid status {out})")
-    return _profile(spec, out, {sc.name: sc.target for sc in scenarios},
-                    {"options": {k: v for k, v in vars(args).items() if k != "command"},
-                     "scenarios": [sc.name for sc in scenarios], "policies": policies, "timing": timing}
-                    ) or (1 if report.failed else 0)
+    with output_dir(out, "grid", tool="hb stress"):       # the marker lists the tables and the profile too
+        code = _profile(spec, out, {sc.name: sc.target for sc in scenarios},
+                        {"options": {k: v for k, v in vars(args).items() if k != "command"},
+                         "scenarios": [sc.name for sc in scenarios], "policies": policies, "timing": timing})
+    return code or (1 if report.failed else 0)
 
 
 def _profile(spec, out: Path, targets: dict[str, str], provenance: dict) -> int:

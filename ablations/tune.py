@@ -26,18 +26,17 @@ rerun skips the finished cells of both phases and recomputes the same selection 
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from ablations.plan import REAL_KIND, GridSpec, SpecError, plan_cells, variant_label
+from ablations.plan import REAL_KIND, GridSpec, SpecError, cell_bound, check_cells, plan_cells, variant_label
 from hbsim.contract import TUNE_JSON, VALIDATION_SUITE
-from hbsim.records import canonical_json, done_ids, load_cells
+from hbsim.records import canonical_json, done_ids, load_cells, read_tune
 from hbsim.run_knobs import seed_list
 from policies import POLICIES
 from policies.errors import UserError
+from policies.validate import MAX_SEEDS
 
 TUNE_KEYS = ("seeds", "target", "knobs")
 TARGETS = (VALIDATION_SUITE,)
@@ -71,6 +70,9 @@ def parse_tune(raw, path: str, test_seeds: list[int], spec_raw: dict) -> TuneSpe
         seeds = seed_list("tune.seeds", raw.get("seeds"), count=False)
     except UserError as exc:
         err("tune.seeds", str(exc))
+    if len(seeds) + len(test_seeds) > MAX_SEEDS:
+        err("tune.seeds", f"{len(seeds)} tuning seeds and {len(test_seeds)} test seeds are not allowed: expected "
+                          f"at most {MAX_SEEDS} seeds in one grid, both phases together")
     overlap = sorted(set(seeds) & set(test_seeds))
     if overlap:
         err("tune.seeds", f"{overlap} are also test seeds (seeds = {test_seeds}); allowed: tuning seeds disjoint "
@@ -106,6 +108,7 @@ def design_label(pol: dict) -> str:
 
 def tuning_cells(spec: GridSpec) -> dict[str, list]:
     """design label -> its tuning cells (every tune point x tuning seed), file order."""
+    check_cells(cell_bound(spec), spec.path)
     out, knobs = {}, spec.tune.knobs
     names = [p.get("name") for p in spec.policies]
     for key in sorted(knobs):
@@ -139,6 +142,10 @@ def test_spec(spec: GridSpec, selection: dict) -> GridSpec:
     cells = []
     for i, pol in enumerate(spec.policies):
         label = design_label(pol)
+        if label not in selection["designs"]:
+            raise UserError(f"{TUNE_JSON}: the tuning record selects no setting for design {label!r} (it has "
+                            f"{', '.join(map(repr, selection['designs'])) or 'none'}); remove it and rerun "
+                            "`hb grid run` (the finished tuning cells are kept)")
         setting = selection["designs"][label]["setting"]
         env = {**spec.env, **{k[4:]: v for k, v in setting.items() if k.startswith("env.")}}
         policy = {**pol, "label": label, **{k[7:]: v for k, v in setting.items() if k.startswith("policy.")}}
@@ -179,13 +186,8 @@ def select(spec: GridSpec, tune_dir) -> dict:
 
 
 def read_selection(root) -> dict | None:
-    path = Path(root) / TUNE_JSON
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: unreadable tuning record ({exc}); remove it and rerun `hb grid run`") from None
+    """DIR/tune.json, shape checked (`hbsim.records.read_tune`, the one reader); None when absent."""
+    return read_tune(root)
 
 
 def recorded_test_spec(spec: GridSpec, root) -> GridSpec:

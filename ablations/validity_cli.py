@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from ablations import runner
+from ablations.plan import check_cells
 from ablations.sim_cli import run_dir
 from hbsim.experiment import resolve_config, resolve_run
 from hbsim.folders import check_output_dir, output_dir
@@ -106,6 +107,8 @@ def study_configs(path: str) -> list[tuple[str, dict]]:
         run = resolve_run({"counterfactual": 1, **run_values(sets={k: raw[k] for k in RUN_KEYS if k in raw})})
     except UserError as exc:
         raise UserError(f"{path}: {exc}") from None
+    check_cells(len(envs) * len(policies) * len(seeds), path, "runs (envs x policies x seeds)",
+                "envs, policies or seeds")
     configs, labels = [], {}
     for env in envs:
         for i, pol in enumerate(policies):

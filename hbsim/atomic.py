@@ -8,8 +8,9 @@ over it; `exclusive=True`: linked into place, never replacing a file), folders w
 `.tmp-<name>-<pid>-XXXX`: `remove_temp` removes those whose writer no longer runs, so two
 live commands on one folder never delete each other's. Every reader lists folders with
 `visible` / `find_files` (no hidden or temporary entry). A folder can be tracked
-(`track_writes`): every atomic write under it is listed, which is how an output folder's
-marker knows what hb wrote (`hbsim.folders`).
+(`track_writes`): every atomic write under it is listed, and every folder written whole
+(`write_dir_atomic`, or a worker process's run directory: `record_written`), which is how an
+output folder's marker knows what hb wrote (`hbsim.folders`).
 
 `STORAGE_ERRNOS` are the write errors of the storage (full disk, quota, read-only), which
 stop a batch of runs at the first.
@@ -84,8 +85,10 @@ _written: dict[Path, set[str]] = {}
 
 def track_writes(folder: str | os.PathLike) -> None:
     """From now on, list every file this process writes under `folder` through
-    `atomic_write` (`hbsim.folders.claim_output_dir` calls it; the marker lists them)."""
-    _written[Path(folder).resolve()] = set()
+    `atomic_write`, and every folder written whole (`write_dir_atomic`, `record_written`)
+    (`hbsim.folders.claim_output_dir` calls it; the marker lists them). Tracking a folder
+    tracked already keeps what was listed (a tuned grid claims DIR again for its test phase)."""
+    _written.setdefault(Path(folder).resolve(), set())
 
 
 def tracked_writes(folder: str | os.PathLike) -> set[str]:
@@ -107,6 +110,12 @@ def _fault_point() -> None:
     _writes += 1
     if _writes == int(at):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def record_written(path: str | os.PathLike) -> None:
+    """List `path` (a file, or a folder written whole, e.g. a run directory a worker process
+    renamed into place) under every tracked folder holding it, as if this process wrote it."""
+    _record_write(Path(path))
 
 
 def _record_write(path: Path) -> None:
@@ -192,6 +201,7 @@ def write_dir_atomic(final: str | os.PathLike, fill: Callable[[Path], None], *,
             if final.is_dir():
                 return False
             raise
+        _record_write(final)
     finally:
         for p in (tmp, old):
             if p is not None and p.exists():

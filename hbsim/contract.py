@@ -86,4 +86,30 @@ REPORT_MARKDOWN = "report.md"
 KIND_FILE = ".hb-kind.json"
 KINDS = {"sim": "an `hb sim` folder of run directories", "run": "a run directory (`hb real`)",
          "grid": "a grid directory", "report": "a report folder",
-         "study": "an `hb validity --study` folder of run directories"}
+         "study": "an `hb validity --study` folder of run directories",
+         "twin_check": "an `hb twin check` folder (check.json, check.md)"}
+
+# -- the folders and files each kind of output folder holds ---------------------------
+STRESS_DIR = "stress"           # a grid's `hb stress` profile (index.html, profile.csv, profile.md, figures/)
+FIGURES_DIR = "figures"         # a report's (and the stress profile's) figures
+RLIABLE_DIR = "rliable"         # a report's rliable export
+#: the folders hb writes into inside each kind of output folder (patterns relative to it, '/'
+#: separated, `*` one name): each that exists must be a real folder, not a file, a symlink or a
+#: broken link (`hbsim.folders.check_subfolders`); temporaries a kill left are removed from each
+KIND_FOLDERS = {
+    "grid": (CELLS, FAILED, TUNE_DIR, STRESS_DIR, f"{STRESS_DIR}/{FIGURES_DIR}"),
+    "report": (FIGURES_DIR, RLIABLE_DIR),
+    "run": ("checkpoints", "trl"),
+    "sim": ("*", "*/seed*"),
+    "study": ("*", "*/*", "*/*/seed*"),
+}
+#: the names hb may write in each kind of folder (patterns as above): `--force` refuses a folder
+#: holding one of them that hb did not write (`hbsim.folders.check_output_dir`)
+KIND_OUTPUTS = {
+    "grid": (GRID_JSON, TRAIN_FILE, EVAL_FILE, TUNE_JSON, f"{CELLS}/*", f"{FAILED}/*", f"{TUNE_DIR}/*",
+             f"{STRESS_DIR}/*", f"{STRESS_DIR}/{FIGURES_DIR}/*"),
+    "report": (REPORT_INDEX, REPORT_MARKDOWN, "*.csv", "*.json", "*.html", f"{FIGURES_DIR}/*", f"{RLIABLE_DIR}/*"),
+    "run": (*RUN_FILES, COUNTERFACTUAL_FILE, LOG, "checkpoints/*", "trl/*"),
+    "sim": ("*/seed*", "*/seed*/*"),
+    "study": ("*/*/seed*", "*/*/seed*/*"),
+}

@@ -21,11 +21,11 @@ from typing import Any, Callable
 
 from policies import POLICIES, Policy, make
 from policies.errors import UserError
-from policies.validate import check_name
+from policies.validate import MAX_RUN_EVAL_ROWS, check_name
 
 from hbsim.envs import ENVS, expand_preset, make_env
 from hbsim.loop import RunResult, attach_ground_truth, run
-from hbsim.run_knobs import CONFIG_KNOBS, OPTIONAL_RUN_KEYS
+from hbsim.run_knobs import CONFIG_KNOBS, OPTIONAL_RUN_KEYS, budget_milestones
 from hbsim.sampling import when_set
 
 DEFAULT_ENV = "bernoulli"
@@ -65,6 +65,31 @@ def resolve_run(partial: dict) -> dict:
     return {k: v for k, v in top.items() if v is not None or k not in OPTIONAL_RUN_KEYS}
 
 
+def check_run(env: dict, run: dict) -> None:
+    """A run's knobs against its resolved synthetic env, before it starts (plan_cells and
+    resolve_config call it): its eval table (rows per evaluation x evaluations: every
+    `eval_every` steps, the final step, each `eval_budget` milestone) at most
+    MAX_RUN_EVAL_ROWS rows, and a `tokens` budget only on a world whose token cost is not zero
+    (`env.group_tokens` unset: no milestone would ever be reached); UserError, one line."""
+    if env.get("kind") not in ENVS:
+        return
+    unit, milestones = budget_milestones(run.get("eval_budget"))
+    evaluations = run["steps"] // run["eval_every"] + 1 if run.get("eval_every") else 1
+    rows = ENVS[env["kind"]].eval_rows(env) * (evaluations + len(milestones))
+    if rows > MAX_RUN_EVAL_ROWS:
+        raise UserError(f"steps={run['steps']}, eval_every={run.get('eval_every')} and eval_budget="
+                        f"{run.get('eval_budget')!r} are not allowed with this env: the run's eval table would have "
+                        f"{rows} rows ({evaluations + len(milestones)} evaluations x "
+                        f"{ENVS[env['kind']].eval_rows(env)} rows), allowed at most {MAX_RUN_EVAL_ROWS}; evaluate "
+                        "less often (a larger eval_every) or on fewer tasks or attempts")
+    if unit != "tokens":
+        return
+    if not any(float(x) > 0 for x in str(env.get("group_tokens") or "").split(",") if x):
+        raise UserError(f"eval_budget={run['eval_budget']!r} is not allowed on this world: its token cost is zero "
+                        "(env.group_tokens is unset or 0), so no tokens milestone is ever reached; set "
+                        "env.group_tokens (e.g. \"100,400\", per harness) or use a groups or seconds budget")
+
+
 def _resolve(partial: dict | None, resolve_env: bool | Callable[[dict], dict]) -> tuple[dict, Policy]:
     partial = copy.deepcopy(partial or {})
     top = resolve_run(partial)
@@ -73,6 +98,7 @@ def _resolve(partial: dict | None, resolve_env: bool | Callable[[dict], dict]) -
         env = resolve_env(env)
     elif resolve_env:
         env = resolve_synthetic(env)
+    check_run(env, top)
     n_arms = env.get("n_harnesses")
     if not isinstance(n_arms, int):
         raise UserError(f"env.n_harnesses={n_arms!r} is not allowed: expected an integer >= 1")

@@ -27,10 +27,11 @@ are adopted when their contents are unmistakably ours (`legacy_kind`).
 Files are written with `hbsim.atomic` (atomic replace under the user's umask, temporaries
 a killed writer left removed by the rerun); a claimed folder is tracked there, so
 `complete_output_dir` lists every file this process wrote in it.
-Standard library, `policies`, `hbsim.contract` and `hbsim.atomic` only.
+Standard library, `policies`, `hbsim.contract`, `hbsim.atomic` and `hbsim.shapes` only.
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -40,19 +41,22 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from hbsim import shapes
 from hbsim.atomic import (_is_temp, atomic_write, remove_temp, track_writes, tracked_writes, untrack_writes,
                           visible)
-from hbsim.contract import (CELLS, CHECKPOINT, EVAL_FILE, GRID_JSON, KIND_FILE, KINDS, TUNE_DIR, REPORT_INDEX, REPORT_MARKDOWN,
-                            RUN_JSON, TRAIN_FILE)
+from hbsim.contract import (CELLS, CHECKPOINT, EVAL_FILE, GRID_JSON, KIND_FILE, KIND_FOLDERS, KIND_OUTPUTS, KINDS,
+                            TUNE_DIR, REPORT_INDEX, REPORT_MARKDOWN, RUN_JSON, TRAIN_FILE)
 from policies.errors import UserError
-from policies.validate import check_choice
+from policies.validate import MAX_NAME_BYTES, check_choice
 
-#: the folder kind of `hb twin check --out` (issue 30). Its home is hbsim.contract.KINDS; a parallel
-#: branch owns that file this round, so the kind is added here until the merge moves it there.
-KINDS.setdefault("twin_check", "an `hb twin check` folder (check.json, check.md)")
-
-#: bytes kept free below PATH_MAX for the files a tool creates inside its output folder
-PATH_RESERVE = 96
+#: the longest path hb adds below a run's folder: a run directory's temporary and the temporary of
+#: its longest file (`.tmp-seed4294967295-<pid>-XXXXXXXX/.tmp-counterfactual.parquet-<pid>-XXXXXXXX.parquet`),
+#: a report's `rliable/` or `figures/` file, DIR/stress/figures/...: 96 bytes
+RUN_PATH_BYTES = 96
+#: bytes kept free below PATH_MAX for what a tool creates inside its output folder: the longest
+#: names hb adds, a study's <env>/<label>/ (each a user's name of up to MAX_NAME_BYTES), then the
+#: run directory's own path (RUN_PATH_BYTES)
+PATH_RESERVE = 2 * (MAX_NAME_BYTES + 1) + RUN_PATH_BYTES
 
 # -- paths -----------------------------------------------------------------------------------
 def _exists(path: Path) -> bool:
@@ -103,6 +107,10 @@ def check_writable(path: str | os.PathLike, flag: str = "--out") -> None:
     """
     root = Path(path)
     probe = _existing_ancestor(root)
+    for below in [root, *root.parents]:         # the missing part of the path: a broken link or a loop there
+        if below == probe:
+            break
+        expect_folder(below, flag, root)
     if probe.exists() and not probe.is_dir():
         what = "is a file" if probe == root else f"lies under {str(probe)!r}, which is a file"
         raise UserError(f"{flag} {str(root)!r} {what}, not a folder; choose a folder path")
@@ -120,6 +128,77 @@ def check_writable(path: str | os.PathLike, flag: str = "--out") -> None:
                         f"({exc.strerror or exc}); choose a writable folder") from None
 
 
+def expect_folder(path: Path, flag: str = "--out", root: Path | None = None) -> None:
+    """Where hb expects a folder (to create or to write into): nothing, or a real folder.
+    UserError, one line, for a file, a symbolic link (hb would write wherever it points; only
+    the --out itself may be a link), a broken link or a link loop."""
+    where = f"{flag} {str(root if root is not None else path)!r}"
+    if root not in (None, path):
+        where += f": {str(path)!r}"
+    if path.is_symlink():
+        try:
+            target = path.resolve(strict=True)
+        except (OSError, RuntimeError):    # missing target, or a loop (RuntimeError before 3.13)
+            raise UserError(f"{where} is a broken symbolic link (or a link loop) where hb expects a folder; "
+                            "nothing was written: remove the link or choose another path") from None
+        if root is not None and path != root:
+            raise UserError(f"{where} is a symbolic link (to {str(target)!r}) where hb writes a folder of its "
+                            "own: hb does not write through links below --out; nothing was written: replace the "
+                            "link by a folder or choose a new path")
+    if _exists(path) and not path.is_dir():
+        raise UserError(f"{where} is a file where hb expects a folder; nothing was written: move it away or "
+                        "choose a new path")
+
+
+def _matching(root: Path, pattern: str) -> list[Path]:
+    """The visible entries below `root` matching a KIND_FOLDERS / KIND_OUTPUTS pattern
+    ('/'-separated names, `*` in a name: any), without following symbolic links."""
+    found = [root]
+    for name in pattern.split("/"):
+        below = []
+        for folder in found:
+            if folder != root and (folder.is_symlink() or not folder.is_dir()):
+                continue
+            if any(c in name for c in "*?["):
+                below += [p for p in visible(folder) if fnmatch.fnmatchcase(p.name, name)]
+            elif os.path.lexists(folder / name):
+                below.append(folder / name)
+        found = below
+    return found
+
+
+def check_subfolders(root: Path, kind: str, flag: str = "--out") -> list[Path]:
+    """Every folder hb writes into inside a `kind` folder (`contract.KIND_FOLDERS`) that exists
+    must be a real folder (`expect_folder`; an entry a wildcard matches only when it is a
+    link: a user's file beside them is no concern); returns those folders, root first."""
+    folders = [root]
+    for pattern in KIND_FOLDERS[kind]:
+        for path in _matching(root, pattern):
+            wild = "*" in pattern.rsplit("/", 1)[-1]
+            if not wild or path.is_symlink():
+                expect_folder(path, flag, root)
+            if path.is_dir() and not path.is_symlink():
+                folders.append(path)
+    return folders
+
+
+def foreign_outputs(root: Path, kind: str, record: dict | None) -> list[str]:
+    """The entries of `root` with a name hb writes in a `kind` folder (`contract.KIND_OUTPUTS`)
+    that its marker does not list as hb's (relative paths, sorted): what `--force` would replace."""
+    listed = set((record or {}).get("files") or [])
+    found = set()
+    for pattern in KIND_OUTPUTS[kind]:
+        for path in _matching(root, pattern):
+            rel = path.relative_to(root).as_posix()
+            parts = rel.split("/")
+            if any("/".join(parts[:i]) in listed for i in range(1, len(parts) + 1)):
+                continue
+            if path.is_dir() and not path.is_symlink() and any(f.startswith(rel + "/") for f in listed):
+                continue
+            found.add(rel)
+    return sorted(found)
+
+
 # -- kinds -----------------------------------------------------------------------------------
 def read_marker(path: str | os.PathLike) -> dict | None:
     """The marker record of a folder ({"kind", "config_hash", "tool"}), or None."""
@@ -133,9 +212,11 @@ def read_marker(path: str | os.PathLike) -> dict | None:
         record = json.loads(marker.read_text())
     except (OSError, ValueError) as exc:
         raise UserError(f"{marker}: unreadable folder marker ({exc}); expected the JSON hb writes") from None
-    if not isinstance(record, dict) or record.get("kind") not in KINDS:
-        raise UserError(f"{marker}: kind={record.get('kind') if isinstance(record, dict) else record!r} "
-                        f"is unknown; valid kinds: {', '.join(KINDS)}")
+    remedy = "expected the JSON hb writes: remove it and run again"
+    shapes.check(marker, record, shapes.MARKER, "folder marker", remedy)
+    if record["kind"] not in KINDS:
+        raise UserError(f"{marker}: kind={record['kind']!r} is unknown; valid kinds: {', '.join(KINDS)}")
+    shapes.strings(marker, record.get("files") or [], "folder marker", remedy, "files")
     return record
 
 
@@ -214,10 +295,11 @@ def _locked(path: Path) -> bool:
 def check_replaceable(root: Path, kind: str, flag: str = "--out") -> None:
     """Refuse, before any write, a folder whose files hb replaces cannot be replaced (an
     immutable or append-only file: chattr +i / +a): the command would stop half way,
-    leaving some files new and some old. Checks the folder's files (the marker included),
-    and for a report those of its subfolders (figures/)."""
-    folders = [root] + ([p for p in visible(root) if p.is_dir()] if kind == "report" else [])
-    for folder in folders:
+    leaving some files new and some old. Checks the files of the folder (the marker included)
+    and of every folder hb writes inside it (`check_subfolders`: figures/, stress/, ...)."""
+    for folder in check_subfolders(root, kind, flag):
+        if folder.name == CELLS:              # cells are written whole (a new folder renamed in)
+            continue
         for entry in sorted(folder.iterdir()):
             if entry.is_file() and not entry.is_symlink() and _locked(entry):
                 raise UserError(f"{flag} {str(root)!r}: {str(entry)!r} is immutable or append-only (chattr), so "
@@ -264,6 +346,7 @@ def check_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None
     check_path_length(root, flag)
     check_writable(root, flag)
     check_not_nested(root, kind, flag)
+    expect_folder(root, flag)
     if not root.exists() or not any(not _is_temp(e) for e in root.iterdir()):   # a killed claim's temporary only
         return "new"
     check_replaceable(root, kind, flag)
@@ -280,6 +363,12 @@ def check_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None
     else:
         return "resume"
     if force:
+        theirs = foreign_outputs(root, kind, record)
+        if theirs:
+            more = f" (and {len(theirs) - 1} more)" if len(theirs) > 1 else ""
+            raise UserError(f"{flag} {str(root)!r} {problem}: {force_flag or '--force'} writes into it but never "
+                            f"replaces a file hb did not write, and {theirs[0]!r}{more} is a name hb writes there; "
+                            "nothing was written: move it away or choose a new path")
         return "forced"
     remedy = f"choose a new path or pass {force_flag}" if force_flag else "choose a new path"
     raise UserError(f"{flag} {str(root)!r} {problem}; nothing was written: {remedy}")
@@ -288,7 +377,8 @@ def check_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None
 def claim_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = None,
                      tool: str | None = None) -> Path:
     """Create the folder (as mkdir does under the user's umask), remove the temporaries a
-    killed writer left in it and its direct subfolders (`remove_temp`), and record its
+    killed writer left in it, its direct subfolders and every folder hb writes in a `kind`
+    folder (`check_subfolders`: e.g. DIR/stress/figures; `remove_temp`), and record its
     kind in `.hb-kind.json` with state "incomplete" and this command (atomic replace), the
     files an earlier call listed kept. Call it before the tool's first other write; from
     here this process's atomic writes under the folder are listed by `complete_output_dir`."""
@@ -302,7 +392,8 @@ def claim_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None
         if (root / KIND_FILE).is_dir():
             raise
         previous = {}  # an unreadable marker is replaced
-    for folder in (root, *(p for p in visible(root) if p.is_dir() and not p.is_symlink())):
+    direct = [p for p in visible(root) if p.is_dir() and not p.is_symlink()]
+    for folder in dict.fromkeys([root, *direct, *check_subfolders(root, kind)]):   # every depth hb writes at
         remove_temp(folder)
     command = shlex.join(["hb", *sys.argv[1:]]) if os.path.basename(sys.argv[0]) in ("hb", "harnessbandit", "cli.py") else None
     record = {"kind": kind, "config_hash": config_hash, "tool": tool or f"hb {kind}", "state": "incomplete",
@@ -331,9 +422,15 @@ def output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = Non
     """`claim_output_dir`, then the body writes, then `complete_output_dir`. When the body
     raises before anything was written there (no atomic write of this process, no new
     entry; e.g. a bad --baseline found while loading), the claim is undone: the folders it created are removed, or the marker restored, so a
-    refusal leaves the disk as it was; after a write the marker stays "incomplete"."""
+    refusal leaves the disk as it was; after a write the marker stays "incomplete". Nested in
+    an `output_dir` of the same folder (`hb stress` collects inside its profile's), it only
+    yields: the outer one completes the marker with both's files."""
+    if Path(os.path.realpath(path)) in _active:      # inside the same folder's own `output_dir`: that one claims
+        yield Path(path)
+        return
     root = claim_output_dir(path, kind, config_hash, tool)
     key = root.resolve()
+    _active.add(key)
     try:
         yield root
     except BaseException:
@@ -341,7 +438,13 @@ def output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = Non
         if not tracked_writes(key) and [p.name for p in visible(root)] == entries:   # nothing written yet
             _undo_claim(root, existed, marker, mine)
         raise
+    finally:
+        _active.discard(key)
     complete_output_dir(root)
+
+
+#: the folders inside an `output_dir` of this process now (a nested one for the same folder is a no-op)
+_active: set[Path] = set()
 
 
 def _undo_claim(root: Path, existed: Path, marker: bytes | None, mine: bytes) -> None:
@@ -377,7 +480,7 @@ def complete_output_dir(path: str | os.PathLike, files: list | None = None) -> P
     for f in files or []:
         f = Path(f)
         names.add((f.resolve().relative_to(base) if f.is_absolute() else f).as_posix())
-    names.discard(KIND_FILE)
+    names = {n for n in names if n.rsplit("/", 1)[-1] != KIND_FILE}     # markers, its own and a tune/'s
     record.update(state="complete", files=sorted(n for n in names if (root / n).exists()))
     atomic_write(root / KIND_FILE, json.dumps(record, sort_keys=True) + "\n")
     return root

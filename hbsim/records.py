@@ -26,7 +26,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hbsim.contract import CELLS, COUNTERFACTUAL_FILE, EVAL_FILE, RUN_FILES, RUN_JSON, TRAIN_FILE
+from hbsim import shapes
+from hbsim.contract import CELLS, COUNTERFACTUAL_FILE, EVAL_FILE, RUN_FILES, RUN_JSON, TRAIN_FILE, TUNE_JSON
 from hbsim.atomic import atomic_write, make_temp_dir, remove_temp, visible, write_dir_atomic
 from policies.errors import UserError
 
@@ -144,7 +145,30 @@ def read_meta(run_dir) -> dict | None:
     if not isinstance(meta, dict):
         raise UserError(f"{path}: unreadable run record (a JSON {type(meta).__name__}); expected the JSON "
                         "object hb writes (SPEC §7)")
+    remedy = "expected the JSON object hb writes (SPEC §7): remove the run directory and run it again"
+    shapes.check(path, meta, shapes.RUN_RECORD, "run record", remedy)
+    if meta.get("grid") is not None:
+        shapes.check(path, meta["grid"], shapes.RUN_GRID, "run record", remedy, "grid.")
+    if meta.get("config") is not None:
+        shapes.check(path, meta["config"], shapes.RUN_CONFIG, "run record", remedy, "config.")
     return meta
+
+
+def read_tune(root) -> dict | None:
+    """The selection record DIR/tune.json of a tuned grid (`ablations.tune` writes it), shape
+    checked (`hbsim.shapes.TUNE_RECORD`, each design's `TUNE_DESIGN`); None when absent. Every
+    reader of tune.json (hb grid run and status, hb report) reads it here, before its work."""
+    path = Path(root) / TUNE_JSON
+    if not path.exists() and not path.is_symlink():
+        return None
+    remedy = "remove it and rerun `hb grid run` (the finished tuning cells are kept)"
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: unreadable tuning record ({str(exc)[:200]}); {remedy}") from None
+    shapes.check(path, record, shapes.TUNE_RECORD, "tuning record", remedy)
+    shapes.each(path, record["designs"], shapes.TUNE_DESIGN, "tuning record", remedy, "designs")
+    return record
 
 
 def read_run(run_dir):

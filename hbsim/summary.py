@@ -131,8 +131,26 @@ def summary_table(train_df: pd.DataFrame, eval_df: pd.DataFrame, runs: pd.DataFr
     scores = final_scores(eval_df)
     both = pd.concat([references.train_scores(train_df), scores], ignore_index=True)
     shares = references.share_lines(references.share_of_gap(both, _runs(runs, scores)))
+    idle = untrained_lines(train_df)
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(line) for line in lines]
-                     + ([""] + shares if shares else []))
+                     + ([""] + shares if shares else []) + ([""] + idle if idle else []))
+
+
+def untrained_lines(train_df: pd.DataFrame) -> list[str]:
+    """One warning per policy label some of whose runs optimized no group in any step (the
+    group filter, `env.keep_band` / `env.min_abs_adv`, dropped every group: its numbers are
+    those of the untrained start, not of a design); [] when every run trained."""
+    if train_df is None or train_df.empty or "groups_optimized" not in train_df:
+        return []
+    per_run = train_df.groupby(["policy", "seed"], observed=True)["groups_optimized"].sum()
+    idle = per_run[per_run == 0]
+    lines = []
+    for policy, seeds in idle.groupby(level=0, observed=True):
+        n = len(seeds)
+        lines.append(f"warning: {policy}: {n} of {int((per_run.index.get_level_values(0) == policy).sum())} runs "
+                     "optimized no group in any step: the group filter (equal rewards, env.keep_band, env.min_abs_adv) dropped "
+                     "every group, so they did not train; loosen the filter")
+    return lines
 
 
 def _num(value, spec: str) -> str:

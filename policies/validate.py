@@ -22,6 +22,11 @@ MAX_SEED = 2**32 - 1         # a seed value (numpy's SeedSequence accepts any, w
 MAX_JOBS = 1024              # worker processes
 MAX_BATCH_GROUPS = 100_000   # groups per optimizer step
 MAX_RESAMPLES = 1_000_000    # bootstrap / permutation resamples
+#: rows of one evaluation of a synthetic run ((held-out tasks x (harnesses + 1) + validation tasks x
+#: harnesses) x attempts): each knob in range, their product could ask for hundreds of GiB
+MAX_EVAL_ROWS = 10_000_000
+#: eval rows of one run, every evaluation together (its eval table is held in memory)
+MAX_RUN_EVAL_ROWS = 50_000_000
 
 
 # -- values ------------------------------------------------------------------------------

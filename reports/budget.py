@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from hbsim.contract import BUDGET_COLUMNS, BUDGET_UNIT, BUDGET_UNITS, BUDGET_VALUE, COST_REACHED, TUNE_JSON
+from hbsim.contract import BUDGET_COLUMNS, BUDGET_UNIT, BUDGET_UNITS, BUDGET_VALUE, COST_REACHED
+from hbsim.records import read_tune
 from policies.errors import UserError
 from reports import load, stats
 from reports.cells import CELL_KEYS, cell_metrics
@@ -337,17 +337,13 @@ def _order(means: pd.Series) -> list[str]:
 
 def tuned_lines(dir_path) -> list[str]:
     """One line per design of a tuned grid (DIR/tune.json): the setting it was tested with."""
-    path = Path(dir_path) / TUNE_JSON
-    if not path.is_file():
+    record = read_tune(dir_path)      # shape checked; `hb report` read it once before any work
+    if record is None:
         return []
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: unreadable tuning record ({exc}); expected the JSON object hb grid run writes")
     lines = [f"tuned on seeds {record.get('seeds')} by suite {record.get('target')!r} (mean reward at the final "
              f"step); tested on seeds {record.get('test_seeds')}:"]
-    for label, sel in record.get("designs", {}).items():
-        setting = ", ".join(f"{k}={json.dumps(v)}" for k, v in sel.get("setting", {}).items()) or "(defaults)"
+    for label, sel in record["designs"].items():
+        setting = ", ".join(f"{k}={json.dumps(v)}" for k, v in sel["setting"].items()) or "(defaults)"
         score = sel.get("score")
         lines.append(f"  {label}: {setting}" + (f"  (validation {score:.4f})" if isinstance(score, float)
                                                  and np.isfinite(score) else ""))

@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 
 from hbsim import folders
+from hbsim.records import read_tune
 from policies import validate
 from policies.errors import UserError
 
@@ -146,6 +147,7 @@ def _check_paths(args) -> Path:
         validate.check_name("--part", args.part)      # it names the default output folder
     out = Path(args.out) if args.out else Path(args.dir) / ("report" if args.part is None else f"report-{args.part}")
     folders.check_output_dir(out, "report", force=args.force)
+    read_tune(args.dir)           # a tuned grid's record, shape checked before any work (printed at the end)
     stale = folders.stale_collected_tables(args.dir)
     if stale and not args.recollect:
         raise UserError(f"DIR {args.dir!r}: its collected tables (eval.parquet, train.parquet) are stale: {stale}; "

@@ -316,17 +316,18 @@ def test_hb_sim_records_the_scenario_file_and_reuses_runs_wherever_it_lies(workd
 
 @pytest.mark.cli
 def test_hb_stress_refuses_its_folder_once_a_scenario_file_changed(workdir, capsys):
-    argv = ["stress", "--scenarios", "examples/my_scenario.toml", "--policies", "uniform", "--seeds", "2", "--out", "st"]
+    argv = ["stress", "--scenarios", "examples/my_scenario.toml", "--policies", "round_robin", "--seeds", "2",
+            "--out", "st"]            # a design beside the references (references alone are refused)
     code, out, _ = hb(capsys, *argv)
-    assert code == 0 and out.startswith("hb stress: 4 cells (1 scenarios x 2 policies x seeds), 0 already done, 4 run")
+    assert code == 0 and out.startswith("hb stress: 6 cells (1 scenarios x 3 policies x seeds), 0 already done, 6 run")
     cells = sorted((workdir / "st" / "cells").iterdir())
-    assert len(cells) == 4 and {json.loads((c / "run.json").read_text())["scenario"]["name"] for c in cells} == \
+    assert len(cells) == 6 and {json.loads((c / "run.json").read_text())["scenario"]["name"] for c in cells} == \
         {"my_scenario"}
     code, out, _ = hb(capsys, *argv)                                           # unchanged: resumed
-    assert code == 0 and "4 already done, 0 run" in out
+    assert code == 0 and "6 already done, 0 run" in out
     (workdir / "examples" / "my_scenario.toml").write_text(scenario_text(forget="0.3"))
     code, out, err = hb(capsys, *argv)
-    assert code == 2 and "the same scenarios my_scenario; policies uniform,oracle; seeds 2, but a scenario's env" in err
+    assert code == 2 and "the same scenarios my_scenario; policies uniform,round_robin,oracle; seeds 2, but a scenario's env" in err
     assert sorted((workdir / "st" / "cells").iterdir()) == cells
 
 

@@ -135,9 +135,12 @@ def test_grid_run_killed_then_rerun(tmp_path, reference_grid, at):
     got, want = tables(tmp_path / "grid"), tables(reference_grid / "grid")
     assert_same({k: v for k, v in got.items() if "/" not in k}, {k: v for k, v in want.items() if "/" not in k})
     no_temporaries(tmp_path / "grid")
+    marker = folders.read_marker(tmp_path / "grid")        # issue 33: a grid's marker completes, listing its files
+    cells = sorted(f"cells/{c}" for c in done_ids(tmp_path / "grid"))
+    assert marker["state"] == "complete" and marker["files"] == [*cells, "eval.parquet", "grid.json", "train.parquet"]
 
 
-@pytest.mark.parametrize("at", [1, 2])        # train.parquet, eval.parquet
+@pytest.mark.parametrize("at", [2, 3])        # train.parquet, eval.parquet (1: the marker's claim)
 def test_grid_collect_killed_then_rerun(tmp_path, reference_grid, at):
     grid = tmp_path / "grid"
     shutil.copytree(reference_grid / "grid" / "cells", grid / "cells")
@@ -145,10 +148,39 @@ def test_grid_collect_killed_then_rerun(tmp_path, reference_grid, at):
     shutil.copy(reference_grid / "grid" / contract.KIND_FILE, grid / contract.KIND_FILE)
     killed(hb("grid", "collect", grid, cwd=tmp_path, fault=at))
     assert any(contract.TMP_PREFIX in p.name for p in grid.iterdir())      # the killed write's temporary
+    assert folders.read_marker(grid)["state"] == "incomplete"              # the killed collect's claim
     ok(hb("grid", "collect", grid, cwd=tmp_path))
     for name in ("train.parquet", "eval.parquet"):
         pd.testing.assert_frame_equal(pd.read_parquet(grid / name), pd.read_parquet(reference_grid / "grid" / name))
     no_temporaries(grid)
+    marker = folders.read_marker(grid)
+    assert marker["state"] == "complete" and {"train.parquet", "eval.parquet"} <= set(marker["files"])
+
+
+# -- hb stress (issue 33) -------------------------------------------------------------------
+STRESS = ["stress", "--scenarios", "trap", "--policies", "mixed", "--seeds", "2", "--jobs", "1"]
+
+
+def test_stress_killed_while_writing_its_figure_then_rerun(tmp_path):
+    """The kill -9 during the profile's figure (DIR/stress/figures/, two levels below --out):
+    the rerun removes that temporary, and its profile equals an uninterrupted run's."""
+    ok(hb(*STRESS, "--out", "ref", cwd=tmp_path))
+    figure_temp = []
+    for at in range(10, 30):                   # the write that is the figure (after the cells and the tables)
+        shutil.rmtree(tmp_path / "out", ignore_errors=True)
+        killed(hb(*STRESS, "--out", "out", cwd=tmp_path, fault=at))
+        figure_temp = list((tmp_path / "out" / "stress" / "figures").glob(".tmp-share.png-*"))
+        if figure_temp:
+            break
+    assert figure_temp, "no kill point left the figure's temporary"
+    assert folders.read_marker(tmp_path / "out")["state"] == "incomplete"
+    ok(hb(*STRESS, "--out", "out", cwd=tmp_path))
+    no_temporaries(tmp_path / "out")
+    assert (tmp_path / "out" / "stress" / "profile.csv").read_bytes() == (tmp_path / "ref" / "stress" /
+                                                                          "profile.csv").read_bytes()
+    marker = folders.read_marker(tmp_path / "out")
+    assert marker["state"] == "complete" and {"stress/figures/share.png", "stress/index.html", "stress/profile.csv",
+                                              "eval.parquet", "grid.json"} <= set(marker["files"])
 
 
 # -- hb report ------------------------------------------------------------------------------

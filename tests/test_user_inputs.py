@@ -217,8 +217,9 @@ class World:
         return path
 
     def text(self, name: str, content: str | bytes) -> Path:
-        """A file of `content` in the row's folder (a study or grid file)."""
+        """A file of `content` in the row's folder (a study or grid file; `name` may hold folders)."""
         path = self.tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
         (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)
         return path
 
@@ -273,6 +274,79 @@ class World:
         path = self.tmp / "huge.toml"
         path.write_text(TINY_GRID.replace("steps = 3", f"steps = {HUGE}"))
         return path
+
+    # -- issue 33 -------------------------------------------------------------------------
+    def parts_file(self, seeds: int = 6000, policies: int = 10, extra: str = "", part_extra: str = "") -> Path:
+        """A grid of two parts, each `policies` policies x `seeds` seeds (no sweep)."""
+        names = ["uniform", "mixed", "round_robin", "harnessbandit", "learnability", "sec", "variance", "transfer",
+                 "oracle", "sketch_cosine"][:policies]
+        pols = ", ".join(f'{{name = "{n}"}}' for n in names)
+        parts = "".join(f'[[parts]]\nname = "{p}"\nenv = {{kind = "bernoulli", n_validation_tasks = 4}}\n'
+                        f"policies = [{pols}]\n{part_extra}" for p in ("a", "b"))
+        return self.text("parts.toml", f'name = "p"\nsteps = 3\nseeds = {seeds}\n{extra}{parts}')
+
+    def tuned_file(self, tune_seeds: int, points: int = 2, designs: int = 1) -> Path:
+        """The tiny grid with a [tune] phase of `designs` x `points` x `tune_seeds` cells."""
+        text = TINY_GRID.replace("kind = \"bernoulli\"", "kind = \"bernoulli\"\nn_validation_tasks = 4")
+        if designs == 1:
+            text = text.replace('[[policies]]\nname = "round_robin"\n', "")
+        lr = [round(0.5 + 0.1 * i, 1) for i in range(points)]
+        return self.text("tuned.toml", text + f"[tune]\nseeds = {list(range(100, 100 + tune_seeds))}\n"
+                                              f'[tune.knobs]\n"env.lr" = {lr}\n')
+
+    def tuned(self) -> Path:
+        """A finished tuned grid (1 design x 2 points x 1 tuning seed, then 1 test cell)."""
+        path = self.tmp / "tuned"
+        if not path.exists():
+            self._make("grid", "run", self.tuned_file(1), "--out", path, "--jobs", "1")
+        return path
+
+    def record(self, folder: Path, name: str, content: str) -> Path:
+        """`folder` with its record `name` (tune.json, grid.json, run.json, the marker) replaced by `content`."""
+        (folder / name).write_text(content)
+        return folder
+
+    def user_profile(self) -> Path:
+        """A user's folder holding a file named like the stress profile's (stress/index.html)."""
+        path = self.tmp / "mine"
+        (path / "stress").mkdir(parents=True, exist_ok=True)
+        (path / "stress" / "index.html").write_text("<p>my page</p>\n")
+        return path
+
+    def elsewhere(self) -> Path:
+        """A user's folder outside every hb folder, holding an index.json of theirs."""
+        path = self.tmp / "elsewhere"
+        path.mkdir(exist_ok=True)
+        (path / "index.json").write_text('{"mine": true}\n')
+        return path
+
+    def report_with(self, sub: str, what: str) -> Path:
+        """The grid's report folder (claimed by hb) whose subfolder `sub` is `what`: a symlink to
+        `elsewhere`, a file, a broken link or a link loop."""
+        report = self.grid() / "report"
+        folders.claim_output_dir(report, "report", tool="hb report")
+        (report / "index.html").write_text("<p>report</p>\n")
+        self.linked(report / sub, what)
+        return report
+
+    def linked(self, path: Path, what: str) -> Path:
+        if what == "link":
+            path.symlink_to(self.elsewhere(), target_is_directory=True)
+        elif what == "file":
+            path.write_text("a file\n")
+        elif what == "dangling":
+            path.symlink_to(self.tmp / "nowhere")
+        else:                                  # a loop
+            path.symlink_to(path.name)
+        return path
+
+    def long_dir(self, total: int) -> Path:
+        """A path of about `total` bytes below tmp (components of 200 bytes)."""
+        path = self.tmp
+        while len(os.fsencode(str(path))) + 201 <= total:
+            path = path / ("d" * 200)
+        rest = total - len(os.fsencode(str(path))) - 1
+        return path / ("e" * rest) if rest > 0 else path
 
 
 # (id, w -> (argv, folder that must stay unchanged), needle)
@@ -522,6 +596,119 @@ CASES = [
      "is not allowed for --backend trl"),
     ("sim-kind-marker-is-a-folder", lambda w: ([*SIM, "--out", w.sim_marker_folder()], w.sim()),
      "the folder marker is not a file"),
+    # issue 33, cause 3: the size bound holds where every kind of grid is planned
+    ("stress-seeds-1000", lambda w: (["stress", "--seeds", "1000", "--out", w.missing()], w.tmp),
+     "hb stress: plans up to"),
+    ("grid-parts-too-many-cells", lambda w: ([*GRID_RUN, w.parts_file(seeds=6000), "--out", w.missing()], w.tmp),
+     "parts.toml: plans up to 120000 cells (the parts' policies x sweep points x seeds): allowed at most 100000"),
+    ("grid-tune-too-many-cells", lambda w: ([*GRID_RUN, w.tuned_file(5000, points=12, designs=2), "--out",
+                                             w.missing()], w.tmp), "tuned.toml: plans up to 120002 cells"),
+    ("grid-tune-and-test-seeds-10001", lambda w: ([*GRID_RUN, w.tuned_file(10000), "--out", w.missing()], w.tmp),
+     "10000 tuning seeds and 1 test seeds are not allowed: expected at most 10000 seeds in one grid"),
+    ("scenarios-check-too-many-runs", lambda w: (["scenarios", "trap", "--check", "--seeds", "10000",
+                                                  *[f"--policy={n}" for n in ("mixed", "sec", "variance", "learnability", "transfer", "round_robin", "fixed", "harnessbandit", "oracle", "uniform")]], w.tmp),
+     "hb scenarios trap: plans up to 120000 runs (policies x seeds): allowed at most 100000"),
+    ("sim-too-many-runs", lambda w: (["sim", "--seeds", "10000", "--out", w.missing(), *[f"--policy={n}" for n in (
+        "uniform", "round_robin", "learnability", "transfer", "harnessbandit", "product", "min", "mixed", "exp3s", "ucb1",
+        "dts")]], w.tmp), "hb sim: plans up to 110000 runs (policies x seeds): allowed at most 100000; use fewer --seeds"),
+    ("calibrate-too-many-runs", lambda w: (["calibrate", "--blocks", "10000", "--seeds", "100"], w.tmp),
+     "hb calibrate: plans up to 2000000 runs (blocks x seeds x 2): allowed at most 100000"),
+    ("validity-study-too-many-runs", lambda w: (["validity", w.missing(), "--study", w.text("s.toml", study_text(
+        steps=2, seeds=10000).replace('envs = ["bernoulli"]', 'envs = ["bernoulli", "drifting", "student"]')
+        + "[[policies]]\nname = \"mixed\"\n" * 3)], w.tmp), "plans up to 120000 runs (envs x policies x seeds)"),
+    ("sim-eval-rows-huge", lambda w: ([*SIM[:-4], "--set", "env.n_heldout_tasks=100000", "--set", "env.k_attempts=100000",
+                                       "--out", w.missing()], w.tmp), "one evaluation would have 70000000000 rows"),
+    ("grid-eval-table-huge", lambda w: ([*GRID_RUN, w.text("e.toml", TINY_GRID.replace(
+        "steps = 3", "steps = 1000000\neval_every = 1").replace("k_attempts = 2", "k_attempts = 100")), "--out",
+        w.missing()], w.tmp), "the run's eval table would have 1600001600 rows"),
+    # cause 4: [tune] in a grid of parts is refused, not ignored
+    ("grid-parts-with-tune", lambda w: ([*GRID_RUN, w.parts_file(seeds=1, policies=1, extra="[tune]\nseeds = [100]\n"
+                                                                 "knobs = {\"env.lr\" = [1.0, 2.0]}\n"),
+                                         "--out", w.missing()], w.tmp), "[tune] is not allowed in a grid of parts"),
+    ("grid-part-with-tune", lambda w: ([*GRID_RUN, w.parts_file(seeds=1, policies=1, part_extra=(
+        "[parts.tune]\nseeds = [100]\nknobs = {\"env.lr\" = [1.0, 2.0]}\n")), "--out", w.missing()], w.tmp),
+     "key 'parts[0].tune': [tune] is not allowed in a grid of parts"),
+    # cause 5: --force never replaces a file hb did not write
+    ("stress-force-into-user-folder", lambda w: (["stress", "--scenarios", "trap", "--seeds", "2", "--jobs", "1",
+                                                  "--out", w.user(), "--force"], w.user()),
+     "--force writes into it but never replaces a file hb did not write, and 'eval.parquet' is a name hb writes"),
+    ("stress-force-user-profile", lambda w: (["stress", "--scenarios", "trap", "--seeds", "2", "--jobs", "1",
+                                              "--out", w.user_profile(), "--force"], w.user_profile()),
+     "and 'stress/index.html' is a name hb writes there"),
+    ("grid-run-force-user-eval", lambda w: ([*GRID_RUN, w.spec, "--out", w.user(), "--force"], w.user()),
+     "never replaces a file hb did not write, and 'eval.parquet' is a name hb writes there"),
+    ("report-force-user-index", lambda w: (["report", w.grid(), "--baseline", "uniform", "--out", w.text(
+        "page/index.html", "<p>mine</p>\n").parent, "--force"], w.tmp / "page"), "'index.html' is a name hb writes"),
+    ("validity-force-user-csv", lambda w: (["validity", w.cf(), "--out", w.text("page/validity.csv", "a\n1\n").parent,
+                                            "--force"], w.tmp / "page"), "'validity.csv' is a name hb writes"),
+    ("sim-force-user-run-folder", lambda w: ([*SIM, "--out", w.text("u/uniform/seed0/notes.txt", "mine\n").parents[2],
+                                             "--force"], w.tmp / "u"), "'uniform/seed0' (and 1 more) is a name hb writes"),
+    # cause 6: below the top folder: symlinks, files, broken links and loops where hb writes a folder
+    ("report-rliable-symlink", lambda w: (["report", w.report_with("rliable", "link").parent, "--baseline", "uniform"],
+                                          w.elsewhere()), "rliable' is a symbolic link"),
+    ("report-figures-symlink", lambda w: (["report", w.report_with("figures", "link").parent, "--baseline", "uniform"],
+                                          w.elsewhere()), "figures' is a symbolic link"),
+    ("report-figures-file", lambda w: (["report", w.report_with("figures", "file").parent, "--baseline", "uniform"],
+                                       w.grid()), "figures' is a file where hb expects a folder"),
+    ("report-rliable-dangling", lambda w: (["report", w.report_with("rliable", "dangling").parent, "--baseline",
+                                            "uniform"], w.grid()), "rliable' is a broken symbolic link (or a link loop)"),
+    ("report-rliable-loop", lambda w: (["report", w.report_with("rliable", "loop").parent, "--baseline", "uniform"],
+                                       w.grid()), "rliable' is a broken symbolic link (or a link loop)"),
+    ("grid-stress-folder-symlink", lambda w: ([*GRID_RUN, w.spec, "--out", w.grid()], w.elsewhere())
+     if w.linked(w.grid() / "stress", "link") else None, "stress' is a symbolic link"),
+    ("grid-cells-symlink", lambda w: ([*GRID_RUN, w.spec, "--out", w.tmp / "g2"], w.elsewhere())
+     if w.linked(Path(w.text("g2/grid.json", (w.grid() / "grid.json").read_text())).parent / "cells", "link") else None,
+     "cells' is a symbolic link"),
+    ("sim-out-dangling-link", lambda w: ([*SIM, "--out", w.linked(w.tmp / "out", "dangling")], w.tmp),
+     "is a broken symbolic link (or a link loop) where hb expects a folder"),
+    ("sim-out-loop", lambda w: ([*SIM, "--out", w.linked(w.tmp / "out", "loop")], w.tmp),
+     "is a broken symbolic link (or a link loop) where hb expects a folder"),
+    ("grid-run-out-below-a-loop", lambda w: ([*GRID_RUN, w.spec, "--out", w.linked(w.tmp / "out", "loop") / "g"],
+                                             w.tmp), "out' is a broken symbolic link (or a link loop)"),
+    ("report-out-below-dangling-link", lambda w: (["report", w.grid(), "--baseline", "uniform", "--out",
+                                                   w.linked(w.tmp / "out", "dangling") / "r"], w.grid()),
+     "is a broken symbolic link (or a link loop)"),
+    ("sim-label-folder-symlink", lambda w: ([*SIM, "--out", w.sim()], w.elsewhere())
+     if w.linked(w.sim() / "other", "link") else None, "other' is a symbolic link"),
+    ("sim-label-folder-is-a-file", lambda w: ([*SIM, "--policy", "round_robin", "--out", w.sim()], w.sim())
+     if w.linked(w.sim() / "round_robin", "file") else None, "round_robin' is a file where hb expects a folder"),
+    ("sim-label-folder-dangling", lambda w: ([*SIM, "--policy", "round_robin", "--out", w.sim()], w.sim())
+     if w.linked(w.sim() / "round_robin", "dangling") else None, "round_robin' is a broken symbolic link"),
+    ("validity-study-env-folder-is-a-file", lambda w: (["validity", w.study(), "--study", w.study_file()], w.study())
+     if shutil.rmtree(w.study() / "bernoulli") is None and w.linked(w.study() / "bernoulli", "file") else None,
+     "bernoulli' is a file where hb expects a folder"),
+    # cause 7: records read back are shape checked before any work
+    ("report-tune-json-wrong-shape", lambda w: (["report", w.record(w.tuned(), "tune.json", '{"designs": []}'),
+                                                 "--baseline", "uniform"], w.tuned()),
+     "tune.json: tuning record of the wrong shape (seeds is missing)"),
+    ("report-tune-json-design-without-setting", lambda w: (["report", w.record(w.tuned(), "tune.json", (
+        '{"seeds": [100], "test_seeds": [1], "target": "validation", "knobs": {}, "designs": {"uniform": {"score": 1}}}')),
+        "--baseline", "uniform"], w.tuned()), "(designs['uniform'].setting is missing)"),
+    ("report-tune-json-garbled", lambda w: (["report", w.record(w.tuned(), "tune.json", "{garbled"), "--baseline",
+                                             "uniform"], w.tuned()), "tune.json: unreadable tuning record"),
+    ("grid-status-tune-json-wrong-shape", lambda w: (["grid", "status", w.record(w.tuned(), "tune.json", "[1, 2]")],
+                                                     w.tuned()), "tuning record of the wrong shape (the record is a JSON list"),
+    ("grid-status-tune-json-other-design", lambda w: (["grid", "status", w.record(w.tuned(), "tune.json", (
+        '{"seeds": [100], "test_seeds": [1], "target": "validation", "knobs": {}, "designs": {"x": {"setting": {}, '
+        '"score": 1}}}'))], w.tuned()), "the tuning record selects no setting for design 'uniform'"),
+    ("grid-run-tune-json-wrong-shape", lambda w: ([*GRID_RUN, w.tuned_file(1), "--out", w.record(
+        w.tuned(), "tune.json", '{"seeds": 5}')], w.tuned()), "tuning record of the wrong shape (seeds=5 is a int"),
+    ("grid-status-grid-json-spec-raw-not-a-table", lambda w: (["grid", "status", w.record(
+        w.grid(), "grid.json", '{"name": "tiny", "spec": {"raw": 5}}')], w.grid()), "(spec.raw=5 is a int, expected dict)"),
+    ("sim-marker-files-not-a-list", lambda w: ([*SIM, "--out", w.record(w.sim(), contract.KIND_FILE,
+                                                                        '{"kind": "sim", "files": 5}')], w.sim()),
+     "folder marker of the wrong shape (files=5 is a int, expected list)"),
+    ("report-run-json-grid-not-a-table", lambda w: (["report", w.run(run_json=b'{"grid": 5}'), "--baseline", "uniform"],
+                                                    w.run()), "run record of the wrong shape (grid=5 is a int"),
+    # cause 8: labels are not keys
+    ("stress-policies-references-only", lambda w: (["stress", "--policies", "uniform", "--out", w.missing()], w.tmp),
+     "--policies 'uniform' names only uniform and oracle, which every profile runs as its references"),
+    # cause 9: the path budget covers a study's <env>/<label>/ of up to 200 bytes each
+    ("validity-study-long-dir", lambda w: (["validity", w.long_dir(4096 - 400), "--study", w.study_label("l" * 200)],
+                                           w.tmp), "the path has"),
+    # unclear messages
+    ("sim-tokens-budget-zero-token-cost", lambda w: ([*SIM, "--eval-budget", "tokens:100", "--out", w.missing()], w.tmp),
+     "its token cost is zero (env.group_tokens is unset or 0), so no tokens milestone is ever reached"),
 ]
 
 
@@ -575,10 +762,16 @@ def test_legacy_grid_without_marker_is_adopted_and_user_folder_forced(base, tmp_
     assert code == 0 and "2 already done, 0 run" in out, err[-3000:]
     assert folders.read_marker(grid)["kind"] == "grid"
     mine = world.user()
+    (mine / "eval.parquet").unlink()       # a user's eval.parquet is refused, even forced (a row of CASES)
     notes = (mine / "notes.txt").read_text()
     code, _, err = hb("grid", "run", world.spec, "--out", mine, "--jobs", "1", "--force")
     assert code == 0, err[-3000:]
     assert (mine / "notes.txt").read_text() == notes and len(list((mine / "cells").iterdir())) == 2
+    marker = folders.read_marker(mine)
+    cells = sorted(f"cells/{p.name}" for p in (mine / "cells").iterdir())
+    assert marker["state"] == "complete" and marker["files"] == [*cells, "grid.json"]    # notes.txt is not hb's
+    assert hb("grid", "collect", mine)[0] == 0
+    assert folders.read_marker(mine)["files"] == [*cells, "eval.parquet", "grid.json", "train.parquet"]
 
 
 @pytest.mark.parametrize("mask", [0o022, 0o077])
@@ -819,3 +1012,71 @@ def test_real_checks_run_before_torch_is_imported(tmp_path, argv):
                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.stdout.split() == ["2", "False", "False"], proc.stderr[-3000:]
     assert not (tmp_path / "x").exists()
+
+
+# -- issue 33: what is accepted, and what it then does ------------------------------------------
+def test_scenarios_check_keys_results_by_position_not_label(hb):
+    """`--policy uniform` / `--policy oracle` are policies of their own beside the built-in ones
+    (the same config, so the same numbers), not a collision of labels."""
+    code, out, err = hb("scenarios", "trap", "--check", "--seeds", "2", "--policy", "uniform", "--policy", "oracle")
+    assert code == 0, err[-3000:]
+    rows = [line.split(None, 1) for line in out.splitlines() if line.startswith("  ") and line[2] != " "]
+    assert [r[0] for r in rows] == ["oracle", "uniform", "uniform", "oracle"]
+    assert rows[1][1] == rows[2][1] and rows[0][1] == rows[3][1] and rows[0][1] != rows[1][1]
+
+
+def test_group_filter_that_drops_every_group_is_named(tmp_path, hb):
+    code, out, err = hb(*SIM, "--set", "env.min_abs_adv=1e9", "--out", tmp_path / "s")
+    assert code == 0, err[-3000:]
+    assert out.splitlines()[-1] == ("warning: uniform: 1 of 1 runs optimized no group in any step: the group filter "
+                                    "(equal rewards, env.keep_band, env.min_abs_adv) dropped every group, so they did "
+                                    "not train; loosen the filter")
+    code, out, err = hb(*SIM, "--out", tmp_path / "t")
+    assert code == 0 and "warning" not in out, err[-3000:]
+
+
+def test_study_at_the_longest_allowed_path_runs_with_the_longest_label(base, tmp_path, hb):
+    """The path budget (folders.PATH_RESERVE) keeps room for a study's <env>/<label>/ of 200
+    bytes each: a DIR at the limit runs through (no ENAMETOOLONG mid-run), a byte more is refused."""
+    world = World(base, tmp_path, hb)
+    limit = 4096 - folders.PATH_RESERVE
+    study = world.study_label("l" * 200)
+    code, _, err = hb("validity", world.long_dir(limit + 1), "--study", study, "--min-step", "0", "--resamples", "5")
+    assert code == 2 and f"the path has {limit + 1} bytes; allowed: at most {limit}" in err, err[-3000:]
+    longest = world.long_dir(limit)
+    assert len(os.fsencode(str(longest))) == limit
+    code, _, err = hb("validity", longest, "--study", study, "--min-step", "0", "--resamples", "5")
+    assert code == 0, err[-3000:]
+    assert (longest / "bernoulli" / ("l" * 200) / "seed0" / "run.json").is_file()
+
+
+def test_temporaries_are_removed_at_every_depth_hb_writes(tmp_path):
+    """A kill -9 while the stress profile wrote its figure left DIR/stress/figures/.tmp-*: the
+    rerun's claim removes it (its writer is dead), and a user's hidden file stays."""
+    grid = tmp_path / "g"
+    folders.claim_output_dir(grid, "grid", tool="hb stress")
+    figures = grid / contract.STRESS_DIR / contract.FIGURES_DIR
+    figures.mkdir(parents=True)
+    dead = figures / ".tmp-share.png-999999999-abcdefgh.png"         # pid 999999999: no such process
+    dead.write_bytes(b"half a png")
+    (figures / ".mine").write_text("the user's")
+    folders.claim_output_dir(grid, "grid", tool="hb stress")
+    assert sorted(p.name for p in figures.iterdir()) == [".mine"]
+
+
+def test_immutable_stress_file_is_refused_before_any_write(tmp_path, hb):
+    grid = tmp_path / "g"
+    folders.claim_output_dir(grid, "grid", tool="hb stress")
+    (grid / "stress").mkdir()
+    index = grid / "stress" / "index.html"
+    index.write_text("<p>an earlier profile</p>")
+    if subprocess.run(["chattr", "+i", str(index)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here (needs root and a file system with the flag)")
+    try:
+        before = tree_hash(grid)
+        code, _, err = hb("stress", "--scenarios", "trap", "--policies", "mixed", "--seeds", "2", "--jobs", "1",
+                          "--out", grid)
+        assert code == 2 and "stress/index.html' is immutable or append-only" in err and err.count("\n") == 1, err
+        assert tree_hash(grid) == before
+    finally:
+        subprocess.run(["chattr", "-i", str(index)], check=True)

@@ -49,7 +49,7 @@ from policies.errors import UserError
 from hbsim.sampling import FILTER_KNOBS, DynamicSampler, GroupFilter, when_set
 from hbsim.envs.costs import COST_KNOBS, VALIDATION_KNOBS, harness_costs
 from policies.knobs import Knob, Knobs
-from policies.validate import check_int
+from policies.validate import MAX_EVAL_ROWS, check_int
 
 #: PinchBench-like task categories; `task_category` indexes this tuple.
 CATEGORIES = ("skills", "integrations", "memory", "csv", "coding")
@@ -139,8 +139,22 @@ class SyntheticEnv:
         for name in ("group_tokens", "group_tool_seconds"):
             if name in resolved:
                 harness_costs(resolved, name)
+        rows = cls.eval_rows(resolved)
+        if rows > MAX_EVAL_ROWS:   # the evaluation's uniforms are one array of this many draws
+            raise UserError(f"env.n_heldout_tasks={resolved['n_heldout_tasks']}, n_validation_tasks="
+                            f"{resolved.get('n_validation_tasks', 0)}, n_harnesses={resolved['n_harnesses']} and "
+                            f"k_attempts={resolved['k_attempts']} are not allowed together: one evaluation would "
+                            f"have {rows} rows ((held-out tasks x (harnesses + 1) + validation tasks x harnesses) x "
+                            f"attempts), allowed at most {MAX_EVAL_ROWS}")
         cls._check_knobs(resolved)
         return resolved
+
+    @staticmethod
+    def eval_rows(knobs: dict) -> int:
+        """The rows of one `evaluate()` of resolved `knobs`: (held-out tasks x (harnesses + 1)
+        + validation tasks x harnesses) x attempts (the size bounds read it)."""
+        H = knobs["n_harnesses"]
+        return (knobs["n_heldout_tasks"] * (H + 1) + knobs.get("n_validation_tasks", 0) * H) * knobs["k_attempts"]
 
     @classmethod
     def _check_knobs(cls, knobs: dict) -> None:

@@ -106,8 +106,9 @@ def test_robust_beats_the_paper_where_its_mechanisms_bite(name):
     at the cost-aware setting, which keeps |advantage| in L~; docs/POLICIES.md)."""
     from ablations import scenarios as measure
     from hbsim.scenarios import SCENARIOS
-    truth = measure.final_truth(name, [{"name": "harnessbandit_robust"}, {"name": "harnessbandit"},
-                                       {"name": "uniform"}])
+    runs = measure.final_truth(name, [{"name": "harnessbandit_robust"}, {"name": "harnessbandit"},
+                                      {"name": "uniform"}])
+    truth = dict(zip(["harnessbandit_robust", "harnessbandit", "uniform"], (runs[0], runs[1], runs[2])))
     i = measure.TARGETS.index(SCENARIOS[name].target)
     vs_paper = measure.paired(truth["harnessbandit_robust"][:, i], truth["harnessbandit"][:, i])
     vs_uniform = measure.paired(truth["harnessbandit_robust"][:, i], truth["uniform"][:, i])

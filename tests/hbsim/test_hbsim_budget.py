@@ -80,7 +80,15 @@ def test_eval_budget_canonical(value, canonical):
         with pytest.raises(UserError, match="eval_budget"):
             RUN_KNOBS["eval_budget"].check("eval_budget", value)        # a repeated milestone
     else:
-        assert resolve_config({"eval_budget": value})["eval_budget"] == canonical
+        env = {"group_tokens": 100}     # a tokens budget needs a world whose token cost is not zero
+        assert resolve_config({"eval_budget": value, "env": env})["eval_budget"] == canonical
+
+
+def test_tokens_budget_on_a_world_without_token_cost_is_refused():
+    with pytest.raises(UserError, match=r"^eval_budget='tokens:500' is not allowed on this world: its token cost is "
+                                        r"zero \(env.group_tokens is unset or 0\)"):
+        resolve_config({"eval_budget": "tokens:500"})
+    assert resolve_config({"eval_budget": "groups:500"})["eval_budget"] == "groups:500"
 
 
 @pytest.mark.parametrize("value", ["groups", "steps:10", "groups:0", "groups:-1,2", "groups:", 5, "groups:x"])

@@ -157,8 +157,9 @@ DESIGNS = PURE + ("mixed",)
 def test_every_win_and_loss_sentence_holds_at_the_shipped_settings(name):
     claims = CLAIMS[name]
     names = sorted({p for p, _ in claims} | (set(PURE) if any(c == "below-pure" for _, c in claims) else set()))
-    truth = measure.final_truth(name, [measure.oracle_policy(name), {"name": "uniform"}]
-                                + [{"name": p} for p in names])
+    runs = measure.final_truth(name, [measure.oracle_policy(name), {"name": "uniform"}]
+                               + [{"name": p} for p in names])
+    truth = {label: runs[k] for k, label in enumerate(["oracle", "uniform", *names])}   # keyed by position
     i = TARGETS.index(SCENARIOS[name].target)
     base = truth["uniform"][:, i]
     gap = truth["oracle"][:, i] - base

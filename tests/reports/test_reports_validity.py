@@ -107,7 +107,7 @@ def test_reports_validity_reads_only_the_data_contract():
     code = "import sys, reports.validity; print(sorted(m for m in sys.modules " \
            "if m.split('.')[0] in ('hbsim', 'ablations', 'real_runs')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['hbsim', 'hbsim.atomic', 'hbsim.contract', 'hbsim.records']"
+    assert out.strip() == "['hbsim', 'hbsim.atomic', 'hbsim.contract', 'hbsim.records', 'hbsim.shapes']"
 
 
 def test_report_page_only_where_counterfactual_files_exist(tmp_path):
