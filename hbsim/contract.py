@@ -102,6 +102,7 @@ KIND_FOLDERS = {
     "run": ("checkpoints", "trl"),
     "sim": ("*", "*/seed*"),
     "study": ("*", "*/*", "*/*/seed*"),
+    "twin_check": (),
 }
 #: the names hb may write in each kind of folder (patterns as above): `--force` refuses a folder
 #: holding one of them that hb did not write (`hbsim.folders.check_output_dir`)
@@ -112,4 +113,5 @@ KIND_OUTPUTS = {
     "run": (*RUN_FILES, COUNTERFACTUAL_FILE, LOG, "checkpoints/*", "trl/*"),
     "sim": ("*/seed*", "*/seed*/*"),
     "study": ("*/*/seed*", "*/*/seed*/*"),
+    "twin_check": ("check.json", "check.md"),
 }
