@@ -93,7 +93,7 @@ def test_report_reads_only_test_seeds_and_lists_the_settings(tmp_path, capsys):
     ('[tune]\nseeds = [1, 7]\n[tune.knobs]\n"env.lr" = [1.0]\n', None, "tune.seeds"),       # overlaps test seed 1
     ('[tune]\nseeds = []\n[tune.knobs]\n"env.lr" = [1.0]\n', None, "tune.seeds"),
     ('[tune]\nseeds = [5, 5]\n[tune.knobs]\n"env.lr" = [1.0]\n', None, "tune.seeds"),
-    ('[tune]\nseeds = [5]\ntarget = "heldout_tasks"\n[tune.knobs]\n"env.lr" = [1.0]\n', None, "tune.target"),
+    ('[tune]\nseeds = [5]\ntarget = "heldout"\n[tune.knobs]\n"env.lr" = [1.0]\n', None, "tune.target"),
     ('[tune]\nseeds = [5]\nsplit = 3\n[tune.knobs]\n"env.lr" = [1.0]\n', None, "tune.split"),
     ('[tune]\nseeds = [5]\n', None, "tune.knobs"),
     ('[tune]\nseeds = [5]\n[tune.knobs]\n"policy.nope" = [1]\n', None, "tune.knobs.policy.nope"),
