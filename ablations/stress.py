@@ -229,9 +229,16 @@ def main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     load0, wall0, cpu0 = os.getloadavg(), time.perf_counter(), time.process_time()
     cpus: list[float] = []                                 # each run's CPU seconds, measured where it ran
+    kinds, by_kind = _cell_kinds(spec), dict.fromkeys(KINDS, 0.0)
+
+    def done(answer: dict) -> None:
+        cpus.append(answer.get("cpu_seconds", 0.0))
+        kind = kinds.get(answer.get("id"), "best fixed arm (test)")    # a test cell of a selection made now
+        by_kind[kind] += answer.get("cpu_seconds", 0.0)
+
     tuned, report, selection = run_tuned(spec, out, jobs=args.jobs, backend=args.backend,
                                          ray_address=args.ray_address, force_mixed=args.force, progress=ProgressBar(),
-                                         on_done=lambda answer: cpus.append(answer.get("cpu_seconds", 0.0)))
+                                         on_done=done)
     wall = time.perf_counter() - wall0
     cells_cpu = sum(cpus)
     total = tuned.total + (report.total if report else 0)
@@ -241,13 +248,15 @@ def main(args: argparse.Namespace) -> int:
     cpu = time.process_time() - cpu0 + (cells_cpu if in_workers else 0.0)
     timing = {"cells": total, "tuning_cells": tuned.total, "already_done": skipped, "ran": ran,
               "failed": len(failed), "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
-              "cells_cpu_s": round(cells_cpu, 1), "jobs": args.jobs, "backend": args.backend,
+              "cells_cpu_s": round(cells_cpu, 1), "cells_cpu_s_by_kind": {k: round(v, 1) for k, v in by_kind.items()},
+              "jobs": args.jobs, "backend": args.backend,
               "cores": os.cpu_count(), "load_before": [round(x, 2) for x in load0],
               "load_after": [round(x, 2) for x in os.getloadavg()]}
     print(f"hb stress: {total} cells ({len(scenarios)} scenarios x {len(axes())} axes x {len(policies) + 1} "
           f"policies x seeds, and {tuned.total} tuning cells of the best fixed arm), {skipped} already done, {ran} "
           f"run, {len(failed)} failed in {wall:.1f} s wall, {cpu:.1f} s CPU (runs {cells_cpu:.1f} s); load average "
           f"{load0[0]:.2f} -> {timing['load_after'][0]:.2f} on {os.cpu_count()} cores")
+    print("  CPU of the runs by kind: " + ", ".join(f"{k} {v:.1f} s" for k, v in by_kind.items()))
     for fail in failed[:5]:
         print(f"  FAILED {fail['id']}: {fail['reason']}  (log: {fail['log']})")
     if len(failed) > 5:
@@ -259,6 +268,19 @@ def main(args: argparse.Namespace) -> int:
                     {"options": {k: v for k, v in vars(args).items() if k != "command"},
                      "scenarios": [sc.name for sc in scenarios], "policies": policies, "timing": timing}
                     ) or (1 if failed else 0)
+
+
+KINDS = ("designs", "oracle", "best fixed arm (tuning)", "best fixed arm (test)")
+
+
+def _cell_kinds(spec) -> dict[str, str]:
+    """cell id -> KINDS entry, for the CPU accounting (tuning cells and the designs' parts)."""
+    from ablations.tune import tuning_spec
+    out = {c.id: KINDS[2] for c in tuning_spec(spec).cells()}
+    for part in spec.parts:
+        if not part.tune:
+            out.update({c.id: KINDS[1] if c.config["policy"]["name"] == "oracle" else KINDS[0] for c in part.cells()})
+    return out
 
 
 def _profile(spec, out: Path, parts: dict[str, dict], provenance: dict) -> int:

@@ -98,8 +98,9 @@ def ranking_lines(steps: load.Frames, cost: load.Frames, info: dict) -> list[str
     return lines
 
 
-def tuned_lines(dir_path) -> list[str]:
-    """One line per design of a tuned grid (DIR/tune.json): the setting it was tested with."""
+def tuned_lines(dir_path, part: str | None = None) -> list[str]:
+    """One line per design of a tuned grid (DIR/tune.json): the setting it was tested with (of a
+    grid of parts, `hb stress`'s: the record of `part`, none when that part was not tuned)."""
     path = Path(dir_path) / TUNE_JSON
     if not path.is_file():
         return []
@@ -107,11 +108,15 @@ def tuned_lines(dir_path) -> list[str]:
         record = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: unreadable tuning record ({exc}); expected the JSON object hb grid run writes")
+    if isinstance(record, dict) and "parts" in record:
+        record = (record.get("parts") or {}).get(part)
+        if not isinstance(record, dict):
+            return []
     lines = [f"tuned on seeds {record.get('seeds')} by suite {record.get('target')!r} (mean reward at the final "
              f"step); tested on seeds {record.get('test_seeds')}:"]
     for label, sel in record.get("designs", {}).items():
         setting = ", ".join(f"{k}={json.dumps(v)}" for k, v in sel.get("setting", {}).items()) or "(defaults)"
         score = sel.get("score")
-        lines.append(f"  {label}: {setting}" + (f"  (validation {score:.4f})" if isinstance(score, float)
+        lines.append(f"  {label}: {setting}" + (f"  ({record.get('target')} {score:.4f})" if isinstance(score, float)
                                                  and np.isfinite(score) else ""))
     return lines
