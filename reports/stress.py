@@ -11,7 +11,8 @@ Fieller's interval; no share when R's own gap over uniform is not significant), 
 paired seed-level tests: P_s - U_s against 0 (`reports.stats.t_test_p`, two-sided, and the
 exact sign-flip `sign_flip_test`), and the one-sided t test of mean(d_s - 0.5 g_s) > 0
 (`t_test_greater_p`, `p_half`: "captures at least half of the reference's gain"). The
-Benjamini-Hochberg q of each family is taken over all cells of the profile (`q`, `q_half`).
+Benjamini-Hochberg q of each family is taken over all the designs' cells of the profile (`q`,
+`q_half`; the oracle's and the best fixed arm's rows keep their p but get no q).
 The reference's own gap R_s - U_s gets the two-sided t test too (`gap_p`).
 
 A cell's verdict (`verdict`): "half" where q_half < ALPHA, "below" where q < ALPHA and the
@@ -133,10 +134,11 @@ def profile(train: pd.DataFrame, evals: pd.DataFrame, metas: list[dict], parts: 
     out = out.sort_values(["scenario", "horizon", "step_scale"], key=lambda col: (
         col.map(scen.index) if col.name == "scenario" else (-col if col.name == "step_scale" else col)), kind="stable")
     out = out.reset_index(drop=True)
-    out["q"] = adjust(out["p"].to_numpy(), "fdr_bh") if len(out) else []
-    out["q_half"] = adjust(out["p_half"].to_numpy(), "fdr_bh") if len(out) else []
+    designs = ~out["_reference"].astype(bool).to_numpy()     # the families: the designs' cells, not the yardstick's
+    for col, q in (("p", "q"), ("p_half", "q_half")):
+        out[q] = adjust(np.where(designs, out[col].to_numpy(dtype=float), np.nan), "fdr_bh") if len(out) else []
     verdict = np.where(out["q_half"] < ALPHA, "half", np.where((out["q"] < ALPHA) & (out["delta"] < 0), "below", ""))
-    out["verdict"] = np.where(out["_reference"].astype(bool), "", verdict)
+    out["verdict"] = np.where(designs, verdict, "")
     return out.drop(columns="_reference")[COLUMNS]
 
 
@@ -190,7 +192,7 @@ def reading(prof: pd.DataFrame) -> str:
                  "and no 'at least half' verdict. ")
     seeds = sorted(set(prof["seeds"]))
     text += (f"(Seed-level tests over {'/'.join(map(str, seeds))} seeds, Benjamini-Hochberg q < {ALPHA} over the "
-             f"{len(prof)} cells: '>= 50%' = one-sided t test of mean(d - 0.5 g) > 0, 'below uniform' = two-sided "
+             f"{int(prof['q'].notna().sum())} designs' cells: '>= 50%' = one-sided t test of mean(d - 0.5 g) > 0, 'below uniform' = two-sided "
              "t test of d; share = (policy - uniform) / (reference - uniform), reference = the best of the oracle, "
              "the best fixed arm (chosen on tuning seeds) and mixed, on each scenario's target.)")
     return text

@@ -321,7 +321,7 @@ def test_bad_parts_are_one_line_spec_errors(over, word):
 def _prof(cells):
     """A hand-made profile: (scenario, policy, horizon, step_scale, verdict, gap_p)."""
     return pd.DataFrame([{"scenario": sc, "target": "train", "policy": p, "horizon": h, "step_scale": lr,
-                          "verdict": v, "gap": 0.1, "gap_p": gp, "seeds": 6} for sc, p, h, lr, v, gp in cells])
+                          "verdict": v, "gap": 0.1, "gap_p": gp, "seeds": 6, "q": 0.01} for sc, p, h, lr, v, gp in cells])
 
 
 def test_reading_states_what_holds_on_every_axis_and_where_a_verdict_flips():
@@ -338,7 +338,7 @@ def test_reading_states_what_holds_on_every_axis_and_where_a_verdict_flips():
     assert "Verdicts that flip between axes: in trap, mixed captures >= 50% of the reference's gain at 3x/lr1, " \
            "3x/lr0.5 only; in noise, mixed falls below uniform at 1x/lr1, 3x/lr1 only." in text
     assert "not significant in noise (3x/lr1, 3x/lr0.5)" in text
-    assert "6 seeds" in text and "16 cells" in text
+    assert "6 seeds" in text and "16 designs' cells" in text
     steady = profile.reading(_prof([c for c in cells if c[1] == "transfer"]))
     assert "No verdict flips between axes." in steady and "not significant" not in steady
 
@@ -364,6 +364,8 @@ def test_verdicts_come_from_the_seed_level_tests_and_skip_the_references():
                                                          "step_scale": 1.0, "steps": 10, "fixed_part": "w+fixed"}})
     got = dict(zip(prof["policy"], prof["verdict"]))
     assert got == {"oracle": "", "good": "half", "bad": "below", "meh": ""}
+    oracle = prof.set_index("policy").loc["oracle"]
+    assert np.isfinite(oracle["p_half"]) and np.isnan(oracle["q_half"]) and np.isnan(oracle["q"])   # not a design
     assert set(prof["reference"]) == {"oracle"} and prof.set_index("policy").loc["oracle", "share"] == 1.0
 
 
