@@ -377,3 +377,38 @@ def test_cli_smoke_on_the_shipped_suite(tmp_path):
               "--out", str(out), check=0)
     assert "profile:" in done.stdout and "tuning cells" in done.stdout
     assert (out / "stress" / "index.html").exists() and os.path.getsize(out / "stress" / "profile.csv") > 0
+
+
+MINI = '''name = "mini"
+summary = "A tiny test world: three ordinary harnesses and a trap."
+target = "train"
+seeds = 3
+steps = 12
+
+[env]
+kind = "scenario"
+n_tasks = 12
+n_heldout_tasks = 4
+n_harnesses = 4
+roles = "ordinary*3,trap"
+'''
+
+
+def test_scenarios_check_reads_the_oracle_gap_on_every_axis(tmp_path, capsys):
+    """`hb scenarios FILE --check`: the shipped axis in full, then oracle - uniform at each axis
+    of hb stress, equal to a direct run at that horizon and lr_scale."""
+    from ablations import scenarios as measure
+    path = tmp_path / "mini.toml"
+    path.write_text(MINI)
+    assert main(["scenarios", str(path), "--check", "--seeds", "2"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    head = lines.index("on every axis (horizon x 12 steps / step size x the shipped lr), on train:")
+    axes = lines[head + 1: head + 5]
+    assert [a.split()[0] for a in axes] == ["1x/lr1", "1x/lr0.5", "3x/lr1", "3x/lr0.5"]
+    assert [int(a.split()[1]) for a in axes] == [12, 12, 36, 36]
+    truth = measure.final_truth(str(path), [{"name": "oracle", "target": "train", "lr_scale": 0.5},
+                                            {"name": "uniform", "lr_scale": 0.5}], 2, steps=36)
+    want = (truth["oracle"][:, 0] - truth["uniform"][:, 0]).mean()
+    assert f"oracle - uniform {want:+.4f} (MDE" in axes[3]
+    assert lines[head + 5].startswith("the oracle gains")
