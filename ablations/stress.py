@@ -240,10 +240,10 @@ def main(args: argparse.Namespace) -> int:
                                          ray_address=args.ray_address, force_mixed=args.force, progress=ProgressBar(),
                                          on_done=done)
     wall = time.perf_counter() - wall0
+    batches = [tuned] + ([report] if report else [])
+    total, skipped, ran = (sum(getattr(b, k) for b in batches) for k in ("total", "skipped", "ran"))
+    failed = [f for b in batches for f in b.failed]
     cells_cpu = sum(cpus)
-    total = tuned.total + (report.total if report else 0)
-    skipped = tuned.skipped + (report.skipped if report else 0)
-    ran, failed = tuned.ran + (report.ran if report else 0), tuned.failed + (report.failed if report else [])
     in_workers = args.backend != "local" or workers(args.jobs, max(tuned.total - tuned.skipped, 1)) > 1
     cpu = time.process_time() - cpu0 + (cells_cpu if in_workers else 0.0)
     timing = {"cells": total, "tuning_cells": tuned.total, "already_done": skipped, "ran": ran,
@@ -252,15 +252,7 @@ def main(args: argparse.Namespace) -> int:
               "jobs": args.jobs, "backend": args.backend,
               "cores": os.cpu_count(), "load_before": [round(x, 2) for x in load0],
               "load_after": [round(x, 2) for x in os.getloadavg()]}
-    print(f"hb stress: {total} cells ({len(scenarios)} scenarios x {len(axes())} axes x {len(policies) + 1} "
-          f"policies x seeds, and {tuned.total} tuning cells of the best fixed arm), {skipped} already done, {ran} "
-          f"run, {len(failed)} failed in {wall:.1f} s wall, {cpu:.1f} s CPU (runs {cells_cpu:.1f} s); load average "
-          f"{load0[0]:.2f} -> {timing['load_after'][0]:.2f} on {os.cpu_count()} cores")
-    print("  CPU of the runs by kind: " + ", ".join(f"{k} {v:.1f} s" for k, v in by_kind.items()))
-    for fail in failed[:5]:
-        print(f"  FAILED {fail['id']}: {fail['reason']}  (log: {fail['log']})")
-    if len(failed) > 5:
-        print(f"  ... and {len(failed) - 5} more (hb grid status {out})")
+    _print_summary(timing, len(scenarios), len(policies) + 2, failed, out)
     if selection is None:
         print("no best fixed arm: a tuning cell failed; fix it and rerun (finished cells are kept)", file=sys.stderr)
         return 1
@@ -271,6 +263,21 @@ def main(args: argparse.Namespace) -> int:
 
 
 KINDS = ("designs", "oracle", "best fixed arm (tuning)", "best fixed arm (test)")
+
+
+def _print_summary(timing: dict, n_scenarios: int, n_policies: int, failed: list[dict], out: Path) -> None:
+    """The command's summary lines: cells, wall, CPU (by kind), load, failures."""
+    t = timing
+    print(f"hb stress: {t['cells']} cells ({n_scenarios} scenarios x {len(axes())} axes x {n_policies} policies "
+          f"x seeds, the best fixed arm included, plus {t['tuning_cells']} tuning cells of that arm), {t['already_done']} "
+          f"already done, {t['ran']} run, {t['failed']} failed in {t['wall_s']:.1f} s wall, {t['cpu_s']:.1f} s CPU "
+          f"(runs {t['cells_cpu_s']:.1f} s); load average {t['load_before'][0]:.2f} -> {t['load_after'][0]:.2f} on "
+          f"{t['cores']} cores")
+    print("  CPU of the runs by kind: " + ", ".join(f"{k} {v:.1f} s" for k, v in t["cells_cpu_s_by_kind"].items()))
+    for fail in failed[:5]:
+        print(f"  FAILED {fail['id']}: {fail['reason']}  (log: {fail['log']})")
+    if len(failed) > 5:
+        print(f"  ... and {len(failed) - 5} more (hb grid status {out})")
 
 
 def _cell_kinds(spec) -> dict[str, str]:
