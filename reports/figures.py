@@ -316,9 +316,9 @@ def share_panels(panels: dict, title: str = ""):
         ax.set_title(names[k], fontsize=8)
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0.0, 0.0, 0.95, 1.0))       # the colour scale's strip on the right
     if image is not None:
-        fig.colorbar(image, ax=axes.ravel().tolist(), fraction=0.02, pad=0.01)
+        fig.colorbar(image, cax=fig.add_axes((0.955, 0.2, 0.012, 0.6)))
     return fig, axes
 
 

@@ -318,15 +318,17 @@ def test_hb_sim_records_the_scenario_file_and_reuses_runs_wherever_it_lies(workd
 def test_hb_stress_refuses_its_folder_once_a_scenario_file_changed(workdir, capsys):
     argv = ["stress", "--scenarios", "examples/my_scenario.toml", "--policies", "uniform", "--seeds", "2", "--out", "st"]
     code, out, _ = hb(capsys, *argv)
-    assert code == 0 and out.startswith("hb stress: 4 cells (1 scenarios x 2 policies x seeds), 0 already done, 4 run")
+    # 4 axes x (uniform, mixed, oracle, the best fixed arm) x 2 seeds, and 4 axes x 4 arms x 4 tuning seeds
+    assert code == 0 and out.startswith("hb stress: 96 cells (1 scenarios x 4 axes x 4 policies x seeds, the best "
+                                        "fixed arm included, plus 64 tuning cells of that arm), 0 already done, 96 run")
     cells = sorted((workdir / "st" / "cells").iterdir())
-    assert len(cells) == 4 and {json.loads((c / "run.json").read_text())["scenario"]["name"] for c in cells} == \
+    assert len(cells) == 32 and {json.loads((c / "run.json").read_text())["scenario"]["name"] for c in cells} == \
         {"my_scenario"}
     code, out, _ = hb(capsys, *argv)                                           # unchanged: resumed
-    assert code == 0 and "4 already done, 0 run" in out
+    assert code == 0 and "96 already done, 0 run" in out
     (workdir / "examples" / "my_scenario.toml").write_text(scenario_text(forget="0.3"))
     code, out, err = hb(capsys, *argv)
-    assert code == 2 and "the same scenarios my_scenario; policies uniform,oracle; seeds 2, but a scenario's env" in err
+    assert code == 2 and "the same scenarios my_scenario; policies uniform,mixed,oracle,fixed; seeds 2, but a scenario's env" in err
     assert sorted((workdir / "st" / "cells").iterdir()) == cells
 
 
