@@ -403,6 +403,7 @@ def test_plugins_and_entry_points_reach_worker_processes(tmp_path):
     done = hb_process("stress", "--scenarios", "examples/my_scenario.toml", "--policies", "greedy_l", "--seeds", "2",
                       "--jobs", "2", "--out", "stress", cwd=tmp_path, pythonpath=[site])
     assert done.returncode == 0, done.stderr
-    assert re.search(r"^my_scenario  train +\+0\.\d+ .* \+0\.\d\d \[", done.stdout, re.M), done.stdout
+    assert re.search(r"^scenario +axis +target +reference +gap +mixed +greedy_l ", done.stdout, re.M), done.stdout
+    assert re.search(r"^my_scenario  3x/lr0\.5  train +oracle +\+0\.\d+ ", done.stdout, re.M), done.stdout
     listed = hb_process("policies", cwd=tmp_path, pythonpath=[site])
     assert "greedy_l       epsilon-greedy on each harness's moving-average learnability" in listed.stdout
