@@ -269,8 +269,8 @@ def _print_summary(timing: dict, n_scenarios: int, n_policies: int, failed: list
     """The command's summary lines: cells, wall, CPU (by kind), load, failures."""
     t = timing
     print(f"hb stress: {t['cells']} cells ({n_scenarios} scenarios x {len(axes())} axes x {n_policies} policies "
-          f"x seeds, the best fixed arm included, plus {t['tuning_cells']} tuning cells of that arm), {t['already_done']} "
-          f"already done, {t['ran']} run, {t['failed']} failed in {t['wall_s']:.1f} s wall, {t['cpu_s']:.1f} s CPU "
+          f"x seeds, the best fixed arm included, plus {t['tuning_cells']} tuning cells of that arm), "
+          f"{t['already_done']} already done, {t['ran']} run, {t['failed']} failed in {t['wall_s']:.1f} s wall, {t['cpu_s']:.1f} s CPU "
           f"(runs {t['cells_cpu_s']:.1f} s); load average {t['load_before'][0]:.2f} -> {t['load_after'][0]:.2f} on "
           f"{t['cores']} cores")
     print("  CPU of the runs by kind: " + ", ".join(f"{k} {v:.1f} s" for k, v in t["cells_cpu_s_by_kind"].items()))

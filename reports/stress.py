@@ -192,8 +192,8 @@ def reading(prof: pd.DataFrame) -> str:
                  "and no 'at least half' verdict. ")
     seeds = sorted(set(prof["seeds"]))
     text += (f"(Seed-level tests over {'/'.join(map(str, seeds))} seeds, Benjamini-Hochberg q < {ALPHA} over the "
-             f"{int(prof['q'].notna().sum())} designs' cells: '>= 50%' = one-sided t test of mean(d - 0.5 g) > 0, 'below uniform' = two-sided "
-             "t test of d; share = (policy - uniform) / (reference - uniform), reference = the best of the oracle, "
+             f"{int(prof['q'].notna().sum())} designs' cells: '>= 50%' = one-sided t test of mean(d - 0.5 g) > 0, "
+             "'below uniform' = two-sided t test of d; share = (policy - uniform) / (reference - uniform), reference = the best of the oracle, "
              "the best fixed arm (chosen on tuning seeds) and mixed, on each scenario's target.)")
     return text
 

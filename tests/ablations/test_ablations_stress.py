@@ -321,7 +321,8 @@ def test_bad_parts_are_one_line_spec_errors(over, word):
 def _prof(cells):
     """A hand-made profile: (scenario, policy, horizon, step_scale, verdict, gap_p)."""
     return pd.DataFrame([{"scenario": sc, "target": "train", "policy": p, "horizon": h, "step_scale": lr,
-                          "verdict": v, "gap": 0.1, "gap_p": gp, "seeds": 6, "q": 0.01} for sc, p, h, lr, v, gp in cells])
+                          "verdict": v, "gap": 0.1, "gap_p": gp, "seeds": 6, "q": 0.01}
+                         for sc, p, h, lr, v, gp in cells])
 
 
 def test_reading_states_what_holds_on_every_axis_and_where_a_verdict_flips():
