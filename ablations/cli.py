@@ -21,7 +21,7 @@ from pathlib import Path
 from ablations import store
 from ablations.runner import ProgressBar, add_run_options, run_grid, run_tuned
 from ablations.spec import load_spec
-from ablations.tune import test_spec
+from ablations.tune import is_tuned, test_spec
 from hbsim.contract import CELLS, GRID_JSON
 from hbsim.records import done_ids, load_cells, read_meta
 from policies.errors import UserError
@@ -82,7 +82,7 @@ def cmd_plan(args) -> int:
 
 def cmd_run(args) -> int:
     spec = load_spec(args.grid)
-    if spec.tune:
+    if is_tuned(spec):
         return _run_tuned(spec, args)
     rows: dict[str, tuple] = {}
     report = run_grid(spec, args.out, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
@@ -111,9 +111,12 @@ def _run_tuned(spec, args) -> int:
     if report is None:
         print("no selection: a tuning cell failed; fix it and rerun (finished cells are kept)")
         return 1
-    for label, sel in selection["designs"].items():
-        setting = ", ".join(f"{k}={v}" for k, v in sel["setting"].items()) or "(defaults)"
-        print(f"  selected {label}: {setting}  (validation {sel['score']:.4f} over tuning seeds {spec.tune.seeds})")
+    records = selection["parts"].items() if spec.parts else [(None, selection)]
+    for part, record in records:        # a grid of parts: each tuned part's selection
+        for label, sel in record["designs"].items():
+            setting = ", ".join(f"{k}={v}" for k, v in sel["setting"].items()) or "(defaults)"
+            print(f"  selected {label}{f' in part {part}' if part else ''}: {setting}  ({record['target']} "
+                  f"{sel['score']:.4f} over tuning seeds {record['seeds']})")
     print(f"grid {spec.name!r} test: {report.total} cells on seeds {spec.seeds}, {report.skipped} already done, "
           f"{report.ran} run, {len(report.failed)} failed; results in {args.out}")
     summary = _summary(args.out, {c.id for c in test_spec(spec, selection).cells()})

@@ -249,7 +249,7 @@ class ProgressBar:
 
     def __call__(self, done: int, total: int, failed: int) -> None:
         now = time.perf_counter()
-        if self.first_done is None:
+        if self.first_done is None or done < self.last_done:    # the first call, or a new batch (run_tuned's test phase)
             self.first_done = done
             self.start = now
         ran = done - self.first_done

@@ -5,7 +5,8 @@
     hb scenarios PATH.toml [--check]  # the same for your own scenario file (docs/EXTENDING.md)
     hb scenarios NAME --check [--policy mixed --policy 'mixed:arms=[0,1]'] [--seeds N]
         # the oracle (on the scenario's target) vs uniform, paired over the shipped seeds, and
-        # each --policy's mean gain on the three targets (noise-free truth of the final step)
+        # each --policy's mean gain on the three targets (noise-free truth of the final step);
+        # then the same on every axis of `hb stress` (horizon 1x and 3x, step size x1 and x0.5)
     hb scenarios NAME --sweep         # per learning-rate multiplier: uniform's final training success,
                                       # the fraction of its steps the trust region binds, its late gain
 
@@ -97,11 +98,21 @@ def sweep_text(name: str, sweep: dict[float, dict]) -> str:
 
 
 def check(name: str, extra: list[dict], seeds: int | None, jobs: int) -> str:
+    """The shipped axis in full, then oracle - uniform (and each extra's gain) on the target at
+    every axis of `hb stress` (`ablations.stress.axes`: horizon x steps, step size x lr), and
+    what holds on all of them."""
+    from ablations.stress import axes
+    from reports.stress import axis_label
+
     sc = get(name)
     policies = [measure.oracle_policy(name), {"name": "uniform"}] + extra
-    truth = measure.final_truth(name, policies, seeds, jobs=jobs)
-    start = truth["start"].mean(axis=0)
     i = TARGETS.index(sc.target)
+    at = {}
+    for horizon, scale in axes():
+        scaled = [{**p, "lr_scale": p.get("lr_scale", 1.0) * scale} if scale != 1 else p for p in policies]
+        at[(horizon, scale)] = measure.final_truth(name, scaled, seeds, steps=sc.steps * horizon, jobs=jobs)
+    truth = at[(1, 1.0)]
+    start = truth["start"].mean(axis=0)
     lines = [f"{sc.name}: mean gain over the start (noise-free truth after step {sc.steps}; "
              f"{truth['start'].shape[0]} seeds); start " + "  ".join(f"{t} {v:.3f}" for t, v in zip(TARGETS, start))]
     for j, p in enumerate(policies):      # by position: a user's --policy uniform is a row of its own
@@ -111,6 +122,23 @@ def check(name: str, extra: list[dict], seeds: int | None, jobs: int) -> str:
     g = measure.paired(truth[0][:, i], truth[1][:, i])
     lines.append(f"oracle - uniform on {sc.target}: {g['delta']:+.4f} (sd {g['sd']:.4f}); paired MDE "
                  f"{g['mde']:.4f} (alpha 0.05, power 0.8); gain = {g['ratio']:.1f} x MDE")
+    lines.append(f"on every axis (horizon x {sc.steps} steps / step size x the shipped lr), on {sc.target}:")
+    weak = []
+    for (horizon, scale), tr in at.items():
+        axis, g = axis_label(horizon, scale), measure.paired(tr["oracle"][:, i], tr["uniform"][:, i])
+        gains = "  ".join(f"{measure.label_of(p)} {(tr[measure.label_of(p)][:, i] - tr['start'][:, i]).mean():+.3f}"
+                          for p in extra)
+        lines.append(f"  {axis:9s} {sc.steps * horizon:5d} steps  oracle - uniform {g['delta']:+.4f} (MDE "
+                     f"{g['mde']:.4f}, {g['ratio']:.1f} x MDE)" + (f"  gains: {gains}" if gains else ""))
+        if not g["ratio"] >= 3:
+            weak.append(f"{axis} ({g['ratio']:.1f} x MDE)")
+    if not weak:
+        lines.append("the oracle gains >= 3 x MDE over uniform on every axis")
+    elif len(weak) == len(at):
+        lines.append(f"the oracle gains < 3 x MDE over uniform on every axis at {truth['start'].shape[0]} seeds")
+    else:
+        lines.append(f"the oracle gains < 3 x MDE over uniform at {', '.join(weak)}: the scenario poses its problem "
+                     "only on the other axes")
     return "\n".join(lines)
 
 

@@ -131,10 +131,6 @@ def _parse_parts(raw: dict, path: str, err, folder) -> GridSpec:
         err("name", f"{name!r} is not allowed: expected a non-empty string")
     if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) for p in parts):
         err("parts", f"{parts!r} is not allowed: expected a non-empty list of tables ([[parts]])")
-    if "tune" in raw or any("tune" in p for p in parts):
-        where = "tune" if "tune" in raw else f"parts[{next(i for i, p in enumerate(parts) if 'tune' in p)}].tune"
-        err(where, "[tune] is not allowed in a grid of parts (its tuning cells would be taken for results): "
-                   "tune each part as a grid file of its own (hb grid run PART.toml)")
     raw, top_scenario = _with_scenario(err, raw, {}, folder)      # the parts' default env may name one
     defaults = {k: v for k, v in raw.items() if k not in OWN_KEYS}
     specs, seen, expanded = [], set(), []

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ablations.plan import GridSpec
 from ablations.spec import parse_spec
-from ablations.tune import recorded_test_spec
+from ablations.tune import is_tuned, recorded_test_spec
 from hbsim import atomic, folders, shapes
 from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG
 from hbsim.records import collect_cells, done_ids
@@ -62,7 +62,7 @@ def recorded_spec(root: str | os.PathLike) -> GridSpec:
         raise UserError(f"grid directory {root}: no {GRID_JSON} (not a grid directory)")
     spec = record.get("spec", {})
     spec = parse_spec(spec.get("raw", {}), spec.get("path", str(Path(root) / GRID_JSON)))
-    if spec.tune:                 # a tuned grid's DIR/cells are its test phase (ablations.tune)
+    if is_tuned(spec):            # a tuned grid's DIR/cells are its test phase (ablations.tune)
         return recorded_test_spec(spec, root)
     return spec
 

@@ -8,7 +8,8 @@
     name = "harnessbandit"
     [tune]
     seeds = [100, 101]            # tuning seeds: a list, disjoint from the test seeds
-    target = "validation"         # the selection target (the only one so far)
+    target = "validation"         # the selection target: validation, or (synthetic envs) train,
+                                  # heldout_tasks or heldout_harness
     [tune.knobs]                  # swept per design, like [sweep] (a policy.* key only where it applies)
     "policy.tau" = [0.1, 0.3]
     "env.lr" = [1.0, 2.5]
@@ -22,6 +23,14 @@ DIR/tune.json (atomically, `hbsim.atomic`); (3) runs each design at its selected
 the test seeds into DIR/cells/, labelled by the design alone (`harnessbandit`), so `hb
 report DIR` sees only test runs and lists the settings (reports.budget.tuned_lines). A
 rerun skips the finished cells of both phases and recomputes the same selection from them.
+
+The target may also be one of the oracle's targets (`train`: the noise-free mean true
+training success at the final step, `hbsim.references.train_scores`; `heldout_tasks`,
+`heldout_harness`: the suite's mean final reward) -- what `hb stress` selects its single best
+fixed arm on. A grid of PARTS (`ablations.spec`) may tune some of its parts: the tuning phase
+holds every tuned part's tuning cells, the selection (DIR/tune.json) has one record per tuned
+part under "parts", and the test phase is each tuned part at its selection beside the other
+parts' cells (`is_tuned`).
 """
 from __future__ import annotations
 
@@ -29,19 +38,34 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from ablations.plan import REAL_KIND, GridSpec, SpecError, cell_bound, check_cells, plan_cells, variant_label
-from hbsim.contract import TUNE_JSON, VALIDATION_SUITE
+from hbsim.contract import PART, TUNE_JSON, VALIDATION_SUITE
 from hbsim.records import canonical_json, done_ids, load_cells, read_tune
+from hbsim.references import train_scores
 from hbsim.run_knobs import seed_list
 from policies import POLICIES
 from policies.errors import UserError
 from policies.validate import MAX_SEEDS
 
 TUNE_KEYS = ("seeds", "target", "knobs")
-TARGETS = (VALIDATION_SUITE,)
+#: the selection targets: the validation split, and the oracle's targets of a synthetic env
+TARGETS = (VALIDATION_SUITE, "train", "heldout_tasks", "heldout_harness")
 RULE = ("largest mean over tuning seeds of the mean validation reward at the final step; ties: the point "
         "listed first ([tune.knobs] keys sorted, values in file order)")
+
+
+def rule(target: str) -> str:
+    """The selection rule of a target, in words (RULE for validation)."""
+    what = {VALIDATION_SUITE: "the mean validation reward",
+            "train": "the noise-free mean true training success"}.get(target, f"the mean {target} reward")
+    return RULE.replace("the mean validation reward", what)
+
+
+def is_tuned(spec: GridSpec) -> bool:
+    """A grid with [tune], or a grid of parts with a tuned part: run in two phases."""
+    return spec.tune is not None or any(p.tune is not None for p in spec.parts)
 
 
 @dataclass(frozen=True)
@@ -89,7 +113,7 @@ def parse_tune(raw, path: str, test_seeds: list[int], spec_raw: dict) -> TuneSpe
     env = spec_raw.get("env") or {}
     if env.get("kind") == REAL_KIND:
         err("tune", "real runs have no validation split; allowed: a synthetic env kind")
-    if not env.get("n_validation_tasks"):
+    if target == VALIDATION_SUITE and not env.get("n_validation_tasks"):
         err("env.n_validation_tasks", f"{env.get('n_validation_tasks')!r} is not allowed with [tune]: expected "
                                       "an integer >= 1 (the tuning split the target reads)")
     return TuneSpec(seeds=seeds, target=target, knobs=dict(knobs))
@@ -131,14 +155,21 @@ def tuning_cells(spec: GridSpec) -> dict[str, list]:
 
 
 def tuning_spec(spec: GridSpec) -> GridSpec:
-    """The tuning phase as one grid (DIR/tune/): every design's tuning cells."""
+    """The tuning phase as one grid (DIR/tune/): every design's tuning cells (of a grid of
+    parts: every tuned part's)."""
+    if spec.parts:
+        return dataclasses.replace(spec, _cells=[c for p in spec.parts if p.tune for c in tuning_spec(p).cells()])
     cells = [c for group in tuning_cells(spec).values() for c in group]
     return dataclasses.replace(spec, tune=None, sweep=dict(spec.tune.knobs), seeds=list(spec.tune.seeds),
                                _cells=cells)
 
 
 def test_spec(spec: GridSpec, selection: dict) -> GridSpec:
-    """The test phase as one grid (DIR/cells/): each design at its selected setting on the test seeds."""
+    """The test phase as one grid (DIR/cells/): each design at its selected setting on the test
+    seeds (of a grid of parts: each tuned part so, beside the other parts)."""
+    if spec.parts:
+        parts = [test_spec(p, selection["parts"][p.part]) if p.tune else p for p in spec.parts]
+        return dataclasses.replace(spec, parts=parts, _cells=None)
     cells = []
     for i, pol in enumerate(spec.policies):
         label = design_label(pol)
@@ -157,17 +188,37 @@ def test_spec(spec: GridSpec, selection: dict) -> GridSpec:
 
 # -- selection ------------------------------------------------------------------------
 def select(spec: GridSpec, tune_dir) -> dict:
-    """The selection record (module doc) from the finished tuning cells in `tune_dir`."""
-    groups = tuning_cells(spec)
-    ids = {c.id for cells in groups.values() for c in cells}
+    """The selection record (module doc) from the finished tuning cells in `tune_dir` (of a
+    grid of parts: {"parts": {part: its record}})."""
+    tuned = [p for p in spec.parts if p.tune] if spec.parts else [spec]
+    groups = {id(p): tuning_cells(p) for p in tuned}
+    ids = {c.id for g in groups.values() for cells in g.values() for c in cells}
     missing = ids - done_ids(tune_dir)
     if missing:
         raise UserError(f"{tune_dir}: {len(missing)} tuning cells are not finished; rerun `hb grid run`")
-    _, ev = load_cells(tune_dir, only=ids, eval_columns=["run_id", "step", "suite", "task", "attempt", "reward"])
-    ev = ev[ev["suite"] == spec.tune.target]
-    ev = ev[ev["step"] == ev.groupby("run_id")["step"].transform("max")]
-    ev = ev.drop_duplicates(["run_id", "step", "task", "attempt"])  # a budget evaluation at the final step
-    per_run = ev.groupby("run_id")["reward"].mean()
+    scores = _run_scores(tune_dir, ids, {p.tune.target for p in tuned})
+    records = {p.part: _select_one(p, groups[id(p)], scores[p.tune.target], tune_dir) for p in tuned}
+    return {"parts": records} if spec.parts else records[spec.part]
+
+
+def _run_scores(tune_dir, ids: set[str], targets: set[str]) -> dict[str, pd.Series]:
+    """target -> (run_id -> the run's score on it at its final step)."""
+    train, ev = load_cells(tune_dir, only=ids, eval_columns=["run_id", "step", "suite", "task", "attempt", "reward"])
+    out = {}
+    for target in targets:
+        if target == "train":
+            truth = train_scores(train.assign(policy=train["run_id"]))
+            out[target] = truth.set_index("policy")["score"]
+            continue
+        mine = ev[ev["suite"] == target]
+        mine = mine[mine["step"] == mine.groupby("run_id")["step"].transform("max")]
+        mine = mine.drop_duplicates(["run_id", "step", "task", "attempt"])  # a budget evaluation at the final step
+        out[target] = mine.groupby("run_id")["reward"].mean()
+    return out
+
+
+def _select_one(spec: GridSpec, groups: dict, per_run: pd.Series, tune_dir) -> dict:
+    """One grid's (or part's) selection record from its runs' scores."""
     designs = {}
     for label, cells in groups.items():
         points: dict[str, dict] = {}
@@ -175,14 +226,15 @@ def select(spec: GridSpec, tune_dir) -> dict:
             point = points.setdefault(canonical_json(c.sweep), {"setting": dict(c.sweep), "scores": []})
             if c.id not in per_run.index:
                 raise UserError(f"{tune_dir}: tuning cell {c.id} ({c.label}, seed {c.seed}) has no "
-                                f"{spec.tune.target!r} evaluation; the env needs n_validation_tasks >= 1")
+                                f"{spec.tune.target!r} score; the env needs n_validation_tasks >= 1 (validation) "
+                                "or the truth columns of a synthetic env (train)")
             point["scores"].append(float(per_run[c.id]))
-        rows = [{"setting": p["setting"], "score": float(np.mean(p["scores"])), "seeds": len(p["scores"])}
-                for p in points.values()]
+        rows = [{"setting": {k: v for k, v in p["setting"].items() if k != PART}, "score": float(np.mean(p["scores"])),
+                 "seeds": len(p["scores"])} for p in points.values()]
         best = max(range(len(rows)), key=lambda j: (rows[j]["score"], -j))
         designs[label] = {"setting": rows[best]["setting"], "score": rows[best]["score"], "points": rows}
     return {"seeds": spec.tune.seeds, "test_seeds": spec.seeds, "target": spec.tune.target,
-            "knobs": spec.tune.knobs, "rule": RULE, "designs": designs}
+            "knobs": spec.tune.knobs, "rule": rule(spec.tune.target), "designs": designs}
 
 
 def read_selection(root) -> dict | None:
@@ -196,5 +248,5 @@ def recorded_test_spec(spec: GridSpec, root) -> GridSpec:
     return test_spec(spec, selection) if selection else dataclasses.replace(spec, _cells=[])
 
 
-__all__ = ["RULE", "TuneSpec", "parse_tune", "read_selection", "recorded_test_spec", "select",
+__all__ = ["RULE", "TuneSpec", "is_tuned", "parse_tune", "rule", "read_selection", "recorded_test_spec", "select",
            "test_spec", "tuning_cells", "tuning_spec"]

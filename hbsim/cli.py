@@ -43,7 +43,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "validity": ("ablations.validity_cli", "does L, T or the fused score predict the true gain? (--counterfactual runs)"),
     "calibrate": ("ablations.calibrate", "A/A calibration: false-positive rate of every test of hb report"),
     "scenarios": ("ablations.scenarios_cli", "the scenario suite and your own scenario files: list, show, check oracle vs uniform"),
-    "stress": ("ablations.stress", "every policy on every scenario: share of the oracle's gain, one resumable grid"),
+    "stress": ("ablations.stress", "every policy on every scenario and axis: share of the best reference's gain, one resumable grid"),
     "twin": ("ablations.twin_cli", "fit a twin of your runs (a scenario file) and check that it ranks policies as they do"),
 }
 

@@ -15,7 +15,11 @@ alpha: a test rejects at level alpha, an interval covers at level 1 - alpha.)
   (Welch's too): the reports' headline interval.
 * `percentile_interval(reps, level)`: the percentile interval of bootstrap replicates.
 * `ratio_interval(d, g, level, n_boot=, seed=)`: mean d / mean g with the percentile
-  seed-bootstrap interval of that ratio of means.
+  seed-bootstrap interval of that ratio of means (kept for comparison: it under-covers at a
+  few seeds, 0.82-0.89 at 6; the share uses Fieller's interval).
+* `fieller_interval(d, g, level)`: mean d / mean g with Fieller's interval on the paired
+  per-seed values (exact under normality): the share of the achievable gain
+  (`hbsim.references.share_of_gap`).
 """
 from __future__ import annotations
 
@@ -110,3 +114,37 @@ def ratio_interval(d: np.ndarray, g: np.ndarray, level: float = 0.95, *, n_boot:
     ratio = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.inf)
     lo, hi = percentile_interval(ratio, level)
     return share, float(lo), float(hi)
+
+
+def fieller_interval(d, g, level: float = 0.95) -> tuple[float, float, float, bool]:
+    """(mean d / mean g, low, high, bounded): FIELLER's interval of coverage ``level`` for the
+    ratio theta = E[d] / E[g] of the paired per-seed values d, g (seeds,).
+
+    For a candidate theta the per-seed e_s = d_s - theta g_s has mean 0, so theta is in the
+    set where the paired t statistic of e stays within t = t_{(1 + level) / 2}(n - 1):
+
+        (dbar - theta gbar)^2 <= t^2 (s_dd - 2 theta s_dg + theta^2 s_gg) / n
+
+    (s: the sample (co)variances, ddof 1), i.e. a theta^2 - 2 b theta + c <= 0 with
+    a = gbar^2 - t^2 s_gg / n, b = dbar gbar - t^2 s_dg / n, c = dbar^2 - t^2 s_dd / n.
+    a > 0 (the denominator's own two-sided t test at 1 - level rejects, |gbar| / se > t) gives
+    the bounded interval (b -/+ sqrt(b^2 - a c)) / a, which holds the point estimate. a <= 0
+    gives an UNBOUNDED set (the whole line, or the line minus an interval): then bounded is
+    False and low = high = nan -- the ratio has no finite interval at this seed count.
+    Ratio nan when mean g <= 0; every value nan below 2 seeds or with non-finite values."""
+    d, g = np.asarray(d, dtype=np.float64), np.asarray(g, dtype=np.float64)
+    n = d.size
+    nan = float("nan")
+    if n < 2 or g.size != n or not (np.all(np.isfinite(d)) and np.all(np.isfinite(g))):
+        return nan, nan, nan, False
+    dbar, gbar = float(d.mean()), float(g.mean())
+    ratio = dbar / gbar if gbar > 0 else nan
+    cov = np.cov(np.vstack([d, g]), ddof=1)
+    t2 = t_quantile(0.5 + level / 2, n - 1) ** 2 / n
+    a = gbar * gbar - t2 * cov[1, 1]
+    b = dbar * gbar - t2 * cov[0, 1]
+    c = dbar * dbar - t2 * cov[0, 0]
+    if not (a > 0 and gbar > 0):
+        return ratio, nan, nan, False
+    root = math.sqrt(max(b * b - a * c, 0.0))    # >= 0 when a > 0: the point estimate is inside
+    return ratio, (b - root) / a, (b + root) / a, True

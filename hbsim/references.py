@@ -1,31 +1,34 @@
 """What the clairvoyant references (policies.clairvoyant) say about a set of runs: the best
-fixed arm in hindsight, and each policy's share of the achievable gain. The one
-implementation, used by `hbsim.summary` (`hb sim`, `hb grid run`) and `reports.gap`
-(`hb report`). It reads only the data contract: final eval scores (policy label, seed,
+fixed arm, and each policy's share of the achievable gain. The one implementation, used by
+`hbsim.summary` (`hb sim`, `hb grid run`), `reports.gap` (`hb report`) and `reports.stress`
+(`hb stress`). It reads only the data contract: final eval scores (policy label, seed,
 suite, score: `hbsim.summary.final_scores`) and, per run, run.json's policy name and knobs
 (`run_table`).
 
-Best fixed arm in hindsight (`best_fixed`): from the `fixed` runs (one per arm), per seed and
-suite, the arm whose final score is the largest -- per seed, because each seed is its own
-world (harness roles are drawn per seed); a pseudo-policy `best_fixed` with one score per
-(seed, suite), over the arms that were run.
+Best fixed arm (`best_fixed`): ONE arm for every seed (a scenario's harnesses keep their
+roles across seeds), per suite the `fixed` arm with the largest mean final score over the
+seeds all arms share -- chosen on the seeds it is then scored on, so it is in-sample (a
+little optimistic at few seeds). `hb stress` chooses it on tuning seeds the test never sees
+instead (the grid's `[tune]` phase, `ablations.tune`) and hands the chosen arm's test runs in
+as the label `best_fixed`.
 
-Share of the achievable gain (`share_of_gap`), per policy and oracle target: each eval suite,
-and `train` (the training objective: `train_scores`, the noise-free mean true success over
+Share of the achievable gain (`share_of_gap`), per policy and target: each eval suite, and
+`train` (the training objective: `train_scores`, the noise-free mean true success over
 training tasks x training harnesses after the last step, from the synthetic train table):
 
-    share = mean_s (P_s - U_s) / mean_s (O_s - U_s)
+    share = mean_s (P_s - U_s) / mean_s (R_s - U_s)
 
-P, U, O: final score of the policy, of `uniform` and of the oracle aimed at that suite
-(`oracle` runs whose knob `target` is the suite or `train`; of several such labels the one with the
-best mean), on the seeds all three have (paired by seed). `delta` is mean_s (P_s - U_s) with
-the half-width of its paired 95% t-interval over seeds. The interval of the share is a
-percentile SEED BOOTSTRAP of the ratio of means: N_BOOT resamples of the seeds with
-replacement (the same resamples for every policy; generator `default_rng(BOOT_SEED)`), the
-ratio recomputed in each: `hbsim.intervals.ratio_interval`; where more than (1 - level) / 2 of the resamples have an oracle
-gap <= 0 the ratio is unbounded and the interval is reported as NaN (and printed as
-"unbounded"). share = 1: the policy gains what the one-step oracle gains; 0: no more than
-uniform; > 1 is possible (the oracle is greedy, not optimal).
+P, U: final score of the policy and of `uniform`, paired by seed; R the BEST REACHABLE
+REFERENCE of that target, where an `oracle` aimed at it was run: of the candidates -- every
+`oracle` run aimed at the target, the best fixed arm (`best_fixed`) and every `mixed` run --
+the one with the largest mean over
+the seeds it shares with uniform (the `reference` column names it). So no reference's own
+share exceeds 1 (a design may: it beat every reference). `delta` is mean_s (P_s - U_s) with
+the half-width of its paired 95% t-interval over seeds. The share's interval is FIELLER's on
+the paired per-seed d_s = P_s - U_s and g_s = R_s - U_s (`hbsim.intervals.fieller_interval`).
+When the reference's own gap over uniform is not significant (its two-sided seed-level t
+test at 1 - level, exactly where Fieller's set is unbounded) there is NO share: share and
+interval are NaN and `note` says why in one line.
 """
 from __future__ import annotations
 
@@ -38,9 +41,10 @@ import pandas as pd
 from hbsim import intervals
 from hbsim.envs.base import TARGETS
 
-ORACLE, FIXED, UNIFORM, BEST_FIXED = "oracle", "fixed", "uniform", "best_fixed"
-N_BOOT = 2000
-BOOT_SEED = 0
+ORACLE, FIXED, UNIFORM, BEST_FIXED, MIXED = "oracle", "fixed", "uniform", "best_fixed", "mixed"
+#: the columns of `share_of_gap`
+SHARE_COLUMNS = ["policy", "suite", "uniform", "reference", "seeds", "delta", "delta_t95", "gap", "share",
+                 "share_lo", "share_hi", "note"]
 #: the columns of `run_table`
 RUN_COLUMNS = ["label", "name", "seed", "arm", "target"]
 
@@ -99,63 +103,97 @@ def _labels(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def best_fixed(scores: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """The `best_fixed` pseudo-policy: per (seed, suite) the largest final score over the
-    `fixed` labels, with its arm (module docstring). Empty without fixed runs."""
+    """The `best_fixed` pseudo-policy: per suite ONE arm, the `fixed` label with the largest
+    mean final score over the seeds every fixed label has (ties: the lower arm), and its score
+    per (seed, suite) (module docstring). Columns policy, seed, suite, score, arm, arms (how
+    many arms were compared). Empty without fixed runs."""
     labels = _labels(runs)
     fixed = labels[labels["name"] == FIXED]
     rows = scores[scores["policy"].isin(fixed["label"])].merge(
         fixed.rename(columns={"label": "policy"})[["policy", "arm"]], on="policy")
+    columns = ["policy", "seed", "suite", "score", "arm", "arms"]
     if rows.empty:
-        return pd.DataFrame(columns=["policy", "seed", "suite", "score", "arm", "arms"])
-    rows = rows.sort_values(["seed", "suite", "score", "arm"], ascending=[True, True, False, True])
-    best = rows.groupby(["seed", "suite"], as_index=False).first()
-    best["arms"] = rows.groupby(["seed", "suite"])["arm"].nunique().to_numpy()
-    best["policy"] = BEST_FIXED
-    return best[["policy", "seed", "suite", "score", "arm", "arms"]]
+        return pd.DataFrame(columns=columns)
+    out = []
+    for suite, mine in rows.groupby("suite", sort=False):
+        wide = mine.pivot_table(index="seed", columns="arm", values="score").dropna()
+        if wide.empty:
+            continue
+        means = wide.mean(axis=0)
+        arm = int(means[means == means.max()].index.min())
+        out.append(pd.DataFrame({"policy": BEST_FIXED, "seed": wide.index, "suite": suite,
+                                 "score": wide[arm].to_numpy(), "arm": arm, "arms": wide.shape[1]}))
+    return pd.concat(out, ignore_index=True)[columns] if out else pd.DataFrame(columns=columns)
+
+
+def _candidates(labels: pd.DataFrame, scores: pd.DataFrame, suite: str) -> list[str]:
+    """The reference candidates of a suite: the oracle labels aimed at it, `best_fixed` where
+    scored, and the `mixed` labels."""
+    aimed = labels[(labels["name"] == ORACLE) & (labels["target"] == suite)]["label"].tolist()
+    mixed = labels[labels["name"] == MIXED]["label"].tolist()
+    have = set(scores.loc[scores["suite"] == suite, "policy"])
+    return [c for c in [*aimed, BEST_FIXED, *mixed] if c in have]
 
 
 def _reference(labels: pd.DataFrame, scores: pd.DataFrame, suite: str) -> tuple[str | None, str | None]:
-    """(uniform label, oracle label) of a suite: `uniform` itself if run (else the first
-    label of name uniform); the oracle label aimed at the suite with the best mean."""
+    """(uniform label, reference label) of a suite: `uniform` itself if run (else the first
+    label of name uniform); the candidate (`_candidates`) with the largest mean over the seeds
+    it shares with uniform (ties: the first, oracle before best_fixed before mixed)."""
     uni = labels[labels["name"] == UNIFORM]["label"].tolist()
     uniform = UNIFORM if UNIFORM in uni else (uni[0] if uni else None)
-    oracles = labels[(labels["name"] == ORACLE) & (labels["target"] == suite)]["label"].tolist()
-    mine = scores[(scores["suite"] == suite) & scores["policy"].isin(oracles)]
-    oracle = mine.groupby("policy")["score"].mean().idxmax() if not mine.empty else None
-    return uniform, oracle
+    cands = _candidates(labels, scores, suite)
+    if uniform is None or not any(labels.loc[labels["label"].isin(cands), "name"] == ORACLE):
+        return uniform, None                  # the oracle aimed at the target anchors the achievable gain
+        return uniform, None
+    wide = scores[scores["suite"] == suite].pivot_table(index="seed", columns="policy", values="score")
+    if uniform not in wide:
+        return uniform, None
+    gaps = {c: float((wide[c] - wide[uniform]).dropna().mean()) for c in cands}
+    gaps = {c: v for c, v in gaps.items() if np.isfinite(v)}
+    return uniform, (max(gaps, key=lambda c: (gaps[c], -cands.index(c))) if gaps else None)
 
 
-def share_of_gap(scores: pd.DataFrame, runs: pd.DataFrame, *, level: float = 0.95, n_boot: int = N_BOOT,
-                 boot_seed: int = BOOT_SEED) -> pd.DataFrame:
-    """One row per (policy label, target) with a uniform and an oracle for that target
-    (the eval suites of `scores`, and "train" where `scores` has `train_scores` rows):
-    policy, suite, uniform, oracle (their labels), seeds, delta, delta_t95, gap (mean oracle
-    - uniform), share, share_lo, share_hi (module docstring). `best_fixed` is included where
-    fixed runs exist. Empty when no suite has both references."""
-    scores = pd.concat([scores[["policy", "seed", "suite", "score"]],
-                        best_fixed(scores, runs)[["policy", "seed", "suite", "score"]]], ignore_index=True)
+def share_of_gap(scores: pd.DataFrame, runs: pd.DataFrame, *, level: float = 0.95) -> pd.DataFrame:
+    """One row per (policy label, target) with a uniform and a reference for that target
+    (the eval suites of `scores`, and "train" where `scores` has `train_scores` rows), columns
+    SHARE_COLUMNS: the uniform and reference labels, seeds, delta, delta_t95, gap (mean
+    reference - uniform), share with Fieller's interval share_lo, share_hi, and note (why
+    there is no share) (module docstring). `best_fixed` is included where fixed runs exist
+    (or where `scores` already has a `best_fixed` label). Empty when no suite has both."""
+    scores = scores[["policy", "seed", "suite", "score"]]
+    if not (scores["policy"] == BEST_FIXED).any():
+        scores = pd.concat([scores, best_fixed(scores, runs)[["policy", "seed", "suite", "score"]]],
+                           ignore_index=True)
     labels = _labels(runs)
     rows = []
     for suite in TARGETS:
-        uniform, oracle = _reference(labels, scores, suite)
-        if uniform is None or oracle is None:
+        uniform, reference = _reference(labels, scores, suite)
+        if uniform is None or reference is None:
             continue
         mine = scores[scores["suite"] == suite]
         wide = mine.pivot_table(index="seed", columns="policy", values="score")
         for label in pd.unique(mine["policy"]):                  # in the order of the runs
-            if label in (uniform, oracle):
+            if label == uniform:
                 continue
-            both = wide[[label, uniform, oracle]].dropna()
+            both = wide[list(dict.fromkeys([label, uniform, reference]))].dropna()
             d = (both[label] - both[uniform]).to_numpy()
-            g = (both[oracle] - both[uniform]).to_numpy()
-            row = {"policy": label, "suite": suite, "uniform": uniform, "oracle": oracle, "seeds": len(both)}
+            g = (both[reference] - both[uniform]).to_numpy()
+            row = {"policy": label, "suite": suite, "uniform": uniform, "reference": reference, "seeds": len(both)}
             row["delta"], row["delta_t95"] = intervals.mean_half_width(d)
             row["gap"] = float(g.mean()) if len(g) else float("nan")
-            row["share"], row["share_lo"], row["share_hi"] = intervals.ratio_interval(d, g, level, n_boot=n_boot,
-                                                                                      seed=boot_seed)
+            share, lo, hi, bounded = intervals.fieller_interval(d, g, level)
+            row["share"], row["share_lo"], row["share_hi"] = (share, lo, hi) if bounded else (np.nan,) * 3
+            row["note"] = "" if bounded else no_share_note(reference, g, level)
             rows.append(row)
-    return pd.DataFrame(rows, columns=["policy", "suite", "uniform", "oracle", "seeds", "delta", "delta_t95",
-                                       "gap", "share", "share_lo", "share_hi"])
+    return pd.DataFrame(rows, columns=SHARE_COLUMNS)
+
+
+def no_share_note(reference: str, g: np.ndarray, level: float = 0.95) -> str:
+    """The one line that says why a share is not given (Fieller's set is unbounded)."""
+    if len(g) < 2:
+        return f"no share: {len(g)} paired seed(s), a share needs 2"
+    return (f"no share: the reference {reference!r} gains {float(np.mean(g)):+.4f} over uniform, not significant "
+            f"at {len(g)} seeds (two-sided seed-level t test at {1 - level:.2g}), so the ratio is unbounded")
 
 
 def share_lines(table: pd.DataFrame) -> list[str]:
@@ -164,15 +202,15 @@ def share_lines(table: pd.DataFrame) -> list[str]:
     if table.empty:
         return []
     refs = table.drop_duplicates("suite").set_index("suite")
-    head = ("share of the achievable gain = (policy - uniform) / (oracle - uniform), final eval (train: final true "
-            "training success), paired by seed; "
-            "delta ± 95% paired t; share [95% seed-bootstrap interval of the ratio of means]")
-    lines = [head] + [f"  {s}: oracle = {refs.loc[s, 'oracle']!r} (gap {refs.loc[s, 'gap']:+.3f} over "
+    head = ("share of the achievable gain = (policy - uniform) / (reference - uniform), final eval (train: final "
+            "true training success), paired by seed; reference = the best of the oracle, the best fixed arm and "
+            "mixed; delta ± 95% paired t; share [95% Fieller interval]")
+    lines = [head] + [f"  {s}: reference = {refs.loc[s, 'reference']!r} (gap {refs.loc[s, 'gap']:+.3f} over "
                       f"{refs.loc[s, 'uniform']!r})" for s in refs.index]
+    lines += [f"  {s}: {refs.loc[s, 'note']}" for s in refs.index if refs.loc[s, "note"]]
     cells = {}
     for r in table.itertuples():
-        ci = ("[unbounded]" if not np.isfinite(r.share_lo) else f"[{r.share_lo:.2f}, {r.share_hi:.2f}]")
-        share = f"{r.share:.2f} {ci}" if np.isfinite(r.share) else "-"
+        share = f"{r.share:.2f} [{r.share_lo:.2f}, {r.share_hi:.2f}]" if np.isfinite(r.share) else "no share"
         half = f" ± {r.delta_t95:.3f}" if np.isfinite(r.delta_t95) else ""
         cells.setdefault(r.policy, {})[r.suite] = f"{r.delta:+.3f}{half} | {share}"
     suites = list(refs.index)

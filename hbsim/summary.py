@@ -11,11 +11,11 @@ headers; per-target oracles and regret (held-out tasks, held-out harness) come f
 `--counterfactual` runs through `hb validity`, mean visits per harness (steps with groups on the
 harness), and groups generated per optimized group (ratio of sums).
 
-With `fixed` runs a `best_fixed` row follows (the best fixed arm in hindsight, per seed and
-suite: hbsim.references.best_fixed); with `uniform` and an `oracle` aimed at an eval suite
-or the training objective (knob `target`), a block of each policy's share of the achievable
-gain follows the table
-(hbsim.references.share_of_gap: the ratio, its seed-bootstrap interval, the raw delta).
+With `fixed` runs a `best_fixed` row follows (per suite ONE arm for all seeds, the best mean
+over these seeds: hbsim.references.best_fixed); with `uniform` and a reference (an `oracle`
+aimed at an eval suite or the training objective, knob `target`, the best fixed arm, `mixed`),
+a block of each policy's share of the achievable gain follows the table
+(hbsim.references.share_of_gap: the ratio, its Fieller interval, the raw delta).
 The policy name and knobs of a label come from run.json (`runs`, hbsim.references.run_table);
 without it, from the label (`name[knob=value]`).
 """
@@ -86,7 +86,8 @@ def summarize(train_df: pd.DataFrame, eval_df: pd.DataFrame, runs: pd.DataFrame 
     best = references.best_fixed(scores, _runs(runs, scores))
     if not best.empty:
         arms = int(best["arms"].max())
-        row = {"policy": f"{references.BEST_FIXED} ({arms} arm{'s' if arms != 1 else ''})",
+        chosen = "/".join(str(a) for a in dict.fromkeys(best["arm"]))    # per suite: one arm for all seeds
+        row = {"policy": f"{references.BEST_FIXED} (arm {chosen} of {arms})",
                "seeds": int(best["seed"].nunique())}
         for suite in SUITES:
             scores_ = best.loc[best["suite"] == suite, "score"]

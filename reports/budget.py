@@ -335,16 +335,21 @@ def _order(means: pd.Series) -> list[str]:
     return sorted(m.index, key=lambda p: (-round(float(m[p]), 12), p))
 
 
-def tuned_lines(dir_path) -> list[str]:
-    """One line per design of a tuned grid (DIR/tune.json): the setting it was tested with."""
+def tuned_lines(dir_path, part: str | None = None) -> list[str]:
+    """One line per design of a tuned grid (DIR/tune.json): the setting it was tested with (of a
+    grid of parts, `hb stress`'s: the record of `part`, none when that part was not tuned)."""
     record = read_tune(dir_path)      # shape checked; `hb report` read it once before any work
     if record is None:
         return []
+    if "parts" in record:
+        record = record["parts"].get(part)
+        if record is None:
+            return []
     lines = [f"tuned on seeds {record.get('seeds')} by suite {record.get('target')!r} (mean reward at the final "
              f"step); tested on seeds {record.get('test_seeds')}:"]
     for label, sel in record["designs"].items():
         setting = ", ".join(f"{k}={json.dumps(v)}" for k, v in sel["setting"].items()) or "(defaults)"
         score = sel.get("score")
-        lines.append(f"  {label}: {setting}" + (f"  (validation {score:.4f})" if isinstance(score, float)
+        lines.append(f"  {label}: {setting}" + (f"  ({record.get('target')} {score:.4f})" if isinstance(score, float)
                                                  and np.isfinite(score) else ""))
     return lines

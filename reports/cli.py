@@ -196,7 +196,7 @@ def main(args: argparse.Namespace) -> int:
     print(textwrap.fill(LEGEND, width=110) + "\n")
     if info is not None:
         print("\n".join(result.config["budget"]["lines"]) + "\n")
-    for line in budget.tuned_lines(args.dir):
+    for line in budget.tuned_lines(args.dir, getattr(args, "part", None)):
         print(line)
     print(f"report: {result.files['index']}")
     if "validity" in result.files:

@@ -289,6 +289,43 @@ def close(fig) -> None:
     plt.close(fig)
 
 
+def share_panels(panels: dict, title: str = ""):
+    """One `share_heatmap` panel per entry of ``panels`` (panel title -> (share, marks), the
+    same rows and columns in each; `hb stress`: one per axis), two panels a row, one colour
+    scale; returns fig, axes."""
+    names = list(panels)
+    rows, cols = panels[names[0]][0].shape
+    ncols = min(2, len(names))
+    nrows = -(-len(names) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(ncols * (1.6 + 0.62 * cols), nrows * (1.2 + 0.3 * rows)),
+                             squeeze=False)
+    cmap = plt.get_cmap("RdBu").with_extremes(bad="#dddddd")
+    image = None
+    for k, ax in enumerate(axes.flat):
+        if k >= len(names):
+            ax.axis("off")
+            continue
+        share, marks = panels[names[k]]
+        values = share.to_numpy(dtype=float)
+        image = ax.imshow(np.ma.masked_invalid(np.clip(values, -1.0, 1.0)), cmap=cmap, vmin=-1.0, vmax=1.0,
+                          aspect="auto")
+        for i in range(values.shape[0]):
+            for j in range(values.shape[1]):
+                if np.isfinite(values[i, j]):
+                    star = "*" if bool(marks.iat[i, j]) else ""
+                    ax.text(j, i, f"{values[i, j]:.2f}{star}", ha="center", va="center", fontsize=6,
+                            color="white" if abs(np.clip(values[i, j], -1, 1)) > 0.6 else "black")
+        ax.set_xticks(range(values.shape[1]), [str(c) for c in share.columns], rotation=45, ha="right", fontsize=7)
+        ax.set_yticks(range(values.shape[0]), [str(r) if k % ncols == 0 else "" for r in share.index], fontsize=7)
+        ax.set_title(names[k], fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout(rect=(0.0, 0.0, 0.95, 1.0))       # the colour scale's strip on the right
+    if image is not None:
+        fig.colorbar(image, cax=fig.add_axes((0.955, 0.2, 0.012, 0.6)))
+    return fig, axes
+
+
 def share_heatmap(share: pd.DataFrame, marks: pd.DataFrame, title: str = ""):
     """Rows x columns of shares of the oracle's gap (`hb stress`): diverging colours clipped
     to [-1, 1] (0 = uniform, 1 = the oracle), each cell annotated with its share and `*`

@@ -92,6 +92,18 @@ def t_test_p(d: np.ndarray) -> float:
     return float(sps.ttest_1samp(d, 0.0).pvalue)
 
 
+def t_test_greater_p(x: np.ndarray) -> float:
+    """One-sided one-sample t-test of mean(x) > 0 (scipy ttest_1samp, alternative "greater"):
+    the test behind `hb stress`'s "captures at least half" (x_s = d_s - 0.5 g_s). Fewer than 2
+    values -> nan; constant -> 0 if positive, else 1."""
+    x = exact_ties(x)
+    if x.size < 2:
+        return float("nan")
+    if np.all(x == x[0]):
+        return 0.0 if x[0] > 0 else 1.0
+    return float(sps.ttest_1samp(x, 0.0, alternative="greater").pvalue)
+
+
 def wilcoxon_p(d: np.ndarray) -> float:
     """Wilcoxon signed-rank p (zero_method="zsplit") on `exact_ties` differences. All
     differences zero -> 1.0 (no evidence of any difference; scipy would return nan);

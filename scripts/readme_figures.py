@@ -9,9 +9,10 @@ Writes OUT/report.png (default OUT = docs/img) and OUT/stress_profile.png:
   checks) of DEMO/report/index.html, shot by headless Chromium when one is installed
   (`apt-get install -y chromium`); without it, the headline figure the report already wrote
   (DEMO/report/figures/headline.png).
-* stress_profile.png: the profile's heatmap that `hb stress` wrote
-  (STRESS/stress/figures/share.png); when that is missing, drawn again from
-  STRESS/stress/profile.csv by the same figure function (`reports.figures.share_heatmap`).
+* stress_profile.png: the profile's heatmap, one panel per axis (horizon 1x and 3x, step size
+  x1 and x0.5), that `hb stress` wrote (STRESS/stress/figures/share.png); when that is
+  missing, drawn again from STRESS/stress/profile.csv by the same functions
+  (`reports.stress.heatmap_panels`, `reports.figures.share_panels`; matplotlib only).
 
 The commands run through `python -m hbsim.cli` of this interpreter, so a checkout's code is
 what is pictured (put the checkout on PYTHONPATH). Progress goes to stderr; the last lines
@@ -77,13 +78,9 @@ def stress_profile(stress: Path, out: Path) -> str:
     import pandas as pd
 
     from reports import figures
-    prof = pd.read_csv(table)
-    order = list(dict.fromkeys(prof["policy"]))
-    share = prof.pivot_table(index="scenario", columns="policy", values="share", sort=False)[order]
-    marks = prof.assign(sig=prof["q"] < 0.05).pivot_table(index="scenario", columns="policy", values="sig",
-                                                           sort=False)[order]
-    fig, _ = figures.share_heatmap(share, marks.fillna(False).astype(bool),
-                                   "share of the oracle's gap over uniform (* BH q < 0.05)")
+    from reports import stress as profile
+    prof = pd.read_csv(table, keep_default_na=False, na_values=[""])
+    fig, _ = figures.share_panels(profile.heatmap_panels(prof), profile.FIGURE_TITLE)
     figures.save(fig, out)
     return f"{table} (drawn again)"
 

@@ -319,15 +319,17 @@ def test_hb_stress_refuses_its_folder_once_a_scenario_file_changed(workdir, caps
     argv = ["stress", "--scenarios", "examples/my_scenario.toml", "--policies", "round_robin", "--seeds", "2",
             "--out", "st"]            # a design beside the references (references alone are refused)
     code, out, _ = hb(capsys, *argv)
-    assert code == 0 and out.startswith("hb stress: 6 cells (1 scenarios x 3 policies x seeds), 0 already done, 6 run")
+    # 4 axes x (uniform, mixed, round_robin, oracle, the best fixed arm) x 2 seeds, and 4 axes x 4 arms x 4 tuning seeds
+    assert code == 0 and out.startswith("hb stress: 104 cells (1 scenarios x 4 axes x 5 policies x seeds, the best "
+                                        "fixed arm included, plus 64 tuning cells of that arm), 0 already done, 104 run")
     cells = sorted((workdir / "st" / "cells").iterdir())
-    assert len(cells) == 6 and {json.loads((c / "run.json").read_text())["scenario"]["name"] for c in cells} == \
+    assert len(cells) == 40 and {json.loads((c / "run.json").read_text())["scenario"]["name"] for c in cells} == \
         {"my_scenario"}
     code, out, _ = hb(capsys, *argv)                                           # unchanged: resumed
-    assert code == 0 and "6 already done, 0 run" in out
+    assert code == 0 and "104 already done, 0 run" in out
     (workdir / "examples" / "my_scenario.toml").write_text(scenario_text(forget="0.3"))
     code, out, err = hb(capsys, *argv)
-    assert code == 2 and "the same scenarios my_scenario; policies uniform,round_robin,oracle; seeds 2, but a scenario's env" in err
+    assert code == 2 and "the same scenarios my_scenario; policies uniform,mixed,round_robin,oracle,fixed; seeds 2, but a scenario's env" in err
     assert sorted((workdir / "st" / "cells").iterdir()) == cells
 
 
@@ -402,7 +404,8 @@ def test_plugins_and_entry_points_reach_worker_processes(tmp_path):
     done = hb_process("stress", "--scenarios", "examples/my_scenario.toml", "--policies", "greedy_l", "--seeds", "2",
                       "--jobs", "2", "--out", "stress", cwd=tmp_path, pythonpath=[site])
     assert done.returncode == 0, done.stderr
-    assert re.search(r"^my_scenario  train +\+0\.\d+ .* \+0\.\d\d \[", done.stdout, re.M), done.stdout
+    assert re.search(r"^scenario +axis +target +reference +gap +mixed +greedy_l ", done.stdout, re.M), done.stdout
+    assert re.search(r"^my_scenario  3x/lr0\.5  train +oracle +\+0\.\d+ ", done.stdout, re.M), done.stdout
     listed = hb_process("policies", cwd=tmp_path, pythonpath=[site])
     # the name column is as wide as the longest policy name
     assert re.search(r"^greedy_l +epsilon-greedy on each harness's moving-average learnability$", listed.stdout, re.M)

@@ -19,13 +19,19 @@ def figures_script():
 
 
 def profile_csv(folder: Path) -> None:
-    """A two-scenario, two-policy profile.csv in the columns `hb stress` writes."""
+    """A two-scenario, two-policy profile.csv on the four axes, in the columns `hb stress` writes
+    (a cell without a share, and verdicts, among them)."""
+    from reports.stress import COLUMNS
     (folder / "stress").mkdir(parents=True)
-    rows = [dict(scenario=s, target="train", policy=p, seeds=4, delta=0.01, delta_t95=0.02, gap=0.1, gap_p=0.01,
-                 share=share, share_lo=share - 0.1, share_hi=share + 0.1, p=0.01, p_signflip=0.125, q=q)
-            for s, p, share, q in [("trap", "mixed", 0.35, 0.5), ("trap", "harnessbandit", 0.6, 0.01),
-                                   ("dead", "mixed", 0.96, 0.01), ("dead", "harnessbandit", 0.03, 0.9)]]
-    pd.DataFrame(rows).to_csv(folder / "stress" / "profile.csv", index=False)
+    rows = [dict(scenario=s, policy=p, horizon=h, step_scale=lr, share=share, share_low=share - 0.1,
+                 share_high=share + 0.1, reference="oracle", target="train", steps=100 * h, seeds=4, delta=0.01,
+                 delta_t95=0.02, gap=0.1, gap_p=0.01, p=0.01, p_signflip=0.125, q=0.01, p_half=0.01, q_half=0.01,
+                 verdict=verdict, note="")
+            for h in (1, 3) for lr in (1.0, 0.5)
+            for s, p, share, verdict in [("trap", "mixed", 0.35, ""), ("trap", "harnessbandit", 0.6, "half"),
+                                         ("dead", "mixed", 0.96 if h == 1 else float("nan"), "half"),
+                                         ("dead", "harnessbandit", 0.03, "")]]
+    pd.DataFrame(rows, columns=COLUMNS).to_csv(folder / "stress" / "profile.csv", index=False)
 
 
 def test_the_profile_is_the_heatmap_hb_stress_wrote(figures_script, tmp_path):
@@ -40,6 +46,14 @@ def test_without_the_heatmap_the_profile_is_drawn_again_from_its_csv(figures_scr
     source = figures_script.stress_profile(tmp_path, tmp_path / "out.png")
     assert source.endswith("(drawn again)")
     assert (tmp_path / "out.png").read_bytes()[:4] == b"\x89PNG"
+    from reports.stress import heatmap_panels
+    panels = heatmap_panels(pd.read_csv(tmp_path / "stress" / "profile.csv", keep_default_na=False, na_values=[""]))
+    assert list(panels) == ["horizon 1x, step size x1", "horizon 1x, step size x0.5", "horizon 3x, step size x1",
+                            "horizon 3x, step size x0.5"]                       # one panel per axis
+    share, marks = panels["horizon 3x, step size x1"]
+    assert share.index.tolist() == ["trap", "dead"] and share.columns.tolist() == ["mixed", "harnessbandit"]
+    assert share.loc["trap", "harnessbandit"] == 0.6 and pd.isna(share.loc["dead", "mixed"])
+    assert marks.loc["trap", "harnessbandit"] and not marks.loc["trap", "mixed"]
 
 
 def test_without_a_browser_the_report_screen_is_the_headline_figure(figures_script, tmp_path, monkeypatch):

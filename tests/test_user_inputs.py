@@ -621,13 +621,6 @@ CASES = [
     ("grid-eval-table-huge", lambda w: ([*GRID_RUN, w.text("e.toml", TINY_GRID.replace(
         "steps = 3", "steps = 1000000\neval_every = 1").replace("k_attempts = 2", "k_attempts = 100")), "--out",
         w.missing()], w.tmp), "the run's eval table would have 1600001600 rows"),
-    # cause 4: [tune] in a grid of parts is refused, not ignored
-    ("grid-parts-with-tune", lambda w: ([*GRID_RUN, w.parts_file(seeds=1, policies=1, extra="[tune]\nseeds = [100]\n"
-                                                                 "knobs = {\"env.lr\" = [1.0, 2.0]}\n"),
-                                         "--out", w.missing()], w.tmp), "[tune] is not allowed in a grid of parts"),
-    ("grid-part-with-tune", lambda w: ([*GRID_RUN, w.parts_file(seeds=1, policies=1, part_extra=(
-        "[parts.tune]\nseeds = [100]\nknobs = {\"env.lr\" = [1.0, 2.0]}\n")), "--out", w.missing()], w.tmp),
-     "key 'parts[0].tune': [tune] is not allowed in a grid of parts"),
     # cause 5: --force never replaces a file hb did not write
     ("stress-force-into-user-folder", lambda w: (["stress", "--scenarios", "trap", "--seeds", "2", "--jobs", "1",
                                                   "--out", w.user(), "--force"], w.user()),

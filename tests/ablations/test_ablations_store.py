@@ -70,3 +70,17 @@ def test_progress_bar_on_a_terminal_and_in_a_log():
     lines = log.getvalue().splitlines()
     assert "\r" not in log.getvalue() and 10 <= len(lines) <= 12       # one line per ~10%, not 101
     assert lines[-1].startswith("[##########] 100/100 cells")
+
+
+def test_progress_bar_restarts_its_rate_for_a_second_batch():
+    """run_tuned hands one bar to both phases: the test phase's counts start below the tuning
+    phase's, and the bar starts over (no negative rate)."""
+    log = io.StringIO()
+    bar = ProgressBar(stream=log, width=10)
+    for done in (5, 8, 10):
+        bar(done, 10, 0)
+    bar(2, 20, 0)
+    bar(20, 20, 0)
+    lines = log.getvalue().splitlines()
+    assert lines[3] == "[#.........] 2/20 cells  0.0 cells/s  ETA --:--:--"
+    assert "-" not in lines[4].split("cells/s")[0] and lines[4].startswith("[##########] 20/20 cells")

@@ -93,7 +93,7 @@ def test_report_reads_only_test_seeds_and_lists_the_settings(tmp_path, capsys):
     ('[tune]\nseeds = [1, 7]\n[tune.knobs]\n"env.lr" = [1.0]\n', None, "tune.seeds"),       # overlaps test seed 1
     ('[tune]\nseeds = []\n[tune.knobs]\n"env.lr" = [1.0]\n', None, "tune.seeds"),
     ('[tune]\nseeds = [5, 5]\n[tune.knobs]\n"env.lr" = [1.0]\n', None, "tune.seeds"),
-    ('[tune]\nseeds = [5]\ntarget = "heldout_tasks"\n[tune.knobs]\n"env.lr" = [1.0]\n', None, "tune.target"),
+    ('[tune]\nseeds = [5]\ntarget = "heldout"\n[tune.knobs]\n"env.lr" = [1.0]\n', None, "tune.target"),
     ('[tune]\nseeds = [5]\nsplit = 3\n[tune.knobs]\n"env.lr" = [1.0]\n', None, "tune.split"),
     ('[tune]\nseeds = [5]\n', None, "tune.knobs"),
     ('[tune]\nseeds = [5]\n[tune.knobs]\n"policy.nope" = [1]\n', None, "tune.knobs.policy.nope"),
@@ -136,3 +136,40 @@ def test_shipped_competitor_grids_tune_lr_scale_per_design(env):
         assert keys == {("policy.lr_scale", "policy.tau") if label in with_tau else ("policy.lr_scale",)}, label
     cells = tune.tuning_cells(spec)
     assert len(cells["harnessbandit"]) == 3 * 3 * 5 and len(cells["uniform"]) == 3 * 5
+
+
+def test_a_grid_of_parts_tunes_its_tuned_part_on_the_train_target(tmp_path, capsys):
+    """A part with [tune] (target train: the noise-free training success, no validation split)
+    beside an untuned part: `hb grid run` tunes the one, tests both, and `hb grid status` and
+    collect see the test phase; the arm with the best mean over the tuning seeds is tested."""
+    env = {"kind": "bernoulli", "n_harnesses": 3, "n_tasks": 12, "n_heldout_tasks": 4, "k_attempts": 2}
+    path = tmp_path / "parts.toml"
+    path.write_text(f'name = "pp"\nsteps = 6\nseeds = 2\n'
+                    f'[[parts]]\nname = "a"\nenv = {json.dumps(env).replace(":", " =")}\n'
+                    'policies = [{name = "uniform"}]\n'
+                    f'[[parts]]\nname = "b"\nenv = {json.dumps(env).replace(":", " =")}\n'
+                    'policies = [{name = "fixed", label = "fixed"}]\n'
+                    'tune = {seeds = [50, 51], target = "train", knobs = {"policy.arm" = [0, 1, 2]}}\n')
+    spec = load_spec(path)
+    assert tune.is_tuned(spec) and not spec.parts[0].tune and spec.parts[1].tune.target == "train"
+    out = tmp_path / "out"
+    assert hb_main(["grid", "run", str(path), "--out", str(out), "--jobs", "1"]) == 0
+    printed = capsys.readouterr().out
+    tuning = [read_meta(out / "tune" / "cells" / i) for i in done_ids(out / "tune")]
+    assert len(tuning) == 3 * 2 and {m["seed"] for m in tuning} == {50, 51}
+    from hbsim.references import train_scores
+    import pandas as pd
+    train = pd.concat([pd.read_parquet(out / "tune" / "cells" / m["run_id"] / "train.parquet") for m in tuning])
+    truth = train_scores(train.assign(policy=train["run_id"])).set_index("policy")["score"]
+    means = {a: sum(truth[m["run_id"]] for m in tuning if m["config"]["policy"]["arm"] == a) / 2 for a in range(3)}
+    best = max(means, key=lambda a: (means[a], -a))
+    selection = json.loads((out / "tune.json").read_text())
+    assert list(selection) == ["parts"] and selection["parts"]["b"]["designs"]["fixed"]["setting"] == \
+        {"policy.arm": best}
+    assert f"selected fixed in part b: policy.arm={best}  (train " in printed
+    test = [read_meta(out / "cells" / i) for i in done_ids(out)]
+    assert sorted((m["label"], m["seed"]) for m in test) == [("fixed[part=b]", 0), ("fixed[part=b]", 1),
+                                                             ("uniform[part=a]", 0), ("uniform[part=a]", 1)]
+    assert {m["config"]["policy"].get("arm") for m in test if m["policy"] == "fixed"} == {best}
+    assert hb_main(["grid", "status", str(out)]) == 0
+    assert "4 cells planned" in capsys.readouterr().out

@@ -76,3 +76,33 @@ def test_ratio_interval_is_the_seed_bootstrap_of_the_ratio_of_means():
     assert np.isnan(intervals.ratio_interval(d, unsure, n_boot=100, seed=0)[1])   # the gap's sign is unsure
     one = intervals.ratio_interval(d[:1], g[:1], n_boot=100, seed=0)
     assert one[0] == 0.5 and np.isnan(one[1])
+
+
+def test_fieller_interval_hand_computed():
+    d, g = np.array([0.1, 0.1, 0.0, 0.2]), np.array([0.2, 0.4, 0.2, 0.4])
+    share, lo, hi, bounded = intervals.fieller_interval(d, g)
+    # by hand: dbar 0.1, gbar 0.3, s_dd = s_dg = 0.02 / 3, s_gg = 0.04 / 3, t_{0.975, 3} = 3.182446305 (tables)
+    t2 = 3.182446305 ** 2 / 4
+    a, b, c = 0.09 - t2 * 0.04 / 3, 0.03 - t2 * 0.02 / 3, 0.01 - t2 * 0.02 / 3
+    root = np.sqrt(b * b - a * c)
+    assert bounded and share == pytest.approx(1 / 3)
+    assert (lo, hi) == pytest.approx(((b - root) / a, (b + root) / a), rel=1e-8)
+    assert lo == pytest.approx(-0.18713, abs=1e-4) and hi == pytest.approx(0.65371, abs=1e-4)
+    # at either bound the paired t statistic of e = d - theta g is exactly the t quantile (the pivot)
+    for theta in (lo, hi):
+        e = d - theta * g
+        assert abs(e.mean()) / (e.std(ddof=1) / 2) == pytest.approx(3.182446305, rel=1e-7)
+    assert intervals.fieller_interval(d, g, 0.5)[1] > lo                       # a smaller coverage, narrower
+    # d = g: the share is exactly 1 with a zero-width interval (the reference against itself)
+    assert intervals.fieller_interval(g, g)[1:] == pytest.approx((1.0, 1.0, True))
+
+
+def test_fieller_interval_is_unbounded_where_the_gap_is_not_significant():
+    d = np.array([0.1, 0.1, 0.0, 0.2])
+    unsure = np.array([0.5, -0.5, 0.4, -0.3])        # mean 0.025, t = 0.1: the denominator is not significant
+    share, lo, hi, bounded = intervals.fieller_interval(d, unsure)
+    assert not bounded and np.isnan(lo) and np.isnan(hi) and share == pytest.approx(4.0)
+    assert not intervals.fieller_interval(d, -np.array([0.2, 0.4, 0.2, 0.4]))[3]    # a negative gap: no share
+    assert np.isnan(intervals.fieller_interval(d, -np.array([0.2, 0.4, 0.2, 0.4]))[0])
+    assert not intervals.fieller_interval(d[:1], unsure[:1])[3]                     # one seed
+    assert not intervals.fieller_interval(np.array([0.1, np.nan]), np.array([0.2, 0.3]))[3]

@@ -7,7 +7,8 @@ from reports import gap, load
 from reports.build import build_report
 from reports_synth import make_synthetic
 
-EFFECTS = {"uniform": 0.0, "hb": 0.4, "oracle[target=heldout_harness]": 1.2}
+ORACLE = "oracle[target=heldout_harness]"
+EFFECTS = {"uniform": 0.0, "hb": 0.4, ORACLE: 1.2}
 
 
 def _frames(runs=None):
@@ -18,7 +19,8 @@ def _frames(runs=None):
 def test_gap_table_matches_the_final_scores_by_hand():
     frames, ev = _frames()
     table = gap.gap_table(frames)                   # no run.json: the oracle's target read from its label
-    assert table["suite"].tolist() == ["heldout_harness"] and table["policy"].tolist() == ["hb"]
+    assert table["suite"].tolist() == ["heldout_harness"] * 2 and table["policy"].tolist() == ["hb", ORACLE]
+    assert set(table["reference"]) == {ORACLE} and table["share"].iloc[1] == 1.0    # the reference: exactly 1
     scores = final_scores(frames.eval)
     scores = scores[scores.suite == "heldout_harness"].pivot(index="seed", columns="policy", values="score")
     want = ((scores["hb"] - scores["uniform"]).mean()
@@ -33,20 +35,20 @@ def test_gap_table_reads_the_target_from_run_json():
                   "config": {"policy": {"name": pol.split("[")[0], "target": "heldout_tasks"}}}
             for rid, pol, seed in ev[["run_id", "policy", "seed"]].drop_duplicates().itertuples(index=False)}
     table = gap.gap_table(load.make_frames(ev, runs=runs))
-    assert table["suite"].tolist() == ["heldout_tasks"]            # run.json wins over the label
+    assert set(table["suite"]) == {"heldout_tasks"}                # run.json wins over the label
 
 
 def test_report_has_the_section(tmp_path):
     frames, _ = _frames()
     result = build_report(frames, baseline="uniform", out=tmp_path, resamples=20)
-    assert result.tables["gap"]["policy"].tolist() == ["hb"]
+    assert result.tables["gap"]["policy"].tolist() == ["hb", ORACLE]
     page = (tmp_path / "report.md").read_text()
-    assert "## Share of the achievable gain" in page and "seed-bootstrap" in page
+    assert "## Share of the achievable gain" in page and "Fieller" in page
     # the share lines also sit on the first screen: in the headline, above its Source line
     first = page[: page.index("## Share of the achievable gain")]
     assert "share of the achievable gain = (policy - uniform)" in first
     assert first.index("share of the achievable gain =") < first.index("Source:")
-    assert pd.read_csv(tmp_path / "gap.csv")["policy"].tolist() == ["hb"]
+    assert pd.read_csv(tmp_path / "gap.csv")["policy"].tolist() == ["hb", ORACLE]
     plain = build_report(make_synthetic({"uniform": 0.0, "hb": 0.4}, n_seeds=3), baseline="uniform",
                          out=tmp_path / "plain", resamples=20)
     plain_page = (tmp_path / "plain" / "report.md").read_text()
