@@ -166,6 +166,12 @@ def read_tune(root) -> dict | None:
         record = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: unreadable tuning record ({str(exc)[:200]}); {remedy}") from None
+    if isinstance(record, dict) and set(record) == {"parts"}:       # a grid of parts: a record per tuned part
+        shapes.check(path, record, {"parts": dict}, "tuning record", remedy)
+        for part, one in record["parts"].items():
+            shapes.check(path, one, shapes.TUNE_RECORD, "tuning record", remedy, f"parts.{part}.")
+            shapes.each(path, one["designs"], shapes.TUNE_DESIGN, "tuning record", remedy, f"parts.{part}.designs")
+        return record
     shapes.check(path, record, shapes.TUNE_RECORD, "tuning record", remedy)
     shapes.each(path, record["designs"], shapes.TUNE_DESIGN, "tuning record", remedy, "designs")
     return record
