@@ -280,7 +280,9 @@ class GRPOAdapter:
         self._step = int(state["step"])
         self.model.load_state_dict(state["model"])
         self.ref.load_state_dict(state["ref"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        # a copy: torch's Adam keeps the given state tensors (its `step` among them) and updates them
+        # in place, which would alter `state` -- a what-if probe restores the same state many times
+        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
         self._pool.load_state_dict(state["pool"])
         self._gen.set_state(state["gen"])
         self._sampler.load_state_dict(state["leftover"])
