@@ -46,7 +46,8 @@ def test_tiny_run_resume_and_straight_agree(tmp_path, env, capsys):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed" in resumed.stderr and "step 2/2" in resumed.stderr
     a, b = tmp_path / "a", tmp_path / "b"
-    assert sorted(p.name for p in a.iterdir()) == [".hb-kind.json", "checkpoints", "eval.parquet", "run.json", "train.parquet"]
+    assert sorted(p.name for p in a.iterdir()) == [".hb-kind.json", "checkpoints", "eval.parquet", "groups.parquet", "run.json",
+                                                  "train.parquet"]
     ta, tb = pd.read_parquet(a / "train.parquet"), pd.read_parquet(b / "train.parquet")
     timing = [c for c in ta.columns if c.startswith("seconds_") or c == "overhead_frac"]
     assert len(ta) == 2 and ta["overhead_frac"].between(0, 1).all()
@@ -67,6 +68,10 @@ def test_tiny_run_resume_and_straight_agree(tmp_path, env, capsys):
     (["--set", "lrr=1"], "no knob 'lrr'"),
     (["--set", "policy.tauu=1"], "tauu"),
     (["--policy", "nope"], "policy name='nope'"),
+    (["--counterfactual", "0"], "--counterfactual"),
+    (["--backend", "trl", "--counterfactual", "2"], "--counterfactual 2 is not allowed with --backend trl"),
+    (["--set", "warm_counts=1,2"], "warm_counts='1,2' is not allowed"),
+    (["--set", "probe_tasks=0"], "probe_tasks"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, needle):
     assert main(["real", "--steps", "1", "--out", str(tmp_path / "x"), "--device", "cpu", *args]) == 2
