@@ -14,8 +14,13 @@
 #                           a local checkpoint ($GPU_CHECK_TRL_MODEL, else the first Qwen2.5-0.5B*
 #                           snapshot in the Hugging Face cache) if present, else the in-process
 #                           Qwen2 at gpu-small size; per-step scheduler overhead in the summary
+#   twin/seed<S>/ + .log    (6) logs a twin can be fitted to: uniform runs of $GPU_CHECK_TWIN_PRESET
+#                           (default gpu-small), seeds $GPU_CHECK_TWIN_SEEDS (default "0 1", side by
+#                           side on the GPU), $GPU_CHECK_TWIN_STEPS steps (default 60) with
+#                           --counterfactual $GPU_CHECK_TWIN_K (default 10): groups.parquet,
+#                           eval.parquet at every 20th step, counterfactual.parquet
 #   summary.txt             the figures to quote
-# GPU_CHECK_PHASES selects phases (default "1 2 3 4 5").
+# GPU_CHECK_PHASES selects phases (default "1 2 3 4 5 6").
 # Each phase has a time limit so the whole script stays under 8 minutes; a grid cut short
 # is still collected and reported (the summary says how many cells finished).
 # The presets' models embed the previous byte (token shift) and gpu-small warm-starts on
@@ -31,6 +36,9 @@
 # and a CPU dry run of the TRL phase alone (tiny in-process model, 2 steps, ~15 s):
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=5 GPU_CHECK_TRL_PRESET=tiny GPU_CHECK_TRL_STEPS=2 \
 #   GPU_CHECK_TRL_SET="batch_groups=2 group_size=4 max_completion_length=16" scripts/gpu_check.sh /tmp/gc
+# and of the twin-log phase alone (tiny, 4 steps, probes at step 2 and 4):
+#   GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=6 GPU_CHECK_TWIN_PRESET=tiny GPU_CHECK_TWIN_STEPS=4 \
+#   GPU_CHECK_TWIN_K=2 GPU_CHECK_TWIN_SEEDS=0 scripts/gpu_check.sh /tmp/gc
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: scripts/gpu_check.sh OUTDIR}
@@ -45,10 +53,14 @@ DEVICE=${GPU_CHECK_DEVICE:-cuda}
 PRESET=${GPU_CHECK_PRESET:-gpu-small}
 STEPS=${GPU_CHECK_STEPS:-100}
 GRID=${GPU_CHECK_GRID:-ablations/examples/real_grid.toml}
-PHASES=${GPU_CHECK_PHASES:-1 2 3 4 5}
+PHASES=${GPU_CHECK_PHASES:-1 2 3 4 5 6}
 TRL_STEPS=${GPU_CHECK_TRL_STEPS:-20}
 TRL_PRESET=${GPU_CHECK_TRL_PRESET:-gpu-small}
 TRL_SET=${GPU_CHECK_TRL_SET:-batch_groups=8 group_size=8 max_completion_length=64}
+TWIN_PRESET=${GPU_CHECK_TWIN_PRESET:-gpu-small}
+TWIN_STEPS=${GPU_CHECK_TWIN_STEPS:-60}
+TWIN_K=${GPU_CHECK_TWIN_K:-10}
+TWIN_SEEDS=${GPU_CHECK_TWIN_SEEDS:-0 1}
 want() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 START=$(date +%s)
 log() { echo "[gpu_check +$(( $(date +%s) - START ))s] $*" | tee -a "$OUT/summary.txt" >&2; }
@@ -116,5 +128,39 @@ else
     cat "$OUT/trl.txt" | tee -a "$OUT/summary.txt" >&2
     grep -E "ready|^step (1|2|10|$TRL_STEPS) " "$OUT/trl.log" | tee -a "$OUT/summary.txt" >&2
 fi
+fi
+
+if want 6; then
+# (6) real logs a twin can be fitted to (docs/REAL_RUNS.md, "Logs for a twin"): uniform runs with
+# what-if probes, side by side; seed 0's warm start is phase 2's when the presets agree (cached)
+mkdir -p "$OUT/twin"
+for S in $TWIN_SEEDS; do
+    rm -rf "$OUT/twin/seed$S"
+    timeout 240 $PY -m hbsim.cli real --preset "$TWIN_PRESET" --policy uniform --seed "$S" --steps "$TWIN_STEPS" \
+        --device "$DEVICE" --eval-every 20 --counterfactual "$TWIN_K" --checkpoint-every 1000 \
+        --out "$OUT/twin/seed$S" > "$OUT/twin/seed$S.txt" 2> "$OUT/twin/seed$S.log" &
+done
+wait
+for S in $TWIN_SEEDS; do
+    log "(6) twin logs seed $S: $(grep -E "model ready" "$OUT/twin/seed$S.log" | head -1)"
+    $PY - "$OUT/twin/seed$S" <<'PYEOF' 2>&1 | tee -a "$OUT/summary.txt" >&2
+import sys
+from pathlib import Path
+import pandas as pd
+run = Path(sys.argv[1])
+if not (run / "run.json").is_file():
+    sys.exit(f"    {run}: no complete run (see its .log)")
+train, groups = pd.read_parquet(run / "train.parquet"), pd.read_parquet(run / "groups.parquet")
+cf, ev = pd.read_parquet(run / "counterfactual.parquet"), pd.read_parquet(run / "eval.parquet")
+probed = train["step"].isin(cf["step"])
+print(f"    {len(train)} steps, {len(groups)} groups, {len(cf)} probe rows at steps {sorted(cf['step'].unique())}, "
+      f"eval steps {sorted(ev['step'].unique())}; mean step {train['seconds_step'].mean():.2f}s")
+print("    held-out success per harness at each eval step:")
+print(ev[ev["suite"] == "heldout_tasks"].pivot_table(index="step", columns="harness", values="success").round(3)
+      .to_string().replace("\n", "\n    "))
+print("    group success per harness (mean over generated groups):",
+      groups.groupby("harness")["success"].mean().round(3).to_dict())
+PYEOF
+done
 fi
 log "done in $(( $(date +%s) - START ))s"
