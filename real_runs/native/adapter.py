@@ -52,7 +52,7 @@ from real_runs.native.rollout import play
 from real_runs.native.sketch import ParamSketch
 from real_runs.native.trainer import (Group, accumulate_gradients, build_rows, global_sum, pad_rows,
                                       sketch_and_update, token_learnability)
-from real_runs.world.harnesses import HARNESSES, TRAIN_HARNESSES
+from real_runs.world.harnesses import HARNESSES, HELDOUT_HARNESSES, TRAIN_HARNESSES
 from real_runs.world.pool import TaskPool
 from real_runs.world.tasks import make_tasks
 
@@ -254,8 +254,13 @@ class GRPOAdapter:
         an evaluation of the current model on the first `probe_tasks` held-out tasks,
         `probe_attempts` each, drawn from the EVAL stream of (seed, `step`, the probed step's)
         -- the same draws before and after a what-if step, so their difference is paired -- as `real_<suite>`
-        and per harness `delta_<harness>`; `real_train` is NaN (training tasks are not played)."""
+        and per harness `delta_<harness>`; `real_train` is NaN (training tasks are not played);
+        `probe_tasks` = 0: no evaluation, every value NaN."""
         cfg = self.cfg
+        if cfg.probe_tasks == 0:           # no evaluation: every success column NaN
+            names = ["real_train", "real_heldout_tasks", "real_heldout_harness",
+                     *(f"delta_{h}" for h in [*self.harnesses, *HELDOUT_HARNESSES])]
+            return dict.fromkeys(names, float("nan"))
         frame = heldout_eval(self.model, self.harnesses, self.heldout_tasks[:cfg.probe_tasks], seed=self.seed,
                              step=step, attempts=cfg.probe_attempts, max_new=cfg.max_new_tokens,
                              temperature=cfg.temperature, chunk=cfg.eval_chunk)

@@ -17,6 +17,13 @@ Presets:
   shell, sexp and kv 0-5%, so GRPO groups have reward variance and a 20-step `hb real`
   run retains groups, takes gradient steps and produces sketches.
   GRPO's Adam lr is 1e-4: at 1e-3 the warm-started model degrades within 10 steps.
+* ``cpu-world``: the tiny shape and cpu-small's GRPO settings with a warm start that
+  demonstrates EVERY training harness, each on its own number of tasks (`warm_counts`
+  900,700,500,350,250,150 for json,xml,func,shell,sexp,kv), so all six start alive at
+  different levels and learn at different rates; the formats share notation in pairs
+  (xml/kv attributes, func/sexp quoted arguments) and shell names its tools differently;
+  single-turn harnesses (xml, sexp, kv) are cheaper per group than multi-turn ones. One
+  thread per run (two runs share two cores). Measured figures: docs/REAL_RUNS.md.
 * ``gpu-small``: 4 blocks of width 256; sized so that 100 steps of 8 groups x 8
   rollouts take about a minute on one H200 (estimate: the GPU run is pending).
 A preset also sets `batch_groups` (groups per optimizer step), a run-config key
@@ -84,7 +91,8 @@ _counts.allowed = (f"\"\" or one task count 0..{MAX_TASKS} per training harness,
 WHEN_SET_KNOBS = {
     "warm_counts": Knob("", "demonstrated tasks per training harness (\"900,600,...\", the first N of the warm "
                             "tasks; \"\" = warm_harnesses / warm_tasks / warm_other_tasks)", parse=_counts),
-    "probe_tasks": _count(8, "--counterfactual: held-out tasks the what-if evaluation plays (first k)"),
+    "probe_tasks": _count(8, "--counterfactual: held-out tasks the what-if evaluation plays (first k; 0 = none: "
+                             "the success columns are NaN, the probe costs its what-if steps only)", 0),
     "probe_attempts": _count(1, "--counterfactual: attempts per (task, harness) of the what-if evaluation"),
 }
 WHEN_SET.update(WHEN_SET_KNOBS)

@@ -250,3 +250,10 @@ def test_a_real_run_with_the_probe_equals_the_run_without_it(cache, fake_checker
     pd.testing.assert_frame_equal(plain.eval, probed.eval)
     pd.testing.assert_frame_equal(plain.groups, probed.groups)
     assert plain.counterfactual is None and sorted(probed.counterfactual["step"].unique()) == [2]
+
+
+def test_probe_tasks_zero_measures_nothing(cache):
+    means = _adapter(cache, probe_tasks=0).probe_means(3)
+    names = [*TRAIN_HARNESSES, *HELDOUT_HARNESSES]
+    assert list(means) == ["real_train", "real_heldout_tasks", "real_heldout_harness", *[f"delta_{h}" for h in names]]
+    assert all(np.isnan(v) for v in means.values())
