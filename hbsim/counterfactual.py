@@ -7,6 +7,17 @@ the same random streams (the adapter's streams are part of its state), records w
 policy would observe and what the step is truly worth, and restores both states exactly
 (`state_dict` round trips, SPEC §5/§6), so the run itself is unchanged bit for bit.
 
+After the pure steps, a what-if MIXED step (the batch split evenly over every harness,
+`policies.mixed.even_split`) from the same state gives one more row, `harness = "mixed"`,
+`arm = -1`; the policy is not updated with it (its columns are NaN) and its sketches never
+enter the probe's memories, so the pure rows are those of a probe without it.
+
+A real trainer (no ground truth): `gain_*`, `true_t` and `cos_*` are NaN, and `real_*` /
+`delta_*` come from its optional `probe_means(step)` (an evaluation of the model before and
+after the what-if step on the same random draws); a synthetic env's come from its true
+success matrix (`probe_means` below). The adapter's state is deep-copied before the probe
+(a trainer's `state_dict` may hold its live tensors).
+
 One row per (step, harness) -- `counterfactual.parquet` (SPEC §7):
 
     run_id, policy, seed, step        the train row whose pre-step state was probed
@@ -31,6 +42,13 @@ One row per (step, harness) -- `counterfactual.parquet` (SPEC §7):
                                       direction (`true_directions`): what T estimates
     cos_<harness>                     cos(d_h, d_j) for every training harness j and the
                                       held-out harness (NaN where the env has no direction)
+    delta_<harness>                   the realised change of the mean success of the held-out
+                                      tasks on that harness (training and held-out harnesses)
+    seconds_probe                     wall seconds the probe spent on the row (the first row of a
+                                      step also holds the state copy and the measurement before
+                                      the what-if steps, the mixed row the final restore): their
+                                      sum over a step is the probe's cost; the one column that
+                                      differs between two identical runs
 
 T is computed with the policies' own signal code (`policies.signals.transfer_and_update`,
 the cosine of the unit sketch with the OTHER harnesses' memories, before the memory's
@@ -48,6 +66,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 
 import numpy as np
 import pandas as pd
@@ -144,6 +163,7 @@ class Probe:
         mixed = Allocation(even_split(list(range(H)), H, B, loop.t))
         truth = self._truth(adapter, H, B, mixed.counts)
         # a deep copy: a trainer's state_dict may hold its live tensors (torch's model and optimizer)
+        start = time.perf_counter()
         p_state, a_state = policy.state_dict(), copy.deepcopy(adapter.state_dict())
         before = probe_means(adapter, step)
         sketches: dict[str, list] = {"grad": [], "update": []}
@@ -169,11 +189,14 @@ class Probe:
                 row.update({f"gain_{t}": float(truth["gains"][h, i]) for i, t in enumerate(TARGETS)})
                 row.update({k: after[k] - before[k] for k in before})
                 row.update(truth["cos"][h])
+                row["seconds_probe"], start = time.perf_counter() - start, time.perf_counter()
                 self.rows.append(row)
-            self.rows.append(self._mixed_row(loop, step, adapter, a_state, mixed, before, truth))
+            mixed_row = self._mixed_row(loop, step, adapter, a_state, mixed, before, truth)
         finally:
             adapter.load_state_dict(a_state)
             policy.load_state_dict(p_state)
+        mixed_row["seconds_probe"] = time.perf_counter() - start
+        self.rows.append(mixed_row)
         for kind, items in sketches.items():
             for h, sketch in enumerate(items):
                 self._remember(kind, h, sketch, eta, step)
