@@ -45,7 +45,7 @@ PRESETS: dict[str, dict] = {
                       warm_tasks=900, warm_other_tasks=20, threads=2, eval_tasks=24, eval_attempts=2, device="cpu"),
     "cpu-world": dict(batch_groups=4, group_size=4, lr=1e-4, warm_steps=1200, warm_batch=16, warm_lr=3e-3,
                       warm_tasks=900, warm_counts="900,700,500,350,250,150", threads=1, eval_tasks=24,
-                      eval_attempts=2, device="cpu", probe_tasks=4),
+                      eval_attempts=2, device="cpu", probe_tasks=0),
     "gpu-small": dict(batch_groups=8, n_layer=4, d_model=256, n_head=4, d_mlp=768, max_len=512, group_size=8,
                       max_new_tokens=80, lr=1e-4, sketch_blocks=4, micro_batch=128, warm_steps=2000,
                       warm_batch=64, warm_lr=2e-3, warm_tasks=3000, warm_other_tasks=20, eval_tasks=100,

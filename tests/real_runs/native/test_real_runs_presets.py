@@ -86,7 +86,7 @@ def test_twin_knobs_are_recorded_only_when_set_and_cpu_world_sets_them():
         env = resolve_env({"kind": "real", "preset": preset})
         assert not {"warm_counts", "probe_tasks", "probe_attempts"} & set(env)
     env = resolve_env({"kind": "real", "preset": "cpu-world"})
-    assert env["warm_counts"] == "900,700,500,350,250,150" and env["probe_tasks"] == 4 and "probe_attempts" not in env
+    assert env["warm_counts"] == "900,700,500,350,250,150" and env["probe_tasks"] == 0 and "probe_attempts" not in env
     assert env["group_size"] == 4 and env["threads"] == 1 and env["device"] == "cpu"
     assert resolve(warm_counts=" 3, 0,2,2,2,1").warm_counts == "3,0,2,2,2,1"
     assert resolve(warm_counts=[1, 2, 3, 4, 5, 6]).warm_counts == "1,2,3,4,5,6"
