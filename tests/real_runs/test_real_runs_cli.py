@@ -214,3 +214,22 @@ def test_example_script_runs(tmp_path):
                 str(tmp_path / "ex"), cwd=str(ROOT))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "ex" / "run.json").exists() and "scheduler overhead" in proc.stdout
+
+
+def test_counterfactual_flag_is_the_run_knob_a_grid_cell_carries(tmp_path):
+    import argparse
+
+    from ablations.spec import load_spec
+    from ablations_testkit import write_grid
+    from real_runs import cli as real_cli
+
+    grid = write_grid(tmp_path / "real.toml", steps=3, seeds=1, env={"kind": "real", "preset": "cpu-world"},
+                      policies=[{"name": "uniform"}], top_extra={"counterfactual": 2, "batch_groups": 4})
+    cell = load_spec(grid).cells()[0]
+    parser = argparse.ArgumentParser()
+    real_cli.add_arguments(parser)
+    args = parser.parse_args(["--preset", "cpu-world", "--policy", "uniform", "--seed", "0", "--steps", "3",
+                              "--out", str(tmp_path / "r"), "--counterfactual", "2"])
+    config = real_cli.build_config(args)
+    assert config["counterfactual"] == 2 and config == cell.config
+    assert "counterfactual" not in real_cli.build_config(parser.parse_args(["--steps", "3", "--out", "x"]))
