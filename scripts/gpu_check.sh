@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU check of the real trainer, for one H200 (or any CUDA GPU), within about 8 minutes.
+# GPU check of the real trainer, for one H200 (or any CUDA GPU), within about 8 minutes for
+# phases 1-5; phase 6 (twin logs) adds at most 4 (GPU_CHECK_PHASES="2 6": a run, then the logs).
 #
 #   scripts/gpu_check.sh OUTDIR
 #
@@ -153,8 +154,9 @@ if not (run / "run.json").is_file():
 train, groups = pd.read_parquet(run / "train.parquet"), pd.read_parquet(run / "groups.parquet")
 cf, ev = pd.read_parquet(run / "counterfactual.parquet"), pd.read_parquet(run / "eval.parquet")
 probed = train["step"].isin(cf["step"])
-print(f"    {len(train)} steps, {len(groups)} groups, {len(cf)} probe rows at steps {sorted(cf['step'].unique())}, "
-      f"eval steps {sorted(ev['step'].unique())}; mean step {train['seconds_step'].mean():.2f}s")
+print(f"    {len(train)} steps, {len(groups)} groups, {len(cf)} probe rows at steps {sorted(cf['step'].unique().tolist())}, "
+      f"eval steps {sorted(ev['step'].unique().tolist())}; mean step {train['seconds_step'].mean():.2f}s, "
+      f"probes {cf['seconds_probe'].sum():.1f}s in all")
 print("    held-out success per harness at each eval step:")
 print(ev[ev["suite"] == "heldout_tasks"].pivot_table(index="step", columns="harness", values="success").round(3)
       .to_string().replace("\n", "\n    "))
