@@ -71,7 +71,7 @@ def test_tiny_run_resume_and_straight_agree(tmp_path, env, capsys):
     (["--counterfactual", "0"], "--counterfactual"),
     (["--backend", "trl", "--counterfactual", "2"], "--counterfactual 2 is not allowed with --backend trl"),
     (["--set", "warm_counts=1,2"], "warm_counts='1,2' is not allowed"),
-    (["--set", "probe_tasks=0"], "probe_tasks"),
+    (["--set", "probe_tasks=-1"], "probe_tasks"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, needle):
     assert main(["real", "--steps", "1", "--out", str(tmp_path / "x"), "--device", "cpu", *args]) == 2
