@@ -75,6 +75,10 @@ class StepResult:
     update_norm: L2 norm of the parameter update the step applied (all parameters, not the
         sketch's coordinates; 0.0 when nothing was optimized), None where not measured;
         the train column `hbsim.contract.UPDATE_NORM`
+    groups: the step's GENERATED groups before the group filter, arrays (n,) by column
+        (`hbsim.sampling.Sample.groups`: arm, size, success, reward_mean, reward_std,
+        mean_abs_adv, retained, cost), or None where a trainer does not report them; the
+        loop makes them the step's rows of the groups table (hbsim.contract.GROUP_COLUMNS)
     """
 
     learnability: float | None
@@ -85,6 +89,7 @@ class StepResult:
     extras: dict[str, float] = field(default_factory=dict)
     generated: np.ndarray | None = None
     update_norm: float | None = None
+    groups: dict[str, np.ndarray] | None = None
 
 
 @runtime_checkable

@@ -10,6 +10,8 @@ A run directory (one `hb sim` run, `hb real --out DIR`, a grid cell):
     eval.parquet             one row per evaluation attempt: EVAL_TABLE
     run.json                 the run record; written last, so a run directory is complete
                              exactly when it holds one
+    groups.parquet           one row per group generated at a step, before the group filter:
+                             GROUP_COLUMNS (every backend; hbsim.loop.StepRecorder)
     counterfactual.parquet   with --counterfactual (hbsim.counterfactual)
     checkpoints/last.pt      `hb real`'s checkpoint (real_runs.native.checkpoint)
 
@@ -34,6 +36,9 @@ EVAL_FILE = "eval.parquet"
 RUN_JSON = "run.json"
 RUN_FILES = (TRAIN_FILE, EVAL_FILE, RUN_JSON)      # in the order they are moved in: run.json last
 COUNTERFACTUAL_FILE = "counterfactual.parquet"
+GROUPS_FILE = "groups.parquet"
+#: the optional files of a run directory (written when the run has them), before RUN_FILES
+OPTIONAL_FILES = (GROUPS_FILE, COUNTERFACTUAL_FILE)
 CHECKPOINT = "checkpoints/last.pt"
 #: `hb real --backend trl`: the policy/recorder state in each of TRL's checkpoint folders
 TRL_STATE = "harnessbandit.pt"
@@ -49,6 +54,17 @@ UPDATE_NORM = "update_norm"
 EVAL_COLUMNS = ("suite", "task", "category", "harness", "attempt", "reward", "success")
 #: the columns of an eval table
 EVAL_TABLE = (*ROW_KEYS, *EVAL_COLUMNS)
+#: the columns of the groups table (GROUPS_FILE): one row per group GENERATED at a step (fresh
+#: groups only, leftovers were rows of the step that generated them), BEFORE the group filter:
+#: `harness` (name, as in the eval table), `arm` (its index), `group` (0-based index of the group
+#: within the step, in generation order), `size` (rollouts G), `success` (mean over the group's
+#: rollouts of reward >= 1, in [0, 1]), `reward_mean`, `reward_std` (population std over the G
+#: rollouts), `mean_abs_adv` (mean |advantage| of the run's advantage kind, SPEC §2.1),
+#: `retained` (kept by the group filter), `chosen` (the harness was in the step's allocation),
+#: `cost` (the group's generation cost in tokens: generated tokens in real runs, the env's
+#: `group_tokens` in synthetic ones, 0 where unset)
+GROUP_COLUMNS = (*ROW_KEYS, "harness", "arm", "group", "size", "success", "reward_mean", "reward_std",
+                 "mean_abs_adv", "retained", "chosen", "cost")
 #: the suite of the tuning split (env knob `n_validation_tasks`): a grid's [tune] target, never in a report
 VALIDATION_SUITE = "validation"
 

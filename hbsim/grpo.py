@@ -61,6 +61,24 @@ def keep_mask(rewards: np.ndarray) -> np.ndarray:
     return (r != r[..., :1]).any(axis=-1)
 
 
+#: a rollout succeeds when its reward reaches 1 (the eval tables' `success`, real and synthetic)
+SUCCESS_REWARD = 1.0
+
+
+def group_stats(rewards: np.ndarray, kind: str = "loo") -> dict[str, np.ndarray]:
+    """Per-group statistics of `rewards` (n, G), each an (n,) array: `success` (mean of
+    reward >= 1), `reward_mean`, `reward_std` (population std), `mean_abs_adv` (mean |A_i|
+    of the advantage `kind`; 0 for a zero-variance group under every kind)."""
+    r = np.asarray(rewards, dtype=np.float64)
+    if r.ndim != 2:
+        raise ValueError(f"rewards shape={r.shape} is not allowed: expected (groups, G)")
+    if r.shape[0] == 0:
+        empty = np.zeros(0)
+        return {"success": empty, "reward_mean": empty, "reward_std": empty, "mean_abs_adv": empty}
+    return {"success": (r >= SUCCESS_REWARD).mean(axis=-1), "reward_mean": r.mean(axis=-1),
+            "reward_std": r.std(axis=-1), "mean_abs_adv": np.abs(advantages(r, kind)).mean(axis=-1)}
+
+
 def trajectory_mean_abs(adv: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     """l_i of SPEC §2.3. adv (groups, G) -> itself in absolute value; adv (groups, G, T) with
     mask (groups, G, T) -> sum_t M|A| / sum_t M, shape (groups, G). A trajectory with no valid

@@ -21,6 +21,10 @@ Equal-cost evaluation (`eval_budget = "groups:500,1000"`): after every step,
 newly crossed; those rows carry hbsim.contract.BUDGET_COLUMNS and are kept apart from the
 ordinary evaluations (`evaluated_at` ignores them).
 `step_overhead(row)` / `overhead_fraction(train)` derive the scheduler's share of the step time from them.
+Groups table: a StepResult's `groups` (every group the step generated, before the filter)
+become the step's rows of `groups.parquet` (hbsim.contract.GROUP_COLUMNS; `group_frame`),
+with the harness's name and `chosen` (its allocation count > 0) added here; a trainer that
+reports none (None) writes no groups table.
 Checkpoints: `Loop.run`'s `checkpoint` hook; `Loop.load_state_dict` continues such a run.
 """
 from __future__ import annotations
@@ -35,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from hbsim.adapter import float_or_nan, step_feedback
-from hbsim.contract import BUDGET_COLUMNS, BUDGET_UNITS, EVAL_COLUMNS, UPDATE_NORM
+from hbsim.contract import BUDGET_COLUMNS, BUDGET_UNITS, EVAL_COLUMNS, GROUP_COLUMNS, ROW_KEYS, UPDATE_NORM
 from hbsim.counterfactual import Probe
 from hbsim.records import RunResult, config_hash, versions, write_run
 from hbsim.run_knobs import RUN_KNOBS, budget_milestones
@@ -70,6 +74,26 @@ def step_overhead(row) -> float:
 def overhead_fraction(train: pd.DataFrame) -> pd.Series:
     """`step_overhead` of every train row."""
     return pd.Series([step_overhead(r) for r in train.to_dict("records")], index=train.index, dtype=np.float64)
+
+
+def group_frame(run_id: str, label: str, seed: int, harnesses: list[str], steps: list[dict]) -> pd.DataFrame:
+    """The groups table (GROUP_COLUMNS) of `steps`: per step a dict with `step`, `chosen`
+    (H,) bool and the StepResult's `groups` arrays, in step order."""
+    columns = [c for c in GROUP_COLUMNS if c not in ROW_KEYS]
+    if not steps:
+        return pd.DataFrame({c: [] for c in GROUP_COLUMNS})
+    arm = np.concatenate([s["arm"] for s in steps]).astype(np.int64)
+    frame = pd.DataFrame({
+        "run_id": run_id, "policy": label, "seed": int(seed),
+        "step": np.concatenate([np.full(len(s["arm"]), s["step"], dtype=np.int64) for s in steps]),
+        "harness": pd.Series(np.asarray(harnesses, dtype=object)[arm] if len(arm) else [], dtype=object),
+        "arm": arm, "group": np.concatenate([np.arange(len(s["arm"]), dtype=np.int64) for s in steps]),
+        "chosen": np.concatenate([np.asarray(s["chosen"], dtype=bool)[s["arm"]] for s in steps]).astype(bool)})
+    for c in columns:
+        if c not in frame:
+            frame[c] = np.concatenate([np.asarray(s[c]) for s in steps])
+    frame["retained"] = frame["retained"].astype(bool)
+    return frame[list(GROUP_COLUMNS)]
 
 
 def _utc_now() -> str:
@@ -155,6 +179,7 @@ class StepRecorder:
         self.started = _utc_now()
         self.pending: PendingStep | None = None
         self._rows: list[dict] = []
+        self._groups: list[dict] | None = None          # per step: the groups it generated (`group_frame`)
         self._evals: list[pd.DataFrame] = []
         self._budget_evals: list[pd.DataFrame] = []      # budget evaluations (kept apart: `evaluated_at`)
         self._budget_done: list[float] = []              # the milestones evaluated, ascending
@@ -186,9 +211,21 @@ class StepRecorder:
         row = self._row(step.p, step.allocation, res, self.policy.diagnostics())
         row["seconds_step"] = time.perf_counter() - step.start
         self._rows.append(row)
+        self._record_groups(step.allocation, getattr(res, "groups", None))
         if self._budget_unit is not None:
             self._spent += step_cost(row, self._budget_unit)
         return row
+
+    def _record_groups(self, alloc, groups: dict | None) -> None:
+        """Keep the step's generated groups (StepResult.groups) for the groups table."""
+        if groups is None:
+            return
+        if self._groups is None:
+            self._groups = []
+        entry = {k: np.asarray(v).copy() for k, v in groups.items()}
+        entry["arm"] = entry["arm"].astype(np.int64)
+        entry["step"], entry["chosen"] = self.t, np.asarray(alloc.counts) > 0
+        self._groups.append(entry)
 
     @property
     def rows(self) -> list[dict]:
@@ -256,6 +293,7 @@ class StepRecorder:
     def state_dict(self) -> dict:
         return {"t": self.t, "label": self.label, "seed": self.seed, "started": self.started,
                 "policy": self.policy.state_dict(), "rows": copy.deepcopy(self._rows),
+                "groups": copy.deepcopy(self._groups),
                 "evals": [e.copy() for e in self._evals], "budget_evals": [e.copy() for e in self._budget_evals],
                 "budget_done": list(self._budget_done)}
 
@@ -266,6 +304,7 @@ class StepRecorder:
         self.policy.load_state_dict(state["policy"])
         self.t, self.started = int(state["t"]), state["started"]
         self._rows = copy.deepcopy(state["rows"])
+        self._groups = copy.deepcopy(state.get("groups"))
         self._evals = [e.copy() for e in state["evals"]]
         self._budget_evals = [e.copy() for e in state.get("budget_evals", [])]
         self._budget_done = [float(m) for m in state.get("budget_done", [])]
@@ -300,7 +339,9 @@ class StepRecorder:
                 "seed": self.seed, "started": self.started, "finished": _utc_now(),
                 "policy": policy_cfg.get("name", getattr(self.policy, "name", "")), "label": self.label,
                 "steps": self.t}
-        return RunResult(train=train, eval=evals, meta=meta)
+        groups = (None if self._groups is None else
+                  group_frame(run_id, self.label, self.seed, self.harnesses, self._groups))
+        return RunResult(train=train, eval=evals, meta=meta, groups=groups)
 
 
 class Loop(StepRecorder):

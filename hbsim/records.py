@@ -27,19 +27,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hbsim import shapes
-from hbsim.contract import CELLS, COUNTERFACTUAL_FILE, EVAL_FILE, RUN_FILES, RUN_JSON, TRAIN_FILE, TUNE_JSON
+from hbsim.contract import (CELLS, COUNTERFACTUAL_FILE, EVAL_FILE, GROUPS_FILE, OPTIONAL_FILES, RUN_FILES, RUN_JSON,
+                            TRAIN_FILE, TUNE_JSON)
 from hbsim.atomic import atomic_write, make_temp_dir, remove_temp, visible, write_dir_atomic
 from policies.errors import UserError
 
 
 @dataclass
 class RunResult:
-    """train: one row per step; eval: one row per attempt; meta: the run.json content."""
+    """train: one row per step; eval: one row per attempt; meta: the run.json content;
+    groups: one row per generated group (GROUP_COLUMNS), None where the trainer reports none."""
 
     train: pd.DataFrame
     eval: pd.DataFrame
     meta: dict = field(default_factory=dict)
     counterfactual: pd.DataFrame | None = None   # with --counterfactual (hbsim.counterfactual)
+    groups: pd.DataFrame | None = None           # GROUPS_FILE (hbsim.loop.group_frame)
 
 
 def _jsonable(value):
@@ -96,6 +99,8 @@ def fill_run_dir(result, folder: Path) -> None:
     """The files of `result` (a RunResult) written into the existing `folder`, run.json last."""
     result.train.to_parquet(folder / TRAIN_FILE, index=False)
     result.eval.to_parquet(folder / EVAL_FILE, index=False)
+    if getattr(result, "groups", None) is not None:
+        result.groups.to_parquet(folder / GROUPS_FILE, index=False)
     if getattr(result, "counterfactual", None) is not None:
         result.counterfactual.to_parquet(folder / COUNTERFACTUAL_FILE, index=False)
     (folder / RUN_JSON).write_text(json.dumps(_jsonable(result.meta), indent=1, sort_keys=True) + "\n")
@@ -122,9 +127,10 @@ def write_run(result, out, *, overwrite: bool = False) -> Path:
         fill_run_dir(result, tmp)
         if is_complete(out):
             os.remove(out / RUN_JSON)            # the directory is incomplete until the end
-        if (out / COUNTERFACTUAL_FILE).exists() and not (tmp / COUNTERFACTUAL_FILE).exists():
-            os.remove(out / COUNTERFACTUAL_FILE)  # a stale probe of an overwritten run
-        for name in (COUNTERFACTUAL_FILE, *RUN_FILES):
+        for name in OPTIONAL_FILES:
+            if (out / name).exists() and not (tmp / name).exists():
+                os.remove(out / name)             # a stale table of an overwritten run
+        for name in (*OPTIONAL_FILES, *RUN_FILES):
             if (tmp / name).exists():
                 os.replace(tmp / name, out / name)
     finally:
@@ -183,10 +189,11 @@ def read_run(run_dir):
     meta = read_meta(run_dir)
     if meta is None:
         raise UserError(f"run directory {str(run_dir)!r} has no {RUN_JSON} (not a complete run)")
-    cf = run_dir / COUNTERFACTUAL_FILE
+    cf, groups = run_dir / COUNTERFACTUAL_FILE, run_dir / GROUPS_FILE
     return RunResult(train=pd.read_parquet(run_dir / TRAIN_FILE),
                      eval=pd.read_parquet(run_dir / EVAL_FILE), meta=meta,
-                     counterfactual=pd.read_parquet(cf) if cf.is_file() else None)
+                     counterfactual=pd.read_parquet(cf) if cf.is_file() else None,
+                     groups=pd.read_parquet(groups) if groups.is_file() else None)
 
 
 # -- a grid's cells, read into one table ---------------------------------------------------

@@ -40,7 +40,10 @@ its hash does not move either.
 
 Every `Sample` also counts, per harness, the rollouts of ALL its fresh groups and their reward
 sum BEFORE filtering (`generated_rewards`): what a success-variance scheduler (`variance`)
-needs to see harnesses whose groups are all filtered out.
+needs to see harnesses whose groups are all filtered out. And it keeps every fresh block with
+its rewards and keep mask (`fresh`, generation order), from which `Sample.groups` builds the
+step's rows of the groups table (hbsim.contract.GROUP_COLUMNS): nothing is drawn for it, so
+every random stream and number of a run stays as it was.
 """
 from __future__ import annotations
 
@@ -143,6 +146,7 @@ class Sample:
     leftover_used: buffered groups taken; leftover_age: their mean age in steps (nan if none)
     leftover_size: groups in all buffers after the step
     generated_rewards: harness -> [rollouts, reward sum] of its fresh groups, before filtering
+    fresh: (harness, block, rewards (n, G), keep (n,)) of every fresh block, in generation order
     """
 
     parts: dict[int, list] = field(default_factory=dict)
@@ -152,6 +156,27 @@ class Sample:
     leftover_age: float = float("nan")
     leftover_size: int = 0
     generated_rewards: dict[int, list] = field(default_factory=dict)
+    fresh: list[tuple] = field(default_factory=list)
+
+    def groups(self, advantage: str, cost: Callable[[int, object], np.ndarray]) -> dict[str, np.ndarray]:
+        """The step's generated groups (StepResult.groups): arrays (n,) `arm`, `size`,
+        `success`, `reward_mean`, `reward_std`, `mean_abs_adv` (hbsim.grpo.group_stats of the
+        `advantage` kind), `retained` and `cost` (cost(harness, block) -> (len(block),), the
+        generation cost of each group), n = the fresh groups of the step in generation order."""
+        parts = [(h, rewards, keep, np.asarray(cost(h, block), dtype=np.float64).reshape(-1))
+                 for h, block, rewards, keep in self.fresh if len(rewards)]
+        if not parts:
+            zeros = np.zeros(0)
+            return {"arm": np.zeros(0, dtype=np.int64), "size": np.zeros(0, dtype=np.int64), "success": zeros,
+                    "reward_mean": zeros, "reward_std": zeros, "mean_abs_adv": zeros,
+                    "retained": np.zeros(0, dtype=bool), "cost": zeros}
+        out = {"arm": np.concatenate([np.full(len(r), h, dtype=np.int64) for h, r, _, _ in parts]),
+               "size": np.concatenate([np.full(len(r), np.shape(r)[1], dtype=np.int64) for _, r, _, _ in parts])}
+        stats = [grpo.group_stats(r, advantage) for _, r, _, _ in parts]
+        out.update({k: np.concatenate([s[k] for s in stats]) for k in stats[0]})
+        out["retained"] = np.concatenate([np.asarray(keep, dtype=bool) for _, _, keep, _ in parts])
+        out["cost"] = np.concatenate([c for *_, c in parts])
+        return out
 
     def generated_array(self, n_harnesses: int) -> np.ndarray:
         """`generated_rewards` as an (H, 2) float array [rollouts, reward sum] (zeros where none)."""
@@ -236,6 +261,7 @@ class DynamicSampler:
                 seen[0] += int(np.size(rewards))
                 seen[1] += float(np.sum(rewards))
                 keep = self.filter.mask(rewards)
+                sample.fresh.append((h, block, rewards, keep))
                 kept = int(keep.sum())
                 sample.retained += kept
                 if not kept:

@@ -2,11 +2,12 @@
 
     hb real --preset tiny --policy harnessbandit --seed 0 --steps 3 --out runs/real0
     hb real ... --steps 6 --out runs/real0 --resume      # continue the same run to step 6
+    hb real --preset cpu-world --policy uniform --steps 60 --counterfactual 10 --out runs/probe0
 
 The run goes through `hbsim.run_config` (the one loop of sim runs and grid cells) with the
 config `build_config` resolves (`real_runs.resolve_env`: a grid cell of the same run has
-the same hash). DIR is a run directory (SPEC §7): train.parquet, eval.parquet, run.json,
-and checkpoints/last.pt, written after step 1, every --checkpoint-every steps, at the end,
+the same hash). DIR is a run directory (SPEC §7): train.parquet, eval.parquet, groups.parquet, run.json
+(counterfactual.parquet with --counterfactual), and checkpoints/last.pt, written after step 1, every --checkpoint-every steps, at the end,
 and when SIGTERM or SIGINT arrives (the run then stops after the current step, exit
 128 + signal number; a second signal stops at once). `--resume` of a DIR without a
 checkpoint is a user error. Progress (the warm start included), per-step timings and the
@@ -47,6 +48,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--model", default=None, help="local Hugging Face causal-LM directory (needs transformers)")
     parser.add_argument("--eval-every", type=int, default=None)
     parser.add_argument("--checkpoint-every", type=int, default=10)
+    parser.add_argument("--counterfactual", type=int, default=None, metavar="K",
+                        help="every K-th step, a what-if step on each harness and on the mixed batch from the same "
+                             "state, restored exactly; writes counterfactual.parquet (native backend; "
+                             "hbsim.counterfactual)")
     parser.add_argument("--backend", default="native", choices=["native", "trl"],
                         help="native trainer, or TRL's GRPOTrainer (extra harnessbandit[trl]; "
                              "real_runs.integrations.trl_run)")

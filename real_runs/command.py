@@ -8,8 +8,8 @@ from __future__ import annotations
 from hbsim.run_knobs import Sets, from_command
 from real_runs.tracking import TRACKERS, check_tracker
 
-#: run knobs given as flags (--steps, --seed, --eval-every)
-RUN_FLAGS = ("steps", "seed", "eval_every")
+#: run knobs given as flags (--steps, --seed, --eval-every, --counterfactual)
+RUN_FLAGS = ("steps", "seed", "eval_every", "counterfactual")
 #: run knobs `--set KEY=VALUE` takes (`--backend trl`: batch_groups is its TRL knob batch_groups)
 RUN_SETS = ("batch_groups", "eval_every", "eval_budget")
 

@@ -46,7 +46,7 @@ REQUIRED = ("policy", "seed", "step", "arm", *TARGETS)
 def load(directory, runs: list | None = None) -> pd.DataFrame:
     """Every counterfactual.parquet under `directory` (a run dir, an `hb sim --out` dir, a
     grid dir or a study dir; never in hidden or temporary folders; `runs`: only those of
-    these run directories), with `env` (the kind, plus the knobs that tell same-kind envs apart) and
+    these run directories; the pure probes' rows, arm >= 0), with `env` (the kind, plus the knobs that tell same-kind envs apart) and
     `train_arm` (the arm the run took at that step, -1 for a mixed batch) joined in."""
     root = Path(directory)
     if not root.is_dir():
@@ -62,6 +62,7 @@ def load(directory, runs: list | None = None) -> pd.DataFrame:
         if missing:
             raise UserError(f"{COUNTERFACTUAL_FILE}: {str(f)!r} lacks column(s) {missing}; required: "
                             f"{list(REQUIRED)} (SPEC 7)")
+        cf = cf[cf["arm"] >= 0].reset_index(drop=True)   # the pure probes (the mixed probe's row has arm -1)
         meta = read_meta(f.parent) or {}
         env = (meta.get("config") or {}).get("env") or {"kind": "?"}
         envs[str(f)] = env

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# GPU check of the real trainer, for one H200 (or any CUDA GPU), within about 8 minutes.
+# GPU check of the real trainer, for one H200 (or any CUDA GPU), within about 8 minutes for
+# phases 1-5; phase 6 (verl sketch on FSDP2) adds under 2, phase 7 (twin logs) at most 4 and phase 8 (twin
+# fit) at most 2 (GPU_CHECK_PHASES="2 7 8": a run, the logs, their twin).
 #
 #   scripts/gpu_check.sh OUTDIR
 #
@@ -17,8 +19,14 @@
 #   fsdp2_sketch.npz        (6) the verl actor's sketch on FSDP2 shards (verl_sketch.ShardedSketch,
 #                           NCCL, every visible GPU a rank, a tiny model; under a minute) against the
 #                           unsharded CPU sketch
+#   twin/seed<S>/ + .log    (7) logs a twin can be fitted to: uniform runs of $GPU_CHECK_TWIN_PRESET
+#                           (default gpu-small), seeds $GPU_CHECK_TWIN_SEEDS (default "0 1", side by
+#                           side on the GPU), $GPU_CHECK_TWIN_STEPS steps (default 60) with
+#                           --counterfactual $GPU_CHECK_TWIN_K (default 10): groups.parquet,
+#                           eval.parquet at every 20th step, counterfactual.parquet
 #   summary.txt             the figures to quote
-# GPU_CHECK_PHASES selects phases (default "1 2 3 4 5 6"). Phase 6 has not yet run on a GPU.
+#   twin/gpu_twin.toml      (8) `hb twin fit` of phase 7's logs (+ .png, fit.txt): a twin of a real GPU run
+# GPU_CHECK_PHASES selects phases (default "1 2 3 4 5 6 7 8"). Phases 6-8 have not yet run on a GPU.
 # Each phase has a time limit so the whole script stays under 8 minutes; a grid cut short
 # is still collected and reported (the summary says how many cells finished).
 # The presets' models embed the previous byte (token shift) and gpu-small warm-starts on
@@ -35,6 +43,9 @@
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=5 GPU_CHECK_TRL_PRESET=tiny GPU_CHECK_TRL_STEPS=2 \
 #   GPU_CHECK_TRL_SET="batch_groups=2 group_size=4 max_completion_length=16" scripts/gpu_check.sh /tmp/gc
 # and of phase 6 (two gloo ranks, ~25 s): GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=6 scripts/gpu_check.sh /tmp/gc
+# and of the twin-log phase alone (7) (tiny, 4 steps, probes at step 2 and 4):
+#   GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=7 GPU_CHECK_TWIN_PRESET=tiny GPU_CHECK_TWIN_STEPS=4 \
+#   GPU_CHECK_TWIN_K=2 GPU_CHECK_TWIN_SEEDS=0 scripts/gpu_check.sh /tmp/gc
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: scripts/gpu_check.sh OUTDIR}
@@ -49,10 +60,14 @@ DEVICE=${GPU_CHECK_DEVICE:-cuda}
 PRESET=${GPU_CHECK_PRESET:-gpu-small}
 STEPS=${GPU_CHECK_STEPS:-100}
 GRID=${GPU_CHECK_GRID:-ablations/examples/real_grid.toml}
-PHASES=${GPU_CHECK_PHASES:-1 2 3 4 5 6}
+PHASES=${GPU_CHECK_PHASES:-1 2 3 4 5 6 7 8}
 TRL_STEPS=${GPU_CHECK_TRL_STEPS:-20}
 TRL_PRESET=${GPU_CHECK_TRL_PRESET:-gpu-small}
 TRL_SET=${GPU_CHECK_TRL_SET:-batch_groups=8 group_size=8 max_completion_length=64}
+TWIN_PRESET=${GPU_CHECK_TWIN_PRESET:-gpu-small}
+TWIN_STEPS=${GPU_CHECK_TWIN_STEPS:-60}
+TWIN_K=${GPU_CHECK_TWIN_K:-10}
+TWIN_SEEDS=${GPU_CHECK_TWIN_SEEDS:-0 1}
 want() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 START=$(date +%s)
 log() { echo "[gpu_check +$(( $(date +%s) - START ))s] $*" | tee -a "$OUT/summary.txt" >&2; }
@@ -133,20 +148,55 @@ log "(6) fsdp2 sketch rc=$? ranks=$NGPU $(PYTHONPATH="$PWD/tests/real_runs/integ
     $PY "$W" --compare "$OUT/fsdp2_sketch.npz" 2>&1 | tail -n 1)"
 fi
 
-# (7) a twin of the real GPU run (issue 30, docs/TWIN.md): `hb twin fit` on the real logs the collection
-# step before it wrote into $OUT/gpu_real (run directories or a grid; skipped when there are none);
+if want 7; then
+# (7) real logs a twin can be fitted to (docs/REAL_RUNS.md, "Logs for a twin"): uniform runs with
+# what-if probes, side by side; seed 0's warm start is phase 2's when the presets agree (cached)
+mkdir -p "$OUT/twin"
+for S in $TWIN_SEEDS; do
+    rm -rf "$OUT/twin/seed$S"
+    timeout 240 $PY -m hbsim.cli real --preset "$TWIN_PRESET" --policy uniform --seed "$S" --steps "$TWIN_STEPS" \
+        --device "$DEVICE" --eval-every 20 --counterfactual "$TWIN_K" --checkpoint-every 1000 \
+        --out "$OUT/twin/seed$S" > "$OUT/twin/seed$S.txt" 2> "$OUT/twin/seed$S.log" &
+done
+wait
+for S in $TWIN_SEEDS; do
+    log "(7) twin logs seed $S: $(grep -E "model ready" "$OUT/twin/seed$S.log" | head -1)"
+    $PY - "$OUT/twin/seed$S" <<'PYEOF' 2>&1 | tee -a "$OUT/summary.txt" >&2
+import sys
+from pathlib import Path
+import pandas as pd
+run = Path(sys.argv[1])
+if not (run / "run.json").is_file():
+    sys.exit(f"    {run}: no complete run (see its .log)")
+train, groups = pd.read_parquet(run / "train.parquet"), pd.read_parquet(run / "groups.parquet")
+cf, ev = pd.read_parquet(run / "counterfactual.parquet"), pd.read_parquet(run / "eval.parquet")
+probed = train["step"].isin(cf["step"])
+print(f"    {len(train)} steps, {len(groups)} groups, {len(cf)} probe rows at steps {sorted(cf['step'].unique().tolist())}, "
+      f"eval steps {sorted(ev['step'].unique().tolist())}; mean step {train['seconds_step'].mean():.2f}s, "
+      f"probes {cf['seconds_probe'].sum():.1f}s in all")
+print("    held-out success per harness at each eval step:")
+print(ev[ev["suite"] == "heldout_tasks"].pivot_table(index="step", columns="harness", values="success").round(3)
+      .to_string().replace("\n", "\n    "))
+print("    group success per harness (mean over generated groups):",
+      groups.groupby("harness")["success"].mean().round(3).to_dict())
+PYEOF
+done
+fi
+
+# (8) a twin of the real GPU run (issue 30, docs/TWIN.md): `hb twin fit` on the real logs the collection
+# step before it wrote into $OUT/twin (run directories or a grid; skipped when there are none);
 # writes twin/gpu_twin.toml, twin/gpu_twin.png and the quality table twin/fit.txt. Runs whenever
-# $OUT/gpu_real exists (or GPU_CHECK_PHASES names "twin"), CPU only, at most a minute.
-if want twin || [ -d "$OUT/gpu_real" ]; then
-if [ -d "$OUT/gpu_real" ]; then
+# $OUT/twin exists (or GPU_CHECK_PHASES names "twin"), CPU only, at most a minute.
+if want 8 || want twin; then
+if ls -d "$OUT"/twin/seed*/run.json >/dev/null 2>&1; then
     mkdir -p "$OUT/twin"
-    timeout 120 $PY -m hbsim.cli twin fit "$OUT/gpu_real" --out "$OUT/twin/gpu_twin.toml" \
+    timeout 120 $PY -m hbsim.cli twin fit "$OUT"/twin/seed*/ --out "$OUT/twin/gpu_twin.toml" \
         > "$OUT/twin/fit.txt" 2> "$OUT/twin/fit.log"
-    log "(7) twin fit rc=$? on $OUT/gpu_real"
+    log "(8) twin fit rc=$? on $OUT/twin"
     tee -a "$OUT/summary.txt" < "$OUT/twin/fit.txt" >&2
     tail -n 1 "$OUT/twin/fit.log" | tee -a "$OUT/summary.txt" >&2
 else
-    log "(7) twin fit skipped: no $OUT/gpu_real (the real-log collection step did not run)"
+    log "(8) twin fit skipped: no $OUT/twin (the real-log collection step did not run)"
 fi
 fi
 log "done in $(( $(date +%s) - START ))s"

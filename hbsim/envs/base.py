@@ -303,7 +303,9 @@ class SyntheticEnv:
         reward = float(batch.rewards.sum() / batch.rewards.size) if len(batch) else float("nan")
         return StepResult(learnability=L, sketch=sketch, update_sketch=update_sketch, reward=reward,
                           cost=ledger, extras=self._ground_truth(gains, counts),
-                          generated=sample.generated_array(self.H), update_norm=self._update_norm)
+                          generated=sample.generated_array(self.H), update_norm=self._update_norm,
+                          groups=sample.groups(self.knobs["advantage"],
+                                               lambda h, block: np.full(len(block), self._tokens[h])))
 
     def evaluate(self) -> pd.DataFrame:
         """Both held-out suites, k attempts per task, with uniforms from the stateless eval

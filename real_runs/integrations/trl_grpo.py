@@ -63,7 +63,7 @@ from hbsim.atomic import atomic_write, file_mode
 from hbsim.loop import StepRecorder, step_overhead
 from hbsim.sampling import GroupFilter
 from policies.errors import UserError
-from real_runs.integrations.signals import group_signals
+from real_runs.integrations.signals import group_signals, group_table
 from real_runs.native.sketch import ParamSketch, global_sketch
 from real_runs.world.pool import TaskPool
 
@@ -117,6 +117,7 @@ class _Signals:
     grad_norm: float = float("nan")
     frac_zero: float = float("nan")
     tokens: int = 0
+    lengths: np.ndarray | None = None   # (B,) completion tokens of each row (one process), else None
     seconds: Counter = field(default_factory=Counter)     # phase -> seconds of the cost ledger
     own: float = 0.0                # the scheduler's bookkeeping seconds (counted as `scheduler`)
 
@@ -187,12 +188,15 @@ class HarnessScheduler(TrainerCallback):
             self._step.seconds["rollout"] += seconds
             self._step.frac_zero, self._step.tokens = float(frac_reward_zero_std), int(tokens)
 
-    def set_rewards(self, per_func: torch.Tensor, weights: torch.Tensor) -> None:
+    def set_rewards(self, per_func: torch.Tensor, weights: torch.Tensor, lengths: list[int] | None = None) -> None:
         """The step's global rewards from TRL's per-function rewards (B, F) and weights (F,)
-        (a row whose every function returned None stays NaN)."""
+        (a row whose every function returned None stays NaN); `lengths`: the completion tokens
+        of each of the B rows when they are known (one process), for the groups table's cost."""
         if self._step is None:
             return
         t0 = time.perf_counter()
+        if lengths is not None and len(lengths) == per_func.shape[0]:
+            self._step.lengths = np.asarray(lengths, dtype=np.float64)
         rewards = (per_func * weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
         rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
         self._step.rewards = rewards.detach().cpu().numpy().astype(np.float64)
@@ -301,10 +305,22 @@ class HarnessScheduler(TrainerCallback):
                          update_sketch=None if step.update is None else step.update.cpu().numpy(),
                          reward=float(np.nanmean(rewards)) if np.isfinite(rewards).any() else float("nan"),
                          cost=ledger, extras={"grad_norm": step.grad_norm, "frac_reward_zero_std": frac},
-                         generated=generated)
+                         generated=generated, groups=self._groups(step, rewards))
         row = self.recorder.record(res, scheduler_seconds=step.own + (time.perf_counter() - t0))
         row["overhead_frac"] = step_overhead(row)
         return row
+
+    def _groups(self, step: _Signals, rewards: np.ndarray) -> dict:
+        """The step's rows of the groups table (every completion group TRL generated, before the
+        filter); cost = its completion tokens, or an even share of the step's tokens where the
+        per-row lengths are not known (several processes)."""
+        n_groups = len(step.arms) // self.group_size
+        if step.lengths is not None:
+            costs = step.lengths.reshape(-1, self.group_size).sum(axis=1)
+        else:
+            costs = np.full(n_groups, step.tokens / n_groups if n_groups else 0.0)
+        return group_table(rewards, np.asarray(step.arms), self.group_size, self.advantage, keep=step.keep,
+                           costs=costs)
 
     def result(self, config: dict | None = None):
         """The run's `RunResult` (train and eval frames, run.json content)."""
@@ -344,7 +360,8 @@ class HarnessGRPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         if self.model.training:
-            self.scheduler.set_rewards(per_func, self.reward_weights)
+            lengths = [len(c) for c in completion_ids_list] if self.accelerator.num_processes == 1 else None
+            self.scheduler.set_rewards(per_func, self.reward_weights, lengths)
         return per_func
 
     def _grads_synced(self) -> bool:

@@ -88,6 +88,10 @@ def settings(args) -> tuple:
     before any torch or transformers import). `--set batch_groups=N` is the TRL knob."""
     from hbsim.experiment import resolve_policy
     sets, run = run_knobs(args)
+    if run.get("counterfactual") is not None:
+        raise UserError(f"--counterfactual {run['counterfactual']} is not allowed with --backend trl: TRL's trainer "
+                        "drives its own steps, so a what-if step cannot be taken and undone there; use the native "
+                        "backend (--backend native)")
     trl_knobs = {**sets.env, **({"batch_groups": run.pop("batch_groups")} if "batch_groups" in run else {})}
     cfg = TRL_KNOBS.settings(trl_knobs)
     policy_cfg = resolve_policy({"name": args.policy, "label": args.label or args.policy, **sets.policy},

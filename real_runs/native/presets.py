@@ -17,6 +17,13 @@ Presets:
   shell, sexp and kv 0-5%, so GRPO groups have reward variance and a 20-step `hb real`
   run retains groups, takes gradient steps and produces sketches.
   GRPO's Adam lr is 1e-4: at 1e-3 the warm-started model degrades within 10 steps.
+* ``cpu-world``: the tiny shape and cpu-small's GRPO settings with a warm start that
+  demonstrates EVERY training harness, each on its own number of tasks (`warm_counts`
+  900,700,500,350,250,150 for json,xml,func,shell,sexp,kv), so all six start alive at
+  different levels and learn at different rates; the formats share notation in pairs
+  (xml/kv attributes, func/sexp quoted arguments) and shell names its tools differently;
+  single-turn harnesses (xml, sexp, kv) are cheaper per group than multi-turn ones. One
+  thread per run (two runs share two cores). Measured figures: docs/REAL_RUNS.md.
 * ``gpu-small``: 4 blocks of width 256; sized so that 100 steps of 8 groups x 8
   rollouts take about a minute on one H200 (estimate: the GPU run is pending).
 A preset also sets `batch_groups` (groups per optimizer step), a run-config key
@@ -26,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from hbsim.sampling import FILTER_KNOBS, when_set
+from hbsim.sampling import FILTER_KNOBS, WHEN_SET, when_set
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
 from real_runs.world.tasks import MAX_TASKS
@@ -36,6 +43,9 @@ PRESETS: dict[str, dict] = {
     "tiny": dict(batch_groups=2),
     "cpu-small": dict(batch_groups=4, group_size=4, lr=1e-4, warm_steps=1200, warm_batch=16, warm_lr=3e-3,
                       warm_tasks=900, warm_other_tasks=20, threads=2, eval_tasks=24, eval_attempts=2, device="cpu"),
+    "cpu-world": dict(batch_groups=4, group_size=4, lr=1e-4, warm_steps=1200, warm_batch=16, warm_lr=3e-3,
+                      warm_tasks=900, warm_counts="900,700,500,350,250,150", threads=1, eval_tasks=24,
+                      eval_attempts=2, device="cpu", probe_tasks=0),
     "gpu-small": dict(batch_groups=8, n_layer=4, d_model=256, n_head=4, d_mlp=768, max_len=512, group_size=8,
                       max_new_tokens=80, lr=1e-4, sketch_blocks=4, micro_batch=128, warm_steps=2000,
                       warm_batch=64, warm_lr=2e-3, warm_tasks=3000, warm_other_tasks=20, eval_tasks=100,
@@ -57,6 +67,35 @@ _device.allowed = "auto, cpu, cuda or cuda:N"
 
 def _count(default: int, doc: str, low: int = 1, high: int = BIG) -> Knob:
     return Knob(default, doc, low, high)
+
+
+def _counts(name: str, value) -> str:
+    """`warm_counts`' parse: "" or one integer >= 0 per training harness ("900,600,...") ->
+    the canonical "a,b,..." (every count at most MAX_TASKS)."""
+    from real_runs.world.harnesses import TRAIN_HARNESSES
+
+    text = value if isinstance(value, str) else ",".join(str(v) for v in value) if isinstance(value, list) else None
+    items = [x.strip() for x in text.split(",")] if text is not None and text.strip() else []
+    ok = text is not None and (not items or (len(items) == len(TRAIN_HARNESSES)
+                                             and all(x.isdigit() and int(x) <= MAX_TASKS for x in items)))
+    if not ok:
+        raise UserError(f"{name}={value!r} is not allowed: expected {_counts.allowed}")
+    return ",".join(str(int(x)) for x in items)
+
+
+_counts.allowed = (f"\"\" or one task count 0..{MAX_TASKS} per training harness, comma-separated, in the order "
+                   "json,xml,func,shell,sexp,kv")
+
+#: knobs a run config records only when set (hbsim.sampling.WHEN_SET): every real run config
+#: from before they existed hashes as before
+WHEN_SET_KNOBS = {
+    "warm_counts": Knob("", "demonstrated tasks per training harness (\"900,600,...\", the first N of the warm "
+                            "tasks; \"\" = warm_harnesses / warm_tasks / warm_other_tasks)", parse=_counts),
+    "probe_tasks": _count(8, "--counterfactual: held-out tasks the what-if evaluation plays (first k; 0 = none: "
+                             "the success columns are NaN, the probe costs its what-if steps only)", 0),
+    "probe_attempts": _count(1, "--counterfactual: attempts per (task, harness) of the what-if evaluation"),
+}
+WHEN_SET.update(WHEN_SET_KNOBS)
 
 
 REAL_KNOBS = Knobs({
@@ -104,11 +143,14 @@ REAL_KNOBS = Knobs({
     "warm_lr": Knob(3e-3, "warm-start peak learning rate", 0.0, 10.0, low_open=True),
     "warm_tasks": _count(0, "demonstrated tasks: 0 = the training tasks; N = first N of the stream", 0, MAX_TASKS),
     "warm_other_tasks": _count(0, "the other training harnesses: demonstrated on the first k tasks only", 0),
+    "warm_counts": WHEN_SET_KNOBS["warm_counts"],
     "cache_dir": Knob("", "warm-start cache ('' = $HB_CACHE_DIR or ~/.cache/harnessbandit)"),
     # evaluation
     "eval_tasks": _count(4, "held-out tasks evaluated (first k)"),
     "eval_attempts": _count(2, "attempts per (task, harness)"),
     "eval_chunk": _count(512, "episodes per sampling batch"),
+    "probe_tasks": WHEN_SET_KNOBS["probe_tasks"],
+    "probe_attempts": WHEN_SET_KNOBS["probe_attempts"],
 }, scope="env", owner="env kind 'real'")
 
 #: the resolved knobs of a real run: frozen, attribute access (`cfg.lr`), `dataclasses.asdict`

@@ -16,6 +16,9 @@ training harnesses are demonstrated on the first k of those tasks only: like a b
 that has seen a little of every interface, they then start near zero but not at exactly
 zero, so GRPO groups on them can have reward variance.
 
+`warm_counts` = "n_1,...,n_H" instead demonstrates training harness h on the first n_h warm
+tasks (the `cpu-world` preset: a different start for every harness).
+
 The result depends only on (seed, model shape, warm-start knobs, task world), so it is
 cached per seed under the cache directory and shared by every policy of that seed
 (common random numbers). Concurrent workers wait on a file lock instead of training
@@ -145,8 +148,13 @@ def warm_start(cfg, seed: int, harnesses: list, tasks: list, device, others: lis
     others: harnesses demonstrated on the first `cfg.warm_other_tasks` tasks only;
     progress(done, total): warm-start steps, only when the model is trained (not cached).
     """
-    rows = demonstration_rows(harnesses, tasks, cfg.max_len, cfg.max_new_tokens)
-    if others and cfg.warm_other_tasks:
+    if getattr(cfg, "warm_counts", ""):
+        counts = [int(n) for n in cfg.warm_counts.split(",")]
+        rows = [row for h, n in zip([*harnesses, *others], counts) if n
+                for row in demonstration_rows([h], tasks[:n], cfg.max_len, cfg.max_new_tokens)]
+    else:
+        rows = demonstration_rows(harnesses, tasks, cfg.max_len, cfg.max_new_tokens)
+    if others and cfg.warm_other_tasks and not getattr(cfg, "warm_counts", ""):
         rows += demonstration_rows(list(others), tasks[:cfg.warm_other_tasks], cfg.max_len, cfg.max_new_tokens)
     key = warm_key(cfg, seed, rows, torch.device(device).type)
     root = Path(cfg.cache_dir or os.environ.get("HB_CACHE_DIR") or Path.home() / ".cache" / "harnessbandit")

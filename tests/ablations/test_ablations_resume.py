@@ -20,7 +20,7 @@ from hbsim.records import done_ids, load_cells
 
 pytestmark = pytest.mark.slow  # every test here spawns processes (make test-fast skips them)
 
-RUN_FILES = ["eval.parquet", "log.txt", "run.json", "train.parquet"]
+RUN_FILES = ["eval.parquet", "groups.parquet", "log.txt", "run.json", "train.parquet"]
 
 
 def _kill_when(grid, out, min_done: int) -> int:

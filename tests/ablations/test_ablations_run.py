@@ -71,7 +71,7 @@ def test_cell_directories_hold_a_complete_run_record(two_runs):
     tmp, grid, _ = two_runs
     cell = load_spec(grid).cells()[0]
     d = tmp / "j2" / "cells" / cell.id
-    assert sorted(p.name for p in d.iterdir()) == ["eval.parquet", "log.txt", "run.json", "train.parquet"]
+    assert sorted(p.name for p in d.iterdir()) == ["eval.parquet", "groups.parquet", "log.txt", "run.json", "train.parquet"]
     meta = json.loads((d / "run.json").read_text())
     assert meta["config"] == cell.config
     assert meta["config_hash"] == cell.id == meta["run_id"]

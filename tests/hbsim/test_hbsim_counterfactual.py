@@ -17,7 +17,7 @@ from hbsim.envs import make_env
 from hbsim.experiment import resolve_config, run_config
 from hbsim.loop import Loop, normalised_entropy
 from hbsim.records import config_hash, read_run, write_run
-from policies import make
+from policies import Allocation, make
 from policies.signals import MemoryBank, transfer_and_update
 
 SMALL = {"n_tasks": 40, "n_heldout_tasks": 10, "k_attempts": 2}
@@ -44,8 +44,9 @@ def test_a_run_with_the_probe_equals_the_run_without_it_bit_for_bit(kind, policy
     _same(plain.eval, probed.eval)
     assert plain.counterfactual is None
     cf = probed.counterfactual
-    assert len(cf) == 14 * 6 and (cf["run_id"] == probed.meta["run_id"]).all()
-    assert cf.groupby("step")["arm"].apply(list).map(lambda a: a == list(range(6))).all()
+    assert len(cf) == 14 * 7 and (cf["run_id"] == probed.meta["run_id"]).all()
+    assert cf.groupby("step")["arm"].apply(list).map(lambda a: a == [*range(6), -1]).all()
+    assert (cf.loc[cf["arm"] == -1, "harness"] == "mixed").all()
 
 
 def test_the_probe_restores_policy_and_adapter_state_exactly():
@@ -59,6 +60,50 @@ def test_the_probe_restores_policy_and_adapter_state_exactly():
     after_p, after_a = pol.state_dict(), env.state_dict()
     np.testing.assert_equal(after_p, before_p)
     np.testing.assert_equal(after_a, before_a)
+
+
+def test_the_mixed_probe_row_by_hand():
+    """The mixed row (arm -1): the even split of the batch over every harness, its true gain
+    from `target_gains`, its realised change and per-harness deltas from the true success
+    matrix, the policy's columns NaN; the pure rows' delta_<harness> by hand too."""
+    env = make_env("bernoulli", seed=4, **SMALL)
+    pol = make("uniform", n_arms=6, seed=4)
+    loop = Loop(pol, env, seed=4)
+    for _ in range(3):
+        loop.step()
+    probe = Probe(1)
+    state = env.state_dict()
+    counts = np.array([2, 2, 1, 1, 1, 1])                       # even_split(6 arms, 8 groups, t=3)
+    gains = {t: env.target_gains(counts[None, :], t)[0] for t in ("train", "heldout_tasks", "heldout_harness")}
+    before = env.success_matrix().copy()
+    probe(loop)
+    np.testing.assert_equal(env.state_dict(), state)
+    cf = probe.frame()
+    mixed = cf[cf["arm"] == -1].iloc[0]
+    assert mixed["harness"] == "mixed" and math.isnan(mixed["prob"]) and math.isnan(mixed["q"])
+    for t, g in gains.items():
+        assert mixed[f"gain_{t}"] == pytest.approx(g, rel=1e-9, abs=1e-15)
+    env.load_state_dict(state)
+    env.train_step(Allocation(counts))
+    after = env.success_matrix()
+    expect = target_means(after, env.n_tasks, 6) - target_means(before, env.n_tasks, 6)
+    assert [mixed[f"real_{t}"] for t in ("train", "heldout_tasks", "heldout_harness")] == pytest.approx(expect.tolist())
+    names = [*env.harnesses, env.heldout_harness]
+    for j, name in enumerate(names):
+        assert mixed[f"delta_{name}"] == pytest.approx(after[env.n_tasks:, j].mean() - before[env.n_tasks:, j].mean())
+    pure = cf[cf["arm"] >= 0]
+    assert np.allclose(pure[[f"delta_{n}" for n in env.harnesses]].mean(axis=1),
+                       pure["real_heldout_tasks"], rtol=0, atol=1e-12)   # the suite is the harnesses' mean
+
+
+def test_transfer_to_all_by_hand():
+    from hbsim.counterfactual import transfer_to_all
+    bank = MemoryBank(3, 2)
+    transfer_and_update(bank, 0, np.array([0.0, 2.0]), 0.3, 1)
+    transfer_and_update(bank, 2, np.array([3.0, 0.0]), 0.3, 2)
+    assert transfer_to_all(bank, np.array([1.0, 1.0])) == pytest.approx(1 / math.sqrt(2))
+    assert transfer_to_all(bank, np.array([1.0, 0.0])) == pytest.approx(0.5)    # cos 90 and cos 0
+    assert math.isnan(transfer_to_all(bank, np.zeros(2))) and math.isnan(transfer_to_all(None, np.ones(2)))
 
 
 def test_every_k_probes_only_steps_divisible_by_k():

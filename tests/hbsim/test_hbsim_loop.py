@@ -155,9 +155,10 @@ def test_config_hash_is_sha256_of_canonical_json():
 def test_write_and_read_run(tmp_path):
     res = hbsim.run_config({"env": ENV, "policy": {"name": "round_robin"}, "seed": 1, "steps": 6})
     out = write_run(res, tmp_path / "run")
-    assert sorted(p.name for p in out.iterdir()) == ["eval.parquet", "run.json", "train.parquet"]
+    assert sorted(p.name for p in out.iterdir()) == ["eval.parquet", "groups.parquet", "run.json", "train.parquet"]
     back = read_run(out)
     frames_equal(res.train, back.train)
+    pd.testing.assert_frame_equal(res.groups, back.groups, check_dtype=False)
     pd.testing.assert_frame_equal(res.eval, back.eval, check_dtype=False)
     meta = json.loads((out / "run.json").read_text())
     assert set(meta) >= {"run_id", "config", "config_hash", "versions", "seed", "started", "finished",
@@ -173,7 +174,7 @@ def test_write_and_read_run(tmp_path):
     cell.mkdir()
     (cell / "log.txt").write_text("log")
     write_run(res, cell)
-    assert sorted(p.name for p in cell.iterdir()) == ["eval.parquet", "log.txt", "run.json", "train.parquet"]
+    assert sorted(p.name for p in cell.iterdir()) == ["eval.parquet", "groups.parquet", "log.txt", "run.json", "train.parquet"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 

@@ -46,7 +46,8 @@ def test_tiny_run_resume_and_straight_agree(tmp_path, env, capsys):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed" in resumed.stderr and "step 2/2" in resumed.stderr
     a, b = tmp_path / "a", tmp_path / "b"
-    assert sorted(p.name for p in a.iterdir()) == [".hb-kind.json", "checkpoints", "eval.parquet", "run.json", "train.parquet"]
+    assert sorted(p.name for p in a.iterdir()) == [".hb-kind.json", "checkpoints", "eval.parquet", "groups.parquet", "run.json",
+                                                  "train.parquet"]
     ta, tb = pd.read_parquet(a / "train.parquet"), pd.read_parquet(b / "train.parquet")
     timing = [c for c in ta.columns if c.startswith("seconds_") or c == "overhead_frac"]
     assert len(ta) == 2 and ta["overhead_frac"].between(0, 1).all()
@@ -67,6 +68,10 @@ def test_tiny_run_resume_and_straight_agree(tmp_path, env, capsys):
     (["--set", "lrr=1"], "no knob 'lrr'"),
     (["--set", "policy.tauu=1"], "tauu"),
     (["--policy", "nope"], "policy name='nope'"),
+    (["--counterfactual", "0"], "--counterfactual"),
+    (["--backend", "trl", "--counterfactual", "2"], "--counterfactual 2 is not allowed with --backend trl"),
+    (["--set", "warm_counts=1,2"], "warm_counts='1,2' is not allowed"),
+    (["--set", "probe_tasks=-1"], "probe_tasks"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, needle):
     assert main(["real", "--steps", "1", "--out", str(tmp_path / "x"), "--device", "cpu", *args]) == 2
@@ -209,3 +214,22 @@ def test_example_script_runs(tmp_path):
                 str(tmp_path / "ex"), cwd=str(ROOT))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "ex" / "run.json").exists() and "scheduler overhead" in proc.stdout
+
+
+def test_counterfactual_flag_is_the_run_knob_a_grid_cell_carries(tmp_path):
+    import argparse
+
+    from ablations.spec import load_spec
+    from ablations_testkit import write_grid
+    from real_runs import cli as real_cli
+
+    grid = write_grid(tmp_path / "real.toml", steps=3, seeds=1, env={"kind": "real", "preset": "cpu-world"},
+                      policies=[{"name": "uniform"}], top_extra={"counterfactual": 2, "batch_groups": 4})
+    cell = load_spec(grid).cells()[0]
+    parser = argparse.ArgumentParser()
+    real_cli.add_arguments(parser)
+    args = parser.parse_args(["--preset", "cpu-world", "--policy", "uniform", "--seed", "0", "--steps", "3",
+                              "--out", str(tmp_path / "r"), "--counterfactual", "2"])
+    config = real_cli.build_config(args)
+    assert config["counterfactual"] == 2 and config == cell.config
+    assert "counterfactual" not in real_cli.build_config(parser.parse_args(["--steps", "3", "--out", "x"]))

@@ -16,7 +16,7 @@ from hbsim.loop import step_overhead  # noqa: E402
 from policies import Feedback, make  # noqa: E402
 from policies.errors import UserError  # noqa: E402
 from real_runs.integrations import trl_run  # noqa: E402
-from real_runs.integrations.signals import group_signals  # noqa: E402
+from real_runs.integrations.signals import group_signals, group_table  # noqa: E402
 from real_runs.integrations.trl_grpo import harness_dataset, harness_reward  # noqa: E402
 from real_runs.native.sketch import global_sketch  # noqa: E402
 from real_runs.world.harnesses import get_harness  # noqa: E402
@@ -83,6 +83,12 @@ def test_selected_harness_prompts_are_trained_and_signals_flow(tmp_path):
         assert row.groups_retained == round(2 * (1 - row.frac_reward_zero_std))
     after = sched.policy.state_dict()
     assert after["t"] == 4 and before["t"] == 0
+    # the groups table: every generated group, its harness the step's, its mean the step's reward
+    groups = sched.result(config).groups
+    assert groups.groupby("step")["arm"].apply(list).tolist() == [[a, a] for a in train["arm"]]
+    assert groups.groupby("step")["retained"].sum().tolist() == train["groups_retained"].tolist()
+    np.testing.assert_allclose(groups.groupby("step")["reward_mean"].mean(), train["reward"], rtol=1e-12)
+    assert (groups["cost"] > 0).all() and (groups["harness"] == [HARNESSES[a] for a in groups["arm"]]).all()
     assert np.isfinite(train["seconds_step"]).all() and (train["overhead_frac"] < 1).all()
     assert train["overhead_frac"].tolist() == [step_overhead(r) for r in train.to_dict("records")]
 
@@ -201,6 +207,13 @@ def test_group_signals_hand_computed():
     assert kept == 1 and learn == pytest.approx(0.5)
     assert group_signals(np.zeros(8), 4) == (None, 0)
     assert group_signals(np.array([1, 0, np.nan, 0]), 4) == (None, 0)
+    table = group_table(np.array([1, 0, 0, 0, 0.5, 0.5, 0.5, 0.5, 1, np.nan, 0, 0]), np.repeat([2, 0, 1], 4), 4,
+                        costs=np.array([5.0, 6.0, 7.0]))
+    np.testing.assert_array_equal(table["arm"], [2, 0, 1])
+    np.testing.assert_array_equal(table["retained"], [True, False, False])
+    np.testing.assert_allclose(table["mean_abs_adv"][:2], [0.5, 0.0])
+    np.testing.assert_allclose(table["success"][:2], [0.25, 0.0])
+    assert np.isnan(table["reward_mean"][2]) and table["cost"].tolist() == [5.0, 6.0, 7.0]
     x = torch.arange(3.0)
     assert global_sketch(x, True) is x and torch.equal(global_sketch(x.clone(), False), x)  # one process
 

@@ -94,8 +94,8 @@ def test_evaluate_rows(cache):
     assert ev.reward.between(0, 1).all() and (ev.success == (ev.reward >= 1)).all()
 
 
-def _loop(cache):
-    ad = _adapter(cache)
+def _loop(cache, **extra):
+    ad = _adapter(cache, **extra)
     pol = make("harnessbandit", n_arms=6, seed=0, warmup_rounds=0)
     return hbsim.Loop(pol, ad, label="hb", seed=0, batch_groups=2)
 
@@ -174,3 +174,86 @@ def test_update_norm_is_the_parameter_delta_and_lr_scale_sets_adams_lr(cache, fa
     assert res.update_norm == pytest.approx(delta, rel=1e-9)
     ad.set_lr_scale(1.0)                                   # absolute, not cumulative
     assert all(g["lr"] == ad.cfg.lr for g in ad.optimizer.param_groups)
+
+
+# -- the groups table and the what-if probe (hb real --counterfactual) -------------------
+def _state_equal(a, b) -> None:
+    """Every tensor, array and value of two (nested) adapter states equal, bit for bit."""
+    assert type(a) is type(b) or (isinstance(a, (int, float)) and isinstance(b, (int, float)))
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            _state_equal(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _state_equal(x, y)
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    elif isinstance(a, np.ndarray):
+        np.testing.assert_array_equal(a, b)
+    elif hasattr(a, "__dict__") and not isinstance(a, type):
+        _state_equal(vars(a), vars(b))
+    else:
+        assert a == b
+
+
+def test_real_groups_table_matches_the_ledger(cache, fake_checker):
+    loop = _loop(cache)
+    loop.run(3)
+    res = loop.result()
+    g, train = res.groups, res.train
+    assert len(g) == train["groups_generated"].sum() and g["retained"].sum() == train["groups_retained"].sum()
+    assert g.groupby("step")["cost"].sum().reindex(train["step"], fill_value=0).tolist() == train["tokens"].tolist()
+    assert set(g["harness"]) <= set(TRAIN_HARNESSES) and (g["size"] == 4).all() and g["chosen"].all()
+    assert ((g["reward_std"] > 0) == g["retained"]).all()
+
+
+def test_the_real_probe_restores_model_optimizer_and_rng_bit_for_bit(cache, fake_checker):
+    import copy
+
+    from hbsim.counterfactual import Probe, probe_means
+    loop = _loop(cache, probe_tasks=2)
+    loop.run(2)
+    state = copy.deepcopy(loop.adapter.state_dict())
+    p_state = copy.deepcopy(loop.policy.state_dict())
+    probe = Probe(3)
+    probe(loop)                                           # probes step 3 from the state after step 2
+    _state_equal(loop.adapter.state_dict(), state)
+    np.testing.assert_equal(loop.policy.state_dict(), p_state)
+    cf = probe.frame()
+    assert cf["arm"].tolist() == [0, 1, 2, 3, 4, 5, -1] and cf["harness"].iloc[-1] == "mixed"
+    unknown = ["gain_train", "gain_heldout_tasks", "gain_heldout_harness", "true_t", "real_train",
+               *[f"cos_{h}" for h in TRAIN_HARNESSES]]
+    assert cf[unknown].isna().all().all()               # what a real run cannot know
+    names = [*TRAIN_HARNESSES, *HELDOUT_HARNESSES]
+    assert cf[["real_heldout_tasks", "real_heldout_harness", *[f"delta_{h}" for h in names]]].notna().all().all()
+    # a row by hand: the paired evaluation before and after the what-if step on harness 2
+    before = probe_means(loop.adapter, 3)
+    loop.adapter.train_step(Allocation.pure(2, 6, 2))
+    after = probe_means(loop.adapter, 3)
+    row = cf[cf["arm"] == 2].iloc[0]
+    for key in before:
+        if key != "real_train":
+            assert row[key] == after[key] - before[key]
+    loop.adapter.load_state_dict(state)
+
+
+def test_a_real_run_with_the_probe_equals_the_run_without_it(cache, fake_checker):
+    def run(counterfactual):
+        loop = _loop(cache, probe_tasks=1)
+        return hbsim.run(loop.policy, loop.adapter, 3, label="hb", seed=0, batch_groups=2,
+                         counterfactual=counterfactual)
+    plain, probed = run(None), run(2)
+    timing = [c for c in plain.train.columns if c.startswith("seconds_")]
+    pd.testing.assert_frame_equal(plain.train.drop(columns=timing), probed.train.drop(columns=timing))
+    pd.testing.assert_frame_equal(plain.eval, probed.eval)
+    pd.testing.assert_frame_equal(plain.groups, probed.groups)
+    assert plain.counterfactual is None and sorted(probed.counterfactual["step"].unique()) == [2]
+
+
+def test_probe_tasks_zero_measures_nothing(cache):
+    means = _adapter(cache, probe_tasks=0).probe_means(3)
+    names = [*TRAIN_HARNESSES, *HELDOUT_HARNESSES]
+    assert list(means) == ["real_train", "real_heldout_tasks", "real_heldout_harness", *[f"delta_{h}" for h in names]]
+    assert all(np.isnan(v) for v in means.values())

@@ -44,7 +44,7 @@ def test_a_preset_is_the_table_with_other_defaults():
     assert isinstance(cfg, RealConfig) and cfg.lr == 1.0 and isinstance(cfg.lr, float)
     assert dataclasses.asdict(cfg) == {**gpu.defaults(), "lr": 1.0}
     assert resolve("tiny", lr=None).lr == 1e-3                 # None keeps the preset's value
-    assert {p: PRESETS[p]["batch_groups"] for p in PRESETS} == {"tiny": 2, "cpu-small": 4, "gpu-small": 8}
+    assert {p: PRESETS[p]["batch_groups"] for p in PRESETS} == {"tiny": 2, "cpu-small": 4, "cpu-world": 4, "gpu-small": 8}
     assert "batch_groups" not in REAL_KNOBS      # a run-config key: `hb real` takes the preset's as its default
     with pytest.raises(UserError, match="env.warm_tasks=100001 is not allowed"):
         preset_knobs("gpu-small").resolve({"warm_tasks": 100_001})
@@ -77,3 +77,19 @@ def test_group_filter_knobs_are_real_knobs_recorded_only_when_set():
     assert env["keep_band"] == "0.2,0.8" and "min_abs_adv" not in env
     with pytest.raises(UserError, match=r"^env\.keep_band=\[0\.9, 0\.1\] is not allowed"):
         resolve(keep_band=[0.9, 0.1])
+
+
+def test_twin_knobs_are_recorded_only_when_set_and_cpu_world_sets_them():
+    """warm_counts, probe_tasks and probe_attempts leave every config without them hashing as
+    before (the pinned hashes above); cpu-world records its warm counts and probe size."""
+    for preset in ("tiny", "cpu-small", "gpu-small"):
+        env = resolve_env({"kind": "real", "preset": preset})
+        assert not {"warm_counts", "probe_tasks", "probe_attempts"} & set(env)
+    env = resolve_env({"kind": "real", "preset": "cpu-world"})
+    assert env["warm_counts"] == "900,700,500,350,250,150" and env["probe_tasks"] == 0 and "probe_attempts" not in env
+    assert env["group_size"] == 4 and env["threads"] == 1 and env["device"] == "cpu"
+    assert resolve(warm_counts=" 3, 0,2,2,2,1").warm_counts == "3,0,2,2,2,1"
+    assert resolve(warm_counts=[1, 2, 3, 4, 5, 6]).warm_counts == "1,2,3,4,5,6"
+    for bad in ("1,2", "1,2,3,4,5,x", "1,2,3,4,5,-1", 7):
+        with pytest.raises(UserError, match=r"env\.warm_counts=.* is not allowed: expected .* per training harness"):
+            resolve(warm_counts=bad)

@@ -67,3 +67,20 @@ def test_other_harnesses_are_demonstrated_on_the_first_k_tasks_only(tmp_path):
     assert k0 != k2 == k2b and len(list(tmp_path.glob("warm-*.pt"))) == 2   # second call: cached
     rows = demonstration_rows(other, train[:2], 512, 72)
     assert len(rows) == 2 and b"tool=" in bytes(rows[0][0])
+
+
+def test_warm_counts_demonstrate_each_harness_on_its_own_number_of_tasks(tmp_path, monkeypatch):
+    import real_runs.native.warmstart as ws
+    train, _ = make_tasks(0, n_train=8, n_heldout=0)
+    names = ["json", "xml", "func", "shell", "sexp", "kv"]
+    seen = {}
+    real_rows = ws.demonstration_rows
+    monkeypatch.setattr(ws, "demonstration_rows",
+                        lambda hs, tasks, *a: (seen.setdefault(hs[0].name, len(tasks)), real_rows(hs, tasks, *a))[1])
+    base = dict(n_layer=1, d_model=16, n_head=2, d_mlp=32, warm_steps=1, warm_batch=2, cache_dir=str(tmp_path))
+    cfg = resolve("tiny", warm_counts="3,0,2,2,1,5", **base)
+    _, key = ws.warm_start(cfg, 0, [HARNESSES[n] for n in names[:3]], train, "cpu", [HARNESSES[n] for n in names[3:]])
+    assert seen == {"json": 3, "func": 2, "shell": 2, "sexp": 1, "kv": 5}      # xml: 0 tasks, never asked
+    _, other = ws.warm_start(resolve("tiny", warm_counts="3,0,2,2,1,4", **base), 0,
+                             [HARNESSES[n] for n in names[:3]], train, "cpu", [HARNESSES[n] for n in names[3:]])
+    assert other != key                                  # other demonstrations: another cache entry
