@@ -125,9 +125,9 @@ def check(name: str, extra: list[dict], seeds: int | None, jobs: int) -> str:
     lines.append(f"on every axis (horizon x {sc.steps} steps / step size x the shipped lr), on {sc.target}:")
     weak = []
     for (horizon, scale), tr in at.items():
-        axis, g = axis_label(horizon, scale), measure.paired(tr["oracle"][:, i], tr["uniform"][:, i])
-        gains = "  ".join(f"{measure.label_of(p)} {(tr[measure.label_of(p)][:, i] - tr['start'][:, i]).mean():+.3f}"
-                          for p in extra)
+        axis, g = axis_label(horizon, scale), measure.paired(tr[0][:, i], tr[1][:, i])
+        gains = "  ".join(f"{measure.label_of(p)} {(tr[k][:, i] - tr['start'][:, i]).mean():+.3f}"
+                          for k, p in enumerate(extra, start=2))      # keyed by position: oracle 0, uniform 1
         lines.append(f"  {axis:9s} {sc.steps * horizon:5d} steps  oracle - uniform {g['delta']:+.4f} (MDE "
                      f"{g['mde']:.4f}, {g['ratio']:.1f} x MDE)" + (f"  gains: {gains}" if gains else ""))
         if not g["ratio"] >= 3:

@@ -28,7 +28,7 @@ RUN_RECORD = {"config?": dict, "config_hash?": str, "label?": str, "policy?": st
 RUN_GRID = {"sweep?": dict, "label?": str, "cell_id?": str, "name?": str}
 RUN_CONFIG = {"env?": dict, "policy?": dict}
 TUNE_RECORD = {"seeds": list, "test_seeds": list, "target": str, "knobs": dict, "designs": dict, "rule?": str}
-TUNE_DESIGN = {"setting": dict, "score": NUMBER, "points?": list}
+TUNE_DESIGN = {"setting": dict, "score?": NUMBER, "points?": list}
 
 
 def check(path: str | os.PathLike, record: Any, table: dict, what: str, remedy: str, where: str = "") -> dict:

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from hbsim.contract import PART
+from hbsim.summary import untrained_lines
 from reports import budget as budget_mod, gap, load
 from reports.cells import (align, category_values, cell_metrics, headline_metric, metric_names, per_task_rows,
                            score_is_pass1, view_metric)
@@ -190,6 +191,7 @@ def build_report(dir_or_frames, baseline: str, out=None, suite: str | None = Non
     _integer_counts(tables["per_seed"])
     diag = diagnostics.compute(fr.train, fr.eval_all)
     notes += diag.notes
+    notes += [line.removeprefix("warning: ") for line in untrained_lines(fr.train)]  # a filter that dropped every group
     tables["diagnostics"], tables["cost"], tables["visits"] = diag.spearman, diag.cost, diag.visits
     # share of the achievable gain (reports.gap), in a budget report at the milestone
     tables["gap"] = gap.gap_table(fr, budget_mod.run_scores(cells) if budget else None,

@@ -161,12 +161,19 @@ def test_grid_collect_killed_then_rerun(tmp_path, reference_grid, at):
 STRESS = ["stress", "--scenarios", "trap", "--policies", "mixed", "--seeds", "2", "--jobs", "1"]
 
 
-def test_stress_killed_while_writing_its_figure_then_rerun(tmp_path):
+def test_stress_killed_while_writing_its_figure_then_rerun(tmp_path, monkeypatch):
     """The kill -9 during the profile's figure (DIR/stress/figures/, two levels below --out):
     the rerun removes that temporary, and its profile equals an uninterrupted run's."""
+    from hbsim.cli import main
     ok(hb(*STRESS, "--out", "ref", cwd=tmp_path))
+    monkeypatch.setenv(atomic.FAULT_ENV, str(10 ** 9))      # counts this process's writes, kills at none
+    monkeypatch.chdir(tmp_path)
+    before = atomic._writes
+    assert main([*STRESS, "--out", "count"]) == 0
+    total = atomic._writes - before                          # the figure is among the last writes
+    monkeypatch.delenv(atomic.FAULT_ENV)
     figure_temp = []
-    for at in range(10, 30):                   # the write that is the figure (after the cells and the tables)
+    for at in range(total, total - 15, -1):
         shutil.rmtree(tmp_path / "out", ignore_errors=True)
         killed(hb(*STRESS, "--out", "out", cwd=tmp_path, fault=at))
         figure_temp = list((tmp_path / "out" / "stress" / "figures").glob(".tmp-share.png-*"))

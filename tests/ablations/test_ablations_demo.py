@@ -58,7 +58,7 @@ def test_demo_runs_collects_and_reports(tmp_path, capsys):
     assert "baseline mixed-2" in stdout and "harnessbandit[warmup_rounds=1]" in stdout
     # with uniform and the oracle in the grid, the share of the achievable gain (hbsim.references)
     shares = stdout[stdout.index("share of the achievable gain"):]
-    assert "train: oracle = 'oracle[target=train]'" in shares
+    assert "train: reference = 'oracle[target=train]'" in shares
     block = shares[: shares.index("suite ")].splitlines()         # up to the headline table
     assert {"mixed-2", "harnessbandit[warmup_rounds=1]"} <= {ln.split()[0] for ln in block if ln.strip()}
     assert (out / "train.parquet").is_file() and (out / "eval.parquet").is_file()

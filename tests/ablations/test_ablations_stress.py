@@ -410,6 +410,6 @@ def test_scenarios_check_reads_the_oracle_gap_on_every_axis(tmp_path, capsys):
     assert [int(a.split()[1]) for a in axes] == [12, 12, 36, 36]
     truth = measure.final_truth(str(path), [{"name": "oracle", "target": "train", "lr_scale": 0.5},
                                             {"name": "uniform", "lr_scale": 0.5}], 2, steps=36)
-    want = (truth["oracle"][:, 0] - truth["uniform"][:, 0]).mean()
+    want = (truth[0][:, 0] - truth[1][:, 0]).mean()    # keyed by position
     assert f"oracle - uniform {want:+.4f} (MDE" in axes[3]
     assert lines[head + 5].startswith("the oracle gains")

@@ -88,7 +88,9 @@ def test_check_prints_the_agreement_and_writes_its_folder(logs, capsys):
     for row in record["worlds"].values():
         assert row["policies"] == 4 and row["seeds"] == 2            # the oracle is not ranked
         assert -1 <= row["tau"] <= 1 and row["tau_lo"] <= row["tau_hi"] and row["top1_regret"] >= 0
-        assert row["share_policies"] == 3                             # round_robin, transfer, learnability
+        # round_robin, transfer, learnability where the reference's gap is significant (at 2 seeds it
+        # may not be: then share_of_gap gives no share, Fieller's interval being unbounded)
+        assert row["share_policies"] in (0, 3)
     assert json.loads((out / KIND_FILE).read_text())["kind"] == "twin_check"
     assert (out / "check.md").read_text().startswith("# hb twin check")
     assert main(["twin", "check", "--twin", str(twin_file), "--real", str(logs / "real"), "--suite", "nope",

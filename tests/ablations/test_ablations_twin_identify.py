@@ -14,6 +14,8 @@ seeds, so a failure is a change of the fit, not bad luck.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -40,10 +42,19 @@ TRUTH = {
 }
 
 
+#: the three worlds as they were when these tolerances were set (the shipped files were recalibrated
+#: off the trust region afterwards, issue 28): the fit is tested on these fixed copies
+WORLDS = Path(__file__).parent / "twin_worlds"
+
+
+def _world(name: str) -> str:
+    return str(WORLDS / f"{name}.toml")
+
+
 def _logs(name: str) -> list[dict]:
     runs = []
     for seed in range(4):
-        r = run_config(resolve_config({**scenarios.scenario_config(name, {"name": "uniform"}, seed=seed),
+        r = run_config(resolve_config({**scenarios.scenario_config(_world(name), {"name": "uniform"}, seed=seed),
                                        "eval_every": 10, "counterfactual": 10}))
         runs.append({"train": r.train, "eval": r.eval, "counterfactual": r.counterfactual})
     return runs
@@ -71,7 +82,7 @@ def test_twin_recovers_the_scenario_and_its_ranking(name):
                 assert abs(getattr(prm, key)[h] - want) <= TOLERANCE[key], (key, h, getattr(prm, key)[h], want)
     for key in ("skill_lr", "max_step", "forget"):
         assert abs(getattr(prm, key) - truth[key]) <= TOLERANCE[key], (key, getattr(prm, key), truth[key])
-    sc = scenarios.SCENARIOS[name]
+    sc = scenarios.get(_world(name))
     fitted = twin.scenario(result, name=f"{name}_twin", target=sc.target)
     true_scores, runs = _scores(sc.env, sc.steps)
     twin_scores, _ = _scores(fitted["env"], sc.steps)

@@ -169,8 +169,10 @@ def test_a_mixed_probe_row_is_read_as_the_mixed_batch_and_frees_interference():
     even mixed batch (h = -1, no T row), and interference becomes a fitted value; without
     mixed steps or such a row it stays 0 (not identified)."""
     runs = _logs("trap", seeds=1)
-    assert not twin.fitting._has_mixed(twin.observations(runs))
     cf = runs[0]["counterfactual"]
+    assert (cf["arm"] == -1).any()                     # hb sim --counterfactual writes the mixed row (hbsim.counterfactual)
+    runs[0]["counterfactual"] = cf = cf[cf["arm"] >= 0].reset_index(drop=True)
+    assert not twin.fitting._has_mixed(twin.observations(runs))
     mixed = cf[cf["arm"] == 0].assign(arm=-1, harness="mixed", t_grad=float("nan"))
     runs[0]["counterfactual"] = pd.concat([cf, mixed], ignore_index=True)
     obs = twin.observations(runs)

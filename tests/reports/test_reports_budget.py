@@ -292,7 +292,7 @@ def test_the_tuning_selection_is_on_the_page_and_in_report_md(tmp_path):
     ev.to_parquet(tmp_path / "eval.parquet")
     tr.to_parquet(tmp_path / "train.parquet")
     (tmp_path / "tune.json").write_text(json.dumps({
-        "seeds": [100, 101], "target": "validation", "test_seeds": [0, 1, 2],
+        "seeds": [100, 101], "target": "validation", "test_seeds": [0, 1, 2], "knobs": {"policy.tau": [0.5, 1.0]},
         "designs": {"hb": {"setting": {"policy.tau": 0.5}, "score": 0.61234}, "base": {"setting": {}}}}))
     res = reports.build_report(tmp_path, "base", tmp_path / "rep", resamples=50)
     assert res.config["tuning"] == ["tuned on seeds [100, 101] by suite 'validation' (mean reward at the final step); "

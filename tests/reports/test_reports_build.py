@@ -410,3 +410,18 @@ def test_default_k_follows_the_attempts_per_task():
     assert "pass@3" not in set(res.tables["paired"]["metric"])
     with pytest.raises(reports.build.UserError, match=r"--k: got 3, allowed: k <= the number of attempts"):
         reports.build_report(one, "base", None, ks=(1, 3), resamples=50, seed=0)
+
+
+def test_a_design_whose_filter_dropped_every_group_is_named_in_the_notes():
+    """A report of zeros with no word is the 'unclear message' of issue 33: a design all of
+    whose steps optimized no group gets a warning (the one wording of hbsim.summary)."""
+    from reports_synth import make_synthetic
+
+    ev, tr = make_synthetic({"base": 0.0, "hb": 0.3}, n_seeds=3, n_tasks=(20, 10), attempts=(1, 1), eval_steps=(4,))
+    tr.loc[tr["policy"] == "hb", "groups_optimized"] = 0
+    res = reports.build_report((ev, tr), "base", resamples=50)
+    idle = [n for n in res.notes if "optimized no group" in n]
+    assert idle == ["hb: 3 of 3 runs optimized no group in any step: the group filter (equal rewards, env.keep_band, "
+                    "env.min_abs_adv) dropped every group, so they did not train; loosen the filter"]
+    tr["groups_optimized"] = 8
+    assert not [n for n in reports.build_report((ev, tr), "base", resamples=50).notes if "optimized no group" in n]

@@ -437,7 +437,7 @@ def test_trainer_applies_the_filter_to_trls_advantages(tmp_path):
 def test_trl_settings_take_eval_budget_as_the_native_backend_does():
     from types import SimpleNamespace
     args = SimpleNamespace(set=["eval_budget=groups:4,2", "lr=1e-3"], policy="uniform", label=None, model=None,
-                           preset="tiny", steps=3, seed=0, eval_every=None)
+                           preset="tiny", steps=3, seed=0, eval_every=None, counterfactual=None)
     cfg, policy_cfg, run = trl_run.settings(args)
     assert run == {"steps": 3, "seed": 0, "eval_budget": "groups:2,4"} and cfg.lr == 1e-3
     assert policy_cfg["name"] == "uniform"
