@@ -30,23 +30,21 @@ def label_of(policy: dict) -> str:
     return policy.get("label") or policy["name"]
 
 
-def final_truth(name: str, policies: list[dict], seeds: int | None = None, *, steps: int | None = None,
-                jobs: int = 1, **env_overrides) -> dict:
-    """{"start": (seeds, 3), i: (seeds, 3)}: the truth of the three TARGETS before training
-    and after the final step of policies[i] ({"name", "label"?, **knobs}), seeds 0..N-1.
-    Keyed by the policy's position, never by its label: a user's `--policy uniform` is a
-    policy of its own beside the built-in uniform."""
+def _runs(name: str, policies: list[dict], seeds: int | None, steps: int | None, jobs: int,
+          env_overrides: dict) -> tuple[list[list], np.ndarray, list[str]]:
+    """The runs of `final_truth` and `train_tables`, through the one multi-run path: (per
+    policy, its train tables on seeds 0..N-1; the truth of the three TARGETS before training
+    per seed (N, 3); the harness names)."""
     sc = get(name)
     n = sc.seeds if seeds is None else seeds
     check_cells(len(policies) * n, f"hb scenarios {sc.name}", "runs (policies x seeds)", "--seeds or --policy")
-    tasks, index = [], {}
+    tasks = []
     for i, policy in enumerate(policies):
         for seed in range(n):
             cfg = scenario_config(name, {**policy, "label": label_of(policy)}, seed, **env_overrides)
             if steps is not None:
                 cfg["steps"] = steps
             tasks.append({"id": f"{i}:{label_of(policy)}/seed{seed}", "config": resolve_config(cfg)})
-            index[tasks[-1]["id"]] = i
     answers = {}
     runner.run_many(tasks, jobs=jobs, on_done=lambda a: answers.update({a["id"]: a})).check()
     env = dict(tasks[0]["config"]["env"])
@@ -56,12 +54,22 @@ def final_truth(name: str, policies: list[dict], seeds: int | None = None, *, st
         e = make_env(kind, seed=seed, **env)
         starts.append(target_means(e.success_matrix(), e.n_tasks, e.H))
     harnesses = make_env(kind, seed=0, **env).harnesses
+    trains = [answers[t["id"]]["result"].train for t in tasks]
+    return [trains[i * n:(i + 1) * n] for i in range(len(policies))], np.asarray(starts, dtype=np.float64), harnesses
+
+
+def final_truth(name: str, policies: list[dict], seeds: int | None = None, *, steps: int | None = None,
+                jobs: int = 1, **env_overrides) -> dict:
+    """{"start": (seeds, 3), i: (seeds, 3)}: the truth of the three TARGETS before training
+    and after the final step of policies[i] ({"name", "label"?, **knobs}), seeds 0..N-1.
+    Keyed by the policy's position, never by its label: a user's `--policy uniform` is a
+    policy of its own beside the built-in uniform."""
+    tables, starts, harnesses = _runs(name, policies, seeds, steps, jobs, env_overrides)
     out: dict = {"start": starts}
-    for t in tasks:
-        train = answers[t["id"]]["result"].train
-        row = [float(target_truth(train, target, harnesses).iloc[-1]) for target in TARGETS]
-        out.setdefault(index[t["id"]], []).append(row)
-    return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
+    for i, trains in enumerate(tables):
+        out[i] = np.asarray([[float(target_truth(train, target, harnesses).iloc[-1]) for target in TARGETS]
+                             for train in trains], dtype=np.float64)
+    return out
 
 
 def paired(a: np.ndarray, b: np.ndarray) -> dict:
@@ -86,21 +94,8 @@ def oracle_gap(name: str, seeds: int | None = None, **kw) -> dict:
 def train_tables(name: str, policy: dict, seeds: int | None = None, jobs: int = 1, **env_overrides) -> tuple:
     """(train tables of `policy` on seeds 0..N-1, the training-target truth before training
     per seed (N,), the harness names): the runs `final_truth` makes, with every row kept."""
-    sc = get(name)
-    n = sc.seeds if seeds is None else seeds
-    tasks = [{"id": f"{label_of(policy)}/seed{seed}",
-              "config": resolve_config(scenario_config(name, {**policy, "label": label_of(policy)}, seed,
-                                                       **env_overrides))} for seed in range(n)]
-    answers = {}
-    runner.run_many(tasks, jobs=jobs, on_done=lambda a: answers.update({a["id"]: a})).check()
-    env = dict(tasks[0]["config"]["env"])
-    kind = env.pop("kind")
-    start = []
-    for seed in range(n):
-        e = make_env(kind, seed=seed, **env)
-        start.append(target_means(e.success_matrix(), e.n_tasks, e.H)[0])
-    harnesses = make_env(kind, seed=0, **env).harnesses
-    return [answers[t["id"]]["result"].train for t in tasks], np.asarray(start), harnesses
+    tables, starts, harnesses = _runs(name, [policy], seeds, None, jobs, env_overrides)
+    return tables[0], starts[:, 0], harnesses
 
 
 #: the fraction of the horizon whose gain `sweep` reports as "late" (its last quarter)

@@ -277,16 +277,21 @@ def test_trl_killed_while_saving_a_checkpoint_resumes_from_the_complete_one(tmp_
 
 
 # -- Ctrl-C of a grid with worker processes -----------------------------------------------
-def _session_processes(sid: int) -> list[int]:
+def _processes_with(field: int, value: int) -> list[int]:
+    """The live processes whose /proc/PID/stat field (after the name: 1 ppid, 3 session) is `value`."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[3]) == sid and fields[0] != "Z":
+        if int(fields[field]) == value and fields[0] != "Z":
             found.append(int(stat.parent.name))
     return found
+
+
+def _session_processes(sid: int) -> list[int]:
+    return _processes_with(3, sid)
 
 
 BIG = GRID.replace("seeds = 2", "seeds = 30").replace("steps = 3", "steps = 60")
@@ -342,15 +347,7 @@ def _start(args: list[str], cwd: Path, **extra_env) -> subprocess.Popen:
 
 
 def _children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(stat.parent.name))
-    return found
+    return _processes_with(1, pid)
 
 
 def _gone_within(sid: int, seconds: float) -> list[int]:

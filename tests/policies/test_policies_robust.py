@@ -36,19 +36,24 @@ def test_defaults_are_the_paper_and_stay_out_of_config():
     assert changed.config()["empty_step"] == "zero" and "noise_z" not in changed.config()
 
 
+def _in_lockstep(a, b, n_arms: int, steps: int, rng, p_missing: float, dim: int) -> None:
+    """Feed `a` and `b` the same feedback for `steps` steps (L missing with chance
+    `p_missing`); they must choose the same arm and keep equal probabilities on every step."""
+    for _ in range(steps):
+        arm = a.select(8).arm
+        assert b.select(8).arm == arm
+        learn = None if rng.random() < p_missing else float(rng.random())
+        fb = Feedback(arm=arm, learnability=learn, sketch=rng.standard_normal(dim),
+                      generated=_gen(n_arms, arm, 64, int(rng.integers(0, 65))))
+        a.update(fb)
+        b.update(fb)
+        np.testing.assert_array_equal(a.probabilities(), b.probabilities())
+
+
 def test_explicit_defaults_reproduce_the_paper_step_for_step():
-    rng = np.random.default_rng(3)
     paper = make("harnessbandit", n_arms=4, seed=5, warmup_rounds=1)
     explicit = make("harnessbandit", n_arms=4, seed=5, warmup_rounds=1, **BEYOND_PAPER_DEFAULTS)
-    for _ in range(60):
-        arm = paper.select(8).arm
-        assert explicit.select(8).arm == arm
-        learn = None if rng.random() < 0.3 else float(rng.random())
-        fb = Feedback(arm=arm, learnability=learn, sketch=rng.standard_normal(16),
-                      generated=_gen(4, arm, 64, int(rng.integers(0, 65))))
-        paper.update(fb)
-        explicit.update(fb)
-        np.testing.assert_array_equal(paper.probabilities(), explicit.probabilities())
+    _in_lockstep(paper, explicit, 4, 60, np.random.default_rng(3), 0.3, 16)
 
 
 # -- empty_step ---------------------------------------------------------------------------
@@ -254,18 +259,9 @@ def test_index_policies_do_not_take_the_softmax_law_knobs():
 def test_robust_is_harnessbandit_at_the_frozen_setting_step_for_step():
     from policies.robust import ROBUST_SETTING
     assert make("harnessbandit_robust", n_arms=2).cfg.tau == 0.1
-    rng = np.random.default_rng(8)
     robust = make("harnessbandit_robust", n_arms=5, seed=4)
     same = make("harnessbandit", n_arms=5, seed=4, **ROBUST_SETTING)
-    for _ in range(80):
-        arm = robust.select(8).arm
-        assert same.select(8).arm == arm
-        learn = None if rng.random() < 0.25 else float(rng.random())
-        fb = Feedback(arm=arm, learnability=learn, sketch=rng.standard_normal(8),
-                      generated=_gen(5, arm, 64, int(rng.integers(0, 65))))
-        robust.update(fb)
-        same.update(fb)
-        np.testing.assert_array_equal(robust.probabilities(), same.probabilities())
+    _in_lockstep(robust, same, 5, 80, np.random.default_rng(8), 0.25, 8)
 
 
 def test_robust_config_lists_every_knob_and_its_setting():

@@ -1,8 +1,4 @@
 """The torch gradient sketch: plan mapping, block selection, DDP equality, speed."""
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,9 +9,9 @@ from torch import nn
 from policies.sketch import plan_sketch
 from real_runs.native.model import ModelConfig, Transformer
 from real_runs.native.sketch import ParamSketch, block_parameters
+from real_runs_torchrun import torchrun
 
 HERE = Path(__file__).parent
-ROOT = HERE.parents[2]
 
 
 def test_block_parameters_are_the_last_blocks_without_embeddings_or_head():
@@ -51,20 +47,11 @@ def test_small_set_takes_every_coordinate():
     assert sk.dim == sum(p.numel() for p in m.blocks[0].parameters())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_ddp_all_reduced_sketch_equals_single_process_sketch(tmp_path):
     import real_runs_ddp_worker as worker
     out = tmp_path / "rank0.npz"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(_free_port()), str(HERE / "real_runs_ddp_worker.py"), str(out)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    proc = torchrun(HERE / "real_runs_ddp_worker.py", out, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = np.load(out)
     ref = worker.single_process()
