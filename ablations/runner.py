@@ -317,8 +317,7 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
     """Ctrl-C or an error in the parent: cancel the queue and kill the workers now (each
     run directory is written atomically: a killed run leaves a temporary, which the rerun
     removes), with further Ctrl-C ignored until they are gone."""
-    with lifeline.interrupts_ignored():
-        lifeline.stop_executor(pool)
+    lifeline.stop_executor(pool)
 
 
 def run_local(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], **_) -> None:

@@ -136,12 +136,14 @@ def stop_executor(executor) -> None:
     """Stop a `concurrent.futures.ProcessPoolExecutor` now: its queue cancelled and its
     worker processes killed and reaped, without waiting for their current work. It reads
     the executor's private process table (the standard library offers no public way before
-    Python 3.14's ``terminate_workers``) before ``shutdown``, which forgets it."""
-    processes = list((getattr(executor, "_processes", None) or {}).values())
-    executor.shutdown(wait=False, cancel_futures=True)
-    for proc in processes:
-        with contextlib.suppress(Exception):
-            proc.kill()
-    for proc in processes:
-        with contextlib.suppress(Exception):
-            proc.join(timeout=5)
+    Python 3.14's ``terminate_workers``) before ``shutdown``, which forgets it. A stop must
+    finish: further Ctrl-C is ignored until the workers are gone."""
+    with interrupts_ignored():
+        processes = list((getattr(executor, "_processes", None) or {}).values())
+        executor.shutdown(wait=False, cancel_futures=True)
+        for proc in processes:
+            with contextlib.suppress(Exception):
+                proc.kill()
+        for proc in processes:
+            with contextlib.suppress(Exception):
+                proc.join(timeout=5)

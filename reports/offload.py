@@ -239,7 +239,6 @@ class Helper:
                 self._queue.clear()
             pool, self._pool, busy = self._pool, None, self._busy
         if cancel and busy:              # a stop: do not wait for work no one will read
-            with lifeline.interrupts_ignored():
-                lifeline.stop_executor(pool)
+            lifeline.stop_executor(pool)
             return
         pool.shutdown(wait=True, cancel_futures=cancel)
