@@ -206,6 +206,116 @@ def legacy(out: Path, steps: int, save_freq: int, kill_at: int) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- v1 trainer (use_v1=true)
+class AgentLoopTQ:
+    """verl's AgentLoopManagerTQ seen from the trainer: each prompt's n trajectories written into
+    TransferQueue as `AgentLoopWorkerTQ._run_prompt` / `_agent_loop_postprocess` write them
+    (key `{uid}_{session}_0`, every prompt field with the trajectory, the prompt's status tag)."""
+
+    def __init__(self, kill_at: int, n: int):
+        self.kill_at, self.n = kill_at, n
+
+    def generate_sequences(self, batch):
+        import transfer_queue as tq
+        from verl.utils import tensordict_utils as tu
+        from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+        step = int(tu.get(batch, "global_steps"))
+        if step == self.kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)            # mid-step, nothing of this step saved
+        keys, fields, tags = [], [], []
+        prompt_fields = [k for k in batch.keys() if k not in ("global_steps",)]
+        for i in range(len(batch)):
+            prompt = {k: _item(batch, k, i) for k in prompt_fields}
+            uid, harness = prompt["uid"], prompt["extra_info"]["harness"]
+            for session in range(self.n):
+                score = reward(step, uid, session, harness)
+                prompts = torch.arange(P_LEN) + 10 * (i % 7)
+                responses = torch.full((R_LEN,), 7 + session)
+                rm = torch.zeros(R_LEN)
+                rm[-1] = score
+                field = dict(prompt)
+                field.update(prompts=prompts, responses=responses, response_mask=torch.ones(R_LEN, dtype=torch.long),
+                             input_ids=torch.cat([prompts, responses]), attention_mask=torch.ones(P_LEN + R_LEN,
+                             dtype=torch.long), position_ids=torch.arange(P_LEN + R_LEN), rm_scores=rm,
+                             loss_mask=torch.ones(R_LEN, dtype=torch.long), session_id=session)
+                keys.append(f"{uid}_{session}_0")
+                fields.append(field)
+                tags.append({"status": "success", "prompt_len": P_LEN, "response_len": R_LEN, "seq_len": P_LEN + R_LEN,
+                             "global_steps": step, "min_global_steps": step, "max_global_steps": step})
+        tq.kv_batch_put(keys=keys, fields=list_of_dict_to_tensordict(fields), tags=tags, partition_id="train")
+        for i in range(len(batch)):
+            tq.kv_put(key=_item(batch, "uid", i), partition_id="train", tag={"status": "finished"})
+
+
+def _item(batch, key, i):
+    value = batch[key]
+    if hasattr(value, "tolist") and not isinstance(value, torch.Tensor):
+        return value.tolist()[i]
+    return value[i]
+
+
+def v1(out: Path, steps: int, save_freq: int, kill_at: int) -> int:
+    import ray
+    import transfer_queue as tq
+    from omegaconf import open_dict
+    from verl.trainer.ppo.v1 import trainer_base
+
+    from policies.errors import UserError
+    from real_runs.integrations.verl_v1 import HarnessPPOTrainer
+
+    cfg = config(out, "v1", steps, save_freq)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    with open_dict(cfg):
+        cfg.transfer_queue.enable = True
+    tq.init(cfg.transfer_queue)
+    trained = {"n": 0}
+
+    class Actor:
+        def update_actor(self, batch):
+            trained["n"] += 1
+            data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_info"])
+            names = [info["harness"] for info in _plain_list(data["extra_info"])]
+            counts = {h: names.count(h) for h in set(names)}
+            return {"metrics": {"pg_loss": [0.0], "mfu": [0.0], "hb_sketch": [sketch_of(counts)]}}
+
+        def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
+            os.makedirs(local_path, exist_ok=True)
+            Path(local_path, "actor.json").write_text(json.dumps({"step": global_step, "trained": trained["n"]}))
+
+        def load_checkpoint(self, local_path, del_local_after_load=False):
+            trained["n"] = json.loads(Path(local_path, "actor.json").read_text())["trained"]
+
+    try:
+        trainer = HarnessPPOTrainer(cfg)
+        trainer.tokenizer = trainer.processor = None
+        trainer._init_dataloader()
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    trainer.actor_rollout_wg = Actor()
+    trainer.checkpoint_manager = SimpleNamespace(update_weights=lambda step: None, sleep_replicas=lambda: None)
+    trainer.reward_loop_manager = SimpleNamespace(reward_loop_worker_handles=["reward loop"])
+    trainer._balance_batch = lambda batch, metrics=None, **kw: batch
+    trainer._compute_old_log_prob = lambda batch, metrics: batch
+    trainer._compute_metrics = lambda batch, metrics, timing_raw, global_steps, epoch: None
+    trainer._load_checkpoint()
+    trainer_base.Tracking = Logged
+    sampler = trainer.train_dataloader.sampler
+    try:
+        trainer.fit(AgentLoopTQ(kill_at, N_ROLL))
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        tq.close()
+    result(out, sampler, trainer, {"actor_trained": trained["n"], "trainer_mode": cfg.trainer.v1.trainer_mode})
+    return 0
+
+
+def _plain_list(values) -> list:
+    return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
 def main(out: Path, mode: str, steps: int, save_freq: int, kill_at: int) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if mode == "legacy":
