@@ -28,7 +28,7 @@ case "$KIND" in
           DEPS="$COMMON codetiming cachetools"; NODEPS="verl peft accelerate"; EXTRA=""
           CHECK="import verl.trainer.main_ppo, verl.trainer.ppo.ray_trainer, verl.experimental.agent_loop, verl.utils.dataset.rl_dataset" ;;
   verl09) VENV=${2:-.venv-verl09}; PINS=constraints-verl09.txt
-          DEPS="$COMMON codetiming cachetools transferqueue pyzmq msgspec pylatexenc"; NODEPS="verl peft accelerate"; EXTRA=""
+          DEPS="$COMMON codetiming cachetools transferqueue pyzmq msgspec pylatexenc uvicorn fastapi"; NODEPS="verl peft accelerate"; EXTRA=""
           CHECK="import verl.trainer.main_ppo, verl.trainer.main_ppo_v0, verl.trainer.ppo.ray_trainer, verl.trainer.ppo.v1.trainer_sync, verl.utils.dataset.rl_dataset" ;;
   skyrl)  VENV=${2:-.venv-skyrl}; PINS=constraints-skyrl.txt; PRELUDE="$SKYRL_311"
           DEPS="$COMMON loguru jaxtyping safetensors tokenizers rich typer cloudpathlib zstandard xxhash polars wandb tensorboard func_timeout \

@@ -19,18 +19,23 @@ SKYRL_RANGE = "skyrl >=0.4,<0.5"
 PREFIX = "harnessbandit."
 
 
-def skyrl_problem(version: str | None) -> str | None:
-    """Why the SkyRL entry point cannot run on skyrl `version` (None: it can). Pure."""
+def skyrl_problem(version: str | None, python: tuple = (3, 12)) -> str | None:
+    """Why the SkyRL entry point cannot run on skyrl `version` under Python `python` (None:
+    it can). Pure."""
     if version is None:
         return f"the SkyRL entry point needs {SKYRL_RANGE}; skyrl is not installed: pip install 'skyrl[fsdp]==0.4.0'"
     low, high = SKYRL_SUPPORTED
     if not low <= version_tuple(version) < high:
         return f"the SkyRL entry point needs {SKYRL_RANGE}; found skyrl {version} (docs/SKYRL.md)"
+    if tuple(python[:2]) < (3, 12):
+        return (f"skyrl {version} needs Python >= 3.12 (its pydantic models use 3.12's typing.TypedDict); this is "
+                f"Python {python[0]}.{python[1]}")
     return None
 
 
 def installed_problem() -> str | None:
-    return skyrl_problem(installed_version("skyrl"))
+    import sys
+    return skyrl_problem(installed_version("skyrl"), sys.version_info[:2])
 
 
 def split_arguments(argv: list[str]) -> tuple[dict, list[str]]:
@@ -88,6 +93,20 @@ def make_sampler(dataset, settings: dict, *, batch_size: int, env_class_key: str
     return core
 
 
+def unique_uids(prompts: list) -> list:
+    """SkyRL's collated prompts with each uid made unique within the step (`ROW#k`, k the
+    prompt's position): SkyRL's uid is the dataset row, and a row drawn twice in one step (the
+    sampler's pass over a harness's rows ends mid-step) would merge two GRPO groups."""
+    for k, prompt in enumerate(prompts):
+        prompt["uid"] = f"{prompt['uid']}#{k}"
+    return prompts
+
+
+def row_of(uid) -> int:
+    """The dataset row of a uid (`ROW` or `ROW#k`)."""
+    return int(str(uid).split("#", 1)[0])
+
+
 def skyrl_view(core: HarnessCurriculumCore, rewards, uids, response_mask, *, pad_size: int = 0,
                last_step=None):
     """The step view of SkyRL's TrainingInputBatch read before its advantages: `rewards`
@@ -100,6 +119,6 @@ def skyrl_view(core: HarnessCurriculumCore, rewards, uids, response_mask, *, pad
     if last_step is not None:
         rows = rows[np.asarray(last_step, dtype=bool)[:n]]
     uids = [str(uids[i]) for i in rows]
-    harness = [core.env_class[int(u)] for u in uids]
+    harness = [core.env_class[row_of(u)] for u in uids]
     return step_view(rewards[rows].reshape(len(rows), -1).sum(axis=1), uids, harness,
                      harness_key=core.harness_key, response_mask=mask[rows])

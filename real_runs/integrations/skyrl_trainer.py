@@ -29,7 +29,7 @@ from skyrl.train.utils.callbacks import TrainingCallback
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from policies.errors import UserError
-from real_runs.integrations.skyrl_sampler import dynamic_sampling_problem, make_sampler, skyrl_view
+from real_runs.integrations.skyrl_sampler import dynamic_sampling_problem, make_sampler, skyrl_view, unique_uids
 from real_runs.tracking import row_metrics
 
 STATE_FILE = "harnessbandit.pt"
@@ -78,10 +78,16 @@ class HarnessSkyRLTrainer(RayPPOTrainer):
             raise UserError(f"trainer.max_training_steps={given} differs from harnessbandit.steps={sampler.steps}: "
                             "leave it null or make them equal")
         self.hb_sampler = sampler
-        self.train_dataloader = StatefulDataLoader(self.train_dataset, batch_size=cfg.trainer.train_batch_size,
-                                                   sampler=sampler, collate_fn=self.train_dataset.collate_fn,
-                                                   num_workers=0, drop_last=True)
+        self.train_dataloader = self._hb_dataloader()
         self.total_training_steps = sampler.steps
+
+    def _hb_dataloader(self) -> StatefulDataLoader:
+        """The train dataloader on the project's sampler: single-process, one step per batch,
+        uids unique within a step (`unique_uids`)."""
+        collate = self.train_dataset.collate_fn
+        return StatefulDataLoader(self.train_dataset, batch_size=self.cfg.trainer.train_batch_size,
+                                  sampler=self.hb_sampler, collate_fn=lambda items: unique_uids(collate(items)),
+                                  num_workers=0, drop_last=True)
 
     def compute_advantages_and_returns(self, data):
         last = data.metadata.get("is_last_step") if self.cfg.generator.step_wise_trajectories else None
@@ -106,9 +112,7 @@ class HarnessSkyRLTrainer(RayPPOTrainer):
                 raise UserError(f"SkyRL checkpoint {path} has no {STATE_FILE} (it was not written by the harness "
                                 "scheduler's trainer): resume is refused rather than restarting the scheduler")
             self.hb_sampler.load_state_dict(torch.load(state, weights_only=False))
-            self.train_dataloader = StatefulDataLoader(
-                self.train_dataset, batch_size=self.cfg.trainer.train_batch_size, sampler=self.hb_sampler,
-                collate_fn=self.train_dataset.collate_fn, num_workers=0, drop_last=True)
+            self.train_dataloader = self._hb_dataloader()
         return step, path
 
 

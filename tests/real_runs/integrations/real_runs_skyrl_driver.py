@@ -9,6 +9,8 @@ MODE `harness`: HarnessSkyRLTrainer (resumes from OUT/ckpt when a checkpoint is 
 `dynamic`: trainer.algorithm.dynamic_sampling.type=filter (refused). KILL_AT > 0: SIGKILL this
 process during step KILL_AT's generation.
 
+On Python 3.11 (this machine) the driver first points typing.TypedDict at typing_extensions'
+(skyrl 0.4.0 declares Python >= 3.12; its code otherwise runs unchanged on 3.11).
 What is SkyRL's and what is stubbed: the config (SkyRLTrainConfig.from_cli_overrides), the
 dataset (PromptDataset reading a parquet file; its prompt-length filter through a stand-in
 tokenizer's chat template), the dataloader override, the loop of `train` (prepare_generator_input,
@@ -28,10 +30,17 @@ import json
 import os
 import signal
 import sys
+import typing
 from pathlib import Path
 
 import numpy as np
 import torch
+import typing_extensions
+
+# skyrl 0.4.0 declares Python >= 3.12 and this machine has 3.11: pydantic refuses its models'
+# typing.TypedDict below 3.12, so point it at typing_extensions' (what 3.12's is) before SkyRL loads
+if sys.version_info < (3, 12):
+    typing.TypedDict = typing_extensions.TypedDict
 
 HARNESSES = ["gsm8k", "search", "sql"]
 SUCCESS = {"gsm8k": 0.5, "search": 0.25, "sql": 0.75}
@@ -71,7 +80,8 @@ class Generator:
         out = {"prompt_token_ids": [], "response_ids": [], "rewards": [], "loss_masks": [], "stop_reasons": [],
                "rollout_metrics": {}, "rollout_logprobs": None, "trajectory_ids": input_batch["trajectory_ids"]}
         for i, (env, tid) in enumerate(zip(input_batch["env_classes"], input_batch["trajectory_ids"])):
-            reward = float(np.random.default_rng([step, int(tid.instance_id), tid.repetition_id]).random() < SUCCESS[env])
+            reward = float(np.random.default_rng([step, *map(int, tid.instance_id.split("#")), tid.repetition_id]).random()
+                           < SUCCESS[env])
             out["prompt_token_ids"].append([5, 6, 7])
             out["response_ids"].append([8 + i % 5] * R_LEN)
             out["rewards"].append(reward)
@@ -118,6 +128,9 @@ class Tracker:
     def log_exception(self, exc, step=None):
         return None
 
+    def finish(self, *args, **kwargs):
+        return None
+
 
 def config(out: Path, mode: str, steps: int, ckpt: int):
     from skyrl.train.config import SkyRLTrainConfig
@@ -126,7 +139,8 @@ def config(out: Path, mode: str, steps: int, ckpt: int):
             "trainer.epochs=1", "trainer.algorithm.advantage_estimator=grpo", f"trainer.ckpt_interval={ckpt}",
             f"trainer.ckpt_path={out / 'ckpt'}", f"trainer.export_path={out / 'export'}", "trainer.eval_interval=-1",
             "trainer.hf_save_interval=-1", "trainer.resume_mode=latest", "trainer.logger=console",
-            "environment.env_class=search", "trainer.placement.colocate_all=false"]
+            "environment.env_class=search", "trainer.placement.colocate_all=false",
+            "generator.inference_engine.enable_ray_prometheus_stats=false", "trainer.enable_ray_gpu_monitor=false"]
     if mode == "dynamic":
         args.append("trainer.algorithm.dynamic_sampling.type=filter")
     return SkyRLTrainConfig.from_cli_overrides(args)

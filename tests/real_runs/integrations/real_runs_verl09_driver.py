@@ -96,8 +96,8 @@ def config(out: Path, mode: str, steps: int, save_freq: int, extra=()):
         f"trainer.default_local_dir={out / 'ckpt'}", "trainer.resume_mode=auto", "trainer.val_before_train=False",
         "trainer.test_freq=-1", "trainer.logger=[]", "trainer.balance_batch=False", "trainer.device=cpu",
         "trainer.n_gpus_per_node=1", f"trainer.use_v1={mode == 'v1'}", *extra]
-    if mode == "v1":
-        overrides.append("trainer.v1.trainer_mode=harnessbandit")
+    if mode == "v1":            # one TransferQueue storage unit (verl's default 8 are 8 Ray actors)
+        overrides += ["trainer.v1.trainer_mode=harnessbandit", "transfer_queue.backend.SimpleStorage.num_data_storage_units=1"]
     else:
         overrides.append(f"trainer.total_training_steps={steps}")
     with initialize_config_dir(config_dir=folder, version_base=None):
@@ -264,7 +264,7 @@ def v1(out: Path, steps: int, save_freq: int, kill_at: int) -> int:
     from real_runs.integrations.verl_v1 import HarnessPPOTrainer
 
     cfg = config(out, "v1", steps, save_freq)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
     with open_dict(cfg):
         cfg.transfer_queue.enable = True
     tq.init(cfg.transfer_queue)
@@ -289,6 +289,7 @@ def v1(out: Path, steps: int, save_freq: int, kill_at: int) -> int:
         trainer = HarnessPPOTrainer(cfg)
         trainer.tokenizer = trainer.processor = None
         trainer._init_dataloader()
+        trainer._init_dump_executor()
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -318,6 +319,9 @@ def _plain_list(values) -> list:
 
 def main(out: Path, mode: str, steps: int, save_freq: int, kill_at: int) -> int:
     out.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("HB_DUMP_AFTER"):           # a hang: every thread's stack on stderr after that many seconds
+        import faulthandler
+        faulthandler.dump_traceback_later(int(os.environ["HB_DUMP_AFTER"]), exit=True)
     if mode == "legacy":
         return legacy(out, steps, save_freq, kill_at)
     if mode == "v1":

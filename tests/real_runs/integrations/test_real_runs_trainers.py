@@ -125,7 +125,9 @@ def test_policies_without_a_sketch():
 
 
 def test_skyrl_ranges_arguments_and_refusals():
-    assert sk.skyrl_problem("0.4.0") is None and sk.skyrl_problem("0.4.7") is None
+    assert sk.skyrl_problem("0.4.0") is None and sk.skyrl_problem("0.4.7", (3, 13)) is None
+    assert sk.skyrl_problem("0.4.0", (3, 11)) == ("skyrl 0.4.0 needs Python >= 3.12 (its pydantic models use 3.12's "
+                                                  "typing.TypedDict); this is Python 3.11")
     assert sk.skyrl_problem("0.3.0") == "the SkyRL entry point needs skyrl >=0.4,<0.5; found skyrl 0.3.0 (docs/SKYRL.md)"
     assert "not installed" in sk.skyrl_problem(None)
     settings, rest = sk.split_arguments(["trainer.epochs=1", "harnessbandit.harnesses=[a,b]", "+harnessbandit.steps=4",
