@@ -16,9 +16,14 @@ a cluster and without verl installed.
   `data.dataloader_num_workers=0` the choice for step k+1 follows `update(batch_k)`, which
   records the step (`record`: the policy's feedback, the SPEC §7 train row and its cost
   ledger). Rows come from the task world's per-harness pools (`world.pool.TaskPool`).
-* Supported verl: `VERL_SUPPORTED` (0.5 to 0.7: the releases with `AbstractCurriculumSampler`
-  and the `sampler.update(batch=batch)` call in `RayPPOTrainer.fit`); constructing
-  `HarnessCurriculumSampler` on any other verl, or without verl, is one `UserError` line.
+* Supported verl: `HarnessCurriculumSampler` (built by verl from `data.sampler`) needs 0.5-0.7
+  (`VERL_SUPPORTED`: the releases with `AbstractCurriculumSampler` and the
+  `sampler.update(batch=batch)` call in `RayPPOTrainer.fit`); on 0.8-0.9 the project's trainers
+  build `HarnessCurriculumCore` themselves (`VERL_TRAINER_SUPPORTED`, `verl_entry_problem`, checked
+  by the entry point `verl_main` before verl is imported). `v1_problem` (verl 0.9's v1 config),
+  `step_view` / `trajectory_rows` / `merge_views` / `take_update_sketch` (a step read from what
+  a trainer holds other than a legacy DataProto: v1's TransferQueue, SkyRL's batch) and
+  `SKYRL_KNOBS` serve the v1 trainer and SkyRL (`skyrl_sampler`).
 * The group filter (`hbsim.sampling.GroupFilter`, knobs `keep_band`, `min_abs_adv` of
   `FILTER_KNOBS`, in `data.harnessbandit`): L and the retained count are over the groups it
   keeps, as in every other backend. verl trains on its own batch, so the sampler cannot drop
