@@ -72,8 +72,8 @@ def _check_whole(r, expect_sampler):
 
 def _check_resume(whole, killed, resumed):
     assert killed.returncode == -9
-    assert [m["step"] for m in resumed["logged"]] == list(range(KILL_AT - 1, STEPS + 1)) or \
-        [m["step"] for m in resumed["logged"]] == list(range(KILL_AT, STEPS + 1))
+    # SIGKILL in step 4, verl saved step 2 (save_freq 2): the resumed process runs steps 3-5
+    assert [m["step"] for m in resumed["logged"]] == list(range(KILL_AT - 1, STEPS + 1))
     drop = {"run_id"}
     assert [{k: v for k, v in row.items() if k not in drop} for row in resumed["rows"]] == \
         [{k: v for k, v in row.items() if k not in drop} for row in whole["rows"]]
@@ -116,4 +116,4 @@ def test_v1_refusals_and_the_gate_before_ray(tmp_path):
                               timeout=300)
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert proc.stderr.strip().splitlines()[-1].startswith(f"error: {start} is not allowed with the harness scheduler")
-        assert "Traceback" not in proc.stderr and "ray" not in proc.stderr.lower().split("error:")[0][-200:]
+        assert "Traceback" not in proc.stderr and "ray init kwargs" not in proc.stdout     # before run_ppo starts Ray
