@@ -53,9 +53,10 @@ def write_dataset(out: Path) -> str:
     return str(path)
 
 
-def reward(step: int, uid: str, session: int, harness: str) -> float:
-    seed = [step, session] + [ord(c) for c in uid[:8]]
-    return float(np.random.default_rng(seed).random() < SUCCESS[harness])
+def reward(step: int, index: int, session: int, harness: str) -> float:
+    """A seeded 0/1 reward of dataset row `index`'s `session`-th rollout at `step` (never of
+    verl's uid, a fresh uuid4 per run)."""
+    return float(np.random.default_rng([step, index, session]).random() < SUCCESS[harness])
 
 
 def sketch_of(harness_counts: dict) -> list:
@@ -136,15 +137,15 @@ def legacy(out: Path, steps: int, save_freq: int, kill_at: int) -> int:
                 os.kill(os.getpid(), signal.SIGKILL)        # mid-step, nothing of this step saved
             outputs = []
             for i in range(len(prompts)):
-                uid = prompts.non_tensor_batch["uid"][i]
-                harness = prompts.non_tensor_batch["extra_info"][i]["harness"]
+                info = prompts.non_tensor_batch["extra_info"][i]
+                harness = info["harness"]
                 prompt = (torch.arange(P_LEN) + 10 * (i % 7))[None]
                 response = torch.full((1, R_LEN), 7 + i)
                 outputs.append(_InternalAgentLoopOutput(
                     prompt_ids=prompt, response_ids=response, input_ids=torch.cat([prompt, response], dim=1),
                     position_ids=torch.arange(P_LEN + R_LEN)[None], response_mask=torch.ones(1, R_LEN, dtype=torch.long),
                     attention_mask=torch.ones(1, P_LEN + R_LEN, dtype=torch.long), multi_modal_inputs={},
-                    reward_score=reward(step, uid, i % N_ROLL, harness), num_turns=2, metrics=AgentLoopMetrics()))
+                    reward_score=reward(step, int(info["index"]), i % N_ROLL, harness), num_turns=2, metrics=AgentLoopMetrics()))
             res = AgentLoopWorker._postprocess(SimpleNamespace(reward_loop_worker_handles=["reward loop"]), outputs,
                                                input_non_tensor_batch=prompts.non_tensor_batch)
             res.meta_info.pop("metrics")
@@ -228,7 +229,7 @@ class AgentLoopTQ:
             prompt = {k: _item(batch, k, i) for k in prompt_fields}
             uid, harness = prompt["uid"], prompt["extra_info"]["harness"]
             for session in range(self.n):
-                score = reward(step, uid, session, harness)
+                score = reward(step, int(prompt["extra_info"]["index"]), session, harness)
                 prompts = torch.arange(P_LEN) + 10 * (i % 7)
                 responses = torch.full((R_LEN,), 7 + session)
                 rm = torch.zeros(R_LEN)
