@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from hbsim import folders, threads
+from hbsim.contract import folders, threads
 from hbsim.contract import CHECKPOINT, RUN_JSON, TRL_CHECKPOINT
 from policies import validate
 from policies.errors import UserError

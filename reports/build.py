@@ -12,8 +12,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from hbsim.contract import PART
-from hbsim.summary import untrained_lines
+from hbsim.contract.labels import has_part, part_suffix
+from reports.readings.summary import untrained_lines
 from reports import budget as budget_mod, gap, load
 from reports.cells import (align, category_values, cell_metrics, headline_metric, metric_names, per_task_rows,
                            score_is_pass1, view_metric)
@@ -74,7 +74,7 @@ def _validate(fr: load.Frames, baseline: str, suite: str | None, ks, resamples: 
     policies = sorted(fr.eval["policy"].unique().tolist())
     if baseline not in policies:
         parts = (f"; these are the labels of a grid of parts, each part its own environment: report one part with "
-                 f"--part NAME (its labels without [{PART}=NAME])" if any(f"[{PART}=" in p for p in policies) else "")
+                 f"--part NAME (its labels without {part_suffix('NAME')})" if any(has_part(p) for p in policies) else "")
         raise UserError(f"--baseline: got {baseline!r}, allowed: one of the policy labels {policies}{parts}")
     attempts = load.attempts_per_suite(fr.eval)
     if suite is not None:

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from hbsim import intervals
+from reports.readings import intervals
 from reports import stats
 
 #: test name -> what it treats as the replication unit (for tables and the README)
@@ -186,7 +186,7 @@ def headline(paired: pd.DataFrame, alpha: float, resamples: int, target_delta: f
                             "seeds_needed", "p_floor")}
     for i, r in enumerate(out.itertuples(index=False)):
         fam = int(family[i])
-        coverage = 1 - alpha / fam   # of the simultaneous interval (hbsim.intervals: level = the coverage)
+        coverage = 1 - alpha / fam   # of the simultaneous interval (reports.readings.intervals: level = the coverage)
         lo, hi = intervals.t_interval(r.delta, r.se_seed, r.df_seed, coverage)
         p_adj = r.p_holm if prim[i] else r.p_maxt
         widened = bool(np.isfinite(lo) and not (p_adj < alpha) and (lo > 0 or hi < 0))

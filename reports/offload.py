@@ -23,7 +23,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable
 
-from hbsim import lifeline
+from hbsim.contract import lifeline
 from policies.errors import UserError
 
 #: environment variable naming the default of ``--jobs`` (1 or 2); unset: `default_jobs`
@@ -124,7 +124,7 @@ class Helper:
     same numbers as ``jobs`` 1 -- and one line (DIED) goes to stderr. ``close()`` waits for
     the helper to end; ``close(cancel=True)`` (a stop: Ctrl-C, an error) cancels what has
     not started and kills the helper if it is still at work. The helper ends with hb
-    (`hbsim.lifeline`), and ignores Ctrl-C, which is hb's to handle."""
+    (`hbsim.contract.lifeline`), and ignores Ctrl-C, which is hb's to handle."""
 
     def __init__(self, jobs: int, state: dict, carry: Callable | None = None, restore: Callable | None = None):
         self.state = state

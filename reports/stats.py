@@ -6,7 +6,7 @@ statsmodels; this module shapes the data for them: `exact_ties`, the sign-flip t
 for <= 16 units), t / Wilcoxon / sign tests, max-T over metrics, the two-sample permutation
 test, Holm, the attainable level of the sign-flip test, MDE / seeds needed, McNemar and its
 bounds from marginals. pass@k: `reports.passk`; the crossed bootstrap: `reports.bootstrap`;
-intervals: `hbsim.intervals`.
+intervals: `reports.readings.intervals`.
 """
 from __future__ import annotations
 

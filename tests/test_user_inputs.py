@@ -27,7 +27,8 @@ import pandas as pd
 import pytest
 
 from ablations_testkit import grid_text, study_text
-from hbsim import atomic, contract, folders
+from hbsim import contract
+from hbsim.contract import atomic, folders
 from policies import validate
 from policies.errors import UserError
 

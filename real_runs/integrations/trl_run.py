@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from hbsim.contract import TRL_CHECKPOINT, TRL_STATE
-from hbsim.folders import check_resume_dir, checkpoint_step, claim_output_dir, complete_output_dir
+from hbsim.contract.folders import check_resume_dir, checkpoint_step, claim_output_dir, complete_output_dir
 from hbsim.sampling import FILTER_KNOBS, GroupFilter, when_set
 from policies import validate
 from policies.errors import UserError
@@ -283,7 +283,7 @@ def report_to(log: str | None, out: Path) -> dict | None:
 
 def main(args) -> int:
     """The `hb real --backend trl` command (args from real_runs.cli.add_arguments)."""
-    from hbsim.records import write_run
+    from hbsim.contract.records import write_run
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cfg, policy_cfg, run = settings(args)     # checked already by real_runs.cli before torch was imported
     label = policy_cfg["label"]

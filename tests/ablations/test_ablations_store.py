@@ -7,8 +7,8 @@ import pytest
 
 from ablations import store
 from ablations.runner import ProgressBar
-from hbsim.atomic import write_dir_atomic
-from hbsim.records import done_ids, is_complete
+from hbsim.contract.atomic import write_dir_atomic
+from hbsim.contract.records import done_ids, is_complete
 
 
 def test_cell_write_is_all_or_nothing(tmp_path):

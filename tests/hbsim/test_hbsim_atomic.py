@@ -1,4 +1,4 @@
-"""hbsim.atomic in process: the one atomic write, the umask helpers and the temporaries a
+"""hbsim.contract.atomic in process: the one atomic write, the umask helpers and the temporaries a
 killed writer leaves (the kill itself: tests/test_fault_injection.py)."""
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hbsim import atomic, contract, folders
+from hbsim import contract
+
+from hbsim.contract import atomic, folders
 
 
 @pytest.fixture

@@ -1,10 +1,12 @@
-"""hbsim.folders in process: output-folder kinds, markers and --resume checks (the CLI side
+"""hbsim.contract.folders in process: output-folder kinds, markers and --resume checks (the CLI side
 of these is tests/test_user_inputs.py)."""
 from __future__ import annotations
 
 import pytest
 
-from hbsim import atomic, contract, folders
+from hbsim import contract
+
+from hbsim.contract import atomic, folders
 from policies.errors import UserError
 
 

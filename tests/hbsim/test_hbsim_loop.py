@@ -8,7 +8,7 @@ import pytest
 
 import hbsim
 from hbsim.envs import make_env
-from hbsim.records import canonical_json, config_hash, read_run, write_run
+from hbsim.contract.records import canonical_json, config_hash, read_run, write_run
 from policies import POLICIES, Feedback, make
 from policies.errors import UserError
 from policies.simple import Uniform

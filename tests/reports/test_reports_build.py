@@ -182,7 +182,7 @@ def test_read_dir_finds_cells_and_collected(tmp_path, frames):
 def test_one_part_of_a_grid_of_parts_hand_case(tmp_path, frames):
     """A collected grid of parts: `part` keeps that part's rows, strips `[part=NAME]` from
     its labels, drops the train columns only other parts fill, keeps its runs' records."""
-    from hbsim.contract import part_suffix
+    from hbsim.contract.labels import part_suffix
 
     ev, tr = frames
     def parts(df, name):       # the same synthetic tables as part `name`, with harness columns of its own
@@ -414,7 +414,7 @@ def test_default_k_follows_the_attempts_per_task():
 
 def test_a_design_whose_filter_dropped_every_group_is_named_in_the_notes():
     """A report of zeros with no word is the 'unclear message' of issue 33: a design all of
-    whose steps optimized no group gets a warning (the one wording of hbsim.summary)."""
+    whose steps optimized no group gets a warning (the one wording of reports.readings.summary)."""
     from reports_synth import make_synthetic
 
     ev, tr = make_synthetic({"base": 0.0, "hb": 0.3}, n_seeds=3, n_tasks=(20, 10), attempts=(1, 1), eval_steps=(4,))

@@ -10,7 +10,7 @@ from scipy import stats as sps
 import reports
 from policies.errors import UserError
 from hbsim.contract import EVAL_TABLE
-from hbsim import intervals
+from reports.readings import intervals
 from reports import analysis, inference, stats
 
 SD_RUN = 0.6  # per-run sd on the logit: training luck dominates

@@ -142,7 +142,7 @@ def test_the_bootstrap_note_stands_where_its_coverage_is_below_093():
     the population delta below 0.93 at 8 seeds, where the report notes it (percentile_coverage
     0.891), and at least 0.93 (less 2.5 Monte-Carlo sd) at 25 seeds, where it does not (0.933).
     300 experiments each; Monte-Carlo sd of a coverage of 0.93: 0.015."""
-    from hbsim import intervals
+    from reports.readings import intervals
 
     sd_run, sd_task, eff, tasks, reps = 1.0, 0.3, 0.3, 200, 300
     z, w = np.polynomial.hermite_e.hermegauss(60)

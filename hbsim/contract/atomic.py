@@ -10,7 +10,7 @@ live commands on one folder never delete each other's. Every reader lists folder
 `visible` / `find_files` (no hidden or temporary entry). A folder can be tracked
 (`track_writes`): every atomic write under it is listed, and every folder written whole
 (`write_dir_atomic`, or a worker process's run directory: `record_written`), which is how an
-output folder's marker knows what hb wrote (`hbsim.folders`).
+output folder's marker knows what hb wrote (`hbsim.contract.folders`).
 
 `STORAGE_ERRNOS` are the write errors of the storage (full disk, quota, read-only), which
 stop a batch of runs at the first.
@@ -86,7 +86,7 @@ _written: dict[Path, set[str]] = {}
 def track_writes(folder: str | os.PathLike) -> None:
     """From now on, list every file this process writes under `folder` through
     `atomic_write`, and every folder written whole (`write_dir_atomic`, `record_written`)
-    (`hbsim.folders.claim_output_dir` calls it; the marker lists them). Tracking a folder
+    (`hbsim.contract.folders.claim_output_dir` calls it; the marker lists them). Tracking a folder
     tracked already keeps what was listed (a tuned grid claims DIR again for its test phase)."""
     _written.setdefault(Path(folder).resolve(), set())
 

@@ -24,10 +24,10 @@ other non-empty folder -- another kind, another config, or a folder hb did not c
 is refused unless the tool's `--force` is given. Folders written before markers existed
 are adopted when their contents are unmistakably ours (`legacy_kind`).
 
-Files are written with `hbsim.atomic` (atomic replace under the user's umask, temporaries
+Files are written with `hbsim.contract.atomic` (atomic replace under the user's umask, temporaries
 a killed writer left removed by the rerun); a claimed folder is tracked there, so
 `complete_output_dir` lists every file this process wrote in it.
-Standard library, `policies`, `hbsim.contract`, `hbsim.atomic` and `hbsim.shapes` only.
+Standard library, `policies`, `hbsim.contract`, `hbsim.contract.atomic` and `hbsim.contract.shapes` only.
 """
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from hbsim import shapes
-from hbsim.atomic import (_is_temp, atomic_write, remove_temp, track_writes, tracked_writes, untrack_writes,
+from hbsim.contract import shapes
+from hbsim.contract.atomic import (_is_temp, atomic_write, remove_temp, track_writes, tracked_writes, untrack_writes,
                           visible)
 from hbsim.contract import (CELLS, CHECKPOINT, EVAL_FILE, GRID_JSON, KIND_FILE, KIND_FOLDERS, KIND_OUTPUTS, KINDS,
                             TUNE_DIR, REPORT_INDEX, REPORT_MARKDOWN, RUN_JSON, TRAIN_FILE)
@@ -208,10 +208,7 @@ def read_marker(path: str | os.PathLike) -> dict | None:
             raise UserError(f"{marker}: the folder marker is not a file (a folder or a broken link); "
                             "remove it and run again")
         return None
-    try:
-        record = json.loads(marker.read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{marker}: unreadable folder marker ({exc}); expected the JSON hb writes") from None
+    record = shapes.read_record(marker, None, "folder marker", "expected the JSON hb writes")
     remedy = "expected the JSON hb writes: remove it and run again"
     shapes.check(marker, record, shapes.MARKER, "folder marker", remedy)
     if record["kind"] not in KINDS:
