@@ -25,13 +25,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import socket
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from multiprocessing import forkserver, resource_tracker
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -41,6 +39,7 @@ import ablations.tune as tune
 import ablations.worker as worker
 from ablations.plan import GridSpec
 from hbsim.contract import atomic, folders, lifeline, threads
+from hbsim.contract import markers
 from hbsim.contract import CELLS, PART, TUNE_DIR, TUNE_JSON
 from hbsim.contract.records import config_hash, is_complete, read_meta
 from policies.errors import UserError
@@ -209,7 +208,7 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
                                                 **_scenario_meta(scenario.get(c.sweep.get(PART)))}}
              for c in spec.cells()]
     report = run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress, on_done=on_done)
-    folders.complete_output_dir(out)        # the marker last, with every file and cell written
+    markers.complete_output_dir(out)        # the marker last, with every file and cell written
     return report
 
 
@@ -293,14 +292,7 @@ def _pool_context():
     SIGINT blocked (`hbsim.contract.lifeline.interrupts_blocked`: a Ctrl-C during its imports is hb's
     to handle, no traceback there; the forkserver and every worker forked from it inherit
     the block)."""
-    if "forkserver" not in mp.get_all_start_methods():  # pragma: no cover - not Linux
-        return mp.get_context("spawn")
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
-    resource_tracker.ensure_running()      # first: its own start lifts a SIGINT block (hbsim.contract.lifeline)
-    with lifeline.interrupts_blocked():
-        forkserver.ensure_running()
-    return ctx
+    return lifeline.forkserver_context(PRELOAD)
 
 
 def _worker_init(hb_pid: int) -> None:

@@ -36,7 +36,8 @@ from ablations.plan import check_cells
 from hbsim.envs import ENV_PRESETS, ENVS, expand_preset
 from hbsim import scenarios
 from hbsim.experiment import resolve_config
-from hbsim.contract.folders import check_output_dir, output_dir
+from hbsim.contract.folders import check_output_dir
+from hbsim.contract.markers import output_dir
 from hbsim.contract.records import config_hash, read_run
 from reports.readings.references import run_table
 from hbsim.run_knobs import RUN_KNOBS, from_command

@@ -15,6 +15,7 @@ from ablations.plan import GridSpec
 from ablations.spec import parse_spec
 from ablations.tune import is_tuned, recorded_test_spec
 from hbsim.contract import atomic, folders, shapes
+from hbsim.contract import markers
 from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG
 from hbsim.contract.records import collect_cells, done_ids
 from policies.errors import UserError
@@ -65,9 +66,9 @@ def recorded_spec(root: str | os.PathLike) -> GridSpec:
 def collect(root: str | os.PathLike, current: bool = False) -> tuple[Path, Path]:
     """Write DIR/train.parquet and DIR/eval.parquet of the complete cells (atomically; `current`:
     only those of the grid file recorded last, `hb grid collect --current`); returns their paths.
-    The grid's marker lists them (`hbsim.contract.folders.output_dir`: claimed, then completed)."""
+    The grid's marker lists them (`hbsim.contract.markers.output_dir`: claimed, then completed)."""
     only = {c.id for c in recorded_spec(root).cells()} if current else None
-    with folders.output_dir(root, "grid", tool="hb grid collect"):
+    with markers.output_dir(root, "grid", tool="hb grid collect"):
         return collect_cells(root, only=only)
 
 
@@ -88,7 +89,7 @@ def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bo
     if record is None and atomic.visible(root / CELLS) and not force_mixed:
         raise UserError(f"--out {root}: holds cells but no {GRID_JSON}; pass --force to add to it")
     root.mkdir(parents=True, exist_ok=True)
-    folders.claim_output_dir(root, "grid", tool="hb grid run")
+    markers.claim_output_dir(root, "grid", tool="hb grid run")
     (root / CELLS).mkdir(exist_ok=True)
     if name not in names:
         names.append(name)

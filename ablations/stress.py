@@ -49,7 +49,7 @@ from hbsim import scenarios as suite
 from hbsim.contract import CELLS
 from hbsim.contract.labels import FIXED_PART, part_name, scenarios_of
 from hbsim.envs import make_env
-from hbsim.contract.folders import output_dir
+from hbsim.contract.markers import output_dir
 from hbsim.contract.records import canonical_json, read_meta
 from policies import POLICIES
 from policies.errors import UserError

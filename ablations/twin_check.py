@@ -38,7 +38,8 @@ from reports.readings import intervals
 from hbsim.contract.atomic import atomic_write, visible
 from hbsim.contract import CELLS, EVAL_FILE
 from hbsim.experiment import resolve_config
-from hbsim.contract.folders import check_output_dir, output_dir
+from hbsim.contract.folders import check_output_dir
+from hbsim.contract.markers import output_dir
 from hbsim.contract.records import canonical_json, is_complete, read_meta
 from reports.readings.references import run_table, share_of_gap
 from reports.readings.summary import final_scores

@@ -20,6 +20,8 @@ import warnings
 from pathlib import Path
 
 from hbsim.contract import folders
+
+from hbsim.contract import markers
 from hbsim.contract.records import read_tune
 from policies import validate
 from policies.errors import UserError
@@ -176,7 +178,7 @@ def main(args: argparse.Namespace) -> int:
     from reports.text import LEGEND, conclusion
 
     # the marker first ("incomplete"), completed last with every file written (--force removes only those)
-    with folders.output_dir(out, "report", tool="hb report"), warnings.catch_warnings():
+    with markers.output_dir(out, "report", tool="hb report"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # exclusions are printed below as one line each
         extra = (args.axis,) if args.axis else ()
         if args.budget:

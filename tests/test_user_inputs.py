@@ -29,6 +29,7 @@ import pytest
 from ablations_testkit import grid_text, study_text
 from hbsim import contract
 from hbsim.contract import atomic, folders
+from hbsim.contract import markers
 from policies import validate
 from policies.errors import UserError
 
@@ -211,7 +212,7 @@ class World:
         """An `hb real --backend trl` run directory killed before (or after) its first
         TRL checkpoint (a stand-in: the marker and, with `checkpoint`, the scheduler state)."""
         path = self.tmp / "trl"
-        folders.claim_output_dir(path, "run", tool="hb real --backend trl")
+        markers.claim_output_dir(path, "run", tool="hb real --backend trl")
         if checkpoint:
             (path / "trl" / "checkpoint-1").mkdir(parents=True)
             (path / "trl" / "checkpoint-1" / "harnessbandit.pt").write_bytes(b"")
@@ -252,7 +253,7 @@ class World:
         if "run_json" in broken:
             (path / "run.json").write_bytes(broken["run_json"])
         if "checkpoint" in broken:
-            folders.claim_output_dir(path, "run", tool="hb real")
+            markers.claim_output_dir(path, "run", tool="hb real")
             (path / "checkpoints").mkdir(exist_ok=True)
             (path / "checkpoints" / "last.pt").write_bytes(broken["checkpoint"])
         return path
@@ -325,7 +326,7 @@ class World:
         """The grid's report folder (claimed by hb) whose subfolder `sub` is `what`: a symlink to
         `elsewhere`, a file, a broken link or a link loop."""
         report = self.grid() / "report"
-        folders.claim_output_dir(report, "report", tool="hb report")
+        markers.claim_output_dir(report, "report", tool="hb report")
         (report / "index.html").write_text("<p>report</p>\n")
         self.linked(report / sub, what)
         return report
@@ -873,7 +874,7 @@ def test_report_force_removes_only_what_hb_wrote(base, tmp_path, hb):
 def test_killed_report_folder_is_resumed_not_refused(base, tmp_path, hb):
     """A report killed after its marker (state "incomplete") and a few files: the rerun writes it."""
     grid = World(base, tmp_path, hb).grid()
-    folders.claim_output_dir(grid / "report", "report", tool="hb report")
+    markers.claim_output_dir(grid / "report", "report", tool="hb report")
     atomic.atomic_write(grid / "report" / "paired.csv", "half")
     assert folders.check_output_dir(grid / "report", "report") == "resume"
     code, _, err = hb("report", grid, "--baseline", "uniform", "--resamples", "20", "--k", "1")
@@ -943,7 +944,7 @@ def test_readers_skip_hidden_temporaries(base, tmp_path, hb):
 def test_trl_resume_uses_the_newest_complete_checkpoint(tmp_path):
     from real_runs.integrations.trl_run import resume_checkpoint
     run = tmp_path / "trl"
-    folders.claim_output_dir(run, "run", tool="hb real --backend trl")
+    markers.claim_output_dir(run, "run", tool="hb real --backend trl")
     for step, complete in ((2, True), (10, True), (12, False)):         # 10 > 2 numerically, 12 half-made
         folder = run / "trl" / f"checkpoint-{step}"
         folder.mkdir(parents=True)
@@ -1046,19 +1047,19 @@ def test_temporaries_are_removed_at_every_depth_hb_writes(tmp_path):
     """A kill -9 while the stress profile wrote its figure left DIR/stress/figures/.tmp-*: the
     rerun's claim removes it (its writer is dead), and a user's hidden file stays."""
     grid = tmp_path / "g"
-    folders.claim_output_dir(grid, "grid", tool="hb stress")
+    markers.claim_output_dir(grid, "grid", tool="hb stress")
     figures = grid / contract.STRESS_DIR / contract.FIGURES_DIR
     figures.mkdir(parents=True)
     dead = figures / ".tmp-share.png-999999999-abcdefgh.png"         # pid 999999999: no such process
     dead.write_bytes(b"half a png")
     (figures / ".mine").write_text("the user's")
-    folders.claim_output_dir(grid, "grid", tool="hb stress")
+    markers.claim_output_dir(grid, "grid", tool="hb stress")
     assert sorted(p.name for p in figures.iterdir()) == [".mine"]
 
 
 def test_immutable_stress_file_is_refused_before_any_write(tmp_path, hb):
     grid = tmp_path / "g"
-    folders.claim_output_dir(grid, "grid", tool="hb stress")
+    markers.claim_output_dir(grid, "grid", tool="hb stress")
     (grid / "stress").mkdir()
     index = grid / "stress" / "index.html"
     index.write_text("<p>an earlier profile</p>")

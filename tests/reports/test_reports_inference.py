@@ -206,7 +206,7 @@ def test_page_flags_are_the_reports_own_flags_and_bh_by_hand():
     assert inference.bh_reject(p, 0.05).tolist() == [[True, False, False, False], [False, False, True, False]]
     assert all((inference.bh_reject(p, 0.05)[i] == (stats.adjust(p[i], "fdr_bh") < 0.05)).all() for i in range(2))
     d = np.random.default_rng(1).normal(0.1, 1.0, (3, 4, 9))
-    together = inference.max_t_by_candidate(d, resamples=100, rng=np.random.default_rng(0))
+    together = stats.max_t_sign_flip(d, resamples=100, rng=np.random.default_rng(0))
     for c in range(4):
         assert np.array_equal(together[:, c], stats.max_t_sign_flip(d[:, c], resamples=100, rng=np.random.default_rng(0)))
     rng = np.random.default_rng(4)
