@@ -12,15 +12,16 @@ two policies has no evaluation noise.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from ablations import runner
 from ablations.plan import check_cells
-from hbsim.counterfactual import TARGETS, target_means
-from hbsim.envs import make_env
-from hbsim.experiment import resolve_config
-import pandas as pd
 from hbsim.contract.labels import of_part
+from hbsim.envs import make_env
+from hbsim.envs.base import target_means
+from hbsim.experiment import resolve_config
 from hbsim.scenarios import get, scenario_config, target_truth
+from policies.clairvoyant import TARGETS
 from reports.readings import at_cost
 from reports.stats import mde
 

@@ -37,7 +37,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from hbsim.contract.labels import BEST_FIXED, FIXED, MIXED, ORACLE, UNIFORM, parse_label  # noqa: F401 (the names: API)
+from hbsim.contract.labels import BEST_FIXED, FIXED, MIXED, ORACLE, UNIFORM, parse_label
 from policies.clairvoyant import TARGETS
 from reports.readings import intervals
 #: the columns of `share_of_gap`

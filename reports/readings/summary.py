@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from hbsim.contract import BUDGET_UNIT, ROW_KEYS, SUITES
+from hbsim.contract.labels import BEST_FIXED
 from reports.readings import intervals, references
 
 #: the eval columns `summary_table` reads (a caller may read just these: the eval table is the large one)
@@ -86,7 +87,7 @@ def summarize(train_df: pd.DataFrame, eval_df: pd.DataFrame, runs: pd.DataFrame 
     if not best.empty:
         arms = int(best["arms"].max())
         chosen = "/".join(str(a) for a in dict.fromkeys(best["arm"]))    # per suite: one arm for all seeds
-        row = {"policy": f"{references.BEST_FIXED} (arm {chosen} of {arms})",
+        row = {"policy": f"{BEST_FIXED} (arm {chosen} of {arms})",
                "seeds": int(best["seed"].nunique())}
         for suite in SUITES:
             scores_ = best.loc[best["suite"] == suite, "score"]

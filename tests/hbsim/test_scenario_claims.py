@@ -23,7 +23,7 @@ import pytest
 from scipy import stats
 
 from ablations import scenarios as measure
-from hbsim.counterfactual import TARGETS
+from policies.clairvoyant import TARGETS
 from hbsim.scenarios import SCENARIOS
 
 pytestmark = pytest.mark.calibration
