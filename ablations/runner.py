@@ -152,7 +152,7 @@ def run_many(tasks: list[dict], *, jobs: int | None = None, backend: str = "loca
     tasks = [{**t, "plugins": list(dict.fromkeys([*t.get("plugins", []), *here]))} if here else t for t in tasks]
     parents = sorted({Path(t["dir"]).parent for t in tasks if t.get("dir")})
     for folder in parents:
-        store.clean_tmp(folder)
+        atomic.remove_temp(folder)
     todo = pending(tasks)
     for task in tasks:              # a complete run of the same config (a killed earlier call's): hb's, listed
         if task.get("dir") and task not in todo:
@@ -187,7 +187,7 @@ def run_many(tasks: list[dict], *, jobs: int | None = None, backend: str = "loca
         # again: workers of a killed earlier run may still have been exiting at the start (they
         # notice the dead parent within a second), and a stopped batch killed its own workers
         for folder in parents:
-            store.clean_tmp(folder)
+            atomic.remove_temp(folder)
     return report
 
 

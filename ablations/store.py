@@ -100,7 +100,6 @@ def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bo
         atomic.record_written(root / GRID_JSON)      # written by an earlier (maybe killed) call: the marker lists it
 
 
-clean_tmp = atomic.remove_temp     # the one implementation: hbsim.contract.atomic
 
 
 

@@ -28,6 +28,7 @@ import pandas as pd
 from ablations import twin_check
 from ablations.twin_check import run_dirs
 from hbsim import scenarios, twin
+from hbsim.contract import GROUPS_FILE
 from hbsim.contract.atomic import atomic_write
 from hbsim.contract.folders import check_path_length, check_writable
 from hbsim.contract.records import read_run
@@ -79,7 +80,7 @@ def read_logs(folders: list[str]) -> list[dict]:
             raise UserError(f"DIR {folder!r} holds no complete run (no run.json below it)")
         for d in dirs:
             res = read_run(d)
-            groups = d / twin.GROUPS_FILE
+            groups = d / GROUPS_FILE
             runs.append({"train": res.train, "eval": res.eval, "counterfactual": res.counterfactual,
                          "groups": pd.read_parquet(groups) if groups.is_file() else None, "meta": res.meta,
                          "dir": str(d)})
