@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from reports import bootstrap, inference, stats
+from reports import bootstrap, inference, stats, text
 
 
 def _null_blocks(rng, blocks=80, seeds=8, tasks=60, run_sd=0.15, noise_sd=0.1):
@@ -214,7 +214,7 @@ def test_page_flags_are_the_reports_own_flags_and_bh_by_hand():
         ev = _aa_eval(rng, effects)
         res = reports.build_report(ev, "base", None, ks=(1, 3), resamples=200, primary="pass@1")
         paired, cats = res.tables["paired"], res.tables["categories"]
-        table = bool(any(reports.text.adjusted_p(r) < 0.05 for _, r in paired.iterrows()))
+        table = bool(any(text.adjusted_p(r) < 0.05 for _, r in paired.iterrows()))
         regress = bool(cats["regresses"].astype(bool).any())
         assert inference.page_flags(_families(ev), 0.05, resamples=200, rng=rng) == (table, regress)
         page = res.tables["page_error"].iloc[0]
