@@ -80,7 +80,7 @@ class TwinEnv(ScenarioEnv):
         super()._check_knobs(knobs)
         H = knobs["n_harnesses"]
         for name in ("harness_bias", "harness_read", "harness_ceiling", "harness_names"):
-            n = len(harness_values(knobs[name])) if knobs[name] else H
+            n = len(comma_items(knobs[name])) if knobs[name] else H
             if n != H:
                 raise UserError(f"env.{name}={knobs[name]!r} is not allowed: expected n_harnesses={H} values, got {n}")
         ceiling = _values(knobs, "harness_ceiling")
