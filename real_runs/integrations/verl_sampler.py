@@ -360,7 +360,7 @@ class HarnessCurriculumCore:
         if state.get("pending_step") is not None:
             raise UserError(f"this sampler state was saved during step {state['pending_step']}, before its "
                             "sampler.update(batch) (verl's stock RayPPOTrainer saves before it), so that step's "
-                            "feedback is lost; train with real_runs.integrations.verl_trainer (HarnessRayPPOTrainer), "
+                            "feedback is lost; train with python -m real_runs.integrations.verl_main (HarnessRayPPOTrainer), "
                             "which records each step before verl saves it")
         self.recorder.load_state_dict(state["recorder"])
         self.rows.load_state_dict(state["rows"])
