@@ -47,16 +47,17 @@ picks the closest shipped scenario (`world_distance`).
 """
 from __future__ import annotations
 
-from hbsim.twin.fitting import (BOUNDS, KEEP_SD_FACTOR, QUANTITIES, SCALARS, Fit, Layout, Objective, first, fit,
-                                initial_params, quality_table)
+from hbsim.twin.fitting import (BOUNDS, KEEP_SD_FACTOR, QUANTITIES, SCALARS, SIGN_Z, Fit, Layout, Objective, first,
+                                fit, initial_params, quality_table, reads_from_transfer, standard_errors)
 from hbsim.twin.logs import GROUPS_FILE, MIXED_ARM, N_NODES, TRUTH_PREFIXES, Observations, difficulty_spread, observations
 from hbsim.twin.model import (N_CATEGORIES, Params, expected_step, per_run, replay, sketch_transfer,
                               state_parts)
+from hbsim.twin.simulate import simulate, twin_env
 from hbsim.twin.worlds import (DEFAULT_POOL, FEATURE_QUANTILES, scenario, world_distance, world_features,
                                world_quantities)
 
 __all__ = ["BOUNDS", "DEFAULT_POOL", "FEATURE_QUANTILES", "Fit", "GROUPS_FILE", "KEEP_SD_FACTOR", "Layout", "MIXED_ARM",
-           "N_CATEGORIES", "N_NODES", "Objective", "Observations", "Params", "QUANTITIES", "SCALARS", "TRUTH_PREFIXES",
+           "N_CATEGORIES", "N_NODES", "Objective", "Observations", "Params", "QUANTITIES", "SCALARS", "SIGN_Z", "TRUTH_PREFIXES",
            "difficulty_spread", "expected_step", "first", "fit", "initial_params", "observations", "per_run",
-           "quality_table", "replay", "scenario", "sketch_transfer", "state_parts", "world_distance", "world_features",
+           "quality_table", "reads_from_transfer", "replay", "scenario", "sketch_transfer", "standard_errors", "simulate", "state_parts", "twin_env", "world_distance", "world_features",
            "world_quantities"]
