@@ -329,7 +329,7 @@ def fit(obs: Observations, holdout: float = 0.25, max_nfev: int = 25, sim_rounds
                 closed = sketch_transfer(prm.read, prm.noise, prm.dead)
                 shift["T"] = np.nan_to_num(sim["T"] - closed[None, None, :])
             theta0 = [best.x]
-        final.update(sol=best)
+        final.update(sol=best, shift=shift)
         return best.x
 
     starts = [layout.vector(base)]
@@ -337,7 +337,7 @@ def fit(obs: Observations, holdout: float = 0.25, max_nfev: int = 25, sim_rounds
     if holdout > 0:
         cut = np.maximum(1, np.floor((1 - holdout) * obs.steps)).astype(int)
         theta = solve(cut, starts, max_nfev)
-        quality = quality_table(obs, first(layout.params(theta, base)), cut)
+        quality = quality_table(obs, first(layout.params(theta, base)), cut, final.get("shift"))
         starts = [theta]
     theta = solve(obs.steps + 1, starts, max_nfev if holdout <= 0 else max(5, max_nfev // 2))
     return Fit(first(layout.params(theta, base)), obs, quality, time.perf_counter() - start, evaluations, layout,
@@ -376,11 +376,12 @@ QUANTITIES = {(0, "groups"): "success of generated groups", (1, "groups"): "reta
               (1, "probes"): "what-if change (held-out harness)", ("T", "probes"): "what-if gradient T"}
 
 
-def quality_table(obs: Observations, prm: Params, cut: np.ndarray) -> pd.DataFrame:
+def quality_table(obs: Observations, prm: Params, cut: np.ndarray, shift: dict | None = None) -> pd.DataFrame:
     """Per observed quantity, on the HELD-OUT steps (index >= cut of the run): n, RMSE, the
-    observations' std, and R^2 = 1 - MSE / variance (<= 0: no better than their mean)."""
+    observations' std, and R^2 = 1 - MSE / variance (<= 0: no better than their mean); the
+    predictions are the replay's plus `shift` (the fit's last simulation correction)."""
     layout = Layout(free=np.zeros(len(obs.harnesses), bool), scalars=())
-    obj = Objective(obs, layout, prm, cut)
+    obj = Objective(obs, layout, prm, cut, shift)
     pred = obj.predictions(np.zeros((1, 0)))[0]
     H, rows = len(obs.harnesses), []
     g, e, p = obs.groups, obs.evals, obs.probes

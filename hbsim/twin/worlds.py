@@ -22,8 +22,9 @@ def scenario(result: Fit, *, name: str, target: str = "heldout_tasks", pool_size
                f"{described}; the scenario model with one bias, core reading and ceiling per harness, fitted "
                "to the logged success of every step's groups, the evaluations and the what-if probes "
                "(docs/TWIN.md).")
-    note = (f"Learning rates fitted (the core's rate fixed at lr = 1: only lr x read is identified): skill_lr "
-            f"{env['skill_lr']}, trust region max_step {env['max_step']}, forget {env['forget']}.")
+    note = (f"Learning rates fitted: the core's lr {env['lr']} (fixed at 1 where no probe logged T: without T only "
+            f"lr x read is identified), skill_lr {env['skill_lr']}, trust region max_step {env['max_step']}, forget "
+            f"{env['forget']}.")
     return {"name": name, "summary": summary, "target": target, "seeds": max(2, int(seeds)), "steps": steps,
             "batch_groups": int(obs.batch_groups), "lr_note": note, "env": env}
 
