@@ -25,8 +25,14 @@ pytestmark = pytest.mark.calibration
 
 #: the scenarios judged (issue 39: at least these six)
 SCENARIOS = ("trap", "dead", "saturation", "interference", "forgetting", "table1")
-#: scenario -> (why uniform logs cannot identify it, the remedy's `identify` arguments)
-NOT_IDENTIFIABLE: dict = {}
+#: scenario -> (why uniform logs cannot identify it, the remedy's `identify` arguments; docs/TWIN.md)
+NOT_IDENTIFIABLE = {
+    "table1": ("the anchor starts near saturation and the trap, the noise harness's push and interference 12 act "
+               "on the same core: uniform steps average every harness's effect, and the fit gives the anchor a "
+               "confidently NEGATIVE reading (-0.71, se 0.11) and interference at its bound (16 for 12): Pearson "
+               "r 0.08, the twin picks harnessbandit over transfer",
+               {"fixed_steps": 25}),     # one 25-step run of each harness alone: r 0.87, tau 0.62, transfer
+}
 
 
 def _verdict(out: dict) -> str:
