@@ -166,6 +166,35 @@ def agreement(real: pd.DataFrame, world: pd.DataFrame, labels: list[str], *, res
             "means": {lab: [float(a), float(b)] for lab, a, b in zip(labels, real_mean, world_mean)}}
 
 
+def chance_tau(policies: int, level: float = 0.95) -> float:
+    """The `level` quantile of the Kendall tau of a ranking drawn at random against a fixed one
+    (over every permutation of `policies` items, exact up to 8, by 10^5 seeded draws beyond; the
+    quantile is a value tau takes): an agreement below it is within what chance gives."""
+    from itertools import permutations
+
+    from scipy import stats
+
+    base = np.arange(policies)
+    if policies <= 8:
+        orders = np.array(list(permutations(base)))
+    else:
+        rng = np.random.default_rng(0)
+        orders = np.array([rng.permutation(policies) for _ in range(100_000)])
+    taus = np.array([stats.kendalltau(base, o).statistic for o in orders])
+    return float(np.quantile(taus, level, method="higher"))
+
+
+def uniform_baseline(real: pd.DataFrame, labels: list[str], runs: pd.DataFrame) -> dict | None:
+    """"Always pick uniform" (no world at all): its top-1 regret, the real best policy's mean
+    minus uniform's (None where the real runs hold no built-in uniform)."""
+    names = dict(zip(runs["label"], runs["name"])) if "name" in runs else {}
+    uniform = [lab for lab in labels if names.get(lab) == "uniform"]
+    if not uniform:
+        return None
+    means = real.groupby("policy")["score"].mean().reindex(labels)
+    return {"label": uniform[0], "top1_regret": float(means.max() - means[uniform[0]])}
+
+
 def share_error(real: pd.DataFrame, world: pd.DataFrame, runs: pd.DataFrame, suite: str) -> tuple[float, int]:
     """(mean |share_world - share_real|, policies compared) on `suite` (nan, 0 without shares)."""
     a = share_of_gap(real, runs)
@@ -210,9 +239,14 @@ def main(args: argparse.Namespace) -> int:
         row["share_error"], row["share_policies"] = share_error(real_scores, scores, table, args.suite)
         row["world"] = name if world == "closest" else ("twin: " + sc.name if world == "twin" else "bernoulli (default)")
         rows[world] = row
+    real_suite = real_scores[real_scores["suite"] == args.suite]
+    per_policy = real_suite[real_suite["policy"].isin(labels)].groupby("policy")["seed"].nunique()
     record = {"twin": sc.record(), "real": str(Path(args.real).resolve()), "suite": args.suite,
               "resamples": args.resamples, "seed": args.seed, "closest": name, "distances": distances,
-              "worlds": rows, "seconds": time.perf_counter() - start}
+              "worlds": rows, "real_runs": int(len(real_suite[real_suite["policy"].isin(labels)])),
+              "real_seeds": {"min": int(per_policy.min()), "max": int(per_policy.max())},
+              "chance_tau95": chance_tau(len(labels)), "always_uniform": uniform_baseline(real_suite, labels, table),
+              "seconds": time.perf_counter() - start}
     text = check_table(record)
     print(text)
     if args.out is not None:
@@ -242,7 +276,17 @@ def check_table(record: dict) -> str:
     lines.append("")
     lines.append(f"real best policy: {best}; closest shipped scenario: {record['closest']} "
                  f"(distance {record['distances'].get(record['closest'], float('nan')):.2f})")
+    if "real_runs" in record:
+        seeds = record["real_seeds"]
+        count = f"{seeds['min']}" if seeds["min"] == seeds["max"] else f"{seeds['min']} to {seeds['max']}"
+        lines.append(f"the figures rest on {record['real_runs']} real runs: {count} seeds per ranked policy; chance: "
+                     f"the 95th percentile of Kendall tau of a random ranking of "
+                     f"{next(iter(record['worlds'].values()))['policies']} policies is {record['chance_tau95']:+.2f}")
+        base = record.get("always_uniform")
+        lines.append(f"always pick uniform (no world): top-1 regret {base['top1_regret']:.4f}" if base else
+                     "always pick uniform: no built-in uniform among the real runs")
     return "\n".join(lines)
 
 
-__all__ = ["KIND", "agreement", "closest_scenario", "main", "real_runs", "share_error"]
+__all__ = ["KIND", "agreement", "chance_tau", "closest_scenario", "main", "real_runs", "share_error",
+           "uniform_baseline"]

@@ -198,14 +198,22 @@ def report_text(result: twin.Fit, q: dict, table: dict, pool) -> str:
     names = obs.harnesses
     width = max(len(n) for n in names + ["harness"])
     lines.append("fitted quantities (the twin's exact model at the start):")
-    lines.append(f"  {'harness'.ljust(width)}  role      initial  ceiling  read    own gain  mean effect on others")
+    lines.append(f"  {'harness'.ljust(width)}  role      initial  ceiling  read (se)       own gain  mean effect on others")
     T = q["transfer"]
     H = len(names)
     roles = comma_items(table["env"]["roles"])
+    se = result.standard_errors("read")
     for h, n in enumerate(names):
         others = (T[h, :H].sum() - T[h, h]) / max(H - 1, 1)
+        err = f"({se[h]:.2f})" if np.isfinite(se[h]) else "(-)" if np.isnan(se[h]) else "(not seen)"
         lines.append(f"  {n.ljust(width)}  {roles[h]:<8}  {q['initial'][h]:.3f}    {q['ceiling'][h]:.2f}     "
-                     f"{prm.read[h]:+.2f}   {T[h, h]:+.4f}   {others:+.4f}")
+                     f"{prm.read[h]:+.2f} {err:<10} {T[h, h]:+.4f}   {others:+.4f}")
+    unsure = result.unsure()
+    if unsure:
+        lines.append(f"  WARNING: the sign of the core reading is not identified by these logs for "
+                     f"{', '.join(names[h] for h in unsure)} (|read| < {twin.SIGN_Z:g} standard errors): whether "
+                     "training it helps or hurts the other harnesses is a guess; more probes, larger probes or a "
+                     "short run on that harness alone would tell (docs/TWIN.md, Identifiability)")
     lines.append("  transfer matrix (row: pure step on, column: change of success of; last column the held-out "
                  "harness):")
     for h, n in enumerate(names):
