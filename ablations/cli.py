@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 
 from ablations import store
-from ablations.runner import ProgressBar, add_run_options, run_grid, run_tuned
+from ablations.runner import ProgressBar, add_run_options, run_grid, run_tuned, warn_warmup
 from ablations.spec import load_spec
-from ablations.tune import is_tuned, test_spec
+from ablations.tune import is_tuned, planned_configs, test_spec
 from hbsim.contract import CELLS, GRID_JSON
 from hbsim.records import done_ids, load_cells, read_meta
 from policies.errors import UserError
@@ -82,6 +82,7 @@ def cmd_plan(args) -> int:
 
 def cmd_run(args) -> int:
     spec = load_spec(args.grid)
+    warn_warmup(planned_configs(spec))
     if is_tuned(spec):
         return _run_tuned(spec, args)
     rows: dict[str, tuple] = {}

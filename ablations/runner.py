@@ -42,6 +42,7 @@ import ablations.worker as worker
 from ablations.plan import GridSpec
 from hbsim import atomic, folders, lifeline, threads
 from hbsim.contract import CELLS, PART, TUNE_DIR, TUNE_JSON
+from hbsim.experiment import warmup_line
 from hbsim.records import config_hash, is_complete, read_meta
 from policies.errors import UserError
 from policies.registry import loaded_plugins
@@ -236,6 +237,14 @@ def run_tuned(spec: GridSpec, out: str | os.PathLike, **options):
 
 
 # -- progress ------------------------------------------------------------------------
+def warn_warmup(configs) -> None:
+    """Before `hb sim`, `hb grid run` or `hb stress` starts: one line on stderr naming the
+    policies whose warm-up lasts the whole run (`hbsim.experiment.warmup_line`), if any."""
+    line = warmup_line(configs)
+    if line:
+        print(f"warning: {line}", file=sys.stderr)
+
+
 class ProgressBar:
     """`[#####.....] 37/200 cells  4.1 cells/s  ETA 0:00:40` on stderr (`noun`: cells, runs),
     redrawn in place on a terminal; elsewhere (logs, CI) one line per ~10% or 5 s."""

@@ -155,6 +155,7 @@ def main(args: argparse.Namespace) -> int:
         print("\n".join(ENVS[expand_preset({"kind": args.env})["kind"]].KNOBS.listing()))
         return 0
     configs, sc = build_configs(args)
+    runner.warn_warmup(configs)
     out = Path(os.path.realpath(args.out)) if args.out is not None else None   # a link loop: refused below, one line
     meta = {"scenario": sc.record()} if sc is not None else {}
     tasks = [{"id": f"{c['policy']['label']}/seed{c['seed']}", "config": c, "meta": meta,

@@ -42,9 +42,9 @@ from pathlib import Path
 import pandas as pd
 
 from ablations import store
-from ablations.runner import ProgressBar, add_run_options, check_run_options, run_tuned, workers
+from ablations.runner import ProgressBar, add_run_options, check_run_options, run_tuned, warn_warmup, workers
 from ablations.spec import parse_spec
-from ablations.tune import test_spec
+from ablations.tune import planned_configs, test_spec
 from hbsim import scenarios as suite
 from hbsim.contract import CELLS
 from hbsim.envs import make_env
@@ -228,6 +228,7 @@ def main(args: argparse.Namespace) -> int:
     raw = grid_raw(scenarios, policies, args.seeds, args.quick)
     spec = parse_spec(raw, "hb stress")
     check_resume(args.out, spec.raw, args.force)    # the scenarios' content in place of their names
+    warn_warmup(planned_configs(spec))
     out = Path(args.out)
     load0, wall0, cpu0 = os.getloadavg(), time.perf_counter(), time.process_time()
     cpus: list[float] = []                                 # each run's CPU seconds, measured where it ran

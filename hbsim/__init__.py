@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import importlib
 
+from harnessbandit.origin import pin as _pin
+
+_pin()   # the distribution's package names resolve to the installed packages (harnessbandit/origin.py)
+
 _LAZY = {
     "Loop": "hbsim.loop", "RunResult": "hbsim.records", "run": "hbsim.loop",
     "write_run": "hbsim.records", "read_run": "hbsim.records", "config_hash": "hbsim.records",
