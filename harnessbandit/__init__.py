@@ -24,7 +24,8 @@ EXPORTS: dict[str, tuple[str, str]] = {
     "Policy": ("policies.base", "Policy"), "Feedback": ("policies.base", "Feedback"),
     "Allocation": ("policies.base", "Allocation"), "POLICIES": ("policies.registry", "POLICIES"),
     "register": ("policies.registry", "register"), "make_policy": ("policies.registry", "make"),
-    "UserError": ("policies.errors", "UserError"),
+    "UserError": ("policies.errors", "UserError"), "Knob": ("policies.knobs", "Knob"),
+    "Knobs": ("policies.knobs", "Knobs"),
     # hbsim: run configs, one run, synthetic environments, scenarios, run records, the per-policy summary
     "resolve_config": ("hbsim.experiment", "resolve_config"), "run_config": ("hbsim.experiment", "run_config"),
     "run": ("hbsim.loop", "run"), "RunResult": ("hbsim.records", "RunResult"),
@@ -39,7 +40,7 @@ EXPORTS: dict[str, tuple[str, str]] = {
     "EXAMPLES": ("ablations", "EXAMPLES"),
     # reports: the paired report and its views
     "build_report": ("reports.build", "build_report"), "ReportResult": ("reports.build", "ReportResult"),
-    "headline_frame": ("reports.render", "headline_frame"), "headline_table": ("reports.text", "headline_table"),
+    "headline_frame": ("reports.render", "headline_table"), "headline_table": ("reports.text", "headline_table"),
     "suite_sentences": ("reports.text", "suite_sentences"), "conclusion": ("reports.text", "conclusion"),
     "read_dir": ("reports.load", "read_dir"), "make_frames": ("reports.load", "make_frames"),
 }

@@ -49,8 +49,9 @@ def _home(name: str) -> Path:
 
 
 def _where(spec) -> Path | None:
-    """The folder (or file) a spec would import from."""
-    if spec is None:
+    """The folder (or file) a spec would import from; None for a folder without __init__.py
+    (a namespace portion: never imported where a regular package of the name exists)."""
+    if spec is None or spec.origin in (None, "namespace"):
         return None
     if spec.submodule_search_locations:
         return Path(list(spec.submodule_search_locations)[0]).resolve()
