@@ -8,6 +8,8 @@ reports module, so `build`, `render`, `sections` and `page` all use it.
 """
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 import pandas as pd
 
@@ -104,11 +106,14 @@ def suite_sentences(result) -> list[str]:
     how much it beats (or trails) the baseline with its headline interval, and whether that
     difference is significant after Holm's correction over the family (``p_holm`` < alpha).
     Every number is the paired row's own (paired.csv: delta, ci_low, ci_high, p_holm, family);
-    nothing is recomputed. A suite without a headline row says so."""
+    nothing is recomputed. A suite without a headline row says so; a budget report names its
+    milestone."""
     paired, cfg = result.tables["paired"], result.config
     base, alpha = cfg["baseline"], cfg["alpha"]
     if paired.empty:
         return []
+    budget = cfg.get("budget")               # a budget report: every number at its milestone
+    at = f", at {budget['unit']} = {budget['at']:g}" if budget else ""
     out = []
     for suite, g in paired.groupby("suite", sort=True):
         metric = result.headline.get(suite)
@@ -118,7 +123,7 @@ def suite_sentences(result) -> list[str]:
             continue
         r = prim.loc[prim["delta"].idxmax()]
         n_s, m = int(r["n_seeds"]), int(r["family"])
-        where = f"On {suite} ({metric}, {n_s} seed{'s' if n_s != 1 else ''})"
+        where = f"On {suite} ({metric}, {n_s} seed{'s' if n_s != 1 else ''}{at})"
         if r["delta"] > 0:
             lead = f"{where}, the best design is {r['candidate']}: {r['delta']:+.3f} over the baseline {base}"
         else:
@@ -134,6 +139,13 @@ def suite_sentences(result) -> list[str]:
         out.append(f"{lead} {fmt_ci(r['ci_low'], r['ci_high'])} ({interval_label(alpha)} interval), {test} "
                    f"(p_holm = {fmt_p(p)}, alpha = {alpha}).")
     return out
+
+
+def lead_text(result, width: int = 110) -> str:
+    """`suite_sentences` as the first lines of a terminal (`hb report`, `hb demo`): each
+    sentence wrapped at ``width``, then a blank line ('' without sentences)."""
+    lines = [textwrap.fill(line, width=width) for line in suite_sentences(result)]
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def conclusion(result) -> str:

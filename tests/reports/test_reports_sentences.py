@@ -50,3 +50,6 @@ def test_a_significant_best_a_single_seed_and_a_suite_without_headline():
         "and no test.",
         "s3: no headline comparison (the primary metric is not computed on this suite)."]
     assert suite_sentences(_result([], {})) == []
+    budget = _result(rows[:1], {"s1": "pass@1"}, baseline="mixed-2")
+    budget.config["budget"] = {"unit": "tokens", "at": 8000.0}
+    assert suite_sentences(budget)[0].startswith("On s1 (pass@1, 8 seeds, at tokens = 8000), the best design is a: ")
