@@ -26,7 +26,9 @@ def test_one_sentence_per_suite_names_the_best_delta_its_interval_and_holm():
             _row("heldout_tasks", "b", +0.300, -0.100, +0.700, 0.210),      # the largest delta, not significant
             _row("heldout_tasks", "b", +0.900, +0.800, +1.000, 0.001, metric="pass@3", role="secondary"),
             _row("heldout_harness", "a", -0.020, -0.050, +0.010, 0.600),
-            _row("heldout_harness", "b", -0.080, -0.120, -0.040, 0.001)]
+            _row("heldout_harness", "b", -0.080, -0.120, -0.040, 0.001),
+            _row("heldout_harness", "oracle[target=train]", +0.400, +0.3, +0.5, 0.001),   # a reference: not a design
+            _row("heldout_harness", "fixed[arm=1]", +0.100, +0.05, +0.15, 0.001)]
     got = suite_sentences(_result(rows, {"heldout_tasks": "pass@1", "heldout_harness": "pass@1"}))
     assert got == [
         "On heldout_harness (pass@1, 8 seeds), no design beats the baseline uniform; the closest, a, trails it by "
@@ -50,6 +52,8 @@ def test_a_significant_best_a_single_seed_and_a_suite_without_headline():
         "and no test.",
         "s3: no headline comparison (the primary metric is not computed on this suite)."]
     assert suite_sentences(_result([], {})) == []
+    only = _result([_row("s1", "oracle", +0.2, +0.1, +0.3, 0.01)], {"s1": "pass@1"})
+    assert suite_sentences(only)[0].startswith("On s1 (pass@1, 8 seeds), the best design is oracle: +0.200 ")
     budget = _result(rows[:1], {"s1": "pass@1"}, baseline="mixed-2")
     budget.config["budget"] = {"unit": "tokens", "at": 8000.0}
     assert suite_sentences(budget)[0].startswith("On s1 (pass@1, 8 seeds, at tokens = 8000), the best design is a: ")
