@@ -100,3 +100,20 @@ def test_log_trackio_hint_points_at_the_store_that_holds_the_run(tmp_path):
                            "print([r['hb/reward'] for r in S.get_logs('proj', 'r1')])"],
                           env={**os.environ, "TRACKIO_DIR": str(store)}, capture_output=True, text=True, timeout=300)
     assert read.stdout.strip() == "[0.5]", read.stderr[-2000:]
+
+
+@pytest.mark.torch
+def test_hb_real_prints_the_command_that_shows_its_run(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("tensorboard")
+    from hbsim.cli import main
+    monkeypatch.setenv("HB_CACHE_DIR", str(tmp_path / "warm"))
+    small = ["--set", "warm_steps=2", "--set", "n_train_tasks=30", "--set", "n_heldout_tasks=5", "--set", "eval_tasks=1",
+             "--set", "eval_attempts=1", "--set", "max_new_tokens=8"]
+    out = tmp_path / "run"
+    assert main(["real", "--preset", "tiny", "--policy", "uniform", "--seed", "0", "--device", "cpu", "--steps", "1",
+                 "--out", str(out), *small, "--log", "tensorboard", "--log-name", "try1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"  tensorboard: tensorboard --logdir {out / 'tensorboard'}" in lines
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert main(["real", "--preset", "tiny", "--steps", "1", "--out", str(tmp_path / "x"), "--log-name", "a"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --log-name: only allowed with --log tensorboard|wandb|trackio"
