@@ -42,7 +42,6 @@ import ablations.worker as worker
 from ablations.plan import GridSpec
 from hbsim import atomic, folders, lifeline, threads
 from hbsim.contract import CELLS, PART, TUNE_DIR, TUNE_JSON
-from hbsim.experiment import warmup_line
 from hbsim.records import config_hash, is_complete, read_meta
 from policies.errors import UserError
 from policies.registry import loaded_plugins
@@ -237,26 +236,23 @@ def run_tuned(spec: GridSpec, out: str | os.PathLike, **options):
 
 
 # -- progress ------------------------------------------------------------------------
-def warn_warmup(configs) -> None:
-    """Before `hb sim`, `hb grid run` or `hb stress` starts: one line on stderr naming the
-    policies whose warm-up lasts the whole run (`hbsim.experiment.warmup_line`), if any."""
-    line = warmup_line(configs)
-    if line:
-        print(f"warning: {line}", file=sys.stderr)
-
-
 class ProgressBar:
     """`[#####.....] 37/200 cells  4.1 cells/s  ETA 0:00:40` on stderr (`noun`: cells, runs),
-    redrawn in place on a terminal; elsewhere (logs, CI) one line per ~10% or 5 s."""
+    redrawn in place on a terminal; elsewhere (logs, CI) one line per ~10% or 5 s. `note`: one
+    `warning: ` line written before the first bar, i.e. once every check passed and the runs start
+    (`hb sim`, `hb grid run`, `hb stress`: `hbsim.experiment.warmup_line`)."""
 
-    def __init__(self, stream=None, width: int = 30, noun: str = "cells"):
-        self.stream, self.width, self.noun = stream or sys.stderr, width, noun
+    def __init__(self, stream=None, width: int = 30, noun: str = "cells", note: str | None = None):
+        self.stream, self.width, self.noun, self.note = stream or sys.stderr, width, noun, note
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.first_done: int | None = None      # the first call sets it and the start time
         self.start = self.last_print = 0.0
         self.last_done = -1
 
     def __call__(self, done: int, total: int, failed: int) -> None:
+        if self.note:
+            self.stream.write(f"warning: {self.note}\n")
+            self.note = None
         now = time.perf_counter()
         if self.first_done is None or done < self.last_done:    # the first call, or a new batch (run_tuned's test phase)
             self.first_done = done

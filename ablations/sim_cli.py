@@ -35,7 +35,7 @@ from ablations import runner
 from ablations.plan import check_cells
 from hbsim.envs import ENV_PRESETS, ENVS, expand_preset
 from hbsim import scenarios
-from hbsim.experiment import resolve_config
+from hbsim.experiment import resolve_config, warmup_line
 from hbsim.folders import check_output_dir, output_dir
 from hbsim.records import config_hash, read_run
 from hbsim.references import run_table
@@ -155,7 +155,6 @@ def main(args: argparse.Namespace) -> int:
         print("\n".join(ENVS[expand_preset({"kind": args.env})["kind"]].KNOBS.listing()))
         return 0
     configs, sc = build_configs(args)
-    runner.warn_warmup(configs)
     out = Path(os.path.realpath(args.out)) if args.out is not None else None   # a link loop: refused below, one line
     meta = {"scenario": sc.record()} if sc is not None else {}
     tasks = [{"id": f"{c['policy']['label']}/seed{c['seed']}", "config": c, "meta": meta,
@@ -175,7 +174,7 @@ def main(args: argparse.Namespace) -> int:
     # --out: the marker first ("incomplete"), completed once every run is there
     with output_dir(args.out, "sim", settings, tool="hb sim") if out is not None else contextlib.nullcontext():
         runner.run_many(tasks, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
-                        progress=runner.ProgressBar(noun="runs"),
+                        progress=runner.ProgressBar(noun="runs", note=warmup_line(configs)),
                         on_done=lambda answer: kept.update({answer["id"]: answer.get("result")})).check()
     results = [kept[t["id"]] if out is None else read_run(t["dir"]) for t in tasks]
     train = pd.concat([r.train for r in results], ignore_index=True)

@@ -42,12 +42,13 @@ from pathlib import Path
 import pandas as pd
 
 from ablations import store
-from ablations.runner import ProgressBar, add_run_options, check_run_options, run_tuned, warn_warmup, workers
+from ablations.runner import ProgressBar, add_run_options, check_run_options, run_tuned, workers
 from ablations.spec import parse_spec
 from ablations.tune import planned_configs, test_spec
 from hbsim import scenarios as suite
 from hbsim.contract import CELLS
 from hbsim.envs import make_env
+from hbsim.experiment import warmup_line
 from hbsim.folders import output_dir
 from hbsim.records import canonical_json, read_meta
 from policies import POLICIES
@@ -228,7 +229,6 @@ def main(args: argparse.Namespace) -> int:
     raw = grid_raw(scenarios, policies, args.seeds, args.quick)
     spec = parse_spec(raw, "hb stress")
     check_resume(args.out, spec.raw, args.force)    # the scenarios' content in place of their names
-    warn_warmup(planned_configs(spec))
     out = Path(args.out)
     load0, wall0, cpu0 = os.getloadavg(), time.perf_counter(), time.process_time()
     cpus: list[float] = []                                 # each run's CPU seconds, measured where it ran
@@ -240,7 +240,8 @@ def main(args: argparse.Namespace) -> int:
         by_kind[kind] += answer.get("cpu_seconds", 0.0)
 
     tuned, report, selection = run_tuned(spec, out, jobs=args.jobs, backend=args.backend,
-                                         ray_address=args.ray_address, force_mixed=args.force, progress=ProgressBar(),
+                                         ray_address=args.ray_address, force_mixed=args.force,
+                                         progress=ProgressBar(note=warmup_line(planned_configs(spec))),
                                          on_done=done)
     wall = time.perf_counter() - wall0
     batches = [tuned] + ([report] if report else [])

@@ -95,7 +95,8 @@ def warmup_line(configs) -> str | None:
     """One line naming the policies that are round robin for the whole run: those whose
     warm-up (`Policy.warmup_steps`, built from each resolved config's own knobs and its env's
     `n_harnesses`) is at least the run's steps; None when every run leaves its warm-up.
-    `hb sim`, `hb grid run` and `hb stress` print it before they start."""
+    `hb sim`, `hb grid run` and `hb stress` print it once every check passed, as the runs start
+    (`ablations.runner.ProgressBar`'s note)."""
     seen, groups = set(), {}
     for cfg in configs:
         pol, n_arms, steps = cfg["policy"], cfg["env"].get("n_harnesses"), cfg["steps"]

@@ -45,17 +45,22 @@ def test_the_line_names_exactly_the_policies_whose_warmup_covers_the_run():
 
 
 @pytest.mark.cli
-def test_hb_sim_warns_in_one_line_before_it_runs(capsys):
+def test_hb_sim_warns_in_one_line_as_the_runs_start(tmp_path, capsys):
     code = hbsim.cli.main(["sim", "--env", "bernoulli", "--policy", "harnessbandit", "--policy", "uniform",
                            "--seeds", "1", "--steps", "20", "--jobs", "1"])
     err = capsys.readouterr().err.splitlines()
-    assert code == 0 and err[0] == (
+    assert code == 0 and err[0].startswith("hb sim: 2 runs") and err[1] == (
         "warning: 1 policy is round robin for the whole run (warm-up 30 steps (warmup_rounds 5 x 6 harnesses) >= "
         "20 steps: harnessbandit); run more steps or lower policy.warmup_rounds")
     assert sum("round robin" in line for line in err) == 1
     hbsim.cli.main(["sim", "--env", "bernoulli", "--policy", "harnessbandit", "--seeds", "1", "--steps", "31",
                     "--jobs", "1"])
     assert "round robin" not in capsys.readouterr().err
+    (tmp_path / "file").write_text("mine")              # a refused command stays one line: no warning first
+    assert hbsim.cli.main(["sim", "--env", "bernoulli", "--policy", "harnessbandit", "--seeds", "1", "--steps", "5",
+                           "--out", str(tmp_path / "file")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and (tmp_path / "file").read_text() == "mine"
 
 
 def test_grids_and_stress_read_every_planned_run():
@@ -68,3 +73,15 @@ def test_grids_and_stress_read_every_planned_run():
     labels = {c["policy"]["label"] for c in planned_configs(stress)}
     assert {"harnessbandit[part=trap]", "harnessbandit[part=trap@3x]", "fixed[arm=0][part=trap+fixed]"} <= labels
     assert warmup_line(planned_configs(stress)) is None          # trap's 100 steps leave every warm-up
+
+
+@pytest.mark.cli
+def test_hb_grid_run_warns_once_as_its_cells_start(tmp_path, capsys):
+    grid = tmp_path / "g.toml"
+    grid.write_text('name = "short"\nsteps = 6\nseeds = 1\n[env]\nkind = "bernoulli"\n'
+                    '[[policies]]\nname = "harnessbandit"\n[[policies]]\nname = "uniform"\n')
+    assert hbsim.cli.main(["grid", "run", str(grid), "--out", str(tmp_path / "out"), "--jobs", "1"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [line for line in err if line.startswith("warning:")] == [
+        "warning: 1 policy is round robin for the whole run (warm-up 30 steps (warmup_rounds 5 x 6 harnesses) >= 6 "
+        "steps: harnessbandit); run more steps or lower policy.warmup_rounds"] and err[0].startswith("warning:")
