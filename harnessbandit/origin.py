@@ -15,7 +15,8 @@ every import harnessbandit makes, and `from harnessbandit import ...` in user co
 the installed packages whatever the working directory holds. A folder that would have
 shadowed one, or a module of one of these names already imported from elsewhere (which no
 finder can replace in a running interpreter), is named in one line, once per process
-(the `harnessbandit` logger, a warning; not repeated in worker processes).
+(the `harnessbandit` logger, a warning; not repeated in worker processes, which inherit
+`TOLD_VAR`).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import importlib.abc
 import importlib.machinery
 import logging
 import multiprocessing
+import os
 import sys
 from pathlib import Path
 
@@ -32,7 +34,8 @@ PACKAGES = ("policies", "hbsim", "ablations", "real_runs", "reports")
 ROOT = Path(__file__).resolve().parent.parent
 LOG = logging.getLogger("harnessbandit")
 
-_told: set[str] = set()
+#: the packages already named in this process tree (inherited by worker processes and forkservers)
+TOLD_VAR = "HARNESSBANDIT_SHADOWS_TOLD"
 
 
 class PinnedFinder(importlib.abc.MetaPathFinder):
@@ -93,7 +96,10 @@ def pin() -> None:
         sys.meta_path.insert(0, PinnedFinder())
     if multiprocessing.parent_process() is not None:    # a worker: its parent said it already
         return
+    told = set(filter(None, os.environ.get(TOLD_VAR, "").split(",")))   # a parent process said these
     for name, line in shadows():
-        if name not in _told:
-            _told.add(name)
+        if name not in told:
+            told.add(name)
             LOG.warning(line)
+    if told:
+        os.environ[TOLD_VAR] = ",".join(sorted(told))   # inherited: a forkserver or worker says nothing again

@@ -37,7 +37,7 @@ def test_the_origin_module_is_a_stdlib_leaf():
 
 
 def _python(code: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HB_DEBUG")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HB_DEBUG", origin.TOLD_VAR)}
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -54,13 +54,19 @@ def test_a_user_policies_folder_in_the_cwd_is_named_in_one_line_and_changes_noth
     folder = _user_folder(tmp_path, "policies")
     # `python -m hbsim.cli` from that folder: sys.path[0] is the cwd, so `policies` was the user's
     done = subprocess.run([sys.executable, "-m", "hbsim.cli", "policies"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+                          text=True, timeout=300,
+                          env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", origin.TOLD_VAR)})
     assert done.returncode == 0, done.stderr
     assert "harnessbandit " in done.stdout and "uniform " in done.stdout
     lines = done.stderr.strip().splitlines()
     assert lines == [f"harnessbandit: your {folder} has the name of harnessbandit's package 'policies'; harnessbandit "
                      f"imports its own ({REPO / 'policies'}), so `import policies` gives harnessbandit's here: rename "
                      "yours to import it"], done.stderr
+    # two worker processes (and their forkserver) import the packages again: still one line
+    done = subprocess.run([sys.executable, "-m", "hbsim.cli", "sim", "--env", "bernoulli", "--policy", "uniform",
+                           "--seeds", "4", "--steps", "3", "--jobs", "2"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", origin.TOLD_VAR)})
+    assert done.returncode == 0 and done.stderr.count("harnessbandit: your") == 1, done.stderr
     # from harnessbandit import ...: the installed packages, the same one line
     done = _python("from harnessbandit import POLICIES, build_report\nimport policies\n"
                    "print(len(POLICIES) > 10, policies.__file__, hasattr(policies, 'MINE'))", tmp_path)
