@@ -165,6 +165,8 @@ class Sink:
             with contextlib.redirect_stdout(io.StringIO()):   # its hint lacks TRACKIO_DIR: `hint` replaces it
                 self._run = trackio.init(project=project, name=name, config=config or {}, embed=False)
         self.hint = hint(kind, folder, project)
+        if kind == "wandb" and os.environ["WANDB_MODE"] != "offline" and getattr(self._run, "url", None):
+            self.hint = self._run.url                 # an online run: its page
 
     def log(self, row: dict, step: int) -> dict[str, float]:
         metrics = row_metrics(row, self.harnesses)
