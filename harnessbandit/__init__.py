@@ -26,19 +26,20 @@ EXPORTS: dict[str, tuple[str, str]] = {
     "register": ("policies.registry", "register"), "make_policy": ("policies.registry", "make"),
     "UserError": ("policies.errors", "UserError"), "Knob": ("policies.knobs", "Knob"),
     "Knobs": ("policies.knobs", "Knobs"),
-    # hbsim: run configs, one run, synthetic environments, scenarios, run records, the per-policy summary
+    # hbsim: run configs, one run, synthetic environments, scenarios, run records (hbsim.contract)
     "resolve_config": ("hbsim.experiment", "resolve_config"), "run_config": ("hbsim.experiment", "run_config"),
-    "run": ("hbsim.loop", "run"), "RunResult": ("hbsim.records", "RunResult"),
-    "read_run": ("hbsim.records", "read_run"), "write_run": ("hbsim.records", "write_run"),
+    "run": ("hbsim.loop", "run"), "RunResult": ("hbsim.contract.records", "RunResult"),
+    "read_run": ("hbsim.contract.records", "read_run"), "write_run": ("hbsim.contract.records", "write_run"),
     "make_env": ("hbsim.envs", "make_env"), "ENVS": ("hbsim.envs", "ENVS"),
     "SCENARIOS": ("hbsim.scenarios", "SCENARIOS"), "get_scenario": ("hbsim.scenarios", "get"),
     "scenario_config": ("hbsim.scenarios", "scenario_config"),
-    "summarize": ("hbsim.summary", "summarize"), "summary_table": ("hbsim.summary", "summary_table"),
+    "summarize": ("reports.readings.summary", "summarize"),
+    "summary_table": ("reports.readings.summary", "summary_table"),
     # ablations: grid files and many runs
     "load_spec": ("ablations.spec", "load_spec"), "run_grid": ("ablations.runner", "run_grid"),
     "run_many": ("ablations.runner", "run_many"), "collect": ("ablations.store", "collect"),
     "EXAMPLES": ("ablations", "EXAMPLES"),
-    # reports: the paired report and its views
+    # reports: the per-policy summary (reports.readings), the paired report and its views
     "build_report": ("reports.build", "build_report"), "ReportResult": ("reports.build", "ReportResult"),
     "headline_frame": ("reports.render", "headline_table"), "headline_table": ("reports.text", "headline_table"),
     "suite_sentences": ("reports.text", "suite_sentences"), "conclusion": ("reports.text", "conclusion"),

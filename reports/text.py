@@ -13,7 +13,7 @@ import textwrap
 import numpy as np
 import pandas as pd
 
-from hbsim import references
+from hbsim.contract.labels import parse_label
 from policies import POLICIES
 
 #: every column of the headline table, explained once (stdout legend, report header)
@@ -147,8 +147,8 @@ def suite_sentences(result) -> list[str]:
 
 def is_reference(label: str) -> bool:
     """A clairvoyant reference (`Policy.reference`: the oracle, a fixed arm), read from a
-    grid's label `name[knob=value]` (`hbsim.references.runs_from_labels`)."""
-    name = references.runs_from_labels([label])["name"].iloc[0]
+    grid's label `name[knob=value]` (`hbsim.contract.labels.parse_label`)."""
+    name = parse_label(label)[0]
     return name in POLICIES and bool(POLICIES[name].reference)
 
 
