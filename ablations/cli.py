@@ -21,9 +21,10 @@ from pathlib import Path
 from ablations import store
 from ablations.runner import ProgressBar, add_run_options, run_grid, run_tuned
 from ablations.spec import load_spec
-from ablations.tune import is_tuned, test_spec
+from ablations.tune import is_tuned, planned_configs, test_spec
 from hbsim.contract import CELLS, GRID_JSON
 from hbsim.contract.records import done_ids, load_cells, read_meta
+from hbsim.experiment import warmup_line
 from policies.errors import UserError
 
 
@@ -82,11 +83,12 @@ def cmd_plan(args) -> int:
 
 def cmd_run(args) -> int:
     spec = load_spec(args.grid)
+    note = warmup_line(planned_configs(spec))       # said once the checks passed and the cells start
     if is_tuned(spec):
-        return _run_tuned(spec, args)
+        return _run_tuned(spec, args, note)
     rows: dict[str, tuple] = {}
     report = run_grid(spec, args.out, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
-                      force_mixed=args.force_mixed, progress=ProgressBar(),
+                      force_mixed=args.force_mixed, progress=ProgressBar(note=note),
                       on_done=lambda answer: rows.update({answer["id"]: answer["rows"]} if "rows" in answer else {}))
     print(f"grid {spec.name!r}: {report.total} cells, {report.skipped} already done, {report.ran} run, "
           f"{len(report.failed)} failed; results in {args.out}")
@@ -99,11 +101,11 @@ def cmd_run(args) -> int:
     return 1 if report.failed else 0
 
 
-def _run_tuned(spec, args) -> int:
+def _run_tuned(spec, args, note: str | None = None) -> int:
     """`hb grid run` of a grid with [tune] (ablations.tune): tune, select, test."""
     tuned, report, selection = run_tuned(spec, args.out, jobs=args.jobs, backend=args.backend,
                                          ray_address=args.ray_address, force_mixed=args.force_mixed,
-                                         progress=ProgressBar())
+                                         progress=ProgressBar(note=note))
     print(f"grid {spec.name!r} tuning: {tuned.total} cells, {tuned.skipped} already done, {tuned.ran} run, "
           f"{len(tuned.failed)} failed; in {Path(args.out) / 'tune'}")
     for failed in tuned.failed + (report.failed if report else []):

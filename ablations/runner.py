@@ -237,16 +237,21 @@ def run_tuned(spec: GridSpec, out: str | os.PathLike, **options):
 # -- progress ------------------------------------------------------------------------
 class ProgressBar:
     """`[#####.....] 37/200 cells  4.1 cells/s  ETA 0:00:40` on stderr (`noun`: cells, runs),
-    redrawn in place on a terminal; elsewhere (logs, CI) one line per ~10% or 5 s."""
+    redrawn in place on a terminal; elsewhere (logs, CI) one line per ~10% or 5 s. `note`: one
+    `warning: ` line written before the first bar, i.e. once every check passed and the runs start
+    (`hb sim`, `hb grid run`, `hb stress`: `hbsim.experiment.warmup_line`)."""
 
-    def __init__(self, stream=None, width: int = 30, noun: str = "cells"):
-        self.stream, self.width, self.noun = stream or sys.stderr, width, noun
+    def __init__(self, stream=None, width: int = 30, noun: str = "cells", note: str | None = None):
+        self.stream, self.width, self.noun, self.note = stream or sys.stderr, width, noun, note
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.first_done: int | None = None      # the first call sets it and the start time
         self.start = self.last_print = 0.0
         self.last_done = -1
 
     def __call__(self, done: int, total: int, failed: int) -> None:
+        if self.note:
+            self.stream.write(f"warning: {self.note}\n")
+            self.note = None
         now = time.perf_counter()
         if self.first_done is None or done < self.last_done:    # the first call, or a new batch (run_tuned's test phase)
             self.first_done = done

@@ -35,7 +35,7 @@ from ablations import runner
 from ablations.plan import check_cells
 from hbsim.envs import ENV_PRESETS, ENVS, expand_preset
 from hbsim import scenarios
-from hbsim.experiment import resolve_config
+from hbsim.experiment import resolve_config, warmup_line
 from hbsim.contract.folders import check_output_dir
 from hbsim.contract.markers import output_dir
 from hbsim.contract.records import config_hash, read_run
@@ -175,7 +175,7 @@ def main(args: argparse.Namespace) -> int:
     # --out: the marker first ("incomplete"), completed once every run is there
     with output_dir(args.out, "sim", settings, tool="hb sim") if out is not None else contextlib.nullcontext():
         runner.run_many(tasks, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
-                        progress=runner.ProgressBar(noun="runs"),
+                        progress=runner.ProgressBar(noun="runs", note=warmup_line(configs)),
                         on_done=lambda answer: kept.update({answer["id"]: answer.get("result")})).check()
     results = [kept[t["id"]] if out is None else read_run(t["dir"]) for t in tasks]
     train = pd.concat([r.train for r in results], ignore_index=True)

@@ -44,13 +44,14 @@ import pandas as pd
 from ablations import store
 from ablations.runner import ProgressBar, add_run_options, check_run_options, run_tuned, workers
 from ablations.spec import parse_spec
-from ablations.tune import test_spec
+from ablations.tune import planned_configs, test_spec
 from hbsim import scenarios as suite
 from hbsim.contract import CELLS
 from hbsim.contract.labels import FIXED_PART, part_name, scenarios_of
 from hbsim.envs import make_env
 from hbsim.contract.markers import output_dir
 from hbsim.contract.records import canonical_json, read_meta
+from hbsim.experiment import warmup_line
 from policies import POLICIES
 from policies.errors import UserError
 from policies.registry import REFERENCE_POLICIES, SHIPPED_POLICIES
@@ -233,7 +234,8 @@ def main(args: argparse.Namespace) -> int:
         by_kind[kind] += answer.get("cpu_seconds", 0.0)
 
     tuned, report, selection = run_tuned(spec, out, jobs=args.jobs, backend=args.backend,
-                                         ray_address=args.ray_address, force_mixed=args.force, progress=ProgressBar(),
+                                         ray_address=args.ray_address, force_mixed=args.force,
+                                         progress=ProgressBar(note=warmup_line(planned_configs(spec))),
                                          on_done=done)
     wall = time.perf_counter() - wall0
     batches = [tuned] + ([report] if report else [])

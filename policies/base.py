@@ -140,6 +140,12 @@ class Policy:
     def probabilities(self) -> np.ndarray:
         raise NotImplementedError
 
+    def warmup_steps(self) -> int:
+        """Steps of the deterministic round-robin warm-up before the policy's own law (0: none;
+        `ScoredPolicy`: warmup_rounds x harnesses). A run of at most this many steps is round
+        robin throughout (`hbsim.experiment.warmup_line` says so as the runs start)."""
+        return 0
+
     def select(self, batch_groups: int = BATCH_GROUPS.default) -> Allocation:
         return Allocation.pure(self._draw(), self.n_arms, checked_batch_groups(batch_groups))
 

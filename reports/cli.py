@@ -175,7 +175,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"--cost-tolerance {args.cost_tolerance:g}: only allowed with --budget groups|tokens|seconds")
     out = _check_paths(args)
     from reports import budget, build_report, headline_table, load
-    from reports.text import LEGEND, conclusion
+    from reports.text import LEGEND, conclusion, lead_text
 
     # the marker first ("incomplete"), completed last with every file written (--force removes only those)
     with markers.output_dir(out, "report", tool="hb report"), warnings.catch_warnings():
@@ -193,6 +193,7 @@ def main(args: argparse.Namespace) -> int:
                               target_delta=args.target_delta, jobs=args.jobs, budget=info)
     for line in result.notes:
         print(f"warning: {line}", file=sys.stderr)
+    print(lead_text(result))                    # the answer first: one plain sentence per suite
     print(textwrap.fill(conclusion(result), width=110) + "\n")
     print(headline_table(result))
     print(textwrap.fill(LEGEND, width=110) + "\n")
