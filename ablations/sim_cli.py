@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a shipped scenario (`hb scenarios`) or your own scenario file: its env, steps and "
                              "seed count (--set, --steps and --seeds override them)")
     parser.add_argument("--policy", action="append", default=None, metavar="NAME",
-                        help=f"policy to run (repeatable) or 'all': {', '.join(POLICIES)} (default: all)")
+                        help=f"policy to run (repeatable) or 'all': {', '.join(POLICIES.names())} (default: all)")
     parser.add_argument("--seeds", type=int, default=None,
                         help=f"number of seeds, 0..N-1 (default {RUN_KNOBS['seeds'].default}, or the scenario's)")
     parser.add_argument("--seed-offset", type=int, default=0, help="first seed (default 0)")
@@ -92,7 +92,7 @@ def policy_names(requested: list[str] | None) -> list[str]:
     names = [n for name in requested or ["all"] for n in (POLICIES if name == "all" else [name])]
     for n in names:
         if n not in POLICIES:
-            raise UserError(f"--policy {n!r} is unknown; valid policies: all, {', '.join(POLICIES)}")
+            raise UserError(f"--policy {n!r} is unknown; valid policies: all, {', '.join(POLICIES.names())}")
     return list(dict.fromkeys(names))
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from ablations.plan import GridSpec
 from ablations.spec import parse_spec
 from ablations.tune import is_tuned, recorded_test_spec
 from hbsim import atomic, folders, shapes
-from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG
+from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG, TUNE_DIR, TUNE_JSON
 from hbsim.records import collect_cells, done_ids
 from policies.errors import UserError
 
@@ -70,10 +71,42 @@ def recorded_spec(root: str | os.PathLike) -> GridSpec:
 def collect(root: str | os.PathLike, current: bool = False) -> tuple[Path, Path]:
     """Write DIR/train.parquet and DIR/eval.parquet of the complete cells (atomically; `current`:
     only those of the grid file recorded last, `hb grid collect --current`); returns their paths.
-    The grid's marker lists them (`hbsim.folders.output_dir`: claimed, then completed)."""
-    only = {c.id for c in recorded_spec(root).cells()} if current else None
-    with folders.output_dir(root, "grid", tool="hb grid collect"):
-        return collect_cells(root, only=only)
+    The grid's marker lists them (`hbsim.folders.output_dir`: claimed, then completed).
+    The marker also lists the grid's complete cells and its records (grid.json, tune.json,
+    tune/: hb's, whether or not the `hb grid run` that wrote them finished), and stays
+    "incomplete" while a planned cell has no result (a killed or unfinished run; a warning
+    line names them: `missing_cells`)."""
+    root = Path(root)
+    planned = recorded_spec(root).cells()
+    only = {c.id for c in planned} if current else None
+    missing = missing_cells(root, planned)
+    with folders.output_dir(root, "grid", tool="hb grid collect", finished=lambda: not missing):
+        for cell in sorted(done_ids(root)):
+            atomic.record_written(root / CELLS / cell)
+        for name in (GRID_JSON, TUNE_JSON, TUNE_DIR):
+            if (root / name).exists():
+                atomic.record_written(root / name)
+        paths = collect_cells(root, only=only)
+    if missing:
+        print(f"warning: {missing_line(root, missing)}", file=sys.stderr)
+    return paths
+
+
+def missing_cells(root: str | os.PathLike, planned=None) -> list:
+    """The planned cells of grid directory `root` (`recorded_spec`) with no result: neither
+    complete nor failed (an `hb grid run` killed or stopped before them)."""
+    planned = recorded_spec(root).cells() if planned is None else planned
+    have = done_ids(root) | failed_ids(root)
+    return [c for c in planned if c.id not in have]
+
+
+def missing_line(root, missing: list) -> str:
+    """One line naming the missing cells of a grid (the first three) and how to finish it."""
+    shown = ", ".join(f"{c.label} seed {c.seed} ({c.id})" for c in missing[:3])
+    more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+    return (f"grid directory {str(root)!r} is unfinished: {len(missing)} planned cell(s) have no result: {shown}{more}; "
+            f"the tables hold only the finished cells: run `hb grid run` on its grid file to finish it "
+            f"(`hb grid status {root}` lists them)")
 
 
 def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bool = False) -> None:

@@ -104,11 +104,23 @@ def _split(value: str) -> list[str]:
     return list(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
 
 
+def _split_paths(value: str) -> list[str]:
+    """`_split`, except that commas inside the name of an existing file do not split it
+    (`--scenarios "runs,v2.toml,trap"`: the file runs,v2.toml and trap): the longest run of
+    comma-joined pieces that names an existing file is one entry."""
+    parts, out, i = value.split(","), [], 0
+    while i < len(parts):
+        j = next((j for j in range(len(parts), i + 1, -1) if os.path.isfile(",".join(parts[i:j]).strip())), i + 1)
+        out.append(",".join(parts[i:j]).strip())
+        i = j
+    return list(dict.fromkeys(v for v in out if v))
+
+
 def chosen_scenarios(value: str) -> list:
     """The Scenario objects named by --scenarios (all: every shipped one; a PATH.toml: that file,
     `hbsim.scenarios.get`); UserError, one line, on an unknown name or a bad file."""
     known = suite.SCENARIOS
-    names = list(known) if value.strip() == "all" else _split(value)
+    names = list(known) if value.strip() == "all" else _split_paths(value)
     bad = [n for n in names if n not in known and not suite.is_file_reference(n)]
     if bad or not names:
         raise UserError(f"--scenarios {bad[0] if bad else value!r}: unknown scenario; valid: all or a comma-separated "
@@ -123,7 +135,7 @@ def chosen_policies(value: str | None, quick: bool) -> list[str]:
     bad = [n for n in names if n not in POLICIES]
     if bad or not names:
         raise UserError(f"--policies {bad[0] if bad else value!r}: unknown policy; valid: a comma-separated list of "
-                        f"{', '.join(POLICIES)}")
+                        f"{', '.join(POLICIES.names())}")
     # never empty: `mixed` is profiled in every part (beside being a candidate reference)
     return ["uniform", "mixed"] + [n for n in names if n not in (*ALWAYS, "fixed")]
 

@@ -75,6 +75,7 @@ from hbsim.adapter import float_or_nan, step_feedback
 from hbsim.envs.base import TARGETS, target_means  # noqa: F401  (TARGETS: part of this module's API)
 from hbsim.run_knobs import RUN_KNOBS
 from policies import Allocation
+from policies.base import checked_probabilities
 from policies.mixed import even_split
 from policies.signals import MemoryBank, as_float_sketch, sketch_norm, transfer_and_update
 from policies.errors import UserError
@@ -158,7 +159,7 @@ class Probe:
         H, B = len(loop.harnesses), loop.batch_groups
         self.n_arms = H
         eta = float(getattr(policy, "eta", 0.3))
-        prob = np.asarray(policy.probabilities(), dtype=np.float64)
+        prob = checked_probabilities(policy)
         q_before = np.asarray(policy.diagnostics().get("Q", np.full(H, np.nan)), dtype=np.float64)
         mixed = Allocation(even_split(list(range(H)), H, B, loop.t))
         truth = self._truth(adapter, H, B, mixed.counts)

@@ -329,6 +329,42 @@ def check_not_nested(path: str | os.PathLike, kind: str, flag: str = "--out") ->
                         f"nothing was written: choose a path outside it")
 
 
+def check_output_file(path: str | os.PathLike, ours, *, force: bool = False, flag: str = "--out",
+                      tool: str = "hb") -> str:
+    """Validate a FILE a tool writes at the user's path (`hb twin fit --out TWIN.toml` and the
+    figure beside it) BEFORE any work; writes nothing. The file's own mark says hb wrote it
+    (`ours(path)`: e.g. the TOML's first line, the PNG's Software tag), as a marker does a
+    folder's. Refused, one line: a path too long, a folder, a symbolic link (broken or not: hb
+    replaces files, never links), a folder it cannot write, a path inside another hb folder
+    (`check_not_nested`, never forced: a run directory, a grid's cells/), and (unless `force`)
+    an existing file `ours` does not recognise. Returns "new" or "replace"."""
+    path = Path(path)
+    check_path_length(path, flag, reserve=RUN_PATH_BYTES)
+    if path.is_symlink():
+        raise UserError(f"{flag} {str(path)!r} is a symbolic link (to {os.readlink(path)!r}); hb replaces files, "
+                        "never links; nothing was written: remove the link or choose another path")
+    if path.is_dir():
+        raise UserError(f"{flag} {str(path)!r} is a folder; expected the path of a file")
+    check_writable(path.parent, flag)
+    check_not_nested(path, "file", flag)
+    if not path.exists():
+        return "new"
+    if not force and not ours(path):
+        raise UserError(f"{flag}: {str(path)!r} exists and was not written by {tool}; nothing was written: choose "
+                        "another path or pass --force")
+    return "replace"
+
+
+def claim_output_file(path: str | os.PathLike) -> Path:
+    """Before the first write of a file checked by `check_output_file`: its folder created
+    (under the user's umask) and the temporaries of this file a killed writer left there
+    removed (`remove_temp`; only this file's: the folder is the user's)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_temp(path.parent, path.name)
+    return path
+
+
 def check_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = None, *,
                      force: bool = False, flag: str = "--out", force_flag: str | None = "--force") -> str:
     """Validate the output folder of a `kind` tool BEFORE any work; writes nothing.
@@ -418,13 +454,16 @@ _claims: dict[Path, tuple[Path, bytes | None, list[str]]] = {}
 
 
 @contextmanager
-def output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = None, tool: str | None = None):
+def output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = None, tool: str | None = None,
+               finished=lambda: True):
     """`claim_output_dir`, then the body writes, then `complete_output_dir`. When the body
     raises before anything was written there (no atomic write of this process, no new
     entry; e.g. a bad --baseline found while loading), the claim is undone: the folders it created are removed, or the marker restored, so a
     refusal leaves the disk as it was; after a write the marker stays "incomplete". Nested in
     an `output_dir` of the same folder (`hb stress` collects inside its profile's), it only
-    yields: the outer one completes the marker with both's files."""
+    yields: the outer one completes the marker with both's files. `finished()` (asked at the
+    end) False: the marker lists the files but keeps state "incomplete" (`hb grid collect` of
+    a grid whose cells are not all done)."""
     if Path(os.path.realpath(path)) in _active:      # inside the same folder's own `output_dir`: that one claims
         yield Path(path)
         return
@@ -440,7 +479,7 @@ def output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = Non
         raise
     finally:
         _active.discard(key)
-    complete_output_dir(root)
+    complete_output_dir(root, finished=finished())
 
 
 #: the folders inside an `output_dir` of this process now (a nested one for the same folder is a no-op)
@@ -467,7 +506,7 @@ def _undo_claim(root: Path, existed: Path, marker: bytes | None, mine: bytes) ->
             break
 
 
-def complete_output_dir(path: str | os.PathLike, files: list | None = None) -> Path:
+def complete_output_dir(path: str | os.PathLike, files: list | None = None, *, finished: bool = True) -> Path:
     """Mark a claimed folder complete (its command's last write): state "complete" and
     `files` = what the marker listed + every file this process wrote there since
     `claim_output_dir` + `files` (paths, absolute or relative to the folder)."""
@@ -481,7 +520,7 @@ def complete_output_dir(path: str | os.PathLike, files: list | None = None) -> P
         f = Path(f)
         names.add((f.resolve().relative_to(base) if f.is_absolute() else f).as_posix())
     names = {n for n in names if n.rsplit("/", 1)[-1] != KIND_FILE}     # markers, its own and a tune/'s
-    record.update(state="complete", files=sorted(n for n in names if (root / n).exists()))
+    record.update(state="complete" if finished else "incomplete", files=sorted(n for n in names if (root / n).exists()))
     atomic_write(root / KIND_FILE, json.dumps(record, sort_keys=True) + "\n")
     return root
 

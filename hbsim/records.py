@@ -31,6 +31,10 @@ from hbsim.contract import (CELLS, COUNTERFACTUAL_FILE, EVAL_FILE, GROUPS_FILE, 
                             TRAIN_FILE, TUNE_JSON)
 from hbsim.atomic import atomic_write, make_temp_dir, remove_temp, visible, write_dir_atomic
 from policies.errors import UserError
+from policies.validate import MAX_STEPS
+
+#: rollouts per group a groups table may name (`size`)
+MAX_GROUP_SIZE = 1_000_000
 
 
 @dataclass
@@ -183,17 +187,90 @@ def read_tune(root) -> dict | None:
     return record
 
 
+#: what every table of a run directory read back must hold (`read_table`): the columns its
+#: readers index, the first step number (an eval row of step 0 is the evaluation before
+#: training) and the columns whose values are a share of successes, in [0, 1]
+TABLE_SCHEMA = {
+    TRAIN_FILE: {"columns": ("step",), "first_step": 1, "shares": ()},
+    EVAL_FILE: {"columns": ("step", "suite", "task", "harness", "success"), "first_step": 0, "shares": ("success",)},
+    GROUPS_FILE: {"columns": ("step", "harness", "size", "success", "retained"), "first_step": 1,
+                  "shares": ("success",)},
+    COUNTERFACTUAL_FILE: {"columns": ("step", "harness", "arm"), "first_step": 1, "shares": ()},
+}
+
+
+def table_error(path, column: str, problem: str, allowed: str) -> UserError:
+    """The one line of a table that is not what hb writes: file, column, what is wrong, what is allowed."""
+    return UserError(f"{str(path)!r}: column {column!r} {problem}; allowed: {allowed} (SPEC §7: not a table hb "
+                     "wrote; remove its run directory, or rerun it)")
+
+
+def check_columns(path, frame: pd.DataFrame, columns) -> None:
+    """UserError naming the first of `columns` that `frame` (read from `path`) lacks."""
+    for column in columns:
+        if column not in frame.columns:
+            raise table_error(path, column, "is missing", f"a table holding {', '.join(columns)}")
+
+
+def check_steps(path, values, first: int, last: int = MAX_STEPS, column: str = "step") -> None:
+    """Every value of a step column finite, a whole number, in [first, last]."""
+    v = pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(v) | (v != np.round(v)) | (v < first) | (v > last)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise table_error(path, column, f"holds {_plain(values[i])!r} (row {i})", f"whole numbers in [{first}, {last}]")
+
+
+def check_shares(path, values, column: str) -> None:
+    """Every value of a share column (success) finite and in [0, 1]."""
+    v = pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(v) | (v < 0) | (v > 1)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise table_error(path, column, f"holds {_plain(values[i])!r} (row {i})", "finite numbers in [0, 1]")
+
+
+def _plain(value):
+    """A numpy scalar as the Python value it holds (for messages)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def read_table(path) -> pd.DataFrame:
+    """The table `path` of a run directory (TRAIN_FILE, EVAL_FILE, GROUPS_FILE,
+    COUNTERFACTUAL_FILE), checked against TABLE_SCHEMA before any reader uses it: readable
+    parquet, every required column, step numbers whole, finite and in [first step,
+    MAX_STEPS], successes in [0, 1]. The one reader of a run's tables read back (`read_run`:
+    `hb sim --out` reuse, `hb twin fit`); anything else is one line naming the file, the
+    column and what is allowed (`table_error`)."""
+    path = Path(path)
+    try:
+        frame = pd.read_parquet(path)
+    except (OSError, ValueError, pa.ArrowException) as exc:     # missing, truncated, not parquet
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(f"{str(path)!r} is missing or not a readable parquet table ({first[:200]}); allowed: the "
+                        "parquet table hb writes (remove its run directory, or rerun it)") from None
+    schema = TABLE_SCHEMA.get(path.name)
+    if schema is None:
+        return frame
+    check_columns(path, frame, schema["columns"])
+    check_steps(path, frame["step"].to_numpy(), schema["first_step"])
+    for column in schema["shares"]:
+        check_shares(path, frame[column].to_numpy(), column)
+    if "size" in schema["columns"]:
+        check_steps(path, frame["size"].to_numpy(), 1, MAX_GROUP_SIZE, "size")
+    return frame
+
+
 def read_run(run_dir):
-    """Read a complete run directory back into a RunResult."""
+    """Read a complete run directory back into a RunResult, every table checked (`read_table`)."""
     run_dir = Path(run_dir)
     meta = read_meta(run_dir)
     if meta is None:
         raise UserError(f"run directory {str(run_dir)!r} has no {RUN_JSON} (not a complete run)")
     cf, groups = run_dir / COUNTERFACTUAL_FILE, run_dir / GROUPS_FILE
-    return RunResult(train=pd.read_parquet(run_dir / TRAIN_FILE),
-                     eval=pd.read_parquet(run_dir / EVAL_FILE), meta=meta,
-                     counterfactual=pd.read_parquet(cf) if cf.is_file() else None,
-                     groups=pd.read_parquet(groups) if groups.is_file() else None)
+    return RunResult(train=read_table(run_dir / TRAIN_FILE), eval=read_table(run_dir / EVAL_FILE), meta=meta,
+                     counterfactual=read_table(cf) if cf.is_file() else None,
+                     groups=read_table(groups) if groups.is_file() else None)
 
 
 # -- a grid's cells, read into one table ---------------------------------------------------
