@@ -26,7 +26,6 @@ import numpy as np
 import pandas as pd
 
 from ablations import twin_check
-from ablations.runner import ProgressBar
 from ablations.twin_check import run_dirs
 from hbsim import scenarios, twin
 from hbsim.atomic import atomic_write
@@ -80,11 +79,11 @@ FIT_TRAIN_COLUMNS = ("arm", "groups_generated", "groups_retained", "reward")
 MAX_FIT_CELLS = 2_000_000
 
 
-def read_logs(folders: list[str], suite: str = "heldout_tasks", progress=None) -> list[dict]:
+def read_logs(folders: list[str], suite: str = "heldout_tasks") -> list[dict]:
     """Every run of `folders`: {"train", "eval", "groups", "counterfactual", "meta", "dir"},
     each table schema checked (`hbsim.records.read_run`) and checked against what a fit reads
     (`check_run`); `suite` must be among the runs' eval suites. UserError, one line naming
-    the file, otherwise. `progress(done, total, failed)`: called after each run read."""
+    the file, otherwise."""
     dirs = []
     for folder in folders:
         found = run_dirs(folder, "DIR")
@@ -92,14 +91,12 @@ def read_logs(folders: list[str], suite: str = "heldout_tasks", progress=None) -
             raise UserError(f"DIR {folder!r} holds no complete run (no run.json below it)")
         dirs += found
     runs = []
-    for i, d in enumerate(dirs):
+    for d in dirs:
         res = read_run(d)
         run = {"train": res.train, "eval": res.eval, "counterfactual": res.counterfactual, "groups": res.groups,
                "meta": res.meta, "dir": str(d)}
         check_run(run, runs[0] if runs else None)
         runs.append(run)
-        if progress is not None:
-            progress(i + 1, len(dirs), 0)
     suites = sorted({str(s) for run in runs for s in run["eval"]["suite"].unique()})
     if suites and suite not in suites:
         raise UserError(f"--suite {suite!r} is not in the runs' evaluations ({runs[0]['dir']}/{EVAL_FILE} ...); "
@@ -253,7 +250,7 @@ def fit_main(args: argparse.Namespace) -> int:
     check_output_file(out, _ours_toml, force=args.force, tool="hb twin fit")
     check_output_file(figure, _ours_png, force=args.force, tool="hb twin fit")
     start = time.perf_counter()
-    runs = read_logs(args.dirs, args.suite, progress=ProgressBar(noun="runs read"))
+    runs = read_logs(args.dirs, args.suite)
     R, S, H = check_fit_size(runs)
     pool = args.pool_size or real_setting(runs, "n_train_tasks")
     group_size = args.group_size or real_setting(runs, "group_size")
