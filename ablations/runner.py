@@ -61,6 +61,9 @@ class RunReport:
         """Raise RuntimeError naming every failed run, with the first one's traceback."""
         if self.failed:
             ids = ", ".join(a["id"] for a in self.failed)
+            if self.failed[0].get("user_error"):        # the user's bug, named in one line (its log has the traceback)
+                raise UserError(f"{len(self.failed)} of {self.total} runs failed ({ids}); the finished ones are kept "
+                                f"(a rerun resumes): {self.failed[0]['user_error']}")
             raise RuntimeError(f"{len(self.failed)} of {self.total} runs failed ({ids}); the finished ones are kept "
                                f"(a rerun resumes); {self.failed[0]['traceback']}")
 
