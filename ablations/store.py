@@ -77,7 +77,13 @@ def collect(root: str | os.PathLike, current: bool = False) -> tuple[Path, Path]
     "incomplete" while a planned cell has no result (a killed or unfinished run; a warning
     line names them: `missing_cells`)."""
     root = Path(root)
-    planned = recorded_spec(root).cells()
+    if current:
+        planned = recorded_spec(root).cells()
+    else:
+        try:
+            planned = recorded_spec(root).cells()
+        except UserError:           # a recorded grid file this hb cannot plan (e.g. an unloaded plugin): the cells as they are
+            planned = []
     only = {c.id for c in planned} if current else None
     missing = missing_cells(root, planned)
     with folders.output_dir(root, "grid", tool="hb grid collect", finished=lambda: not missing):
