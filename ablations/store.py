@@ -87,12 +87,12 @@ def collect(root: str | os.PathLike, current: bool = False) -> tuple[Path, Path]
     only = {c.id for c in planned} if current else None
     missing = missing_cells(root, planned)
     with folders.output_dir(root, "grid", tool="hb grid collect", finished=lambda: not missing):
+        paths = collect_cells(root, only=only)       # first: a refusal here leaves the marker as it was
         for cell in sorted(done_ids(root)):
             atomic.record_written(root / CELLS / cell)
         for name in (GRID_JSON, TUNE_JSON, TUNE_DIR):
             if (root / name).exists():
                 atomic.record_written(root / name)
-        paths = collect_cells(root, only=only)
     if missing:
         print(f"warning: {missing_line(root, missing)}", file=sys.stderr)
     return paths

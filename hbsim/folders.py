@@ -335,7 +335,7 @@ def check_output_file(path: str | os.PathLike, ours, *, force: bool = False, fla
     figure beside it) BEFORE any work; writes nothing. The file's own mark says hb wrote it
     (`ours(path)`: e.g. the TOML's first line, the PNG's Software tag), as a marker does a
     folder's. Refused, one line: a path too long, a folder, a symbolic link (broken or not: hb
-    replaces files, never links), a folder it cannot write, a path inside another hb folder
+    replaces files, never links), a named pipe or device, a folder it cannot write, a path inside another hb folder
     (`check_not_nested`, never forced: a run directory, a grid's cells/), and (unless `force`)
     an existing file `ours` does not recognise. Returns "new" or "replace"."""
     path = Path(path)
@@ -345,6 +345,9 @@ def check_output_file(path: str | os.PathLike, ours, *, force: bool = False, fla
                         "never links; nothing was written: remove the link or choose another path")
     if path.is_dir():
         raise UserError(f"{flag} {str(path)!r} is a folder; expected the path of a file")
+    if _exists(path) and not path.is_file():
+        raise UserError(f"{flag} {str(path)!r} is not a regular file (a named pipe, a device or a socket); nothing "
+                        "was written: choose another path")
     check_writable(path.parent, flag)
     check_not_nested(path, "file", flag)
     if not path.exists():

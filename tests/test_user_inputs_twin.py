@@ -218,6 +218,7 @@ CASES = [
      "mine.toml' exists and was not written by hb twin fit"),
     ("fit-out-folder", lambda w: ([*FIT, w.logs(), "--out", w.logs().parent / "x.toml"],
                                   (w.tmp / "x.toml").mkdir() or w.tmp), "is a folder"),
+    ("fit-out-named-pipe", lambda w: ([*FIT, w.logs(), "--out", w.pipe("p.toml")], w.tmp), "is not a regular file"),
     # cause 3: the fit's size, bounded before the fit
     ("fit-too-large", lambda w: ([*FIT, w.table("train.parquet", lambda f: _set(f, "step", 11, 999_999)), "--out",
                                  w.tmp / "t.toml"], w.tmp), "too large a fit; allowed: at most 2,000,000"),
