@@ -7,7 +7,6 @@ moment the runner or a worker is killed at.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -16,9 +15,10 @@ from pathlib import Path
 from ablations.plan import GridSpec
 from ablations.spec import parse_spec
 from ablations.tune import is_tuned, recorded_test_spec
-from hbsim import atomic, folders, shapes
+from hbsim import atomic, folders
 from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG, TUNE_DIR, TUNE_JSON
-from hbsim.records import collect_cells, done_ids
+from hbsim.records import collect_cells, done_ids, missing_line, read_grid_record
+from hbsim.records import missing_cells as records_missing_cells
 from policies.errors import UserError
 
 
@@ -40,20 +40,7 @@ def failure_reason(root: str | os.PathLike, cell_id: str) -> str:
     return lines[-1].strip() if lines else "(empty log)"
 
 
-def read_grid_json(root: str | os.PathLike) -> dict | None:
-    path = Path(root) / GRID_JSON
-    if not path.exists():
-        return None
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise UserError(f"{path}: unreadable grid record ({str(exc)[:200]}); expected the JSON object hb "
-                        "writes") from None
-    remedy = "expected the JSON object hb writes (name, names, spec): remove it, or the folder, and run again"
-    shapes.check(path, record, shapes.GRID_RECORD, "unreadable grid record", remedy)
-    shapes.check(path, record.get("spec") or {}, shapes.GRID_SPEC, "unreadable grid record", remedy, "spec.")
-    shapes.strings(path, record.get("names") or [], "unreadable grid record", remedy, "names")
-    return record
+read_grid_json = read_grid_record     # the one reader: hbsim.records
 
 
 def recorded_spec(root: str | os.PathLike) -> GridSpec:
@@ -98,24 +85,16 @@ def collect(root: str | os.PathLike, current: bool = False) -> tuple[Path, Path]
     return paths
 
 
-def missing_cells(root: str | os.PathLike, planned=None) -> list:
-    """The planned cells of grid directory `root` (`recorded_spec`) with no result: neither
-    complete nor failed (an `hb grid run` killed or stopped before them)."""
+def missing_cells(root: str | os.PathLike, planned=None) -> list[tuple]:
+    """The planned cells of grid directory `root` with no result, (id, label, seed) each
+    (`hbsim.records.missing_cells`), planned by the grid file recorded last (`recorded_spec`)
+    unless `planned` (GridSpec cells) is given."""
     planned = recorded_spec(root).cells() if planned is None else planned
-    have = done_ids(root) | failed_ids(root)
-    return [c for c in planned if c.id not in have]
+    return records_missing_cells(root, [[c.id, c.label, c.seed] for c in planned])
 
 
-def missing_line(root, missing: list) -> str:
-    """One line naming the missing cells of a grid (the first three) and how to finish it."""
-    shown = ", ".join(f"{c.label} seed {c.seed} ({c.id})" for c in missing[:3])
-    more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-    return (f"grid directory {str(root)!r} is unfinished: {len(missing)} planned cell(s) have no result: {shown}{more}; "
-            f"the tables hold only the finished cells: run `hb grid run` on its grid file to finish it "
-            f"(`hb grid status {root}` lists them)")
-
-
-def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bool = False) -> None:
+def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bool = False,
+              planned: list | None = None) -> None:
     """Create DIR (if needed) and record the grid; refuse a different grid's DIR, a folder
     of another kind and a non-empty folder hb did not create (`hbsim.folders`), unless
     `force_mixed` (`--force`).
@@ -137,6 +116,9 @@ def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bo
     if name not in names:
         names.append(name)
     new = {"name": names[0], "names": names, "spec": spec}
+    planned = planned if planned is not None else (record or {}).get("planned")
+    if planned is not None:           # the cells this grid's run plans ([id, label, seed]): what `hb report` names missing
+        new["planned"] = planned
     if new != record:
         atomic.write_json_atomic(root / GRID_JSON, new)
     else:

@@ -27,8 +27,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hbsim import shapes
-from hbsim.contract import (CELLS, COUNTERFACTUAL_FILE, EVAL_FILE, GROUPS_FILE, OPTIONAL_FILES, RUN_FILES, RUN_JSON,
-                            TRAIN_FILE, TUNE_JSON)
+from hbsim.contract import (CELLS, COUNTERFACTUAL_FILE, EVAL_FILE, FAILED, GRID_JSON, GROUPS_FILE, OPTIONAL_FILES,
+                            RUN_FILES, RUN_JSON, TRAIN_FILE, TUNE_JSON)
 from hbsim.atomic import atomic_write, make_temp_dir, remove_temp, visible, write_dir_atomic
 from policies.errors import UserError
 from policies.validate import MAX_STEPS
@@ -271,6 +271,48 @@ def read_run(run_dir):
     return RunResult(train=read_table(run_dir / TRAIN_FILE), eval=read_table(run_dir / EVAL_FILE), meta=meta,
                      counterfactual=read_table(cf) if cf.is_file() else None,
                      groups=read_table(groups) if groups.is_file() else None)
+
+
+# -- a grid's record and its cells ----------------------------------------------------------
+def read_grid_record(root) -> dict | None:
+    """DIR/grid.json of a grid directory, shape checked (`hbsim.shapes.GRID_RECORD`): the grid's
+    name, every name admitted by --force, its spec and `planned`, the cells its last `hb grid run`
+    planned ([id, label, seed] each); None when absent. The one reader of grid.json."""
+    path = Path(root) / GRID_JSON
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise UserError(f"{path}: unreadable grid record ({str(exc)[:200]}); expected the JSON object hb "
+                        "writes") from None
+    remedy = "expected the JSON object hb writes (name, names, spec): remove it, or the folder, and run again"
+    shapes.check(path, record, shapes.GRID_RECORD, "unreadable grid record", remedy)
+    shapes.check(path, record.get("spec") or {}, shapes.GRID_SPEC, "unreadable grid record", remedy, "spec.")
+    shapes.strings(path, record.get("names") or [], "unreadable grid record", remedy, "names")
+    for i, entry in enumerate(record.get("planned") or []):
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)):
+            raise UserError(f"{path}: unreadable grid record of the wrong shape (planned[{i}]={str(entry)[:40]} is "
+                            f"not [id, label, seed]); {remedy}")
+    return record
+
+
+def missing_cells(root, planned: list | None = None) -> list[tuple]:
+    """The planned cells of grid directory `root` with no result (neither complete nor failed:
+    an `hb grid run` killed or stopped before them), as (id, label, seed); `planned` defaults to
+    grid.json's (`read_grid_record`; [] for a grid recorded before hb kept it)."""
+    if planned is None:
+        planned = (read_grid_record(root) or {}).get("planned") or []
+    have = done_ids(root) | {p.name for p in visible(Path(root) / FAILED) if p.is_dir()}
+    return [tuple(cell) for cell in planned if cell[0] not in have]
+
+
+def missing_line(root, missing: list[tuple]) -> str:
+    """One line naming the missing cells of a grid (the first three) and how to finish it."""
+    shown = ", ".join(f"{label} seed {seed} ({cell_id})" for cell_id, label, seed in missing[:3])
+    more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+    return (f"grid directory {str(root)!r} is unfinished: {len(missing)} planned cell(s) have no result: {shown}{more}; "
+            f"rerun `hb grid run` on its grid file to finish it (`hb grid status {root}` lists them)")
 
 
 # -- a grid's cells, read into one table ---------------------------------------------------

@@ -168,20 +168,24 @@ def _check_paths(args) -> Path:
 
 
 def unfinished_grid(root) -> str | None:
-    """Why grid directory `root` is unfinished, naming missing cells where the finished ones
-    show them, or None: its marker says "incomplete" (an `hb grid run` killed or stopped before
-    every cell; `hb grid collect` keeps it so while a planned cell has no result). The cells
-    named are the (label, seed) pairs missing from the product of the finished cells' labels
-    and seeds; `hb grid status DIR` lists every planned cell missing."""
+    """Why grid directory `root` is unfinished, or None: the planned cells with no result, as
+    grid.json records them (`hbsim.records.missing_cells`); for a grid recorded before hb kept
+    its plan, its marker saying "incomplete" (an `hb grid run` killed or stopped before every
+    cell), with the (label, seed) pairs missing from the finished cells' labels x seeds."""
+    from hbsim.records import done_ids, missing_cells, missing_line, read_grid_record, read_meta
     root = Path(root)
+    record = read_grid_record(root) if (root / GRID_JSON).is_file() else None
+    if record is None:
+        return None
+    if record.get("planned") is not None:
+        missing = missing_cells(root)
+        return f"{missing_line(root, missing)}; this report covers only the finished cells" if missing else None
     try:
-        record = folders.read_marker(root)
+        marker = folders.read_marker(root)
     except UserError:
         return None
-    if not (root / GRID_JSON).is_file() or not record or record.get("kind") != "grid" \
-            or record.get("state") != "incomplete":
+    if not marker or marker.get("kind") != "grid" or marker.get("state") != "incomplete":
         return None
-    from hbsim.records import done_ids, read_meta
     pairs = set()
     for cell in done_ids(root):
         grid = (read_meta(root / CELLS / cell) or {}).get("grid") or {}

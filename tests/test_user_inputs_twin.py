@@ -355,6 +355,17 @@ def test_collect_of_a_killed_grid_stays_incomplete_and_lists_its_cells(base, tmp
     cells = sorted(f"cells/{p.name}" for p in (grid / contract.CELLS).iterdir())
     assert record["state"] == "incomplete"
     assert record["files"] == sorted([*cells, "eval.parquet", "grid.json", "train.parquet"])
+    missing = [c for c in json.loads((base / "grid" / "grid.json").read_text())["planned"]
+               if not (grid / "cells" / c[0]).exists()]
+    assert len(missing) == 2
+    code, _, err = hb("report", grid, "--baseline", "uniform", "--resamples", "20", "--k", "1")
+    assert code == 0 and "is unfinished: 2 planned cell(s) have no result: " in err
+    assert f"{missing[0][1]} seed {missing[0][2]} ({missing[0][0]})" in err
+    assert "this report covers only the finished cells" in err
+    # a grid recorded before grid.json kept its plan: the marker says it is unfinished
+    record = json.loads((grid / "grid.json").read_text())
+    del record["planned"]
+    (grid / "grid.json").write_text(json.dumps(record))
     code, _, err = hb("report", grid, "--baseline", "uniform", "--resamples", "20", "--k", "1")
     assert code == 0 and "is unfinished (its marker says incomplete" in err
     assert "this report covers its 2 finished cells" in err
