@@ -15,10 +15,10 @@ from pathlib import Path
 from ablations.plan import GridSpec
 from ablations.spec import parse_spec
 from ablations.tune import is_tuned, recorded_test_spec
-from hbsim import atomic, folders
+from hbsim.contract import atomic, folders, markers
 from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG, TUNE_DIR, TUNE_JSON
-from hbsim.records import collect_cells, done_ids, missing_line, read_grid_record
-from hbsim.records import missing_cells as records_missing_cells
+from hbsim.contract.records import collect_cells, done_ids, missing_line, read_grid_record
+from hbsim.contract.records import missing_cells as records_missing_cells
 from policies.errors import UserError
 
 
@@ -40,12 +40,12 @@ def failure_reason(root: str | os.PathLike, cell_id: str) -> str:
     return lines[-1].strip() if lines else "(empty log)"
 
 
-read_grid_json = read_grid_record     # the one reader: hbsim.records
+
 
 
 def recorded_spec(root: str | os.PathLike) -> GridSpec:
     """The grid file recorded last in DIR/grid.json (a tuned grid's: its test phase)."""
-    record = read_grid_json(root)
+    record = read_grid_record(root)
     if record is None:
         raise UserError(f"grid directory {root}: no {GRID_JSON} (not a grid directory)")
     spec = record.get("spec", {})
@@ -58,7 +58,7 @@ def recorded_spec(root: str | os.PathLike) -> GridSpec:
 def collect(root: str | os.PathLike, current: bool = False) -> tuple[Path, Path]:
     """Write DIR/train.parquet and DIR/eval.parquet of the complete cells (atomically; `current`:
     only those of the grid file recorded last, `hb grid collect --current`); returns their paths.
-    The grid's marker lists them (`hbsim.folders.output_dir`: claimed, then completed).
+    The grid's marker lists them (`hbsim.contract.markers.output_dir`: claimed, then completed).
     The marker also lists the grid's complete cells and its records (grid.json, tune.json,
     tune/: hb's, whether or not the `hb grid run` that wrote them finished), and stays
     "incomplete" while a planned cell has no result (a killed or unfinished run; a warning
@@ -73,7 +73,7 @@ def collect(root: str | os.PathLike, current: bool = False) -> tuple[Path, Path]
             planned = []
     only = {c.id for c in planned} if current else None
     missing = missing_cells(root, planned)
-    with folders.output_dir(root, "grid", tool="hb grid collect", finished=lambda: not missing):
+    with markers.output_dir(root, "grid", tool="hb grid collect", finished=lambda: not missing):
         paths = collect_cells(root, only=only)       # first: a refusal here leaves the marker as it was
         for cell in sorted(done_ids(root)):
             atomic.record_written(root / CELLS / cell)
@@ -87,7 +87,7 @@ def collect(root: str | os.PathLike, current: bool = False) -> tuple[Path, Path]
 
 def missing_cells(root: str | os.PathLike, planned=None) -> list[tuple]:
     """The planned cells of grid directory `root` with no result, (id, label, seed) each
-    (`hbsim.records.missing_cells`), planned by the grid file recorded last (`recorded_spec`)
+    (`hbsim.contract.records.missing_cells`), planned by the grid file recorded last (`recorded_spec`)
     unless `planned` (GridSpec cells) is given."""
     planned = recorded_spec(root).cells() if planned is None else planned
     return records_missing_cells(root, [[c.id, c.label, c.seed] for c in planned])
@@ -96,14 +96,14 @@ def missing_cells(root: str | os.PathLike, planned=None) -> list[tuple]:
 def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bool = False,
               planned: list | None = None) -> None:
     """Create DIR (if needed) and record the grid; refuse a different grid's DIR, a folder
-    of another kind and a non-empty folder hb did not create (`hbsim.folders`), unless
+    of another kind and a non-empty folder hb did not create (`hbsim.contract.folders`), unless
     `force_mixed` (`--force`).
 
     Call only after every input has been validated: this is the first write to DIR.
     """
     root = Path(root)
     folders.check_output_dir(root, "grid", force=force_mixed)
-    record = read_grid_json(root)
+    record = read_grid_record(root)
     names = list(record.get("names", [record.get("name")])) if record else []
     if record is not None and name not in names and not force_mixed:
         raise UserError(f"--out {root}: holds cells of grid {record.get('name')!r}, not {name!r}; "
@@ -111,7 +111,7 @@ def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bo
     if record is None and atomic.visible(root / CELLS) and not force_mixed:
         raise UserError(f"--out {root}: holds cells but no {GRID_JSON}; pass --force to add to it")
     root.mkdir(parents=True, exist_ok=True)
-    folders.claim_output_dir(root, "grid", tool="hb grid run")
+    markers.claim_output_dir(root, "grid", tool="hb grid run")
     (root / CELLS).mkdir(exist_ok=True)
     if name not in names:
         names.append(name)
@@ -125,7 +125,6 @@ def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bo
         atomic.record_written(root / GRID_JSON)      # written by an earlier (maybe killed) call: the marker lists it
 
 
-clean_tmp = atomic.remove_temp     # the one implementation: hbsim.atomic
 
 
 

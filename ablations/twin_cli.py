@@ -4,7 +4,7 @@
     hb twin check --twin TWIN.toml --real DIR [--out CHECK_DIR] [--suite heldout_tasks] [--jobs N]
 
 `fit` reads run folders (a run directory, an `hb sim --out` folder or a grid directory of
-cells; `hbsim.records`), fits the twin (`hbsim.twin`: the maths), prints the fit's quality on
+cells; `hbsim.contract.records`), fits the twin (`hbsim.twin`: the maths), prints the fit's quality on
 held-out steps and the fitted quantities, and writes TWIN.toml (a scenario file of env kind
 `twin`: `hb sim --scenario TWIN.toml`, `hb stress --scenarios TWIN.toml`) and TWIN.png (real
 versus twin curves) beside it. It refuses to replace a file hb twin fit did not write (the
@@ -28,12 +28,12 @@ import pandas as pd
 from ablations import twin_check
 from ablations.twin_check import run_dirs
 from hbsim import scenarios, twin
-from hbsim.atomic import atomic_write
-from hbsim.folders import check_output_file, claim_output_file
 from hbsim.contract import COUNTERFACTUAL_FILE, EVAL_FILE, GROUPS_FILE, TRAIN_FILE
-from hbsim.records import check_columns, check_steps, read_run, table_error
+from hbsim.contract.atomic import atomic_write
+from hbsim.contract.folders import check_output_file, claim_output_file
+from hbsim.contract.records import check_columns, check_steps, read_run, table_error
 from policies.errors import UserError
-from policies.validate import check_float, check_int
+from policies.validate import check_float, check_int, comma_items
 
 #: the first line of every TWIN.toml hb writes: the mark that it is ours to replace
 MARK = "# written by hb twin fit"
@@ -81,7 +81,7 @@ MAX_FIT_CELLS = 2_000_000
 
 def read_logs(folders: list[str], suite: str = "heldout_tasks") -> list[dict]:
     """Every run of `folders`: {"train", "eval", "groups", "counterfactual", "meta", "dir"},
-    each table schema checked (`hbsim.records.read_run`) and checked against what a fit reads
+    each table schema checked (`hbsim.contract.records.read_run`) and checked against what a fit reads
     (`check_run`); `suite` must be among the runs' eval suites. UserError, one line naming
     the file, otherwise."""
     dirs = []
@@ -110,7 +110,7 @@ def harnesses_of(train: pd.DataFrame) -> list[str]:
 
 
 def check_run(run: dict, first: dict | None) -> None:
-    """What a fit reads from one run, beyond the contract's schema (`hbsim.records.read_table`):
+    """What a fit reads from one run, beyond the contract's schema (`hbsim.contract.records.read_table`):
     the allocation columns (finite, >= 0) and FIT_TRAIN_COLUMNS, an arm below the harness count,
     the same harnesses as the first run, a groups table naming only those harnesses, and no
     step of the groups, eval or counterfactual table beyond the train table's last step."""
@@ -301,7 +301,7 @@ def report_text(result: twin.Fit, q: dict, table: dict, pool) -> str:
     lines.append(f"  {'harness'.ljust(width)}  role      initial  ceiling  read    own gain  mean effect on others")
     T = q["transfer"]
     H = len(names)
-    roles = table["env"]["roles"].split(",")
+    roles = comma_items(table["env"]["roles"])
     for h, n in enumerate(names):
         others = (T[h, :H].sum() - T[h, h]) / max(H - 1, 1)
         lines.append(f"  {n.ljust(width)}  {roles[h]:<8}  {q['initial'][h]:.3f}    {q['ceiling'][h]:.2f}     "

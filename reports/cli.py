@@ -19,9 +19,11 @@ import time
 import warnings
 from pathlib import Path
 
-from hbsim import folders
+from hbsim.contract import folders
+
+from hbsim.contract import markers
 from hbsim.contract import CELLS, EVAL_FILE, GRID_JSON, TRAIN_FILE
-from hbsim.records import read_tune
+from hbsim.contract.records import read_tune
 from policies import validate
 from policies.errors import UserError
 
@@ -91,7 +93,7 @@ def _parse_ks(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
-        ks = tuple(int(v) for v in text.split(",") if v.strip())
+        ks = tuple(int(v) for v in validate.comma_items(text))
     except ValueError:
         raise UserError(f"--k: got {text!r}, allowed: comma-separated positive integers, e.g. 1,3") from None
     if not ks or min(ks) < 1:
@@ -136,7 +138,7 @@ class _Progress:
 
 def _check_paths(args) -> Path:
     """Before any work: --resamples bounded, the output folder writable and a report
-    folder (hbsim.folders), and a grid's collected tables not older than its cells
+    folder (hbsim.contract.folders), and a grid's collected tables not older than its cells
     (exit 2, or collect again with --recollect). Returns the output folder."""
     validate.check_int("--resamples", args.resamples, 1, validate.MAX_RESAMPLES)
     validate.check_int("--seed", args.seed, 0, validate.MAX_SEED)
@@ -160,7 +162,7 @@ def _check_paths(args) -> Path:
                         f"{EVAL_FILE}); --part reads the collected tables: run `hb grid collect {args.dir}` or pass "
                         "--recollect")
     if args.recollect and (stale or uncollected):
-        from hbsim.records import collect_cells
+        from hbsim.contract.records import collect_cells
         collect_cells(args.dir)
         print(f"report: collected {args.dir} {'again (' + stale + ')' if stale else '(its tables were missing)'}",
               file=sys.stderr)
@@ -169,10 +171,10 @@ def _check_paths(args) -> Path:
 
 def unfinished_grid(root) -> str | None:
     """Why grid directory `root` is unfinished, or None: the planned cells with no result, as
-    grid.json records them (`hbsim.records.missing_cells`); for a grid recorded before hb kept
+    grid.json records them (`hbsim.contract.records.missing_cells`); for a grid recorded before hb kept
     its plan, its marker saying "incomplete" (an `hb grid run` killed or stopped before every
     cell), with the (label, seed) pairs missing from the finished cells' labels x seeds."""
-    from hbsim.records import done_ids, missing_cells, missing_line, read_grid_record, read_meta
+    from hbsim.contract.records import done_ids, missing_cells, missing_line, read_grid_record, read_meta
     root = Path(root)
     record = read_grid_record(root) if (root / GRID_JSON).is_file() else None
     if record is None:
@@ -217,7 +219,7 @@ def main(args: argparse.Namespace) -> int:
     from reports.text import LEGEND, conclusion
 
     # the marker first ("incomplete"), completed last with every file written (--force removes only those)
-    with folders.output_dir(out, "report", tool="hb report"), warnings.catch_warnings():
+    with markers.output_dir(out, "report", tool="hb report"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # exclusions are printed below as one line each
         extra = (args.axis,) if args.axis else ()
         if args.budget:

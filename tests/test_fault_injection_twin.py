@@ -1,5 +1,5 @@
 """Issue 41: `hb twin fit` killed with SIGKILL at each of its writes (the test hook
-`HB_FAULT_AT=N` of `hbsim.atomic`: 1 = TWIN.toml, 2 = TWIN.png, each after the data went to
+`HB_FAULT_AT=N` of `hbsim.contract.atomic`: 1 = TWIN.toml, 2 = TWIN.png, each after the data went to
 its temporary and before the rename), then run again: the rerun's TOML is byte for byte the
 uninterrupted one's, the figure is there, and no temporary is left beside them. Every test
 starts processes, so all are marked slow."""
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from hbsim import atomic, contract
+from hbsim import contract
+from hbsim.contract import atomic
 
 pytestmark = pytest.mark.slow
 

@@ -24,7 +24,8 @@ import pandas as pd
 import pytest
 
 from ablations_testkit import grid_text
-from hbsim import contract, folders, tomlfile
+from hbsim import contract
+from hbsim.contract import folders, tomlfile
 
 pytestmark = pytest.mark.cli
 
