@@ -12,12 +12,9 @@ tests/test_fault_injection_twin.py; the policy doors in tests/test_user_inputs_p
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-import stat
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -26,41 +23,12 @@ import pytest
 from ablations_testkit import grid_text
 from hbsim import contract
 from hbsim.contract import folders, tomlfile
+from user_inputs_kit import REPO, hb, tree_hash  # noqa: F401 (hb: a fixture)
 
 pytestmark = pytest.mark.cli
 
-REPO = Path(__file__).resolve().parent.parent
 SIM = ["sim", "--scenario", "trap", "--seeds", "2", "--steps", "12", "--jobs", "1"]
 TINY_GRID = grid_text(name="tiny", steps=3, seeds=2, policies=[{"name": "uniform"}, {"name": "round_robin"}])
-
-
-@pytest.fixture
-def hb(monkeypatch, capsys, tmp_path):
-    """`hb(*args) -> (exit code, stdout, stderr)` in this process, from tmp_path."""
-    from hbsim.cli import main
-    monkeypatch.delenv("HB_DEBUG", raising=False)
-    monkeypatch.chdir(tmp_path)
-
-    def run(*args):
-        capsys.readouterr()
-        code = main([str(a) for a in args])
-        out, err = capsys.readouterr()
-        return code, out, err
-    return run
-
-
-def tree_hash(root: Path) -> str | None:
-    """sha256 over every path (relative), its mode and (files) its content; None if absent."""
-    if not root.exists() and not root.is_symlink():
-        return None
-    digest = hashlib.sha256()
-    paths = [root] + sorted(root.rglob("*")) if root.is_dir() else [root]
-    for p in paths:
-        st = p.lstat()
-        digest.update(f"{p.relative_to(root) if p != root else '.'}:{stat.S_IMODE(st.st_mode):o}".encode())
-        if p.is_file() and not p.is_symlink():
-            digest.update(p.read_bytes())
-    return digest.hexdigest()
 
 
 @pytest.fixture(scope="module")
