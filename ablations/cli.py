@@ -23,7 +23,7 @@ from ablations.runner import ProgressBar, add_run_options, run_grid, run_tuned
 from ablations.spec import load_spec
 from ablations.tune import is_tuned, planned_configs, test_spec
 from hbsim.contract import CELLS, GRID_JSON
-from hbsim.contract.records import done_ids, load_cells, read_meta
+from hbsim.contract.records import done_ids, load_cells, read_grid_record, read_meta
 from hbsim.experiment import warmup_line
 from policies.errors import UserError
 
@@ -157,7 +157,7 @@ def cmd_status(args) -> int:
     cells = spec.cells()
     planned = {c.id for c in cells}
     missing = planned - done - failed
-    name = store.read_grid_json(root).get("name")
+    name = read_grid_record(root).get("name")
     print(f"grid {name!r} in {root} (grid file {spec.path}): {len(planned)} cells planned")
     print(f"  done:    {len(done & planned)}" + (f" (+{len(done - planned)} from other grid files)"
                                                   if done - planned else ""))
@@ -174,7 +174,7 @@ def cmd_status(args) -> int:
 
 
 def cmd_collect(args) -> int:
-    if store.read_grid_json(args.dir) is None:
+    if read_grid_record(args.dir) is None:
         raise UserError(f"grid directory {args.dir}: no {GRID_JSON} (not a grid directory); "
                         "hb grid collect writes only into folders made by hb grid run")
     train_path, eval_path = store.collect(args.dir, current=args.current)

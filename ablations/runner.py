@@ -60,6 +60,9 @@ class RunReport:
         """Raise RuntimeError naming every failed run, with the first one's traceback."""
         if self.failed:
             ids = ", ".join(a["id"] for a in self.failed)
+            if self.failed[0].get("user_error"):        # the user's bug, named in one line (its log has the traceback)
+                raise UserError(f"{len(self.failed)} of {self.total} runs failed ({ids}); the finished ones are kept "
+                                f"(a rerun resumes): {self.failed[0]['user_error']}")
             raise RuntimeError(f"{len(self.failed)} of {self.total} runs failed ({ids}); the finished ones are kept "
                                f"(a rerun resumes); {self.failed[0]['traceback']}")
 
@@ -198,7 +201,9 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
     """Run every cell of `spec` missing from the grid directory `out`: DIR/cells/<id>/ with
     log.txt, failures in DIR/failed/ (`run_many`; each answer carries its summary rows)."""
     check_run_options(jobs, backend, ray_address)
-    store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=force_mixed)
+    cells = spec.cells()
+    store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=force_mixed,
+                    planned=[[c.id, c.label, c.seed] for c in cells])
     out = Path(out).resolve()
     scenario = {p.part: p.scenario for p in spec.parts} if spec.parts else {None: spec.scenario}   # `[env] scenario`
     tasks = [{"id": c.id, "config": c.config, "dir": str(out / CELLS / c.id), "log": True, "failures": str(out),
@@ -206,7 +211,7 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
               "plugins": spec.plugins, "meta": {"grid": {"name": spec.name, "cell_id": c.id, "sweep": c.sweep,
                                                          "label": c.label, "seed": c.seed},
                                                 **_scenario_meta(scenario.get(c.sweep.get(PART)))}}
-             for c in spec.cells()]
+             for c in cells]
     report = run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress, on_done=on_done)
     markers.complete_output_dir(out)        # the marker last, with every file and cell written
     return report

@@ -105,10 +105,15 @@ def _check_out(args) -> None:
     trl = args.backend == "trl"
     from hbsim.loop import attach_ground_truth
     from policies import POLICIES
+    from real_runs.native.presets import PROBE_KNOBS
 
     if args.policy in POLICIES:           # a clairvoyant reference needs ground truth a real run lacks
         attach_ground_truth(POLICIES[args.policy], None)
-    run_knobs(args)                       # --steps, --seed, --eval-every and the run knobs of --set
+    sets, run = run_knobs(args)           # --steps, --seed, --eval-every and the run knobs of --set
+    probes = [k for k in PROBE_KNOBS if k in sets.env]
+    if probes and run.get("counterfactual") is None:   # they set the what-if evaluation only
+        raise UserError(f"--set env.{probes[0]}={sets.env[probes[0]]} is not allowed without --counterfactual K: "
+                        "it sets the what-if probes' evaluation; add --counterfactual K or drop it")
     validate.check_int("--checkpoint-every", args.checkpoint_every, 1, validate.MAX_STEPS)
     if trl and args.device is not None:   # TRL runs on the CPU or on its accelerator (use_cpu)
         validate.check_choice("--device", args.device, ("auto", "cpu", "cuda"))

@@ -97,6 +97,8 @@ WHEN_SET_KNOBS = {
     "probe_attempts": _count(1, "--counterfactual: attempts per (task, harness) of the what-if evaluation"),
 }
 WHEN_SET.update(WHEN_SET_KNOBS)
+#: the knobs of the what-if probes' evaluation: only with --counterfactual (`hb real` refuses them otherwise)
+PROBE_KNOBS = ("probe_tasks", "probe_attempts")
 
 
 REAL_KNOBS = Knobs({
