@@ -418,21 +418,27 @@ def test_kill_9_of_hb_alone_leaves_no_process_behind(tmp_path, command):
     assert _gone_within(proc.pid, 5.0) == []
 
 
+@pytest.fixture(scope="module")
+def one_process_report(tmp_path_factory, reference_grid) -> Path:
+    """The reference grid's report made in one process (`--jobs 1`), once for every kill moment."""
+    root = tmp_path_factory.mktemp("one-process-report")
+    ok(hb("report", reference_grid / "grid", *REPORT, "--jobs", "1", "--out", root / "one", cwd=root))
+    return root / "one"
+
+
 @pytest.mark.parametrize("kill_at", [0, 1, 2])
-def test_report_helper_killed_at_several_moments(tmp_path, reference_grid, kill_at):
+def test_report_helper_killed_at_several_moments(tmp_path, reference_grid, one_process_report, kill_at):
     """The report's forked helper killed with -9 in its start-up or at its 1st or 2nd call:
     the report still ends (exit 0), says so in one line, and its tables and figures are
     the bytes of a one-process report."""
-    one = hb("report", reference_grid / "grid", *REPORT, "--jobs", "1", "--out", tmp_path / "one", cwd=tmp_path)
-    ok(one)
     proc = _start(["report", str(reference_grid / "grid"), *REPORT, "--jobs", "2", "--out", "two"], tmp_path,
                   **{offload.KILL_ENV: str(kill_at)})
     out, err = proc.communicate(timeout=600)                 # a hang fails here
     assert proc.returncode == 0, err[-3000:]
     assert offload.DIED in err and "Traceback" not in err
-    assert_same(tables(tmp_path / "two"), tables(tmp_path / "one"))
+    assert_same(tables(tmp_path / "two"), tables(one_process_report))
     pngs = lambda root: {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*.png"))}  # noqa: E731
-    assert pngs(tmp_path / "two") == pngs(tmp_path / "one") != {}
+    assert pngs(tmp_path / "two") == pngs(one_process_report) != {}
     assert _gone_within(proc.pid, 5.0) == []
 
 
