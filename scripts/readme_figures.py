@@ -35,6 +35,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from policies.validate import comma_items
+
 ROOT = Path(__file__).resolve().parent.parent
 WINDOW = (1400, 900)            # the report's first screen, as its page test opens it
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
@@ -148,7 +150,7 @@ def profile_text(stress: Path, docs: Path) -> str:
     line naming the command that made it and its size (from the folder's marker and profile.csv)."""
     import pandas as pd
 
-    from hbsim.folders import read_marker
+    from hbsim.contract.markers import read_marker
     md, csv = stress / "stress" / "profile.md", stress / "stress" / "profile.csv"
     if not md.is_file() or not csv.is_file():
         raise SystemExit(f"readme_figures: no profile at {md}: run `hb stress --out {stress}` first")
@@ -182,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated parts to regenerate (default all: {','.join(PARTS)})")
     parser.add_argument("--docs", type=Path, default=ROOT / "docs", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    only = [p.strip() for p in args.only.split(",") if p.strip()]
+    only = comma_items(args.only)
     if not only or set(only) - set(PARTS):
         parser.error(f"--only {args.only!r}: allowed: a comma-separated list of {', '.join(PARTS)}")
     demo, stress = args.demo, args.stress
