@@ -69,7 +69,7 @@ def test_grids_and_stress_read_every_planned_run():
     assert warmup_line(planned_configs(parse_spec(raw, "short.toml"))) == (
         "1 policy is round robin for the whole run (warm-up 30 steps (warmup_rounds 5 x 6 harnesses) >= 12 steps: "
         "harnessbandit); run more steps or lower policy.warmup_rounds")
-    stress = parse_spec(grid_raw(chosen_scenarios("trap"), chosen_policies(None, True), 2, True), "hb stress")
+    stress = parse_spec(grid_raw(chosen_scenarios("trap"), chosen_policies(None, True), 2, False), "hb stress")
     labels = {c["policy"]["label"] for c in planned_configs(stress)}
     assert {"harnessbandit[part=trap]", "harnessbandit[part=trap@3x]", "fixed[arm=0][part=trap+fixed]"} <= labels
     assert warmup_line(planned_configs(stress)) is None          # trap's 100 steps leave every warm-up
