@@ -180,6 +180,8 @@ def main(args) -> int:
     config = build_config(args)
     saved = _resume_state(out, config, args.steps) if args.resume else None   # DIR checked by _check_out
     saver = Checkpointer(out, config, args.steps, args.checkpoint_every, rank, log=args.log)
+    if saved is not None:
+        saver.resumed_at = int(saved["t"])
     t0 = time.perf_counter()
 
     def factory(cfg: dict):
@@ -245,6 +247,7 @@ class Checkpointer:
     def __init__(self, out: Path, config: dict, steps: int, every: int, rank: int = 0, log: str | None = None):
         self.out, self.config, self.steps, self.every, self.rank = out, config, steps, every, rank
         self.log, self.sink = log, None      # --log: the tracker each step's row streams to (rank 0)
+        self.resumed_at = -1                 # the step a resumed run continues from (-1: a fresh run)
         self.signum: int | None = None
         self.stopped_at: int | None = None
         self._previous: dict = {}
@@ -291,7 +294,9 @@ class Checkpointer:
             if self.sink is None:
                 from real_runs.tracking import open_sink
                 self.sink = open_sink(self.log, self.out, loop.harnesses, name=self.out.name, config=self.config)
-            self.sink.log({**row, "overhead_frac": step_overhead(row)}, t)
+                self.sink.logged_through = self.resumed_at   # a resumed run's earlier evaluations were logged
+            self.sink.log_step({**row, "overhead_frac": step_overhead(row)}, t, groups=loop.last_groups,
+                               evals=loop.evaluations)
         stop = t < self.steps and self._stop_requested(loop.adapter.device)
         if self.rank == 0 and (stop or t == 1 or t % self.every == 0 or t == self.steps):
             checkpoint.save(self.out, self.config, loop.state_dict())
