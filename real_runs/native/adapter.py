@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 import time
 
 import numpy as np
@@ -52,9 +53,8 @@ from real_runs.native.rollout import play
 from real_runs.native.sketch import ParamSketch
 from real_runs.native.trainer import (Group, accumulate_gradients, build_rows, global_sum, pad_rows,
                                       sketch_and_update, token_learnability)
-from real_runs.world.harnesses import HARNESSES, HELDOUT_HARNESSES, TRAIN_HARNESSES
 from real_runs.world.pool import TaskPool
-from real_runs.world.tasks import make_tasks
+from real_runs.world.worlds import get_world
 
 
 def pick_device(name: str) -> torch.device:
@@ -105,10 +105,11 @@ class GRPOAdapter:
         if self.cfg.threads and self.device.type == "cpu":
             torch.set_num_threads(self.cfg.threads)  # process-wide: concurrent CPU workers must not oversubscribe
         self.rank, self.world = _rank_world()
-        self.harnesses = list(TRAIN_HARNESSES)
-        self._train_h = [HARNESSES[n] for n in TRAIN_HARNESSES]
-        self.train_tasks, self.heldout_tasks = make_tasks(self.seed, n_train=self.cfg.n_train_tasks,
-                                                          n_heldout=self.cfg.n_heldout_tasks)
+        self.task_world = get_world(self.cfg.world)
+        self.harnesses = list(self.task_world.train)
+        self._train_h = [self.task_world.harness(n) for n in self.task_world.train]
+        self.train_tasks, self.heldout_tasks = self.task_world.make_tasks(self.seed, n_train=self.cfg.n_train_tasks,
+                                                                     n_heldout=self.cfg.n_heldout_tasks)
         self.model, self.warm_key = model if model is not None else self._build_model(progress)
         self.ref = copy.deepcopy(self.model).requires_grad_(False).eval()
         self.optimizer = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad],
@@ -129,8 +130,12 @@ class GRPOAdapter:
 
     def _build_model(self, progress=None):
         if self.cfg.model_path:
-            from real_runs.native.hf import load_hf_model
-            return load_hf_model(self.cfg.model_path, self.cfg.hf_block_path, self.device, self.cfg.max_len), "hf"
+            from real_runs.native.lm import freeze_below, load_lm
+            model = load_lm(self.cfg.model_path, device=self.device, dtype=self.cfg.dtype, max_len=self.cfg.max_len,
+                            block_path=self.cfg.hf_block_path, cache_dir=self.cfg.cache_dir,
+                            progress=lambda line: print(line, file=sys.stderr))
+            freeze_below(model, self.cfg.train_layers)
+            return model, f"hf:{self.cfg.model_path}"
         from real_runs.native.model import ModelConfig, Transformer
         from real_runs.native.warmstart import warm_start, warm_tasks
         warm_h = self._train_h[:min(self.cfg.warm_harnesses, len(self._train_h))]
@@ -247,7 +252,7 @@ class GRPOAdapter:
         cfg = self.cfg
         return heldout_eval(self.model, self.harnesses, self.heldout_tasks[:cfg.eval_tasks], seed=self.seed,
                             step=self._step, attempts=cfg.eval_attempts, max_new=cfg.max_new_tokens,
-                            temperature=cfg.temperature, chunk=cfg.eval_chunk)
+                            temperature=cfg.temperature, chunk=cfg.eval_chunk, world=self.task_world.name)
 
     def probe_means(self, step: int) -> dict[str, float]:
         """The what-if probe's measurement (hbsim.counterfactual.probe_means): mean success of
@@ -259,11 +264,11 @@ class GRPOAdapter:
         cfg = self.cfg
         if cfg.probe_tasks == 0:           # no evaluation: every success column NaN
             names = ["real_train", "real_heldout_tasks", "real_heldout_harness",
-                     *(f"delta_{h}" for h in [*self.harnesses, *HELDOUT_HARNESSES])]
+                     *(f"delta_{h}" for h in [*self.harnesses, *self.task_world.heldout])]
             return dict.fromkeys(names, float("nan"))
         frame = heldout_eval(self.model, self.harnesses, self.heldout_tasks[:cfg.probe_tasks], seed=self.seed,
                              step=step, attempts=cfg.probe_attempts, max_new=cfg.max_new_tokens,
-                             temperature=cfg.temperature, chunk=cfg.eval_chunk)
+                             temperature=cfg.temperature, chunk=cfg.eval_chunk, world=self.task_world.name)
         success = frame["success"].astype(np.float64)
         out = {"real_train": float("nan")}
         out.update({f"real_{suite}": float(success[frame["suite"] == suite].mean())
