@@ -112,6 +112,8 @@ class GRPOAdapter:
                                                                      n_heldout=self.cfg.n_heldout_tasks)
         self.model, self.warm_key = model if model is not None else self._build_model(progress)
         self.ref = copy.deepcopy(self.model).requires_grad_(False).eval()
+        self._low: torch.nn.Module | None = None     # the sampling copy in sample_dtype (built on first use)
+        self._low_stale = False
         self.optimizer = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad],
                                           lr=self.cfg.lr)
         patterns = tuple(p.strip() for p in self.cfg.sketch_patterns.split(",") if p.strip())
@@ -159,8 +161,7 @@ class GRPOAdapter:
         out = {h: ([], np.zeros((0, G))) for h in requests}
         if not jobs:
             return out
-        self.model.eval()
-        played = play(self.model, jobs, generator=self._gen, max_new=self.cfg.max_new_tokens,
+        played = play(self.sampling_model(), jobs, generator=self._gen, max_new=self.cfg.max_new_tokens,
                       temperature=self.cfg.temperature, chunk=self.cfg.eval_chunk)
         ledger.tokens += played.tokens
         for phase, sec in played.seconds.items():
@@ -221,6 +222,7 @@ class GRPOAdapter:
                 max_grad_norm=cfg.max_grad_norm)
             ledger.seconds.update(seconds)
         ledger.groups_optimized = len(groups)
+        self._low_stale = True
         for name in ("groups_generated", "groups_scored", "groups_retained", "groups_optimized", "tokens"):
             setattr(ledger, name, int(global_sum(getattr(ledger, name), self.device)))   # over all ranks
         generated = global_sum_array(self._generated, self.device)
@@ -232,6 +234,23 @@ class GRPOAdapter:
         return StepResult(learnability=learn, sketch=sketch, update_sketch=update,
                           reward=reward_sum / n_roll if n_roll else float("nan"), cost=ledger, extras=extras,
                           generated=generated, update_norm=update_norm, groups=gather_groups(self._groups))
+
+    def sampling_model(self):
+        """The model rollouts and evaluations sample from, in eval mode: the trained model, or
+        with `sample_dtype` a copy in that dtype, refreshed from the trained weights after
+        every optimizer step and every state load (the recorded rollout log-probs are then
+        the copy's: the PPO ratio of a fresh group is near 1, not 1)."""
+        if not self.cfg.sample_dtype:
+            return self.model.eval()
+        if self._low is None:
+            self._low = copy.deepcopy(self.model).requires_grad_(False).to(getattr(torch, self.cfg.sample_dtype))
+            self._low_stale = False
+        elif self._low_stale:
+            with torch.no_grad():
+                for dst, src in zip(self._low.state_dict().values(), self.model.state_dict().values()):
+                    dst.copy_(src)
+            self._low_stale = False
+        return self._low.eval()
 
     def _learnability(self, rows) -> float | None:
         """SPEC §2.3 from per-token advantages and masks, over all ranks' retained groups."""
@@ -250,7 +269,7 @@ class GRPOAdapter:
     def evaluate(self) -> pd.DataFrame:
         """`native.evaluation.heldout_eval` of the first `eval_tasks` held-out tasks."""
         cfg = self.cfg
-        return heldout_eval(self.model, self.harnesses, self.heldout_tasks[:cfg.eval_tasks], seed=self.seed,
+        return heldout_eval(self.sampling_model(), self.harnesses, self.heldout_tasks[:cfg.eval_tasks], seed=self.seed,
                             step=self._step, attempts=cfg.eval_attempts, max_new=cfg.max_new_tokens,
                             temperature=cfg.temperature, chunk=cfg.eval_chunk, world=self.task_world.name)
 
@@ -266,7 +285,7 @@ class GRPOAdapter:
             names = ["real_train", "real_heldout_tasks", "real_heldout_harness",
                      *(f"delta_{h}" for h in [*self.harnesses, *self.task_world.heldout])]
             return dict.fromkeys(names, float("nan"))
-        frame = heldout_eval(self.model, self.harnesses, self.heldout_tasks[:cfg.probe_tasks], seed=self.seed,
+        frame = heldout_eval(self.sampling_model(), self.harnesses, self.heldout_tasks[:cfg.probe_tasks], seed=self.seed,
                              step=step, attempts=cfg.probe_attempts, max_new=cfg.max_new_tokens,
                              temperature=cfg.temperature, chunk=cfg.eval_chunk, world=self.task_world.name)
         success = frame["success"].astype(np.float64)
@@ -289,6 +308,7 @@ class GRPOAdapter:
     def load_state_dict(self, state: dict) -> None:
         self._step = int(state["step"])
         self.model.load_state_dict(state["model"])
+        self._low_stale = True
         self.ref.load_state_dict(state["ref"])
         # a copy: torch's Adam keeps the given state tensors (its `step` among them) and updates them
         # in place, which would alter `state` -- a what-if probe restores the same state many times
