@@ -106,7 +106,7 @@ def _check_out(args) -> None:
     checked by `check_run_dir`."""
     trl = args.backend == "trl"
     from hbsim.loop import attach_ground_truth
-    from real_runs.native.lm import is_named
+    from real_runs.native.lm import check_model, is_named
 
     if args.preset is None:              # `--model smollm2-135m` alone: that model's preset
         args.preset = args.model if args.model in PRESETS else "tiny"
@@ -121,6 +121,8 @@ def _check_out(args) -> None:
     if args.model is not None and not is_named(args.model) and not Path(args.model).is_dir():
         raise UserError(f"--model {args.model!r} is not a named model or a folder; expected smollm2-135m or a "
                         "local Hugging Face model directory")
+    if args.model is not None:
+        check_model(args.model)           # a named model's package and GGUF are installed
     check_environment()
     check_log(args)
     if trl:

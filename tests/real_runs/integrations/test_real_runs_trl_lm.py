@@ -26,7 +26,6 @@ except metadata.PackageNotFoundError:
 
 import torch  # noqa: E402
 
-from hbsim.experiment import resolve_policy  # noqa: E402
 from real_runs.integrations import trl_run  # noqa: E402
 from real_runs.world import answers  # noqa: E402
 
