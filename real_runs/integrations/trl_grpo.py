@@ -189,10 +189,12 @@ class HarnessScheduler(TrainerCallback):
         self._step.own = time.perf_counter() - t0 - self.recorder.pending.select_seconds
         return rows if n is None else rows[rank * n:(rank + 1) * n]
 
-    def generated(self, seconds: float, frac_reward_zero_std: float, tokens: int) -> None:
-        """TRL generated and scored the step's completions."""
+    def generated(self, seconds: float, frac_reward_zero_std: float, tokens: int, scoring: float = 0.0) -> None:
+        """TRL generated and scored the step's completions in `seconds`, `scoring` of them in
+        the reward functions (the cost ledger's `tools` phase, as the native backend's checkers)."""
         if self._step is not None:
-            self._step.seconds["rollout"] += seconds
+            self._step.seconds["rollout"] += seconds - scoring
+            self._step.seconds["tools"] += scoring
             self._step.frac_zero, self._step.tokens = float(frac_reward_zero_std), int(tokens)
 
     def set_rewards(self, per_func: torch.Tensor, weights: torch.Tensor, lengths: list[int] | None = None) -> None:
@@ -360,12 +362,14 @@ class HarnessGRPOTrainer(GRPOTrainer):
         out = super()._generate_and_score_completions([self.train_dataset[i] for i in rows])
         out["advantages"] = self.scheduler.filter_advantages(out["advantages"], self.accelerator.process_index)
         self.scheduler.generated(time.perf_counter() - t0, self._metrics["train"]["frac_reward_zero_std"][-1],
-                                 out["num_items_in_batch"])
+                                 out["num_items_in_batch"], scoring=getattr(self, "_hb_scoring", 0.0))
         self._hb_backward_start = time.perf_counter()
         return out
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        t0 = time.perf_counter()
         per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._hb_scoring = time.perf_counter() - t0
         if self.model.training:
             lengths = [len(c) for c in completion_ids_list] if self.accelerator.num_processes == 1 else None
             self.scheduler.set_rewards(per_func, self.reward_weights, lengths)
