@@ -132,9 +132,13 @@ def _args(sets):
 
 
 def test_model_defaults_come_from_the_native_preset_and_harnesses_from_the_world():
+    from real_runs.native.presets import PRESETS, resolve
     cfg, _, _ = trl_run.settings(_args([]))
+    native = resolve("smollm2-135m")
     assert (cfg.world, cfg.lr, cfg.batch_groups, cfg.group_size, cfg.max_completion_length, cfg.beta) == \
-        ("answers", 1e-5, 8, 4, 48, 0.0)
+        ("answers", native.lr, PRESETS["smollm2-135m"]["batch_groups"], native.group_size, native.max_new_tokens,
+         native.kl_coef)
+    assert (cfg.eval_tasks, cfg.dtype, cfg.threads) == (native.eval_tasks, native.dtype, native.threads)
     assert list(cfg.harnesses) == answers.TRAIN_HARNESSES
     assert trl_run.env_section(cfg)["world"] == "answers" and "lora_rank" not in trl_run.env_section(cfg)
     cfg, _, _ = trl_run.settings(_args(['harnesses=["json", "cot"]', "lora_rank=16"]))
