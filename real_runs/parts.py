@@ -9,7 +9,7 @@ a device call carries at most 64 MiB, the SmolLM2 GGUF is 98 MB).
 (`NAME.parts.json`: the file's name, size and SHA-256, each part's name, size and SHA-256).
 `join` reads the one manifest in DIR, checks every part's size and SHA-256, streams them
 into a hidden temporary beside OUTFILE while hashing the whole, and renames it into place
-only when the whole's SHA-256 is the manifest's (`hbsim.atomic.atomic_write`): a missing,
+only when the whole's SHA-256 is the manifest's (`hbsim.contract.atomic.atomic_write`): a missing,
 truncated or altered part, or a wrong whole, is one line naming it, exit 2, and OUTFILE is
 left as it was. An OUTFILE that already holds the manifest's bytes is kept as it is.
 Every part is written atomically too, so a killed `split` leaves no part that looks whole.
@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from hbsim.atomic import atomic_write, write_json_atomic
+from hbsim.contract.atomic import atomic_write, write_json_atomic
 from policies.errors import UserError
 
 FORMAT = 1

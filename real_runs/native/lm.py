@@ -114,8 +114,8 @@ def _check_gguf(m: NamedModel, gguf: Path) -> None:
 
 def _convert(m: NamedModel, gguf: Path, dest: Path, stamp: dict) -> None:
     """GGUF -> float32 HF checkpoint in `dest` (absent), filled in a hidden temporary sibling
-    and renamed into place (`hbsim.atomic.write_dir_atomic`); the temporaries of killed
-    conversions are removed first (`hbsim.atomic.remove_temp`)."""
+    and renamed into place (`hbsim.contract.atomic.write_dir_atomic`); the temporaries of killed
+    conversions are removed first (`hbsim.contract.atomic.remove_temp`)."""
     try:
         import gguf as _reader  # noqa: F401  (transformers' GGUF reader)
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -123,7 +123,7 @@ def _convert(m: NamedModel, gguf: Path, dest: Path, stamp: dict) -> None:
         raise UserError(f"model {m.name!r} needs transformers and gguf: {_install_hint(m)}") from None
     import torch
 
-    from hbsim.atomic import remove_temp, write_dir_atomic
+    from hbsim.contract.atomic import remove_temp, write_dir_atomic
     remove_temp(dest.parent, dest.name)
 
     def fill(tmp: Path) -> None:
