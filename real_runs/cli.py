@@ -65,6 +65,11 @@ def add_arguments(parser) -> None:
     add_log_option(parser)
 
 
+def preset_of(args) -> str:
+    """`--preset`, else the preset named like `--model` (smollm2-135m), else tiny."""
+    return args.preset or (args.model if args.model in PRESETS else "tiny")
+
+
 def build_config(args) -> dict:
     """The resolved run config of `hb real` (docs/ARCHITECTURE.md); the env section by
     `real_runs.resolve_env`, exactly as for a grid cell."""
@@ -72,12 +77,13 @@ def build_config(args) -> dict:
     from real_runs.native.presets import resolve_env
 
     sets, run = run_knobs(args)
-    env = {"kind": "real", "preset": args.preset, "device": args.device}
+    preset = preset_of(args)
+    env = {"kind": "real", "preset": preset, "device": args.device}
     if args.model:
         env["model_path"] = args.model
     return resolve_config({"env": {**env, **sets.env},
                            "policy": {"name": args.policy, "label": args.label or args.policy, **sets.policy},
-                           "batch_groups": PRESETS[args.preset]["batch_groups"], **run},
+                           "batch_groups": PRESETS[preset]["batch_groups"], **run},
                           resolve_env=resolve_env)
 
 
@@ -89,7 +95,7 @@ def _init_distributed(args) -> int:
     import torch.distributed as dist
 
     from real_runs.native.presets import resolve
-    device = args.device or resolve(args.preset).device
+    device = args.device or resolve(preset_of(args)).device
     cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
     if cuda:
         local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -109,8 +115,7 @@ def _check_out(args) -> None:
     from hbsim.loop import attach_ground_truth
     from real_runs.native.lm import check_model, is_named
 
-    if args.preset is None:              # `--model smollm2-135m` alone: that model's preset
-        args.preset = args.model if args.model in PRESETS else "tiny"
+    args.preset = preset_of(args)        # `--model smollm2-135m` alone: that model's preset (TRL reads it too)
     from policies import POLICIES
 
     if args.policy in POLICIES:           # a clairvoyant reference needs ground truth a real run lacks

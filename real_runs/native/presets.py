@@ -58,7 +58,7 @@ PRESETS: dict[str, dict] = {
     "smollm2-135m": dict(batch_groups=6, model_path="smollm2-135m", world="answers", group_size=4, lr=1e-5,
                          kl_coef=0.0, max_new_tokens=48, max_len=512, temperature=1.0, micro_batch=8,
                          sketch_blocks=2, warm_steps=0, threads=1, eval_tasks=18, eval_attempts=1, device="cpu",
-                         probe_tasks=9, sample_dtype="bfloat16"),
+                         probe_tasks=9, sample_dtype="bfloat16", eval_chunk=18),
     "gpu-small": dict(batch_groups=8, n_layer=4, d_model=256, n_head=4, d_mlp=768, max_len=512, group_size=8,
                       max_new_tokens=80, lr=1e-4, sketch_blocks=4, micro_batch=128, warm_steps=2000,
                       warm_batch=64, warm_lr=2e-3, warm_tasks=3000, warm_other_tasks=20, eval_tasks=100,
