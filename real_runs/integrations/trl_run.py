@@ -10,8 +10,8 @@ every optimizer step by a scheduling policy (`real_runs.integrations.trl_grpo`).
 The model is a tiny Qwen2 built in-process from a config with a byte-level tokenizer
 (`--preset tiny`, or `gpu-small` for a wider one) on the tool-use world, a named model
 (`--model smollm2-135m`: `real_runs.native.lm`, extra harnessbandit[lm]; its TRL knobs start
-from the native preset of that name, `model_defaults`: the answer world, lr 1e-5, 8 groups of
-4, 48 tokens), or any local Hugging Face causal-LM directory (`--model PATH`, nothing is
+from the native preset of that name, `model_defaults`: the answer world, its lr, groups,
+tokens and evaluation tasks), or any local Hugging Face causal-LM directory (`--model PATH`, nothing is
 downloaded). Knob `world` picks the task world (`real_runs.world.worlds`), `dtype` the
 weights' dtype (float32 trains in float32, TRL's bfloat16 autocast off; bfloat16 holds and
 trains bfloat16 weights), `lora_rank` > 0 trains LoRA adapters (peft) instead of the
