@@ -44,13 +44,14 @@ import pandas as pd
 from ablations import store
 from ablations.runner import ProgressBar, add_run_options, check_run_options, run_tuned, workers
 from ablations.spec import parse_spec
-from ablations.tune import test_spec
+from ablations.tune import planned_configs, test_spec
 from hbsim import scenarios as suite
 from hbsim.contract import CELLS
 from hbsim.contract.labels import FIXED_PART, part_name, scenarios_of
 from hbsim.envs import make_env
 from hbsim.contract.markers import output_dir
-from hbsim.contract.records import canonical_json, read_meta
+from hbsim.contract.records import canonical_json, read_grid_record, read_meta
+from hbsim.experiment import warmup_line
 from policies import POLICIES
 from policies.errors import UserError
 from policies.registry import REFERENCE_POLICIES, SHIPPED_POLICIES
@@ -103,11 +104,23 @@ def _split(value: str) -> list[str]:
     return list(dict.fromkeys(comma_items(value)))
 
 
+def _split_paths(value: str) -> list[str]:
+    """`_split`, except that commas inside the name of an existing file do not split it
+    (`--scenarios "runs,v2.toml,trap"`: the file runs,v2.toml and trap): the longest run of
+    comma-joined pieces that names an existing file is one entry."""
+    parts, out, i = comma_items(value, keep_empty=True), [], 0
+    while i < len(parts):
+        j = next((j for j in range(len(parts), i + 1, -1) if os.path.isfile(",".join(parts[i:j]).strip())), i + 1)
+        out.append(",".join(parts[i:j]).strip())
+        i = j
+    return list(dict.fromkeys(v for v in out if v))
+
+
 def chosen_scenarios(value: str) -> list:
     """The Scenario objects named by --scenarios (all: every shipped one; a PATH.toml: that file,
     `hbsim.scenarios.get`); UserError, one line, on an unknown name or a bad file."""
     known = suite.SCENARIOS
-    names = list(known) if value.strip() == "all" else _split(value)
+    names = list(known) if value.strip() == "all" else _split_paths(value)
     bad = [n for n in names if n not in known and not suite.is_file_reference(n)]
     if bad or not names:
         raise UserError(f"--scenarios {bad[0] if bad else value!r}: unknown scenario; valid: all or a comma-separated "
@@ -122,7 +135,7 @@ def chosen_policies(value: str | None, quick: bool) -> list[str]:
     bad = [n for n in names if n not in POLICIES]
     if bad or not names:
         raise UserError(f"--policies {bad[0] if bad else value!r}: unknown policy; valid: a comma-separated list of "
-                        f"{', '.join(POLICIES)}")
+                        f"{', '.join(POLICIES.names())}")
     # never empty: `mixed` is profiled in every part (beside being a candidate reference)
     return ["uniform", "mixed"] + [n for n in names if n not in (*ALWAYS, "fixed")]
 
@@ -200,7 +213,7 @@ def _outline(raw: dict) -> str:
 def check_resume(out: str | os.PathLike, raw: dict, force: bool = False) -> None:
     """A DIR holding a grid of another spec is refused, one line, nothing written (unless
     `force`: `--force`)."""
-    record = store.read_grid_json(out)
+    record = read_grid_record(out)
     if record is None or force:
         return
     old = (record.get("spec") or {}).get("raw") or {}
@@ -233,7 +246,8 @@ def main(args: argparse.Namespace) -> int:
         by_kind[kind] += answer.get("cpu_seconds", 0.0)
 
     tuned, report, selection = run_tuned(spec, out, jobs=args.jobs, backend=args.backend,
-                                         ray_address=args.ray_address, force_mixed=args.force, progress=ProgressBar(),
+                                         ray_address=args.ray_address, force_mixed=args.force,
+                                         progress=ProgressBar(note=warmup_line(planned_configs(spec))),
                                          on_done=done)
     wall = time.perf_counter() - wall0
     batches = [tuned] + ([report] if report else [])

