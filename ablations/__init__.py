@@ -7,7 +7,7 @@ commands that run many runs (`hb sim`, `grid`, `demo`, `stress`, `scenarios`, `v
 
     spec = ablations.load_spec("ablations/examples/paper_grid.toml")
     ablations.run_grid(spec, "runs/paper", jobs=2)      # or run_many(tasks): any batch of runs
-    train_df, eval_df = hbsim.records.load_cells("runs/paper")
+    train_df, eval_df = hbsim.contract.records.load_cells("runs/paper")
 
 `EXAMPLES` is the folder of the shipped grid and study files (package data, so an
 installed wheel has them too): `hb grid run "$(python -c 'import ablations;

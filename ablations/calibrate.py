@@ -36,8 +36,8 @@ from ablations.plan import check_cells
 from ablations import runner
 from hbsim.envs import ENVS
 from hbsim.experiment import resolve_config
-from hbsim.atomic import atomic_write, remove_temp
-from hbsim.folders import check_path_length, check_writable
+from hbsim.contract.atomic import atomic_write, remove_temp
+from hbsim.contract.folders import check_path_length, check_writable
 from hbsim.run_knobs import run_values
 from policies import POLICIES
 from policies.errors import UserError

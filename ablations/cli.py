@@ -7,7 +7,7 @@
 
 Progress goes to stderr; tables to stdout. `run` exits 1 when any cell failed
 (`status` lists them with their log paths), 2 on bad input (nothing in DIR modified).
-DIR is checked before any work (hbsim.folders): a file, an unwritable or too long
+DIR is checked before any work (hbsim.contract.folders): a file, an unwritable or too long
 path, a folder of another kind (`hb sim`/`hb real`/report) or a non-empty folder hb did
 not create is refused unless `--force`.
 """
@@ -23,7 +23,7 @@ from ablations.runner import ProgressBar, add_run_options, run_grid, run_tuned
 from ablations.spec import load_spec
 from ablations.tune import is_tuned, test_spec
 from hbsim.contract import CELLS, GRID_JSON
-from hbsim.records import done_ids, load_cells, read_meta
+from hbsim.contract.records import done_ids, load_cells, read_meta
 from policies.errors import UserError
 
 
@@ -130,8 +130,8 @@ def _summary(out, ids: set[str], rows: dict[str, tuple] | None = None) -> str | 
     from the rows the workers returned when every cell ran now, else read from the cells."""
     import pandas as pd
 
-    from hbsim.references import run_table
-    from hbsim.summary import EVAL_COLUMNS_READ, summary_table
+    from reports.readings.references import run_table
+    from reports.readings.summary import EVAL_COLUMNS_READ, summary_table
     try:
         if ids and ids <= (rows or {}).keys():
             order = sorted(ids)   # load_cells' order

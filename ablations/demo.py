@@ -19,9 +19,10 @@ from pathlib import Path
 from ablations import EXAMPLES, store
 from ablations.runner import ProgressBar, add_run_options, check_run_options, run_grid
 from ablations.spec import load_spec
-from hbsim import references
+from reports.readings import references
 from hbsim.contract import REPORT_INDEX
-from hbsim.folders import check_output_dir, output_dir
+from hbsim.contract.folders import check_output_dir
+from hbsim.contract.markers import output_dir
 from policies.validate import MAX_RESAMPLES, check_choice, check_int
 
 DEFAULT_GRID = EXAMPLES / "demo_grid.toml"

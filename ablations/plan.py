@@ -19,10 +19,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from hbsim.contract import PART, part_suffix
+from hbsim.contract import PART
+from hbsim.contract.labels import format_value, part_suffix, variant_label
 from hbsim.envs import ENVS, make_env
 from hbsim.experiment import check_run, resolve_policy, resolve_run
-from hbsim.records import canonical_json, config_hash
+from hbsim.contract.records import canonical_json, config_hash
 from policies import POLICIES
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
@@ -262,19 +263,6 @@ def _apply_point(keys: list[str], point: tuple, pol_defaults: dict):
             continue
         parts.append(f"{shown}={format_value(value)}")
     return env_over, pol_over, ",".join(parts)
-
-
-def format_value(value: Any) -> str:
-    """How a sweep value reads in a label (numpy values as plain JSON)."""
-    return value if isinstance(value, str) else canonical_json(value)
-
-
-def variant_label(base: str | None, name: str, knobs: dict, suffix: str) -> str:
-    if base is None:
-        base = name
-        if knobs:
-            base += "[" + ",".join(f"{k}={format_value(knobs[k])}" for k in sorted(knobs)) + "]"
-    return f"{base}[{suffix}]" if suffix else base
 
 
 def _resolve_env(err, suffix: str, env: dict) -> dict:

@@ -11,27 +11,25 @@
 `run_many` removes the hidden temporaries killed writers left next to the run
 directories, skips runs already complete with the same config (resume) and runs the rest
 on a backend; each run directory is written into a temporary directory and renamed into
-place (`hbsim.atomic.write_dir_atomic`), so a killed run never leaves a half-written one. Backends
+place (`hbsim.contract.atomic.write_dir_atomic`), so a killed run never leaves a half-written one. Backends
 (name -> function(tasks, jobs, on_done, **options)): `local` runs `--jobs 1` in this
 process, more in a `ProcessPoolExecutor` of reused workers (one BLAS thread each) forked
 from a forkserver that imported hbsim once; `ray` runs one Ray task per run, on a local
 instance with `jobs` CPUs or on the cluster at `ray_address` (its workers write into the
 shared output folder). Runs are seeded by their configs: results do not depend on the
 backend, the number of workers or the order runs finish in. A run the storage refused (a
-full disk, a quota, a read-only file system: `hbsim.atomic.STORAGE_ERRNOS`) stops the batch
+full disk, a quota, a read-only file system: `hbsim.contract.atomic.STORAGE_ERRNOS`) stops the batch
 with that OSError, which `hb` prints as one line: the complete runs stay, the rerun resumes.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import socket
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from multiprocessing import forkserver, resource_tracker
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -40,9 +38,10 @@ import ablations.store as store
 import ablations.tune as tune
 import ablations.worker as worker
 from ablations.plan import GridSpec
-from hbsim import atomic, folders, lifeline, threads
+from hbsim.contract import atomic, folders, lifeline, threads
+from hbsim.contract import markers
 from hbsim.contract import CELLS, PART, TUNE_DIR, TUNE_JSON
-from hbsim.records import config_hash, is_complete, read_meta
+from hbsim.contract.records import config_hash, is_complete, read_meta
 from policies.errors import UserError
 from policies.registry import loaded_plugins
 from policies.validate import MAX_JOBS, check_int
@@ -153,7 +152,7 @@ def run_many(tasks: list[dict], *, jobs: int | None = None, backend: str = "loca
     tasks = [{**t, "plugins": list(dict.fromkeys([*t.get("plugins", []), *here]))} if here else t for t in tasks]
     parents = sorted({Path(t["dir"]).parent for t in tasks if t.get("dir")})
     for folder in parents:
-        store.clean_tmp(folder)
+        atomic.remove_temp(folder)
     todo = pending(tasks)
     for task in tasks:              # a complete run of the same config (a killed earlier call's): hb's, listed
         if task.get("dir") and task not in todo:
@@ -188,7 +187,7 @@ def run_many(tasks: list[dict], *, jobs: int | None = None, backend: str = "loca
         # again: workers of a killed earlier run may still have been exiting at the start (they
         # notice the dead parent within a second), and a stopped batch killed its own workers
         for folder in parents:
-            store.clean_tmp(folder)
+            atomic.remove_temp(folder)
     return report
 
 
@@ -209,7 +208,7 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
                                                 **_scenario_meta(scenario.get(c.sweep.get(PART)))}}
              for c in spec.cells()]
     report = run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress, on_done=on_done)
-    folders.complete_output_dir(out)        # the marker last, with every file and cell written
+    markers.complete_output_dir(out)        # the marker last, with every file and cell written
     return report
 
 
@@ -280,33 +279,26 @@ def _hms(seconds: float) -> str:
 
 # -- local ---------------------------------------------------------------------------
 #: imported once by the forkserver, so every forked worker starts with them loaded
-PRELOAD = ["ablations.worker", "hbsim.experiment", "hbsim.records", "hbsim.envs.bernoulli",
+PRELOAD = ["ablations.worker", "hbsim.experiment", "hbsim.contract.records", "hbsim.envs.bernoulli",
            "hbsim.envs.drifting", "hbsim.envs.student", "pyarrow.parquet"]
 
-#: one BLAS/OpenMP thread per worker (`hbsim.threads`): N workers x (spinning) BLAS threads
+#: one BLAS/OpenMP thread per worker (`hbsim.contract.threads`): N workers x (spinning) BLAS threads
 #: on N cores made every cell ~2.5x slower with --jobs 2 on a 2-core machine
 SINGLE_THREAD_ENV = {name: "1" for name in threads.WORKER_VARS}
 
 
 def _pool_context():
     """The workers' start method: a forkserver that imported PRELOAD once, started here with
-    SIGINT blocked (`hbsim.lifeline.interrupts_blocked`: a Ctrl-C during its imports is hb's
+    SIGINT blocked (`hbsim.contract.lifeline.interrupts_blocked`: a Ctrl-C during its imports is hb's
     to handle, no traceback there; the forkserver and every worker forked from it inherit
     the block)."""
-    if "forkserver" not in mp.get_all_start_methods():  # pragma: no cover - not Linux
-        return mp.get_context("spawn")
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
-    resource_tracker.ensure_running()      # first: its own start lifts a SIGINT block (hbsim.lifeline)
-    with lifeline.interrupts_blocked():
-        forkserver.ensure_running()
-    return ctx
+    return lifeline.forkserver_context(PRELOAD)
 
 
 def _worker_init(hb_pid: int) -> None:
     """In each pool worker: Ctrl-C is hb's to handle (it stops the workers, see
     `_stop_pool`), and the worker ends as soon as hb (``hb_pid``) is gone, killed with -9
-    included (`hbsim.lifeline.exit_with`: it watches hb itself, not the forkserver that is
+    included (`hbsim.contract.lifeline.exit_with`: it watches hb itself, not the forkserver that is
     its parent), instead of finishing the queue as an orphan; the run directory it was
     writing stays a hidden temporary that the rerun removes."""
     lifeline.ignore_interrupts_here()

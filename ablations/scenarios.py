@@ -12,13 +12,17 @@ two policies has no evaluation noise.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from ablations import runner
 from ablations.plan import check_cells
-from hbsim.counterfactual import TARGETS, target_means
+from hbsim.contract.labels import of_part
 from hbsim.envs import make_env
+from hbsim.envs.base import target_means
 from hbsim.experiment import resolve_config
 from hbsim.scenarios import get, scenario_config, target_truth
+from policies.clairvoyant import TARGETS
+from reports.readings import at_cost
 from reports.stats import mde
 
 def oracle_policy(name: str) -> dict:
@@ -136,3 +140,22 @@ def lr_sweep(name: str, factors=(0.25, 0.5, 1.0, 2.0, 4.0, 8.0), policy: dict | 
 
 __all__ = ["LATE", "final_truth", "label_of", "lr_sweep", "oracle_gap", "oracle_policy", "paired", "sweep",
            "train_tables"]
+
+
+def equal_groups(train: pd.DataFrame, part: str, target: str) -> tuple[pd.DataFrame, float]:
+    """(seed x policy table of scores, the milestone in groups) of one part of a stress grid:
+    every run (a label and a seed) read at the largest number of generated groups every run of
+    the part reached (`reports.readings.at_cost`, the one equal-cost reading), on the EXACT
+    expected score of `target` (`hbsim.scenarios.target_truth` over the run's training
+    harnesses, its alloc_ columns). Labels lose their part suffix."""
+    mine = of_part(train, "policy", part)
+    mine = mine.assign(run_id=mine["policy"] + "/" + mine["seed"].astype(str))     # a run: a label and a seed
+    scored = []
+    for _, rows in mine.groupby("run_id", sort=False):
+        rows = rows.dropna(axis=1, how="all")
+        names = [c[len("alloc_"):] for c in rows.columns if c.startswith("alloc_")]
+        scored.append(rows.assign(score=target_truth(rows, target, names).to_numpy(dtype=float)))
+    scores = pd.concat(scored)
+    milestone = at_cost.common_milestone(at_cost.step_costs(scores, "groups"))
+    table = at_cost.runs_at(scores, "groups", milestone, ["score"])
+    return table.pivot_table(index="seed", columns="policy", values="score"), milestone

@@ -20,7 +20,7 @@ import json
 import textwrap
 
 from ablations import scenarios as measure
-from hbsim.counterfactual import TARGETS
+from policies.clairvoyant import TARGETS
 from hbsim.scenarios import SCENARIOS, get, is_shipped
 from policies.errors import UserError
 from policies.validate import MAX_SEEDS, check_int, parse_sets

@@ -13,7 +13,7 @@ so --out reuses runs of an unchanged scenario wherever its file lies); run.json'
 policy that has the knob (an error if none has it); `--set` is the one grammar of `hbsim.run_knobs.split_sets`
 (env.KNOB or a bare env knob, policy.KNOB, and the run knobs of RUN_KEYS, each also a flag: one knob
 given both ways is refused). `--out DIR` writes one run directory
-per (policy, seed): DIR/<label>/seed<seed>/, in a folder of kind "sim" (hbsim.folders):
+per (policy, seed): DIR/<label>/seed<seed>/, in a folder of kind "sim" (hbsim.contract.folders):
 runs already there with the identical config are reused, not rerun; a different run at the
 same place needs --overwrite; other env/steps settings, another kind of folder or one hb
 did not create need --force. The runs go through `ablations.runner.run_many` (worker
@@ -36,11 +36,12 @@ from ablations.plan import check_cells
 from hbsim.envs import ENV_PRESETS, ENVS, expand_preset
 from hbsim import scenarios
 from hbsim.experiment import resolve_config
-from hbsim.folders import check_output_dir, output_dir
-from hbsim.records import config_hash, read_run
-from hbsim.references import run_table
+from hbsim.contract.folders import check_output_dir
+from hbsim.contract.markers import output_dir
+from hbsim.contract.records import config_hash, read_run
+from reports.readings.references import run_table
 from hbsim.run_knobs import RUN_KNOBS, from_command
-from hbsim.summary import summary_table
+from reports.readings.summary import summary_table
 from policies import POLICIES
 from policies.errors import UserError
 from policies.validate import MAX_SEED, check_int

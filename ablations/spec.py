@@ -57,7 +57,7 @@ from ablations.plan import GridSpec, SpecError, cell_bound, check_cells, checked
 from ablations.tune import parse_tune, tuning_spec
 from hbsim import scenarios
 from hbsim.run_knobs import RUN_KNOBS, seed_list
-from hbsim.tomlfile import read_toml
+from hbsim.contract.tomlfile import read_toml
 from policies.errors import UserError
 from policies.registry import load_plugins
 

@@ -7,7 +7,6 @@ moment the runner or a worker is killed at.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -15,9 +14,10 @@ from pathlib import Path
 from ablations.plan import GridSpec
 from ablations.spec import parse_spec
 from ablations.tune import is_tuned, recorded_test_spec
-from hbsim import atomic, folders, shapes
+from hbsim.contract import atomic, folders, shapes
+from hbsim.contract import markers
 from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG
-from hbsim.records import collect_cells, done_ids
+from hbsim.contract.records import collect_cells, done_ids
 from policies.errors import UserError
 
 
@@ -43,11 +43,7 @@ def read_grid_json(root: str | os.PathLike) -> dict | None:
     path = Path(root) / GRID_JSON
     if not path.exists():
         return None
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise UserError(f"{path}: unreadable grid record ({str(exc)[:200]}); expected the JSON object hb "
-                        "writes") from None
+    record = shapes.read_record(path, None, "grid record", "expected the JSON object hb writes")
     remedy = "expected the JSON object hb writes (name, names, spec): remove it, or the folder, and run again"
     shapes.check(path, record, shapes.GRID_RECORD, "unreadable grid record", remedy)
     shapes.check(path, record.get("spec") or {}, shapes.GRID_SPEC, "unreadable grid record", remedy, "spec.")
@@ -70,15 +66,15 @@ def recorded_spec(root: str | os.PathLike) -> GridSpec:
 def collect(root: str | os.PathLike, current: bool = False) -> tuple[Path, Path]:
     """Write DIR/train.parquet and DIR/eval.parquet of the complete cells (atomically; `current`:
     only those of the grid file recorded last, `hb grid collect --current`); returns their paths.
-    The grid's marker lists them (`hbsim.folders.output_dir`: claimed, then completed)."""
+    The grid's marker lists them (`hbsim.contract.markers.output_dir`: claimed, then completed)."""
     only = {c.id for c in recorded_spec(root).cells()} if current else None
-    with folders.output_dir(root, "grid", tool="hb grid collect"):
+    with markers.output_dir(root, "grid", tool="hb grid collect"):
         return collect_cells(root, only=only)
 
 
 def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bool = False) -> None:
     """Create DIR (if needed) and record the grid; refuse a different grid's DIR, a folder
-    of another kind and a non-empty folder hb did not create (`hbsim.folders`), unless
+    of another kind and a non-empty folder hb did not create (`hbsim.contract.folders`), unless
     `force_mixed` (`--force`).
 
     Call only after every input has been validated: this is the first write to DIR.
@@ -93,7 +89,7 @@ def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bo
     if record is None and atomic.visible(root / CELLS) and not force_mixed:
         raise UserError(f"--out {root}: holds cells but no {GRID_JSON}; pass --force to add to it")
     root.mkdir(parents=True, exist_ok=True)
-    folders.claim_output_dir(root, "grid", tool="hb grid run")
+    markers.claim_output_dir(root, "grid", tool="hb grid run")
     (root / CELLS).mkdir(exist_ok=True)
     if name not in names:
         names.append(name)
@@ -104,7 +100,6 @@ def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bo
         atomic.record_written(root / GRID_JSON)      # written by an earlier (maybe killed) call: the marker lists it
 
 
-clean_tmp = atomic.remove_temp     # the one implementation: hbsim.atomic
 
 
 

@@ -20,7 +20,7 @@ over every arm on TUNE_SEEDS tuning seeds (TUNE_SEED0, ...; the test seeds are 0
 the test never sees them), selected on the scenario's target, then that ONE arm on the test
 seeds (`ablations.tune`, both phases by `ablations.runner.run_tuned` -> `run_many`). `uniform`,
 `mixed` and the `oracle` aimed at each scenario's target are always in every part, so the
-profile's reference (`hbsim.references.share_of_gap`: the best of oracle, best fixed arm and
+profile's reference (`reports.readings.references.share_of_gap`: the best of oracle, best fixed arm and
 mixed) is reachable on every axis. DIR is a grid directory (`hb grid status DIR`, `hb report
 DIR --part NAME` read it; tuning cells in DIR/tune/, the selection in DIR/tune.json), resumed
 by rerunning the same command; a different spec (other scenarios, policies or seeds) is
@@ -47,13 +47,14 @@ from ablations.spec import parse_spec
 from ablations.tune import test_spec
 from hbsim import scenarios as suite
 from hbsim.contract import CELLS
+from hbsim.contract.labels import FIXED_PART, part_name, scenarios_of
 from hbsim.envs import make_env
-from hbsim.folders import output_dir
-from hbsim.records import canonical_json, read_meta
+from hbsim.contract.markers import output_dir
+from hbsim.contract.records import canonical_json, read_meta
 from policies import POLICIES
 from policies.errors import UserError
 from policies.registry import REFERENCE_POLICIES, SHIPPED_POLICIES
-from policies.validate import check_int
+from policies.validate import check_int, comma_items
 
 GRID_NAME = "stress"
 #: the profile's subfolder of DIR
@@ -74,8 +75,6 @@ STEP_SCALES = (1.0, 0.5)
 TUNE_SEED0 = 1000
 TUNE_SEEDS = 4
 QUICK_TUNE_SEEDS = 2
-#: the suffix of a part's best-fixed-arm part
-FIXED_PART = "+fixed"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -101,7 +100,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 # -- the grid ------------------------------------------------------------------------
 def _split(value: str) -> list[str]:
-    return list(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    return list(dict.fromkeys(comma_items(value)))
 
 
 def chosen_scenarios(value: str) -> list:
@@ -142,11 +141,6 @@ def _n_arms(env: dict) -> int:
 def axes() -> list[tuple[int, float]]:
     """(horizon factor, step scale) of every axis, the shipped one first."""
     return [(h, lr) for h in HORIZONS for lr in STEP_SCALES]
-
-
-def part_name(scenario: str, horizon: int, step_scale: float) -> str:
-    """The part of a scenario at an axis: its name at the shipped axis, `NAME@3x`, `NAME@lr0.5`."""
-    return scenario + (f"@{horizon}x" if horizon != 1 else "") + (f"@lr{step_scale:g}" if step_scale != 1 else "")
 
 
 def axis_run(sc, horizon: int) -> dict:
@@ -197,7 +191,7 @@ def profile_parts(scenarios: list) -> dict[str, dict]:
 def _outline(raw: dict) -> str:
     """scenarios, policies and seeds of a recorded stress spec, in one phrase."""
     parts = raw.get("parts") or []
-    scen = ",".join(dict.fromkeys(str(p.get("name")).split("@")[0].split(FIXED_PART)[0] for p in parts))
+    scen = ",".join(scenarios_of(str(p.get("name")) for p in parts))
     pols = ",".join(dict.fromkeys(str(q.get("name")) for p in parts for q in p.get("policies", [])))
     seeds = ",".join(sorted({str(p.get("seeds")) for p in parts}))
     return f"scenarios {scen}; policies {pols}; seeds {seeds}"

@@ -19,13 +19,13 @@ directory of its own, resumable), (2) selects each design's setting: the point w
 largest mean over tuning seeds of the cell's mean validation reward at its final step; a
 tie goes to the point listed first (points in [tune.knobs] order: keys sorted, each key's
 values in file order), and a design with one point keeps it; the selection is written to
-DIR/tune.json (atomically, `hbsim.atomic`); (3) runs each design at its selected setting on
+DIR/tune.json (atomically, `hbsim.contract.atomic`); (3) runs each design at its selected setting on
 the test seeds into DIR/cells/, labelled by the design alone (`harnessbandit`), so `hb
 report DIR` sees only test runs and lists the settings (reports.budget.tuned_lines). A
 rerun skips the finished cells of both phases and recomputes the same selection from them.
 
 The target may also be one of the oracle's targets (`train`: the noise-free mean true
-training success at the final step, `hbsim.references.train_scores`; `heldout_tasks`,
+training success at the final step, `reports.readings.references.train_scores`; `heldout_tasks`,
 `heldout_harness`: the suite's mean final reward) -- what `hb stress` selects its single best
 fixed arm on. A grid of PARTS (`ablations.spec`) may tune some of its parts: the tuning phase
 holds every tuned part's tuning cells, the selection (DIR/tune.json) has one record per tuned
@@ -40,10 +40,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ablations.plan import REAL_KIND, GridSpec, SpecError, cell_bound, check_cells, plan_cells, variant_label
+from ablations.plan import REAL_KIND, GridSpec, SpecError, cell_bound, check_cells, plan_cells
+from hbsim.contract.labels import variant_label
 from hbsim.contract import PART, TUNE_JSON, VALIDATION_SUITE
-from hbsim.records import canonical_json, done_ids, load_cells, read_tune
-from hbsim.references import train_scores
+from hbsim.contract.records import canonical_json, done_ids, load_cells, read_tune
+from reports.readings.references import train_scores
 from hbsim.run_knobs import seed_list
 from policies import POLICIES
 from policies.errors import UserError
@@ -238,7 +239,7 @@ def _select_one(spec: GridSpec, groups: dict, per_run: pd.Series, tune_dir) -> d
 
 
 def read_selection(root) -> dict | None:
-    """DIR/tune.json, shape checked (`hbsim.records.read_tune`, the one reader); None when absent."""
+    """DIR/tune.json, shape checked (`hbsim.contract.records.read_tune`, the one reader); None when absent."""
     return read_tune(root)
 
 

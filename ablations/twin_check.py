@@ -2,7 +2,7 @@
 
 The real runs (a grid directory of cells, an `hb sim --out` folder: several policies, several
 seeds each) fix the question: each policy's score is the mean reward of its final evaluation
-on `--suite` (`hbsim.summary.final_scores`), averaged over seeds. The same policies (their
+on `--suite` (`reports.readings.summary.final_scores`), averaged over seeds. The same policies (their
 run.json policy sections), the same seeds, steps and batch size are then run in three worlds:
 
     twin       the fitted twin (TWIN.toml)
@@ -15,9 +15,9 @@ run.json policy sections), the same seeds, steps and batch size are then run in 
 and for each world the agreement of its ranking with the real one is reported: Kendall's tau
 and Spearman's rho of the per-policy means (scipy.stats), each with a percentile bootstrap
 interval over seeds (the same seed resamples for the real runs and the world, paired by seed;
-`hbsim.intervals.percentile_interval`), the top-1 regret (the real score of the real best
+`reports.readings.intervals.percentile_interval`), the top-1 regret (the real score of the real best
 policy minus that of the world's best, >= 0), and the mean absolute error of each policy's
-share of the achievable gain (`hbsim.references.share_of_gap`, where both sides have one).
+share of the achievable gain (`reports.readings.references.share_of_gap`, where both sides have one).
 Policies that need the world's ground truth (`oracle`) take part in the shares only, never
 in the ranking. Output: a printed table, and with --out a folder of kind `twin_check`
 holding check.json and check.md.
@@ -33,19 +33,21 @@ import numpy as np
 import pandas as pd
 
 from ablations import runner
-from hbsim import intervals, scenarios, twin
-from hbsim.atomic import atomic_write, visible
+from hbsim import scenarios, twin
+from reports.readings import intervals
+from hbsim.contract.atomic import atomic_write, visible
 from hbsim.contract import CELLS, EVAL_FILE
 from hbsim.experiment import resolve_config
-from hbsim.folders import check_output_dir, output_dir
-from hbsim.records import canonical_json, is_complete, read_meta
-from hbsim.references import run_table, share_of_gap
-from hbsim.summary import final_scores
+from hbsim.contract.folders import check_output_dir
+from hbsim.contract.markers import output_dir
+from hbsim.contract.records import canonical_json, is_complete, read_meta
+from reports.readings.references import run_table, share_of_gap
+from reports.readings.summary import final_scores
 from policies import POLICIES
 from policies.errors import UserError
 from policies.validate import MAX_RESAMPLES, check_int
 
-#: the folder kind of `hb twin check --out` (hbsim.folders)
+#: the folder kind of `hb twin check --out` (hbsim.contract.folders)
 KIND = "twin_check"
 CHECK_JSON, CHECK_MD = "check.json", "check.md"
 WORLDS = ("twin", "closest", "bernoulli")

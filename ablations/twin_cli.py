@@ -4,7 +4,7 @@
     hb twin check --twin TWIN.toml --real DIR [--out CHECK_DIR] [--suite heldout_tasks] [--jobs N]
 
 `fit` reads run folders (a run directory, an `hb sim --out` folder or a grid directory of
-cells; `hbsim.records`), fits the twin (`hbsim.twin`: the maths), prints the fit's quality on
+cells; `hbsim.contract.records`), fits the twin (`hbsim.twin`: the maths), prints the fit's quality on
 held-out steps and the fitted quantities, and writes TWIN.toml (a scenario file of env kind
 `twin`: `hb sim --scenario TWIN.toml`, `hb stress --scenarios TWIN.toml`) and TWIN.png (real
 versus twin curves) beside it. It refuses to replace a file hb twin fit did not write (the
@@ -28,11 +28,12 @@ import pandas as pd
 from ablations import twin_check
 from ablations.twin_check import run_dirs
 from hbsim import scenarios, twin
-from hbsim.atomic import atomic_write
-from hbsim.folders import check_path_length, check_writable
-from hbsim.records import read_run
+from hbsim.contract import GROUPS_FILE
+from hbsim.contract.atomic import atomic_write
+from hbsim.contract.folders import check_path_length, check_writable
+from hbsim.contract.records import read_run
 from policies.errors import UserError
-from policies.validate import check_float, check_int
+from policies.validate import check_float, check_int, comma_items
 
 #: the first line of every TWIN.toml hb writes: the mark that it is ours to replace
 MARK = "# written by hb twin fit"
@@ -79,7 +80,7 @@ def read_logs(folders: list[str]) -> list[dict]:
             raise UserError(f"DIR {folder!r} holds no complete run (no run.json below it)")
         for d in dirs:
             res = read_run(d)
-            groups = d / twin.GROUPS_FILE
+            groups = d / GROUPS_FILE
             runs.append({"train": res.train, "eval": res.eval, "counterfactual": res.counterfactual,
                          "groups": pd.read_parquet(groups) if groups.is_file() else None, "meta": res.meta,
                          "dir": str(d)})
@@ -200,7 +201,7 @@ def report_text(result: twin.Fit, q: dict, table: dict, pool) -> str:
     lines.append(f"  {'harness'.ljust(width)}  role      initial  ceiling  read    own gain  mean effect on others")
     T = q["transfer"]
     H = len(names)
-    roles = table["env"]["roles"].split(",")
+    roles = comma_items(table["env"]["roles"])
     for h, n in enumerate(names):
         others = (T[h, :H].sum() - T[h, h]) / max(H - 1, 1)
         lines.append(f"  {n.ljust(width)}  {roles[h]:<8}  {q['initial'][h]:.3f}    {q['ceiling'][h]:.2f}     "

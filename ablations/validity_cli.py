@@ -28,9 +28,10 @@ from ablations import runner
 from ablations.plan import check_cells
 from ablations.sim_cli import run_dir
 from hbsim.experiment import resolve_config, resolve_run
-from hbsim.folders import check_output_dir, output_dir
+from hbsim.contract.folders import check_output_dir
+from hbsim.contract.markers import output_dir
 from hbsim.run_knobs import run_values, seed_list
-from hbsim.tomlfile import read_toml
+from hbsim.contract.tomlfile import read_toml
 from policies.errors import UserError
 from policies.validate import MAX_RESAMPLES, MAX_SEED, MAX_STEPS, check_int, check_name
 

@@ -3,7 +3,7 @@ process a backend puts it: in this process (--jobs 1), a pool worker or a Ray ta
 
 The answer is {"id", "ok", "seconds", "cpu_seconds", "reason"} (cpu: this process's CPU time)
 (+ "result", the RunResult, for a task without a run directory; + "rows",
-`hbsim.summary.summary_rows`, for a task with "summary"), never an exception: a failed run answers with "traceback" and
+`reports.readings.summary.summary_rows`, for a task with "summary"), never an exception: a failed run answers with "traceback" and
 "log" (FAILURES/failed/<id>/log.txt for a task with "failures"; + "errno" when an OSError
 failed it) and the batch goes on, unless the storage refused the write (`run_many`).
 """
@@ -19,9 +19,9 @@ import ablations.store as store
 from ablations.plan import REAL_KIND
 from hbsim.contract import LOG
 from hbsim.experiment import run_config
-from hbsim.atomic import write_dir_atomic
-from hbsim.records import fill_run_dir, is_complete
-from hbsim.summary import summary_rows
+from hbsim.contract.atomic import write_dir_atomic
+from hbsim.contract.records import fill_run_dir, is_complete
+from reports.readings.summary import summary_rows
 from policies.registry import load_plugins
 
 
@@ -34,7 +34,7 @@ def adapter_factory(config: dict):
 
 
 def execute(task: dict) -> dict:
-    """Run one task; its run directory is written atomically (`hbsim.atomic.write_dir_atomic`)."""
+    """Run one task; its run directory is written atomically (`hbsim.contract.atomic.write_dir_atomic`)."""
     started, cpu = time.perf_counter(), time.process_time()
     try:
         load_plugins(task.get("plugins", []))

@@ -23,7 +23,7 @@ import torch  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
 import hbsim  # noqa: E402
-from hbsim.folders import claim_output_dir  # noqa: E402
+from hbsim.contract.markers import claim_output_dir  # noqa: E402
 from policies import make, validate  # noqa: E402
 from policies.errors import UserError  # noqa: E402
 from real_runs.cli import check_run_dir  # noqa: E402

@@ -1,7 +1,7 @@
 """hbsim: the offline laboratory -- GRPO maths, the one training loop, synthetic
-environments and the scenario suite, the data contract (names, run records, atomic writes,
-output folders), the run knobs and their one `--set` grammar, the interval maths and
-the `hb` dispatcher (`hbsim.cli`; each subcommand lives in the package that owns it:
+environments and the scenario suite, the data contract and its I/O (`hbsim.contract`: names,
+labels, run records, record shapes, atomic writes, output folders and their markers, process
+handling), the run knobs and their one `--set` grammar and the `hb` dispatcher (`hbsim.cli`; each subcommand lives in the package that owns it:
 `hb sim` in `ablations.sim_cli`).
 
 Heavy pieces are imported lazily so `python -m hbsim.cli` stays quick.
@@ -11,11 +11,10 @@ from __future__ import annotations
 import importlib
 
 _LAZY = {
-    "Loop": "hbsim.loop", "RunResult": "hbsim.records", "run": "hbsim.loop",
-    "write_run": "hbsim.records", "read_run": "hbsim.records", "config_hash": "hbsim.records",
+    "Loop": "hbsim.loop", "RunResult": "hbsim.contract.records", "run": "hbsim.loop",
+    "write_run": "hbsim.contract.records", "read_run": "hbsim.contract.records", "config_hash": "hbsim.contract.records",
     "run_config": "hbsim.experiment", "resolve_config": "hbsim.experiment",
     "make_env": "hbsim.envs", "ENVS": "hbsim.envs",
-    "summary_table": "hbsim.summary",
 }
 
 __all__ = sorted(_LAZY)

@@ -58,15 +58,11 @@ def debug() -> bool:
     return os.environ.get("HB_DEBUG", "").strip().lower() in ("1", "true", "yes")
 
 
-#: kept for callers of the old name; the one user-error class is `policies.errors.UserError`
-UsageError = UserError
-
-
 class ArgumentParser(argparse.ArgumentParser):
     """argparse that reports errors as one line and exits with code 2."""
 
     def error(self, message: str):  # noqa: D401 - argparse API
-        raise UsageError(f"{self.prog}: {message}")
+        raise UserError(f"{self.prog}: {message}")
 
 
 def build_parser() -> ArgumentParser:
@@ -95,7 +91,7 @@ def global_options(argv: list[str]) -> tuple[list[str], list[str]]:
         flag = rest.pop(0)
         value = flag.partition("=")[2] if "=" in flag else (rest.pop(0) if rest else "")
         if not value or value.startswith("-"):
-            raise UsageError(f"hb: --plugin {value!r} is not allowed: expected a module name, "
+            raise UserError(f"hb: --plugin {value!r} is not allowed: expected a module name, "
                              "e.g. hb --plugin mypkg.policies sim ...")
         plugins.append(value)
     return plugins, rest
@@ -109,14 +105,14 @@ def main(argv: list[str] | None = None) -> int:
         try:
             load_plugins(plugins)
         except UserError as exc:
-            raise UsageError(f"hb --plugin: {exc}") from exc
+            raise UserError(f"hb --plugin: {exc}") from exc
         if not argv or argv[0] in ("-h", "--help"):
             parser.print_help()
             return 0
         if argv[0] not in SUBCOMMANDS:
-            raise UsageError(f"hb: unknown command {argv[0]!r}; valid commands: {', '.join(SUBCOMMANDS)}")
+            raise UserError(f"hb: unknown command {argv[0]!r}; valid commands: {', '.join(SUBCOMMANDS)}")
         if any(a == "--plugin" or a.startswith("--plugin=") for a in argv[1:]):
-            raise UsageError(f"hb {argv[0]}: --plugin is a global option: put it before the command "
+            raise UserError(f"hb {argv[0]}: --plugin is a global option: put it before the command "
                              f"(hb --plugin MODULE {argv[0]} ...)")
         module, args = _load(argv[0], argv[1:])
         code = int(module.main(args) or 0)

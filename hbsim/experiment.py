@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from policies import POLICIES, Policy, make
 from policies.errors import UserError
-from policies.validate import MAX_RUN_EVAL_ROWS, check_name
+from policies.validate import MAX_RUN_EVAL_ROWS, check_name, comma_items
 
 from hbsim.envs import ENVS, expand_preset, make_env
 from hbsim.loop import RunResult, attach_ground_truth, run
@@ -84,7 +84,7 @@ def check_run(env: dict, run: dict) -> None:
                         "less often (a larger eval_every) or on fewer tasks or attempts")
     if unit != "tokens":
         return
-    if not any(float(x) > 0 for x in str(env.get("group_tokens") or "").split(",") if x):
+    if not any(float(x) > 0 for x in comma_items(str(env.get("group_tokens") or ""))):
         raise UserError(f"eval_budget={run['eval_budget']!r} is not allowed on this world: its token cost is zero "
                         "(env.group_tokens is unset or 0), so no tokens milestone is ever reached; set "
                         "env.group_tokens (e.g. \"100,400\", per harness) or use a groups or seconds budget")

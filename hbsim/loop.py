@@ -41,7 +41,7 @@ import pandas as pd
 from hbsim.adapter import float_or_nan, step_feedback
 from hbsim.contract import BUDGET_COLUMNS, BUDGET_UNITS, EVAL_COLUMNS, GROUP_COLUMNS, ROW_KEYS, UPDATE_NORM
 from hbsim.counterfactual import Probe
-from hbsim.records import RunResult, config_hash, versions, write_run
+from hbsim.contract.records import RunResult, config_hash, versions, write_run
 from hbsim.run_knobs import RUN_KNOBS, budget_milestones
 from policies import Allocation
 from policies.errors import UserError

@@ -35,7 +35,7 @@ from hbsim.contract import BUDGET_UNITS
 from policies.base import BATCH_GROUPS
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
-from policies.validate import MAX_SEED, MAX_SEEDS, MAX_STEPS, parse_sets
+from policies.validate import MAX_SEED, MAX_SEEDS, MAX_STEPS, comma_items, parse_sets
 
 
 def parse_budget(name: str, value) -> str:
@@ -45,7 +45,7 @@ def parse_budget(name: str, value) -> str:
     unit, at = None, None
     if isinstance(value, str) and ":" in value:
         unit, _, rest = value.partition(":")
-        at = [x.strip() for x in rest.split(",") if x.strip()]
+        at = comma_items(rest)
     elif isinstance(value, dict) and set(value) == {"unit", "at"} and isinstance(value["at"], (list, tuple)):
         unit, at = value["unit"], list(value["at"])
     try:
@@ -68,7 +68,7 @@ def budget_milestones(eval_budget: str | None) -> tuple[str | None, list[float]]
     if not eval_budget:
         return None, []
     unit, _, rest = eval_budget.partition(":")
-    return unit, [float(x) for x in rest.split(",")]
+    return unit, [float(x) for x in comma_items(rest)]
 
 
 #: the run settings: the one place their defaults, bounds and parses are written

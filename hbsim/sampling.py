@@ -57,12 +57,13 @@ import numpy as np
 from hbsim import grpo
 from policies.errors import UserError
 from policies.knobs import Knob
+from policies.validate import comma_items
 
 def _band(name: str, value) -> str:
     """`keep_band`'s parse: "lo,hi" or [lo, hi] (finite, lo <= hi) -> canonical "lo,hi"; "" = none."""
     items = value
     if isinstance(value, str):
-        items = [x.strip() for x in value.split(",")] if value.strip() else []
+        items = comma_items(value, keep_empty=True)
     try:
         if isinstance(items, (bytes, dict)) or not hasattr(items, "__iter__"):
             raise TypeError
@@ -124,7 +125,7 @@ class GroupFilter:
             return keep
         r = np.asarray(rewards, dtype=np.float64)
         if self.keep_band:
-            lo, hi = (float(x) for x in self.keep_band.split(","))
+            lo, hi = (float(x) for x in comma_items(self.keep_band))
             mean = r.mean(axis=-1)
             keep &= (mean >= lo) & (mean <= hi)
         if self.min_abs_adv > 0.0 and keep.any():

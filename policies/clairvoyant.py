@@ -18,7 +18,7 @@ They bound what a scheduler can achieve; `hb policies` marks them (`Policy.refer
   mixed batch's fractions) and `select()` agree; `diagnostics()["Q"]` are the pure
   candidates' expected gains of that step. No randomness is used.
 * `fixed` trains harness `arm` every step; it needs no ground truth. One run per arm gives
-  the best fixed arm, one arm for all seeds (`hbsim.references.best_fixed`).
+  the best fixed arm, one arm for all seeds (`reports.readings.references.best_fixed`).
 
 numpy only; the ground truth arrives as a plain callable (no import of an env).
 """
@@ -111,7 +111,7 @@ class Fixed(Policy):
     name = "fixed"
     summary = "reference: pure batch, always harness `arm` (one run per arm: best fixed arm in hindsight)"
     reference = ("clairvoyant reference, no ground truth needed: one run per arm gives the best fixed arm, one "
-                 "arm for all seeds (hbsim.references.best_fixed)")
+                 "arm for all seeds (reports.readings.references.best_fixed)")
     KNOBS = Knobs({"arm": Knob(0, "the harness trained every step (< the number of harnesses)", 0, 10**6)})
 
     def __init__(self, n_arms: int, seed: int = 0, **knobs):

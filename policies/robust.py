@@ -20,21 +20,9 @@ What it changes from the paper, and why (each follows from a signal's definition
 * `tau = 0.1`, `epsilon = 0.05`: a sharper law than the paper's 0.3 and 0.15, so a good
   ranking is also a different allocation.
 
-Two tuning rounds, both on the tuning scenarios and seeds only. The first chose noise_z,
-tau and epsilon (and progress, now superseded) at equal steps (the grid
-ablations/examples/robust_tune.toml as of commit 816e819); the second, whose criterion scores
-each point at equal steps AND at equal generated groups (the issue's claim is made at both),
-swept learnability_source, progress_sign and cost_weight with those fixed (a round started
-after round 1's test result was seen: docs/POLICIES.md), and chose them by
-
-    hb grid run ablations/examples/robust_tune.toml --out DIR --jobs 1
-    python scripts/robust_tune.py ablations/examples/robust_tune.toml DIR
-
-(tuning scenarios anchor, forgetting, interference, kitchen, many, misaligned, noise,
-table1, unlock; tuning seeds 100-102; the validation split of 12 training tasks; criterion:
-the mean of the equal-steps and the equal-groups reading of the mean over tuning scenarios
-of the gain over uniform in units of the scenario's largest |gain|; selected criterion
-+0.603 of 18 points; scripts/robust_tune.py). The test scenarios, never used for
+The tuning (two rounds on the tuning scenarios and seeds only; the grid, the criterion, every
+point's score and why a second round was run) is told in docs/POLICIES.md
+("harnessbandit_robust"); the command is TUNE_COMMAND. The test scenarios, never used for
 tuning, are TEST_SCENARIOS; the test seeds are those `hb stress` runs (0-5).
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each check raises `policies.errors.UserError` (one line naming the field, the ba
 and what is allowed; `hb` prints it and exits 2). The module imports only the standard
 library and `policies.errors`, so it sits at the root of the dependency graph and every
 package may import it. Output folders (kinds, markers, resume, writable paths) are
-`hbsim.folders`; the knob tables built on these checks are `policies.knobs`.
+`hbsim.contract.folders`; the knob tables built on these checks are `policies.knobs`.
 """
 from __future__ import annotations
 
@@ -95,6 +95,16 @@ def check_name(name: str, value: Any) -> str:
 
 
 # -- the `--set KEY=VALUE` parser ---------------------------------------------------------
+def comma_items(text: str, keep_empty: bool = False) -> list[str]:
+    """The one comma-list parse of a knob's or an option's text: "a, b,c" -> ["a", "b", "c"]
+    (each item stripped); a blank text -> []. Empty items are dropped, or with `keep_empty`
+    kept (as "") so the caller's check refuses "a,,b"."""
+    if not text.strip():
+        return []
+    items = [item.strip() for item in text.split(",")]
+    return items if keep_empty else [item for item in items if item]
+
+
 def parse_value(text: str) -> Any:
     """The one value grammar of `--set KEY=VALUE` (and `hb scenarios --policy NAME:KNOB=VALUE`):
     `text` stripped, then JSON when it parses (numbers, true/false, null, lists, objects,

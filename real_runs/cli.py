@@ -23,17 +23,18 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
-from hbsim import folders, threads
+from hbsim.contract import folders, lifeline, threads
+
+from hbsim.contract import markers
 from hbsim.contract import CHECKPOINT, RUN_JSON, TRL_CHECKPOINT
 from policies import validate
 from policies.errors import UserError
 from real_runs.command import RUN_SETS, add_log_option, check_log, run_knobs
 from real_runs.native.presets import PRESETS
-from real_runs.resume import same_run
+from real_runs.resume import same_run, within_steps
 
 
 def add_arguments(parser) -> None:
@@ -200,7 +201,7 @@ def main(args) -> int:
         print(f"model ready in {time.perf_counter() - t0:.1f}s (warm start {adapter.warm_key}, device "
               f"{adapter.device})", file=sys.stderr)
         if rank == 0:            # the model loaded: the folder becomes ours before the first step
-            folders.claim_output_dir(out, "run", tool="hb real")
+            markers.claim_output_dir(out, "run", tool="hb real")
         saver.listen()           # from here on SIGTERM / SIGINT stop after a step, with a checkpoint
         return adapter
 
@@ -216,7 +217,7 @@ def main(args) -> int:
     result.train["overhead_frac"] = overhead_fraction(result.train)
     if rank == 0:
         hbsim.write_run(result, out, overwrite=True)
-        folders.complete_output_dir(out)       # the marker last: the run is complete
+        markers.complete_output_dir(out)       # the marker last: the run is complete
         _summary(result, out)
     return 0
 
@@ -229,8 +230,7 @@ def _resume_state(out: Path, config: dict, steps: int) -> dict:
     saved = checkpoint.load(out)
     same_run(saved["config"], config)
     at = int(saved["loop"]["t"])
-    if at > steps:
-        raise UserError(f"--steps={steps} is not allowed: the checkpoint is already at step {at}")
+    within_steps(at, steps)
     print(f"resumed {out} at step {at}", file=sys.stderr)
     return saved["loop"]
 
@@ -263,8 +263,7 @@ class Checkpointer:
         self._previous: dict = {}
 
     def listen(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._on_signal) for s in self.SIGNALS}
+        self._previous = lifeline.catch_signals(self.SIGNALS, self._on_signal)
 
     def close_log(self) -> None:
         if self.sink is not None:
@@ -272,8 +271,7 @@ class Checkpointer:
             self.sink = None
 
     def restore(self) -> None:
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
+        lifeline.restore_signals(self._previous)
         self._previous = {}
 
     def _on_signal(self, signum, frame) -> None:

@@ -1,11 +1,18 @@
 """`--resume` continues the same run: the one comparison of a checkpoint's saved run config
-with the config of the command that resumes it, shared by both `hb real` backends
+with the config of the command that resumes it (`same_run`), and the one check that the
+checkpoint does not lie beyond --steps (`within_steps`), shared by both `hb real` backends
 (`real_runs.cli` native, `real_runs.integrations.trl_run`), which import it from here
 (neither backend imports the other for it).
 """
 from __future__ import annotations
 
 from policies.errors import UserError
+
+
+def within_steps(at: int, steps: int) -> None:
+    """UserError when the checkpoint (at step `at`) lies beyond --steps."""
+    if at > steps:
+        raise UserError(f"--steps={steps} is not allowed: the checkpoint is already at step {at}")
 
 
 def same_run(saved: dict, config: dict) -> None:

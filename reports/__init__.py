@@ -6,9 +6,9 @@
 
 `reports` reads the `train.parquet` / `eval.parquet` / `run.json` files that runs and
 grids write, through the data contract of `hbsim` (`hbsim.contract` names,
-`hbsim.records` readers, `hbsim.folders` output folders, `hbsim.atomic` writes), the
-shared maths of `hbsim` (`hbsim.intervals`, the references of `hbsim.references` and
-`hbsim.summary`) and the checks of `policies`; it imports neither `ablations` nor `real_runs`.
+`hbsim.contract.records` readers, `hbsim.contract.folders` output folders, `hbsim.contract.atomic` writes), the
+shared maths of `hbsim` (`reports.readings.intervals`, the references of `reports.readings.references` and
+`reports.readings.summary`) and the checks of `policies`; it imports neither `ablations` nor `real_runs`.
 The public names are imported lazily so that `hb report marginals` stays light.
 """
 from __future__ import annotations

@@ -23,7 +23,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from hbsim import intervals
+from reports.readings import intervals
 from reports import bootstrap, inference, metrics, stats
 from reports.cells import Aligned
 

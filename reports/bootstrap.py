@@ -11,7 +11,7 @@ the tolerance it is equal to: 0 = bit for bit), and
 tests/reports/test_reports_fast_forms.py checks each one against its definition on
 explicit random resamples. The plain function is the definition; the fast form is only
 faster. Randomness only through a passed ``np.random.Generator``. Intervals from the
-replicates: `hbsim.intervals.percentile_interval`.
+replicates: `reports.readings.intervals.percentile_interval`.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ milestone M (`select`): between the last evaluation below M (an ordinary one, `e
 whose cost is the cumulative train cost at its step, or the evaluation of a smaller
 milestone; step 0 costs 0) at cost c_lo and the first one at or past M at cost c_hi, each
 per-task metric is interpolated linearly in cost, weight w = (M - c_lo) / (c_hi - c_lo) on
-the upper one (`cells_at`: on the cells, so pass@k is the interpolation of pass@k). A run
+the upper one (`reports.readings.at_cost.weight`; `cells_at`: on the cells, so pass@k is the interpolation of pass@k). A run
 with nothing below M is read at its first evaluation past it; when the cost read differs
 from M by more than `tolerance` (default 5%) for any run, the report refuses, naming the
 designs (nothing can correct it but evaluations below M). `cost_table` is what was read,
@@ -29,10 +29,11 @@ import numpy as np
 import pandas as pd
 
 from hbsim.contract import BUDGET_COLUMNS, BUDGET_UNIT, BUDGET_UNITS, BUDGET_VALUE, COST_REACHED
-from hbsim.records import read_tune
+from hbsim.contract.records import read_tune
 from policies.errors import UserError
 from reports import load, stats
 from reports.cells import CELL_KEYS, cell_metrics
+from reports.readings import at_cost
 
 #: the largest relative difference |cost read / milestone - 1| of a run read without interpolation
 DEFAULT_TOLERANCE = 0.05
@@ -77,26 +78,6 @@ def milestone(ev: pd.DataFrame, unit: str, at: float | None) -> float:
     return float(at)
 
 
-def step_costs(train: pd.DataFrame | None, unit: str) -> pd.DataFrame:
-    """(run_id, step, cost): the cumulative cost of each run after each train step, step 0
-    (cost 0) included; a step's cost is `hbsim.loop.step_cost`'s (the ledger column; for
-    `seconds` without simulated cost_seconds, seconds_rollout + seconds_tools)."""
-    cols = ["run_id", "step", "cost"]
-    if train is None or train.empty:
-        return pd.DataFrame(columns=cols)
-    col = BUDGET_UNITS[unit]
-    value = pd.to_numeric(train[col], errors="coerce") if col in train else pd.Series(0.0, index=train.index)
-    if unit == "seconds":
-        other = sum(pd.to_numeric(train[c], errors="coerce").fillna(0.0) if c in train else 0.0
-                    for c in ("seconds_rollout", "seconds_tools"))
-        value = value.where(np.isfinite(value), other)
-    tr = train[["run_id", "step"]].assign(cost=value.fillna(0.0).to_numpy(dtype=float))
-    tr = tr.sort_values(["run_id", "step"], kind="stable")
-    tr["cost"] = tr.groupby("run_id")["cost"].cumsum()
-    zero = pd.DataFrame({"run_id": tr["run_id"].unique(), "step": 0, "cost": 0.0})
-    return pd.concat([zero, tr], ignore_index=True)[cols]
-
-
 def select(raw: pd.DataFrame, train: pd.DataFrame | None, unit: str, at: float,
            tolerance: float = DEFAULT_TOLERANCE) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(upper rows, lower rows, cost table) of every run at milestone ``at`` (module doc).
@@ -112,7 +93,7 @@ def select(raw: pd.DataFrame, train: pd.DataFrame | None, unit: str, at: float,
     tagged = raw[(raw[BUDGET_UNIT] == unit) & (raw[BUDGET_VALUE].astype(float) == at)] if is_budget.any() else raw[:0]
     drop = [c for c in BUDGET_COLUMNS if c in raw.columns]
     ordinary = load.step_rows(raw)
-    costs = step_costs(train, unit)
+    costs = at_cost.step_costs(train, unit)
     known = ordinary[["run_id", "step"]].drop_duplicates().merge(costs, on=["run_id", "step"], how="inner")
     in_unit = raw[is_budget & (raw[BUDGET_UNIT] == unit)]
     smaller = in_unit[["run_id", "step", COST_REACHED]].drop_duplicates()
@@ -140,7 +121,7 @@ def select(raw: pd.DataFrame, train: pd.DataFrame | None, unit: str, at: float,
                 lo = g[g["step"] == pick["step"]]
                 lo = lo[lo[BUDGET_VALUE] == lo[BUDGET_VALUE].iloc[0]]      # one copy of that evaluation
                 c_lo = float(pick[COST_REACHED])
-            w = (at - c_lo) / (c_hi - c_lo)
+            w = at_cost.weight(at, c_lo, c_hi)
             row.update(step_below=int(pick["step"]), cost_below=c_lo, weight=w, cost_read=at, rule="interpolated")
             lowers.append(lo.drop(columns=drop))
         uppers.append(up.drop(columns=drop))
@@ -230,24 +211,10 @@ def run_scores(cells: pd.DataFrame) -> pd.DataFrame:
 
 def train_at(train: pd.DataFrame | None, unit: str, at: float) -> pd.DataFrame | None:
     """The train table reduced to one row per run at exactly the milestone: the `true_*`
-    columns interpolated linearly in cumulative cost between the two steps that bracket it
-    (the first step when it alone crosses it), for the share of gap's `train` target."""
+    columns read at it (`reports.readings.at_cost.runs_at`), for the share of gap's `train` target."""
     if train is None or train.empty:
         return train
-    costs = step_costs(train, unit).merge(train, on=["run_id", "step"], how="inner")
-    true = [c for c in train.columns if c.startswith("true_")]
-    out = []
-    for _, g in costs.groupby("run_id", sort=True):
-        hit = np.flatnonzero(g["cost"].to_numpy() >= at)
-        i = int(hit[0]) if hit.size else len(g) - 1
-        row = g.iloc[i].copy()
-        if i > 0 and hit.size:
-            c_lo, c_hi = float(g["cost"].iloc[i - 1]), float(g["cost"].iloc[i])
-            w = (at - c_lo) / (c_hi - c_lo) if c_hi > c_lo else 1.0
-            for c in true:
-                row[c] = (1 - w) * float(g[c].iloc[i - 1]) + w * float(g[c].iloc[i])
-        out.append(row)
-    return pd.DataFrame(out).drop(columns=["cost"]).reset_index(drop=True)
+    return at_cost.runs_at(train, unit, at, [c for c in train.columns if c.startswith("true_")])
 
 
 def cost_lines(info: dict) -> list[str]:

@@ -19,8 +19,10 @@ import time
 import warnings
 from pathlib import Path
 
-from hbsim import folders
-from hbsim.records import read_tune
+from hbsim.contract import folders
+
+from hbsim.contract import markers
+from hbsim.contract.records import read_tune
 from policies import validate
 from policies.errors import UserError
 
@@ -90,7 +92,7 @@ def _parse_ks(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
-        ks = tuple(int(v) for v in text.split(",") if v.strip())
+        ks = tuple(int(v) for v in validate.comma_items(text))
     except ValueError:
         raise UserError(f"--k: got {text!r}, allowed: comma-separated positive integers, e.g. 1,3") from None
     if not ks or min(ks) < 1:
@@ -135,7 +137,7 @@ class _Progress:
 
 def _check_paths(args) -> Path:
     """Before any work: --resamples bounded, the output folder writable and a report
-    folder (hbsim.folders), and a grid's collected tables not older than its cells
+    folder (hbsim.contract.folders), and a grid's collected tables not older than its cells
     (exit 2, or collect again with --recollect). Returns the output folder."""
     validate.check_int("--resamples", args.resamples, 1, validate.MAX_RESAMPLES)
     validate.check_int("--seed", args.seed, 0, validate.MAX_SEED)
@@ -153,7 +155,7 @@ def _check_paths(args) -> Path:
         raise UserError(f"DIR {args.dir!r}: its collected tables (eval.parquet, train.parquet) are stale: {stale}; "
                         f"run `hb grid collect {args.dir}` or pass --recollect")
     if stale:
-        from hbsim.records import collect_cells
+        from hbsim.contract.records import collect_cells
         collect_cells(args.dir)
         print(f"report: collected {args.dir} again ({stale})", file=sys.stderr)
     return out
@@ -176,7 +178,7 @@ def main(args: argparse.Namespace) -> int:
     from reports.text import LEGEND, conclusion
 
     # the marker first ("incomplete"), completed last with every file written (--force removes only those)
-    with folders.output_dir(out, "report", tool="hb report"), warnings.catch_warnings():
+    with markers.output_dir(out, "report", tool="hb report"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # exclusions are printed below as one line each
         extra = (args.axis,) if args.axis else ()
         if args.budget:

@@ -14,6 +14,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from reports.text import adjusted_p  # noqa: E402
+
 
 def _colors(labels) -> dict:
     cmap = plt.get_cmap("tab10")
@@ -130,8 +132,7 @@ def sensitivity_plot(rows: pd.DataFrame, axis: str, title: str = "", alpha: floa
         xs = x.to_numpy(dtype=float) if numeric else np.arange(len(r), dtype=float)
         d = r["delta"].to_numpy(dtype=float)
         err = np.vstack([d - r["ci_low"].to_numpy(dtype=float), r["ci_high"].to_numpy(dtype=float) - d])
-        own = np.where(r["role"] == "primary", r["p_holm"], r["p_maxt"]) if "role" in r else r["p_holm"]
-        sig = np.asarray(own, dtype=float) < alpha
+        sig = np.array([adjusted_p(row) < alpha for _, row in r.iterrows()], dtype=bool)
         ax.errorbar(xs, d, yerr=err, fmt="-", color="tab:blue", lw=1, capsize=3, zorder=2)
         ax.scatter(xs[sig], d[sig], color="tab:blue", zorder=3, s=20)
         ax.scatter(xs[~sig], d[~sig], facecolors="white", edgecolors="tab:blue", zorder=3, s=20)

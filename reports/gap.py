@@ -3,7 +3,7 @@
 where the runs include `uniform` and a reference for the suite (the best of the `oracle`
 aimed at it, knob `target`, the best fixed arm where there are `fixed` runs, and `mixed`;
 `train`: the training objective, from the synthetic train table). The numbers
-are `hbsim.references` (the one implementation, also behind the `hb sim` summary); this
+are `reports.readings.references` (the one implementation, also behind the `hb sim` summary); this
 module only reads the data contract (final eval rows, run.json's policy name and knobs)
 and renders the table.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from hbsim import references
-from hbsim.summary import final_scores
+from reports.readings import references
+from reports.readings.summary import final_scores
 
 
 def gap_table(frames, scores: pd.DataFrame | None = None, train: pd.DataFrame | None = None) -> pd.DataFrame:

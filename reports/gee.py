@@ -1,12 +1,12 @@
 """The model-based check of a suite: a GEE logistic model success ~ C(policy) clustered by
 seed (`gee_rows`), fitted in closed form from the success counts (`gee_exchangeable`); the
-odds ratio's interval is `hbsim.intervals.t_interval` of the log-odds ratio, exponentiated."""
+odds ratio's interval is `reports.readings.intervals.t_interval` of the log-odds ratio, exponentiated."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from hbsim import intervals
+from reports.readings import intervals
 from reports.cells import Aligned
 
 #: the coverage of the odds ratio's interval (or_ci_low, or_ci_high)

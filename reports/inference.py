@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from hbsim import intervals
+from reports.readings import intervals
 from reports import stats
 
 #: test name -> what it treats as the replication unit (for tables and the README)
@@ -186,7 +186,7 @@ def headline(paired: pd.DataFrame, alpha: float, resamples: int, target_delta: f
                             "seeds_needed", "p_floor")}
     for i, r in enumerate(out.itertuples(index=False)):
         fam = int(family[i])
-        coverage = 1 - alpha / fam   # of the simultaneous interval (hbsim.intervals: level = the coverage)
+        coverage = 1 - alpha / fam   # of the simultaneous interval (reports.readings.intervals: level = the coverage)
         lo, hi = intervals.t_interval(r.delta, r.se_seed, r.df_seed, coverage)
         p_adj = r.p_holm if prim[i] else r.p_maxt
         widened = bool(np.isfinite(lo) and not (p_adj < alpha) and (lo > 0 or hi < 0))
@@ -259,7 +259,7 @@ def page_flags(suites: list[SuiteFamilies], alpha: float, *, resamples: int, rng
             prim.append(np.atleast_1d(stats.sign_flip_test(d_seed[su.head], resamples=resamples, rng=rng)))
         sec = [i for i in range(m) if i != su.head]
         if sec and not table:
-            table = bool((max_t_by_candidate(d_seed, resamples=resamples, rng=rng)[sec] < alpha).any())
+            table = bool((stats.max_t_sign_flip(d_seed, resamples=resamples, rng=rng)[sec] < alpha).any())
         if not cats:
             labels = sorted(set(su.categories.tolist()))
             dc = np.stack([d[..., su.categories == k].mean(axis=3) for k in labels], axis=2)  # (m, C, K, seeds)
@@ -270,32 +270,6 @@ def page_flags(suites: list[SuiteFamilies], alpha: float, *, resamples: int, rng
         allp = allp[np.isfinite(allp)]
         table = table or bool(allp.size and allp.min() * allp.size < alpha)
     return table, cats
-
-
-def max_t_by_candidate(d: np.ndarray, *, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """`stats.max_t_sign_flip` of every candidate at once. d: (metrics, candidates, seeds) ->
-    (metrics, candidates) p-values, each candidate's max-T over its metrics (one set of sign
-    patterns for all, as the report draws one per candidate: exact below 17 seeds, where
-    they agree to the last digit)."""
-    d = stats.exact_ties(d)
-    m, c, n = d.shape
-    if n == 0:
-        return np.full((m, c), np.nan)
-    scale = np.sqrt((d ** 2).sum(axis=2))
-    zero = scale == 0
-    scale[zero] = 1.0
-    observed = np.abs(d.sum(axis=2)) / scale                        # (metrics, candidates)
-    signs, exact = stats._sign_patterns(n, resamples, rng, 16)
-    flat = d.reshape(m * c, n)
-    hits = np.zeros((m, c))
-    for start in range(0, signs.shape[0], 2000):
-        st = np.abs(signs[start:start + 2000] @ flat.T).reshape(-1, m, c) / scale   # (patterns, metrics, cands)
-        top = st.max(axis=1)                                                         # (patterns, cands)
-        hits += (top[:, None, :] >= observed[None] - 1e-9).sum(axis=0)
-    p = hits / signs.shape[0] if exact else (1.0 + hits) / (signs.shape[0] + 1.0)
-    p = np.minimum(1.0, p)
-    p[zero] = 1.0
-    return p
 
 
 def bh_reject(p: np.ndarray, alpha: float) -> np.ndarray:

@@ -1,5 +1,5 @@
 """Read and validate the run files of SPEC §7 (the only input of `reports`; names and the
-run record reader are `hbsim.contract` and `hbsim.records`).
+run record reader are `hbsim.contract` and `hbsim.contract.records`).
 
 A directory is either a collected grid / single run directory holding ``eval.parquet``
 (and ``train.parquet``), or a grid whose run directories are ``DIR/cells/*/``,
@@ -18,9 +18,10 @@ import numpy as np
 import pandas as pd
 
 from hbsim.contract import (BUDGET_UNIT, CELLS, EVAL_FILE, EVAL_TABLE, PART, ROW_KEYS, RUN_JSON, TRAIN_FILE,
-                            VALIDATION_SUITE, part_suffix)
-from hbsim.atomic import find_files, visible
-from hbsim.records import read_meta
+                            VALIDATION_SUITE)
+from hbsim.contract.labels import part_suffix
+from hbsim.contract.atomic import find_files, visible
+from hbsim.contract.records import read_meta
 from policies.errors import UserError
 
 #: of the eval columns the loader needs (EVAL_TABLE), `step` is optional (absent: one final evaluation, step 0)

@@ -13,9 +13,7 @@ the same work in this process, with the same numbers and bytes.
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
-import signal
 import sys
 import threading
 from collections import deque
@@ -23,7 +21,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable
 
-from hbsim import lifeline
+from hbsim.contract import lifeline
 from policies.errors import UserError
 
 #: environment variable naming the default of ``--jobs`` (1 or 2); unset: `default_jobs`
@@ -39,8 +37,7 @@ def default_jobs() -> int:
         if text.strip() not in ("1", "2"):
             raise UserError(f"{JOBS_ENV}: got {text!r}, allowed: 1 or 2 (the default of --jobs)")
         return int(text)
-    forks = sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
-    return 2 if forks and (os.cpu_count() or 1) >= 2 else 1
+    return 2 if lifeline.can_fork() and (os.cpu_count() or 1) >= 2 else 1
 
 
 def check_jobs(jobs) -> int:
@@ -61,8 +58,7 @@ _calls = [0]
 
 
 def _fault_point(at: int) -> None:
-    if os.environ.get(KILL_ENV) == str(at):
-        os.kill(os.getpid(), signal.SIGKILL)
+    lifeline.fault_point(KILL_ENV, at)
 
 
 def _init(state: dict, carry, hb_pid: int) -> None:
@@ -124,7 +120,7 @@ class Helper:
     same numbers as ``jobs`` 1 -- and one line (DIED) goes to stderr. ``close()`` waits for
     the helper to end; ``close(cancel=True)`` (a stop: Ctrl-C, an error) cancels what has
     not started and kills the helper if it is still at work. The helper ends with hb
-    (`hbsim.lifeline`), and ignores Ctrl-C, which is hb's to handle."""
+    (`hbsim.contract.lifeline`), and ignores Ctrl-C, which is hb's to handle."""
 
     def __init__(self, jobs: int, state: dict, carry: Callable | None = None, restore: Callable | None = None):
         self.state = state
@@ -135,8 +131,8 @@ class Helper:
         self._busy = False
         self._lock = threading.RLock()
         self._death: Future = Future()  # done when the helper process has died
-        if check_jobs(jobs) > 1 and "fork" in multiprocessing.get_all_start_methods():
-            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"),
+        if check_jobs(jobs) > 1 and lifeline.fork_context() is not None:
+            self._pool = ProcessPoolExecutor(1, mp_context=lifeline.fork_context(),
                                              initializer=_init, initargs=(state, carry, os.getpid()))
 
     @property

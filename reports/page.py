@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hbsim.atomic import atomic_write
+from hbsim.contract.atomic import atomic_write
 from reports import figures, text
 
 CSS = ("body{font-family:sans-serif;max-width:1320px;margin:auto;padding:0 1em;color:#222}"

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from hbsim.contract import REPORT_INDEX, REPORT_MARKDOWN
-from hbsim.atomic import atomic_write
-from hbsim.folders import written_files
+from hbsim.contract.atomic import atomic_write
+from hbsim.contract.folders import written_files
 from reports import figures, gap, rliable_views, sections, text
 from reports.page import CSS, EXPORT_DIR, Doc, export_stem
 from reports.text import fmt_mde, verdict
@@ -28,7 +28,7 @@ from reports.text import fmt_mde, verdict
 
 def interval_columns(paired: pd.DataFrame, level: float) -> tuple[str, str, str]:
     """(low, high, label) of the headline interval's columns, looked up here only (no
-    maths: the intervals are `hbsim.intervals`'): the t interval over seeds (ci_low,
+    maths: the intervals are `reports.readings.intervals`'): the t interval over seeds (ci_low,
     ci_high) where paired.csv has it, else the crossed bootstrap; ``level``: the coverage
     the label states (1 - alpha)."""
     pct = f"{100 * level:.0f}%"
@@ -124,7 +124,7 @@ def _budget(doc: Doc, result, budget: dict) -> None:
 
 def write(result, out: Path, jobs: int = 1) -> None:
     """Write CSVs, figures, the rliable export, report.md and index.html into ``out``
-    (files replaced atomically, created with the user's umask: `hbsim.atomic.atomic_write`)."""
+    (files replaced atomically, created with the user's umask: `hbsim.contract.atomic.atomic_write`)."""
     out.mkdir(parents=True, exist_ok=True)
     fig_dir = out / "figures"
     fig_dir.mkdir(exist_ok=True)

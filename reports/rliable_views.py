@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from hbsim import intervals
+from reports.readings import intervals
 from reports import bootstrap, metrics
 from reports.cells import align, cell_metrics
 from reports.metrics import GAMMA, TAUS

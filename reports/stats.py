@@ -6,7 +6,7 @@ statsmodels; this module shapes the data for them: `exact_ties`, the sign-flip t
 for <= 16 units), t / Wilcoxon / sign tests, max-T over metrics, the two-sample permutation
 test, Holm, the attainable level of the sign-flip test, MDE / seeds needed, McNemar and its
 bounds from marginals. pass@k: `reports.passk`; the crossed bootstrap: `reports.bootstrap`;
-intervals: `hbsim.intervals`.
+intervals: `reports.readings.intervals`.
 """
 from __future__ import annotations
 
@@ -354,24 +354,33 @@ def max_t_sign_flip(d: np.ndarray, *, resamples: int, rng: np.random.Generator, 
     p of row m = share of patterns whose largest statistic over the rows reaches row m's
     observed one (Monte Carlo: (1 + hits) / (resamples + 1)). Controls the family-wise
     error over the rows. A row of zeros gets p = 1; fewer than 1 seed -> nan.
+
+    d may also be (metrics, candidates, seeds): every candidate's max-T over its metrics at
+    once, one set of sign patterns for all -> (metrics, candidates) (the page's error rate,
+    `reports.inference.page_flags`; equal to the candidates one at a time on the same stream).
     """
-    d = np.atleast_2d(exact_ties(d))
-    m, n = d.shape
+    d = exact_ties(np.asarray(d, dtype=float))
+    one = d.ndim < 3
+    if one:
+        d = np.atleast_2d(d)[:, None, :]
+    m, c, n = d.shape
     if n == 0:
-        return np.full(m, np.nan)
-    scale = np.sqrt((d ** 2).sum(axis=1))
+        return np.full((m, c), np.nan)[:, 0] if one else np.full((m, c), np.nan)
+    scale = np.sqrt((d ** 2).sum(axis=2))
     zero = scale == 0
     scale[zero] = 1.0
-    observed = np.abs(d.sum(axis=1)) / scale
+    observed = np.abs(d.sum(axis=2)) / scale                        # (metrics, candidates)
     signs, exact = _sign_patterns(n, resamples, rng, exact_max)
-    hits = np.zeros(m)
+    flat = d.reshape(m * c, n)
+    hits = np.zeros((m, c))
     for start in range(0, signs.shape[0], 2000):
-        top = (np.abs(signs[start:start + 2000] @ d.T) / scale).max(axis=1)  # (patterns,)
-        hits += (top[:, None] >= observed[None, :] - 1e-9).sum(axis=0)
+        st = np.abs(signs[start:start + 2000] @ flat.T).reshape(-1, m, c) / scale   # (patterns, metrics, cands)
+        top = st.max(axis=1)                                                         # (patterns, cands)
+        hits += (top[:, None, :] >= observed[None] - 1e-9).sum(axis=0)
     p = hits / signs.shape[0] if exact else (1.0 + hits) / (signs.shape[0] + 1.0)
     p = np.minimum(1.0, p)
     p[zero] = 1.0
-    return p
+    return p[:, 0] if one else p
 
 
 def two_sample_permutation_test(a: np.ndarray, b: np.ndarray, *, resamples: int, rng: np.random.Generator

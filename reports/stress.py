@@ -4,7 +4,7 @@ of a grid of parts (`ablations.stress`: one part per scenario and axis, and besi
 best-fixed-arm part). Nothing here runs anything.
 
 Per scenario, axis and the scenario's declared target (train | heldout_tasks |
-heldout_harness), for every policy: `hbsim.references.share_of_gap` (the one implementation:
+heldout_harness), for every policy: `reports.readings.references.share_of_gap` (the one implementation:
 share = mean_s (P_s - U_s) / mean_s (R_s - U_s), R the best reachable reference -- the
 oracle, the best fixed arm chosen on tuning seeds, `mixed`: the largest mean -- with
 Fieller's interval; no share when R's own gap over uniform is not significant), plus the
@@ -30,9 +30,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hbsim.atomic import atomic_write
-from hbsim.references import BEST_FIXED, FIXED, ORACLE, run_table, share_of_gap, train_scores
-from hbsim.summary import final_scores
+from hbsim.contract.atomic import atomic_write
+from hbsim.contract.labels import BEST_FIXED, FIXED, ORACLE, of_part, strip_part
+from reports.readings.references import run_table, share_of_gap, train_scores
+from reports.readings.summary import final_scores
 from reports import figures
 from reports.page import CSS, Doc
 from reports.stats import adjust, sign_flip_test, t_test_greater_p, t_test_p
@@ -46,24 +47,6 @@ COLUMNS = ["scenario", "policy", "horizon", "step_scale", "share", "share_low", 
            "target", "steps", "seeds", "delta", "delta_t95", "gap", "gap_p", "p", "p_signflip", "q", "p_half",
            "q_half", "verdict", "note"]
 PHRASES = {"half": "capture{s} >= 50% of the reference's gain", "below": "fall{s} below uniform"}
-
-
-def part_suffix(part: str) -> str:
-    """The label suffix of a part's cells (ablations.spec)."""
-    return f"[part={part}]"
-
-
-def _of_part(frame: pd.DataFrame, column: str, part: str) -> pd.DataFrame:
-    """The rows of `frame` whose `column` label ends in the part's suffix, the suffix removed."""
-    suffix = part_suffix(part)
-    mine = frame[frame[column].astype(str).str.endswith(suffix)].copy()
-    mine[column] = mine[column].astype(str).str[: -len(suffix)]
-    return mine
-
-
-def _strip(labels: pd.Series) -> pd.Series:
-    """Labels without their part suffix."""
-    return labels.astype(str).str.replace(r"\[part=[^\]]*\]$", "", regex=True)
 
 
 def scores_of(train: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
@@ -80,7 +63,7 @@ def axis_label(horizon, step_scale) -> str:
 def _with_best_fixed(scores: pd.DataFrame, runs: pd.DataFrame, part: str) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """The best-fixed-arm part's `fixed` runs as the pseudo-policy `best_fixed`: (its score rows,
     its run rows, its label with the arm, e.g. `best_fixed[arm=2]`; "" without them)."""
-    mine, mine_runs = _of_part(scores, "policy", part), _of_part(runs, "label", part)
+    mine, mine_runs = of_part(scores, "policy", part), of_part(runs, "label", part)
     mine_runs = mine_runs[mine_runs["name"] == FIXED]
     mine = mine[mine["policy"].isin(mine_runs["label"])]
     if mine.empty:
@@ -93,7 +76,7 @@ def _with_best_fixed(scores: pd.DataFrame, runs: pd.DataFrame, part: str) -> tup
 def _part_rows(scores: pd.DataFrame, runs: pd.DataFrame, part: str, info: dict) -> list[dict]:
     """The profile rows of one designs' part (its best fixed arm joined)."""
     target = info["target"]
-    mine, mine_runs = _of_part(scores, "policy", part), _of_part(runs, "label", part)
+    mine, mine_runs = of_part(scores, "policy", part), of_part(runs, "label", part)
     fixed, fixed_runs, fixed_label = _with_best_fixed(scores, runs, info.get("fixed_part", ""))
     mine, mine_runs = pd.concat([mine, fixed], ignore_index=True), pd.concat([mine_runs, fixed_runs], ignore_index=True)
     table = share_of_gap(mine, mine_runs)
@@ -128,7 +111,7 @@ def profile(train: pd.DataFrame, evals: pd.DataFrame, metas: list[dict], parts: 
     scores, runs = scores_of(train, evals), run_table(metas)
     rows = [row for part, info in parts.items() for row in _part_rows(scores, runs, part, info)]
     out = pd.DataFrame(rows, columns=COLUMNS + ["_reference"])
-    order = {label: i for i, label in enumerate(dict.fromkeys(_strip(runs["label"])))}   # the runs' order
+    order = {label: i for i, label in enumerate(dict.fromkeys(strip_part(runs["label"])))}   # the runs' order
     out = out.sort_values("policy", key=lambda col: col.map(lambda v: order.get(v, len(order))), kind="stable")
     scen = list(dict.fromkeys(info["scenario"] for info in parts.values()))
     out = out.sort_values(["scenario", "horizon", "step_scale"], key=lambda col: (

@@ -15,7 +15,7 @@ the run's own (pure) choice on each target, and how often the training-objective
 is also the best harness for the other targets.
 
 Reads files only (their names and the run record reader are `hbsim.contract` and
-`hbsim.records`); writes with `hbsim.atomic.atomic_write`.
+`hbsim.contract.records`); writes with `hbsim.contract.atomic.atomic_write`.
 """
 from __future__ import annotations
 
@@ -27,10 +27,11 @@ import numpy as np
 import pandas as pd
 
 from hbsim.contract import COUNTERFACTUAL_FILE, TRAIN_FILE
-from hbsim.atomic import atomic_write, find_files
-from hbsim.records import read_meta
+from hbsim.contract.atomic import atomic_write, find_files
+from hbsim.contract.records import read_meta
 from policies.errors import UserError
 from reports.load import _parquet
+from reports.readings import intervals
 
 #: signal column of counterfactual.parquet -> name in the tables
 SIGNALS = {"learnability": "L", "t_grad": "T(gradient)", "t_update": "T(update)", "score": "fused S",
@@ -132,7 +133,7 @@ def bootstrap_mean(values: np.ndarray, rng: np.random.Generator, resamples: int 
     if v.size == 1:
         return float(v[0]), float("nan"), float("nan")
     means = v[rng.integers(0, v.size, (resamples, v.size))].mean(axis=1)
-    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    lo, hi = intervals.percentile_interval(means, level)
     return float(v.mean()), float(lo), float(hi)
 
 

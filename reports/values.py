@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from hbsim import intervals
+from reports.readings import intervals
 from reports import bootstrap, metrics
 from reports.cells import Aligned
 
@@ -20,7 +20,7 @@ def bootstrap_summary(al: Aligned, suite: str, baseline: str, *, resamples: int,
     """Per metric x policy: value, crossed-bootstrap percentile interval (boot_low,
     boot_high: tasks and seeds resampled together), IQM (+ interval) and P(policy >
     baseline) (+ interval), all from ONE set of task/seed draws. Not the t-interval over
-    seeds of `hb sim` (hbsim.summary): a different estimator of a different spread.
+    seeds of `hb sim` (reports.readings.summary): a different estimator of a different spread.
 
     helper: a `reports.offload.Helper`: the IQM's replicates are computed there from the
     same draws (the generator's state at the start, replayed), while this process goes on;

@@ -9,7 +9,7 @@ It reads only the grid's outputs: DIR/stress/profile.csv (equal steps: the profi
 cells, their delta, share and Benjamini-Hochberg q over every cell of the profile) and
 DIR/train.parquet, DIR/eval.parquet (the paired seed-level values). A cell is one row of the
 profile: a scenario, and once issue 28's axes are merged its `horizon` and `step_scale`
-columns (the grid part `ablations.stress.part_name` names, e.g. `trap@3x`); the claim must
+columns (the grid part `hbsim.contract.labels.part_name` names, e.g. `trap@3x`); the claim must
 hold in each. The claims, on the test
 scenarios (policies/robust.py TEST_SCENARIOS, never used for tuning):
 
@@ -26,22 +26,23 @@ scenario's target (`hbsim.scenarios.target_truth` on the train table: train = th
 the training harnesses' `true_*` columns, as the profile's train score; heldout_* =
 `true_heldout_*`, where the profile's equal-steps value is the sampled evaluation). There the same three tests run, BH over the
 equal-groups cells, share = mean_s (P_s - U_s) / mean_s (O_s - U_s) (the profile's
-definition, `hbsim.references.share_of_gap`). Exit code 0 when every claim passes, 1 if not.
+point estimate, `reports.readings.references.point_share`). Exit code 0 when every claim passes, 1 if not.
 """
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from hbsim.contract import part_suffix
-from hbsim.scenarios import target_truth
+from hbsim.contract.labels import of_part, part_name, part_scenario
+from ablations.scenarios import equal_groups
 from policies.robust import TEST_SCENARIOS
+from policies.validate import comma_items
 from reports.stats import adjust, t_test_p
+from reports.readings.references import point_share
 from reports.stress import ALPHA, scores_of
 
 #: the profile's axis columns beside the scenario, where present (issue 28's yardstick)
@@ -49,52 +50,14 @@ AXES = ("horizon", "step_scale")
 SIDE_BY_SIDE = ("harnessbandit_robust", "harnessbandit", "sec", "variance", "tac", "dts", "exp3s", "mixed")
 
 
-def base_scenario(part: str) -> str:
-    """The scenario of a part name (a part may carry an axis suffix, e.g. `trap@h3`)."""
-    return re.split(r"[@\[:/ ]", part, maxsplit=1)[0]
-
-
-def part_of(scenario: str, horizon=1, step_scale=1.0) -> str:
-    """The stress part that holds a scenario at an axis: `ablations.stress.part_name` where it
-    exists (issue 28's axes: `trap@3x`, `trap@lr0.5`), else the scenario's own name."""
-    try:
-        from ablations.stress import part_name
-    except ImportError:
-        return scenario
-    return part_name(scenario, int(horizon), float(step_scale))
-
-
 def with_parts(prof: pd.DataFrame) -> pd.DataFrame:
     """The profile with a `part` column: the grid part of each cell (scenario x axis)."""
     if not all(a in prof.columns for a in AXES):
         return prof.assign(part=prof["scenario"])
-    return prof.assign(part=[part_of(r.scenario, r.horizon, r.step_scale) for r in prof.itertuples()])
+    return prof.assign(part=[part_name(r.scenario, int(r.horizon), float(r.step_scale)) for r in prof.itertuples()])
 
 
 # -- equal groups ---------------------------------------------------------------------
-def _target_scores(rows: pd.DataFrame, target: str) -> np.ndarray:
-    """(steps,) the exact expected score of `target` after each step of one run
-    (`hbsim.scenarios.target_truth` over the run's training harnesses, its alloc_ columns)."""
-    names = [c[len("alloc_"):] for c in rows.columns if c.startswith("alloc_")]
-    return target_truth(rows, target, names).to_numpy(dtype=float)
-
-
-def equal_groups(train: pd.DataFrame, part: str, target: str) -> tuple[pd.DataFrame, float]:
-    """(policy x seed table of scores at the milestone, the milestone in groups) of one part."""
-    suffix = part_suffix(part)
-    mine = train[train["policy"].str.endswith(suffix)].sort_values(["policy", "seed", "step"])
-    runs, ends = [], []
-    for (label, seed), rows in mine.groupby(["policy", "seed"], sort=False):
-        rows = rows.dropna(axis=1, how="all")
-        cum = rows["groups_generated"].cumsum().to_numpy(dtype=float)
-        runs.append((label[: -len(suffix)], seed, cum, _target_scores(rows, target)))
-        ends.append(cum[-1])
-    milestone = float(min(ends))
-    table = pd.DataFrame([{"policy": p, "seed": s, "score": float(np.interp(milestone, cum, score))}
-                          for p, s, cum, score in runs])
-    return table.pivot_table(index="seed", columns="policy", values="score"), milestone
-
-
 def groups_profile(train: pd.DataFrame, prof: pd.DataFrame, policies: list[str], baseline: str) -> pd.DataFrame:
     """The equal-groups cells: one row per (scenario, policy) with delta, share, p and BH q."""
     rows = []
@@ -106,9 +69,9 @@ def groups_profile(train: pd.DataFrame, prof: pd.DataFrame, policies: list[str],
             if pol not in wide:
                 continue
             d = (wide[pol] - wide[baseline]).dropna().to_numpy()
-            rows.append({"scenario": base_scenario(part), "part": part, "target": target, "policy": pol,
+            rows.append({"scenario": part_scenario(part), "part": part, "target": target, "policy": pol,
                          "groups": milestone,
-                         "delta": float(d.mean()), "share": float(d.mean() / gap.mean()) if gap.mean() else np.nan,
+                         "delta": float(d.mean()), "share": point_share(d, gap.to_numpy()),
                          "p": t_test_p(d)})
     out = pd.DataFrame(rows)
     out["q"] = adjust(out["p"].to_numpy(), "fdr_bh")
@@ -139,7 +102,7 @@ def paired_vs(wides: dict, policy: str, paper: str) -> dict:
     """{trap part: (mean per-seed difference policy - paper, t-test p)} from per-part wide tables."""
     out = {}
     for part, wide in wides.items():
-        if base_scenario(part) == "trap" and policy in wide and paper in wide:
+        if part_scenario(part) == "trap" and policy in wide and paper in wide:
             d = (wide[policy] - wide[paper]).dropna().to_numpy()
             out[part] = (float(d.mean()), t_test_p(d))
     return out
@@ -150,9 +113,7 @@ def steps_wides(train: pd.DataFrame, evals: pd.DataFrame, prof: pd.DataFrame) ->
     scores = scores_of(train, evals)
     out = {}
     for part, target in prof.drop_duplicates("part")[["part", "target"]].itertuples(index=False):
-        suffix = part_suffix(part)
-        mine = scores[scores["policy"].str.endswith(suffix) & (scores["suite"] == target)].copy()
-        mine["policy"] = mine["policy"].str[: -len(suffix)]
+        mine = of_part(scores[scores["suite"] == target], "policy", part)
         out[part] = mine.pivot_table(index="seed", columns="policy", values="score")
     return out
 
@@ -184,8 +145,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     root = Path(args.dir)
     prof = pd.read_csv(root / "stress" / "profile.csv")
-    tests = set(args.scenarios.split(","))
-    prof = with_parts(prof[prof["scenario"].map(base_scenario).isin(tests)])
+    tests = set(comma_items(args.scenarios))
+    prof = with_parts(prof[prof["scenario"].map(part_scenario).isin(tests)])
     if prof.empty or args.policy not in set(prof["policy"]):
         print(f"{root}: no {args.policy} rows on the scenarios {sorted(tests)} in the profile", file=sys.stderr)
         return 2

@@ -15,7 +15,7 @@ per part in two readings, as the issue's claim is made at equal steps and at equ
   `train` target of `hbsim.scenarios.target_truth`: the validation split has no noise-free
   column and is evaluated only at the final step) read at the part's common milestone, the
   largest number of generated groups every tuning run of the part reached, by linear
-  interpolation (`robust_claim.equal_groups`, the claim's own reading).
+  interpolation (`ablations.scenarios.equal_groups`, the claim's own reading).
 
 In each reading g(point, s) = score(point, s) - score(uniform, s), normalised by the largest
 |g(., s)| over points, so every scenario weighs the same whatever its reward scale:
@@ -28,27 +28,20 @@ prints every point's criterion, both readings, per-scenario gains, and the chose
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from ablations.scenarios import equal_groups
 from ablations.spec import load_spec
 from ablations.tune import select, tuning_cells
-from hbsim.contract import PART, part_suffix
-from hbsim.records import canonical_json, load_cells
+from hbsim.contract import PART
+from hbsim.contract.labels import part_suffix
+from hbsim.contract.records import canonical_json, load_cells
 
 DESIGN, BASELINE = "robust", "uniform"
-
-
-def _load_claim():
-    """scripts/robust_claim.py as a module (the one home of the equal-groups reading)."""
-    spec = importlib.util.spec_from_file_location("robust_claim", Path(__file__).with_name("robust_claim.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def groups_scores(part, tune_dir: Path, name: str, equal_groups) -> dict:
@@ -76,7 +69,6 @@ def _normalised(gains: list[dict], names: list[str]) -> list[float]:
 def criterion(spec, root: Path) -> tuple[list[dict], list[str]]:
     """(one row per point of the robust design: setting, per-part gains at equal steps and at
     equal groups, both normalised readings and the criterion; part names)."""
-    equal_groups = _load_claim().equal_groups
     entries: dict[str, dict] = {}
     names = []
     # where `hb grid run` put the tuning cells: DIR/tune/ where a grid of parts runs its tuned

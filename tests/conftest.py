@@ -48,7 +48,7 @@ import pytest
 from _pytest.mark.expression import Expression
 
 TIERS = ("unit", "roundtrip", "cli", "calibration", "torch")
-CLI_FILES = {"test_user_inputs.py", "test_hbsim_cli.py", "test_policies_cli.py", "test_real_runs_cli.py",
+CLI_FILES = {"test_user_inputs.py", "test_user_errors.py", "test_user_writes.py", "test_hbsim_cli.py", "test_policies_cli.py", "test_real_runs_cli.py",
              "test_reports_cli.py", "test_ablations_run.py", "test_ablations_resume.py", "test_ablations_demo.py"}
 #: the test files that import torch or TRL (directly or through real_runs.native / trl_grpo)
 TORCH_FILES = {"test_real_runs_adapter.py", "test_real_runs_model.py", "test_real_runs_sketch.py",

@@ -1,7 +1,7 @@
 """Issue 21: a command killed at any write leaves nothing that a later command trusts.
 
 Every writing command is killed with SIGKILL at its N-th write (the test hook
-`HB_FAULT_AT=N` of `hbsim.folders`: the process kills itself after the data went to the
+`HB_FAULT_AT=N` of `hbsim.contract.folders`: the process kills itself after the data went to the
 temporary file or folder and before the rename), at chosen points (the marker, a run
 directory, a collected table, a CSV, a figure, a checkpoint), then run again; the rerun's
 tables must be identical to those of an uninterrupted run, and no temporary may be left.
@@ -22,9 +22,10 @@ import pandas as pd
 import pytest
 
 from ablations_testkit import grid_text, study_text
-from hbsim import atomic, contract, folders
+from hbsim import contract
+from hbsim.contract import atomic, folders
 from reports import offload
-from hbsim.records import done_ids
+from hbsim.contract.records import done_ids
 
 pytestmark = pytest.mark.slow
 

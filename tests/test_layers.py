@@ -2,9 +2,11 @@
 module (top-level, inside functions, `importlib.import_module("...")` with a literal name)
 is an arrow between packages, and none may point up:
 
-    policies  <-  hbsim  <-  ablations, real_runs, reports
-    reports imports hbsim and policies only; real_runs imports neither ablations nor reports;
-    ablations may import anything.
+    policies  <-  hbsim  <-  ablations, real_runs, reports  <-  scripts
+    reports imports policies and, of hbsim, only the data contract (hbsim.contract.*);
+    real_runs imports neither ablations nor reports; ablations may import anything;
+    scripts/ is checked like a package: it may import every package, and no package
+    imports a script (neither by name nor by file path).
 
 and no module imports itself back through others: the modules form no circle, counting
 every import at any depth (an import inside a function is still an arrow). `from pkg import
@@ -20,15 +22,18 @@ from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("policies", "hbsim", "ablations", "real_runs", "reports")
+PACKAGES = ("policies", "hbsim", "ablations", "real_runs", "reports", "scripts")
 #: package -> the packages of this repository it must not import
 FORBIDDEN = {
-    "policies": {"hbsim", "ablations", "real_runs", "reports"},
-    "hbsim": {"ablations", "real_runs", "reports"},
-    "reports": {"ablations", "real_runs"},
-    "real_runs": {"ablations", "reports"},
-    "ablations": set(),
+    "policies": {"hbsim", "ablations", "real_runs", "reports", "scripts"},
+    "hbsim": {"ablations", "real_runs", "reports", "scripts"},
+    "reports": {"ablations", "real_runs", "scripts"},
+    "real_runs": {"ablations", "reports", "scripts"},
+    "ablations": {"scripts"},
+    "scripts": set(),
 }
+#: package -> the only modules (and their submodules) of a package below it that it may import
+ONLY = {"reports": {"hbsim": ("hbsim.contract",)}}
 
 
 def _resolve(node: ast.ImportFrom, package: str) -> str:
@@ -137,7 +142,10 @@ def forbidden_arrows() -> list[tuple[str, int, str]]:
     for rel, package, path in _modules():
         own = rel.split("/")[0]
         for line, name in imported_modules(path.read_text(), package):
-            if name.split(".")[0] in FORBIDDEN[own]:
+            top = name.split(".")[0]
+            allowed = ONLY.get(own, {}).get(top)
+            if top in FORBIDDEN[own] or (allowed is not None and not any(
+                    name == a or name.startswith(a + ".") for a in allowed)):
                 bad.append((rel, line, name))
     return bad
 
@@ -153,7 +161,7 @@ def test_the_checker_sees_lazy_relative_and_computed_imports():
 
 def test_the_packages_are_all_read():
     files = {rel for rel, _, _ in _modules()}
-    assert {"policies/validate.py", "hbsim/contract.py", "hbsim/folders.py", "reports/cli.py",
+    assert {"policies/validate.py", "hbsim/contract/names.py", "hbsim/contract/folders.py", "reports/cli.py",
             "ablations/store.py", "real_runs/cli.py", "hbsim/envs/base.py"} <= files
     assert len(files) > 60
 
@@ -172,7 +180,7 @@ def test_the_circle_finder_sees_a_circle_through_a_function_level_import():
 
 def test_the_graph_reads_submodules_and_lazy_imports():
     graph = import_graph()
-    assert "hbsim.contract" in graph["hbsim.records"]            # a module-level import
+    assert "hbsim.contract" in graph["hbsim.contract.records"]            # a module-level import
     assert "real_runs.streams" in graph["real_runs.world.pool"]   # `from real_runs import streams`: the submodule
     assert "real_runs" not in graph["real_runs.world.pool"]
     lazy = [name for name, targets in graph.items() if "reports.offload" in targets]
@@ -184,3 +192,70 @@ def test_no_module_circle_in_any_package():
     assert not found, ("modules that import each other (a circle, imports inside functions counted; "
                        "move the idea both need into a module of its own):\n"
                        + "\n".join(" <-> ".join(group) for group in found))
+
+
+def test_reports_may_import_only_the_data_contract_of_hbsim():
+    """The rule itself, on a made-up module: hbsim.contract.* passes, any other hbsim module fails."""
+    source = "from hbsim.contract import TRAIN_FILE\nfrom hbsim.contract.atomic import atomic_write\n"
+    assert all(name.startswith("hbsim.contract") for _, name in imported_modules(source, "reports"))
+    allowed = ONLY["reports"]["hbsim"]
+    for name, ok in (("hbsim.contract", True), ("hbsim.contract.labels", True), ("hbsim.contractx", False),
+                     ("hbsim.envs.base", False), ("hbsim", False)):
+        assert any(name == a or name.startswith(a + ".") for a in allowed) is ok, name
+
+
+# -- one home per idiom ------------------------------------------------------------------------
+#: idiom -> (the regular expression of its hand-written form, the one file that may hold it, the
+#: files that hold the same characters for another purpose, each with its reason)
+IDIOMS = {
+    "an interval's quantiles (use reports.readings.intervals)": (
+        r"\b(np|numpy)\.quantile\(", "reports/readings/intervals.py",
+        {"hbsim/twin/worlds.py": "a world's feature quantiles, not an interval",
+         "reports/validity.py": "the bin edges of a calibration table, not an interval"}),
+    "a label's part parse (use hbsim.contract.labels)": (
+        r"""["'(]\\?\[part=|\[\{PART\}=""", "hbsim/contract/labels.py", {}),
+    "a comma-list parse (use policies.validate.comma_items)": (
+        r"""\.split\((",|',)""", "policies/validate.py",
+        {"real_runs/world/syntax.py": "a tool call's argument syntax, not a knob"}),
+    "a JSON record read without its shape (use hbsim.contract.shapes.read_record)": (
+        r"json\.loads?\([^\n]*read_text\(", "hbsim/contract/shapes.py", {}),
+}
+
+
+def idiom_homes() -> list[str]:
+    """`file:line: idiom` of every hand-written idiom outside its one home (`IDIOMS`)."""
+    import re
+    bad = []
+    for rel, _, path in _modules():
+        text = path.read_text()
+        for idiom, (pattern, home, elsewhere) in IDIOMS.items():
+            if rel == home or rel in elsewhere:
+                continue
+            for match in re.finditer(pattern, text):
+                bad.append(f"{rel}:{text.count(chr(10), 0, match.start()) + 1}: {idiom}")
+    return bad
+
+
+def test_each_idiom_has_one_home():
+    bad = idiom_homes()
+    assert not bad, "a second home of an idiom that has one:\n" + "\n".join(bad)
+
+
+def test_the_idiom_finder_sees_each_second_home(tmp_path, monkeypatch):
+    """Each pattern fails on its hand-written form (so the check above can fail)."""
+    import re
+    samples = {"an interval's": "lo, hi = np.quantile(x, [0.025, 0.975])",
+               "a label's": 'name = re.sub(r"\\[part=[^\\]]*\\]$", "", label)',
+               "a comma-list": 'items = [s.strip() for s in value.split(",")]',
+               "a JSON record": "record = json.loads(path.read_text())"}
+    for idiom, (pattern, _, _) in IDIOMS.items():
+        sample = next(s for k, s in samples.items() if idiom.startswith(k))
+        assert re.search(pattern, sample), idiom
+    assert not re.search(IDIOMS[next(iter(IDIOMS))][0], "intervals.percentile_interval(means, level)")
+
+
+def test_no_package_loads_a_script_by_file_path():
+    bad = [f"{rel}:{text.count(chr(10), 0, text.index('spec_from_file_location')) + 1}"
+           for rel, _, path in _modules() if not rel.startswith("scripts/")
+           and "spec_from_file_location" in (text := path.read_text())]
+    assert not bad, "a package loads a module by file path (import it by name):\n" + "\n".join(bad)

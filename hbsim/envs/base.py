@@ -48,8 +48,9 @@ from policies.clairvoyant import TARGETS
 from policies.errors import UserError
 from hbsim.sampling import FILTER_KNOBS, DynamicSampler, GroupFilter, when_set
 from hbsim.envs.costs import COST_KNOBS, VALIDATION_KNOBS, harness_costs
+from hbsim.contract import SUITES
 from policies.knobs import Knob, Knobs
-from policies.validate import MAX_EVAL_ROWS, check_int
+from policies.validate import MAX_EVAL_ROWS, check_int, comma_items
 
 #: PinchBench-like task categories; `task_category` indexes this tuple.
 CATEGORIES = ("skills", "integrations", "memory", "csv", "coding")
@@ -57,7 +58,6 @@ CATEGORIES = ("skills", "integrations", "memory", "csv", "coding")
 #: spawn-key stream ids of the common random numbers
 STREAM_STRUCTURE, STREAM_TASKS, STREAM_REWARDS, STREAM_LEARN, STREAM_EVAL, STREAM_WORLD = 0, 1, 2, 3, 4, 5
 
-SUITES = ("heldout_tasks", "heldout_harness")
 STREAM_VALIDATION = 6                   # the validation suite's eval uniforms (`n_validation_tasks`)
 assert TARGETS == ("train", *SUITES)      # the oracle's targets: the training objective, then the suites
 
@@ -444,7 +444,7 @@ def int_items(name: str, value, pairs: bool = False) -> list:
     as its non-negative integers (or integer pairs); UserError naming `name` otherwise."""
     try:
         if isinstance(value, str):
-            items = [s.strip() for s in value.split(",") if s.strip()]
+            items = comma_items(value)
             items = [tuple(int(x) for x in s.split("-")) for s in items] if pairs else [int(s) for s in items]
         else:
             items = [tuple(int(x) for x in it) if pairs else int(it) for it in value]

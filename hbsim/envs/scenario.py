@@ -72,6 +72,7 @@ import numpy as np
 from hbsim.envs.base import CATEGORIES, COMMON_KNOBS, Batch, Knob, SyntheticEnv
 from hbsim.grpo import expected_group_signal
 from policies.errors import UserError
+from policies.validate import comma_items
 
 #: role -> (read knob or value, bias knob or value, align knob or value, coverage weight)
 ROLES = {
@@ -92,7 +93,7 @@ ROLES = {
 
 def expand_roles(value) -> list[str]:
     """"primary*2,anchor" (or a list) -> ["primary", "primary", "anchor"]; UserError otherwise."""
-    items = value.split(",") if isinstance(value, str) else value
+    items = comma_items(value, keep_empty=True) if isinstance(value, str) else value
     out = []
     try:
         for item in items:

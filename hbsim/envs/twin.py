@@ -23,7 +23,9 @@ import numpy as np
 
 from hbsim.envs.base import Knob
 from hbsim.envs.scenario import ROLES, ScenarioEnv
+from hbsim.envs.costs import harness_floats, harness_values
 from policies.errors import UserError
+from policies.validate import comma_items
 
 #: bounds of a per-harness value
 VALUE_BOUND = 1000.0
@@ -32,15 +34,8 @@ VALUE_BOUND = 1000.0
 def per_harness_values(name: str, value) -> str:
     """A `Knob.parse` for a per-harness value list: floats in [-1000, 1000], a list of them or
     their comma string ("" = the role's values); resolves to the canonical comma string."""
-    try:
-        items = ([s.strip() for s in value.split(",") if s.strip()] if isinstance(value, str)
-                 else list(value) if isinstance(value, (list, tuple)) else None)
-        if items is None or any(isinstance(x, bool) for x in items):
-            raise TypeError
-        floats = [float(x) for x in items]
-    except (TypeError, ValueError):
-        floats = None
-    if floats is None or not all(np.isfinite(x) and abs(x) <= VALUE_BOUND for x in floats):
+    floats = harness_floats(value, -VALUE_BOUND, VALUE_BOUND, scalar=False)
+    if floats is None:
         raise UserError(f"{name}={value!r} is not allowed: expected {per_harness_values.allowed}")
     return ",".join(repr(float(x)) for x in floats)
 
@@ -51,7 +46,7 @@ per_harness_values.allowed = ('one number in [-1000, 1000] per training harness 
 
 def harness_names_string(name: str, value) -> str:
     """A `Knob.parse` for `harness_names`: distinct names of letters, digits, '_', '-', '.'."""
-    items = [s.strip() for s in value.split(",")] if isinstance(value, str) else value
+    items = comma_items(value, keep_empty=True) if isinstance(value, str) else value
     ok = isinstance(items, (list, tuple)) and all(
         isinstance(s, str) and s and all(c.isalnum() or c in "_-." for c in s) for s in items)
     if value == "":
@@ -66,7 +61,7 @@ harness_names_string.allowed = 'distinct comma-separated names like "json,xml,sh
 
 def _values(knobs: dict, name: str) -> np.ndarray | None:
     text = knobs[name]
-    return np.array([float(x) for x in text.split(",")]) if text else None
+    return np.array(harness_values(text)) if text else None
 
 
 class TwinEnv(ScenarioEnv):
@@ -85,7 +80,7 @@ class TwinEnv(ScenarioEnv):
         super()._check_knobs(knobs)
         H = knobs["n_harnesses"]
         for name in ("harness_bias", "harness_read", "harness_ceiling", "harness_names"):
-            n = len(knobs[name].split(",")) if knobs[name] else H
+            n = len(comma_items(knobs[name])) if knobs[name] else H
             if n != H:
                 raise UserError(f"env.{name}={knobs[name]!r} is not allowed: expected n_harnesses={H} values, got {n}")
         ceiling = _values(knobs, "harness_ceiling")
@@ -105,7 +100,7 @@ class TwinEnv(ScenarioEnv):
         if ceiling is not None:
             self.ceil[:H] = np.where(np.array(self.roles) == "dead", 0.0, ceiling)
         if k["harness_names"]:
-            self.harnesses = k["harness_names"].split(",")
+            self.harnesses = comma_items(k["harness_names"])
         self._base = self.a[:, None] + self.b[None, :] + self.w[self.task_category]
 
 

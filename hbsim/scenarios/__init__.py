@@ -38,7 +38,7 @@ from pathlib import Path
 from hbsim.envs import make_env
 from hbsim.experiment import resolve_synthetic
 from hbsim.run_knobs import RUN_KNOBS
-from hbsim.tomlfile import read_toml
+from hbsim.contract.tomlfile import read_toml
 from policies.clairvoyant import TARGETS
 from policies.errors import UserError
 from policies.validate import MAX_SEEDS, check_int

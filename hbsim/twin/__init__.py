@@ -49,13 +49,13 @@ from __future__ import annotations
 
 from hbsim.twin.fitting import (BOUNDS, KEEP_SD_FACTOR, QUANTITIES, SCALARS, Fit, Layout, Objective, first, fit,
                                 initial_params, quality_table)
-from hbsim.twin.logs import GROUPS_FILE, MIXED_ARM, N_NODES, TRUTH_PREFIXES, Observations, difficulty_spread, observations
+from hbsim.twin.logs import MIXED_ARM, N_NODES, TRUTH_PREFIXES, Observations, difficulty_spread, observations
 from hbsim.twin.model import (N_CATEGORIES, Params, expected_step, per_run, replay, sketch_transfer,
                               state_parts)
 from hbsim.twin.worlds import (DEFAULT_POOL, FEATURE_QUANTILES, scenario, world_distance, world_features,
                                world_quantities)
 
-__all__ = ["BOUNDS", "DEFAULT_POOL", "FEATURE_QUANTILES", "Fit", "GROUPS_FILE", "KEEP_SD_FACTOR", "Layout", "MIXED_ARM",
+__all__ = ["BOUNDS", "DEFAULT_POOL", "FEATURE_QUANTILES", "Fit", "KEEP_SD_FACTOR", "Layout", "MIXED_ARM",
            "N_CATEGORIES", "N_NODES", "Objective", "Observations", "Params", "QUANTITIES", "SCALARS", "TRUTH_PREFIXES",
            "difficulty_spread", "expected_step", "first", "fit", "initial_params", "observations", "per_run",
            "quality_table", "replay", "scenario", "sketch_transfer", "state_parts", "world_distance", "world_features",

@@ -7,10 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from hbsim import contract
 
-#: the groups table of a run directory (hbsim.contract.GROUPS_FILE where the contract has it)
-GROUPS_FILE = contract.GROUPS_FILE
 #: columns a fit never reads: a synthetic world's truth
 TRUTH_PREFIXES = ("true_", "gain", "regret", "oracle_arm", "cos_")
 #: Gauss-Hermite nodes of the task-difficulty law

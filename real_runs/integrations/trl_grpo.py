@@ -59,7 +59,7 @@ from trl import GRPOTrainer
 
 from hbsim.adapter import CostLedger, StepResult
 from hbsim.contract import TRL_STATE
-from hbsim.atomic import atomic_write, file_mode
+from hbsim.contract.atomic import atomic_write, file_mode
 from hbsim.loop import StepRecorder, step_overhead
 from hbsim.sampling import GroupFilter
 from policies.errors import UserError

@@ -24,13 +24,14 @@ import time
 from pathlib import Path
 
 from hbsim.contract import TRL_CHECKPOINT, TRL_STATE
-from hbsim.folders import check_resume_dir, checkpoint_step, claim_output_dir, complete_output_dir
+from hbsim.contract.folders import check_resume_dir, checkpoint_step
+from hbsim.contract.markers import claim_output_dir, complete_output_dir
 from hbsim.sampling import FILTER_KNOBS, GroupFilter, when_set
 from policies import validate
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
 from real_runs.command import run_knobs
-from real_runs.resume import same_run
+from real_runs.resume import same_run, within_steps
 
 SIZES = {"tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                       num_key_value_heads=1),
@@ -199,9 +200,7 @@ def check_resume(checkpoint: Path, config: dict, steps: int) -> None:
     A checkpoint of a version that did not save its config is only checked for its step."""
     import torch
 
-    at = checkpoint_step(checkpoint)
-    if at > steps:
-        raise UserError(f"--steps={steps} is not allowed: the checkpoint is already at step {at}")
+    within_steps(checkpoint_step(checkpoint), steps)
     try:
         saved = torch.load(checkpoint / TRL_STATE, map_location="cpu", weights_only=False).get("config")
     except Exception as exc:       # truncated, not torch's format, not a dict
@@ -283,7 +282,7 @@ def report_to(log: str | None, out: Path) -> dict | None:
 
 def main(args) -> int:
     """The `hb real --backend trl` command (args from real_runs.cli.add_arguments)."""
-    from hbsim.records import write_run
+    from hbsim.contract.records import write_run
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cfg, policy_cfg, run = settings(args)     # checked already by real_runs.cli before torch was imported
     label = policy_cfg["label"]

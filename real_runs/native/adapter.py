@@ -51,6 +51,7 @@ from real_runs.native.evaluation import heldout_eval
 from real_runs.native.presets import RealConfig, model_dict, resolve
 from real_runs.native.rollout import play
 from real_runs.native.sketch import ParamSketch
+from policies.validate import comma_items
 from real_runs.native.trainer import (Group, accumulate_gradients, build_rows, global_sum, pad_rows,
                                       sketch_and_update, token_learnability)
 from real_runs.world.pool import TaskPool
@@ -116,7 +117,7 @@ class GRPOAdapter:
         self._low_stale = False
         self.optimizer = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad],
                                           lr=self.cfg.lr)
-        patterns = tuple(p.strip() for p in self.cfg.sketch_patterns.split(",") if p.strip())
+        patterns = tuple(comma_items(self.cfg.sketch_patterns))
         self.sketch = ParamSketch.build(self.model, block_path=self.model.block_path,
                                         last_blocks=self.cfg.sketch_blocks, dim=self.cfg.sketch_dim,
                                         seed=self.seed + self.cfg.sketch_seed, patterns=patterns)

@@ -71,7 +71,7 @@ def bench_sketch(device: str, repeats: int) -> dict:
 
 def run_timing(run_dir: str) -> dict:
     """Mean seconds per phase, mean step seconds and the scheduler overhead fraction."""
-    from hbsim.records import read_run
+    from hbsim.contract.records import read_run
 
     run = read_run(run_dir)
     train = run.train

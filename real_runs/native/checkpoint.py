@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from hbsim.contract import CHECKPOINT
-from hbsim.atomic import atomic_write
+from hbsim.contract.atomic import atomic_write
 from policies.errors import UserError
 
 FORMAT = 2      # 2: the adapter saves its TaskPool state (format 1 checkpoints do not resume)

@@ -44,6 +44,7 @@ import dataclasses
 from hbsim.sampling import FILTER_KNOBS, WHEN_SET, when_set
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
+from policies.validate import comma_items
 from real_runs.world.tasks import MAX_TASKS
 
 #: the values each preset changes (env knobs, and the run-config keys of RUN_KEYS)
@@ -87,7 +88,7 @@ def _counts(name: str, value) -> str:
     from real_runs.world.harnesses import TRAIN_HARNESSES
 
     text = value if isinstance(value, str) else ",".join(str(v) for v in value) if isinstance(value, list) else None
-    items = [x.strip() for x in text.split(",")] if text is not None and text.strip() else []
+    items = comma_items(text, keep_empty=True) if text is not None else []
     ok = text is not None and (not items or (len(items) == len(TRAIN_HARNESSES)
                                              and all(x.isdigit() and int(x) <= MAX_TASKS for x in items)))
     if not ok:

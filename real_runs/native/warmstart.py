@@ -35,10 +35,11 @@ from pathlib import Path
 
 import torch
 
-from hbsim.atomic import atomic_write
+from hbsim.contract.atomic import atomic_write
 from policies.errors import UserError
 from real_runs import streams
 from real_runs.native.model import ByteTokenizer, ModelConfig, Transformer, right_pad
+from policies.validate import comma_items
 from real_runs.native.presets import model_dict
 from real_runs.native.trainer import Turn, merge_turns
 from real_runs.world.episode import Episode
@@ -161,7 +162,7 @@ def warm_start(cfg, seed: int, harnesses: list, tasks: list, device, others: lis
     progress(done, total): warm-start steps, only when the model is trained (not cached).
     """
     if getattr(cfg, "warm_counts", ""):
-        counts = [int(n) for n in cfg.warm_counts.split(",")]
+        counts = [int(n) for n in comma_items(cfg.warm_counts)]
         rows = [row for h, n in zip([*harnesses, *others], counts) if n
                 for row in demonstration_rows([h], tasks[:n], cfg.max_len, cfg.max_new_tokens)]
     else:

@@ -20,7 +20,7 @@ except ImportError:  # Python 3.10: the tomli backport (a dependency there)
 import pytest
 
 import ablations
-from hbsim.records import done_ids
+from hbsim.contract.records import done_ids
 
 FULL = os.environ.get("HB_BENCH_FULL") == "1"
 

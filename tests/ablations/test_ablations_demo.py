@@ -56,7 +56,7 @@ def test_demo_runs_collects_and_reports(tmp_path, capsys):
     assert index.is_file() and index.stat().st_size > 1000
     assert stdout.strip().splitlines()[-1] == f"report: {index.resolve()}"
     assert "baseline mixed-2" in stdout and "harnessbandit[warmup_rounds=1]" in stdout
-    # with uniform and the oracle in the grid, the share of the achievable gain (hbsim.references)
+    # with uniform and the oracle in the grid, the share of the achievable gain (reports.readings.references)
     shares = stdout[stdout.index("share of the achievable gain"):]
     assert "train: reference = 'oracle[target=train]'" in shares
     block = shares[: shares.index("suite ")].splitlines()         # up to the headline table

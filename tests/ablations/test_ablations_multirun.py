@@ -13,7 +13,7 @@ from pandas.testing import assert_frame_equal
 import hbsim
 from ablations import calibrate, runner, worker
 from hbsim.cli import main as hb_main
-from hbsim.records import read_run
+from hbsim.contract.records import read_run
 from policies import make
 
 SMALL = ["--set", "env.n_tasks=30", "--set", "env.n_heldout_tasks=4"]

@@ -7,7 +7,7 @@ from ablations_testkit import write_grid
 
 from ablations.spec import load_spec
 from hbsim.cli import main as hb_main
-from hbsim.records import load_cells
+from hbsim.contract.records import load_cells
 
 
 def test_grid_cells_with_published_policies_and_a_keep_band_run(tmp_path, capsys):

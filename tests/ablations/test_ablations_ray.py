@@ -7,7 +7,7 @@ from pandas.testing import assert_frame_equal
 
 import ablations
 from ablations.spec import load_spec
-from hbsim.records import done_ids, load_cells
+from hbsim.contract.records import done_ids, load_cells
 
 pytestmark = pytest.mark.slow  # every test here spawns processes (make test-fast skips them)
 

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from ablations.spec import load_spec
+from hbsim.contract.labels import part_name, part_scenario
 from policies.robust import ROBUST_SETTING, TUNING_SCENARIOS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,9 +88,9 @@ def test_check_passes_and_fails_each_claim():
 
 def test_part_names_with_an_axis_suffix_keep_their_scenario():
     axes = pd.DataFrame([{"scenario": "trap", "horizon": 1, "step_scale": 1.0}])
-    assert claim.with_parts(axes)["part"].tolist() == [claim.part_of("trap", 1, 1.0)] == ["trap"]
-    assert [claim.base_scenario(p) for p in ("trap", "trap@h3", "dead[x=1]", "churn:0.5")] == \
-        ["trap", "trap", "dead", "churn"]
+    assert claim.with_parts(axes)["part"].tolist() == [part_name("trap", 1, 1.0)] == ["trap"]
+    assert [part_scenario(p) for p in ("trap", "trap@h3", "dead[x=1]", "churn:0.5", "trap@3x@lr0.5", "trap+fixed")] == \
+        ["trap", "trap", "dead", "churn", "trap", "trap"]
     empty = claim.check(pd.DataFrame(columns=["scenario", "part", "policy", "delta", "q", "share"]), {},
                         "harnessbandit_robust", "share")
     assert empty[1][1] is False and empty[1][2] == "median +nan over 0 cells"    # no share: the claim fails
@@ -156,7 +157,7 @@ def test_robust_tune_scores_every_point_at_equal_steps_and_groups(tmp_path):
     equal-groups score of every point is the mean over seeds of robust_claim.equal_groups'
     reading, and the criterion is the mean of the two normalised readings."""
     from hbsim.cli import main
-    from hbsim.records import load_cells
+    from hbsim.contract.records import load_cells
     (tmp_path / "g.toml").write_text(TINY_TUNE)
     assert main(["grid", "run", str(tmp_path / "g.toml"), "--out", str(tmp_path / "grid"), "--jobs", "1"]) == 0
     spec = load_spec(tmp_path / "g.toml")

@@ -12,7 +12,7 @@ from pandas.testing import assert_frame_equal
 from ablations import store
 from ablations.spec import load_spec
 from hbsim.cli import main as hb_main
-from hbsim.records import done_ids, load_cells
+from hbsim.contract.records import done_ids, load_cells
 
 pytestmark = pytest.mark.slow  # every test here spawns processes (make test-fast skips them)
 

@@ -9,7 +9,7 @@ from ablations_testkit import TINY_ENV, grid_text, snapshot, write_grid
 
 import ablations
 from ablations.spec import load_spec
-from hbsim.records import config_hash
+from hbsim.contract.records import config_hash
 from hbsim.cli import main as hb_main
 
 

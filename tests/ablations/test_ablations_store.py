@@ -7,8 +7,9 @@ import pytest
 
 from ablations import store
 from ablations.runner import ProgressBar
-from hbsim.atomic import write_dir_atomic
-from hbsim.records import done_ids, is_complete
+from hbsim.contract import atomic
+from hbsim.contract.atomic import write_dir_atomic
+from hbsim.contract.records import done_ids, is_complete
 
 
 def test_cell_write_is_all_or_nothing(tmp_path):
@@ -41,11 +42,11 @@ def test_cell_write_is_all_or_nothing(tmp_path):
     assert sorted(p.name for p in (tmp_path / "cells" / "bbbb").iterdir()) == ["x"]
     assert write_dir_atomic(tmp_path / "cells" / "bbbb", good, keep=is_complete) is True
     assert sorted(p.name for p in (tmp_path / "cells" / "bbbb").iterdir()) == ["log.txt", "run.json", "train.parquet"]
-    # leftovers of killed writers are hidden from done_ids and removed by clean_tmp
+    # leftovers of killed writers are hidden from done_ids and removed by atomic.remove_temp
     (tmp_path / "cells" / ".tmp-cccc-123").mkdir()
     (tmp_path / "cells" / "..tmp-cccc-123.tmp-xyz").mkdir()
     assert done_ids(tmp_path) == {"bbbb"}
-    assert store.clean_tmp(tmp_path / "cells") == 2 and done_ids(tmp_path) == {"bbbb"}
+    assert atomic.remove_temp(tmp_path / "cells") == 2 and done_ids(tmp_path) == {"bbbb"}
     assert sorted(p.name for p in (tmp_path / "cells").iterdir()) == ["bbbb"]
 
 

@@ -17,7 +17,7 @@ from ablations.spec import SpecError, parse_spec
 from ablations_testkit import TINY_ENV, hb
 from hbsim.cli import main
 from hbsim.contract import CELLS
-from hbsim.records import read_meta
+from hbsim.contract.records import read_meta
 from hbsim.scenarios import Scenario
 from reports import stress as profile
 
@@ -276,7 +276,7 @@ def test_every_shipped_scenario_plans_cells_that_resume():
     (`kitchen`, on the roles knob's default `primary*2,...` written unexpanded, did)."""
     from ablations.tune import tuning_spec
     from hbsim.experiment import resolve_config
-    from hbsim.records import config_hash
+    from hbsim.contract.records import config_hash
     raw = stress.grid_raw(list(hbsim.scenarios.SCENARIOS.values()), ["uniform"], seeds=2, quick=True)
     spec = parse_spec(raw)
     cells = [c for p in spec.parts if not p.tune for c in p.cells()]
@@ -347,7 +347,7 @@ def test_reading_states_what_holds_on_every_axis_and_where_a_verdict_flips():
 def test_verdicts_come_from_the_seed_level_tests_and_skip_the_references():
     """`profile`'s verdict column: half where BH q_half < 0.05, below where q < 0.05 and delta < 0;
     none for the oracle and the best fixed arm (they are the yardstick, not designs)."""
-    from hbsim.references import run_table
+    from reports.readings.references import run_table
     rng = np.random.default_rng(3)
     seeds, rows, metas = range(8), [], []
     gap = {"uniform": 0.0, "oracle": 0.2, "good": 0.19, "bad": -0.1, "meh": 0.02}

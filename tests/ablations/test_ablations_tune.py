@@ -11,7 +11,7 @@ from ablations_testkit import grid_text, snapshot
 from ablations import tune
 from ablations.spec import SpecError, load_spec
 from hbsim.cli import main as hb_main
-from hbsim.records import done_ids, read_meta
+from hbsim.contract.records import done_ids, read_meta
 
 ENV = {"kind": "bernoulli", "n_harnesses": 3, "n_tasks": 30, "n_heldout_tasks": 6, "k_attempts": 2,
        "n_validation_tasks": 10, "n_zero": 0, "n_saturating": 0}
@@ -157,7 +157,7 @@ def test_a_grid_of_parts_tunes_its_tuned_part_on_the_train_target(tmp_path, caps
     printed = capsys.readouterr().out
     tuning = [read_meta(out / "tune" / "cells" / i) for i in done_ids(out / "tune")]
     assert len(tuning) == 3 * 2 and {m["seed"] for m in tuning} == {50, 51}
-    from hbsim.references import train_scores
+    from reports.readings.references import train_scores
     import pandas as pd
     train = pd.concat([pd.read_parquet(out / "tune" / "cells" / m["run_id"] / "train.parquet") for m in tuning])
     truth = train_scores(train.assign(policy=train["run_id"])).set_index("policy")["score"]

@@ -23,7 +23,7 @@ import pytest
 from ablations import twin_check
 from hbsim import scenarios, twin
 from hbsim.experiment import resolve_config, run_config
-from hbsim.references import run_table, train_scores
+from reports.readings.references import run_table, train_scores
 
 pytestmark = pytest.mark.calibration
 

@@ -1,4 +1,4 @@
-"""hbsim.atomic in process: the one atomic write, the umask helpers and the temporaries a
+"""hbsim.contract.atomic in process: the one atomic write, the umask helpers and the temporaries a
 killed writer leaves (the kill itself: tests/test_fault_injection.py)."""
 from __future__ import annotations
 
@@ -11,7 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from hbsim import atomic, contract, folders
+from hbsim import contract
+
+from hbsim.contract import atomic, folders
+
+from hbsim.contract import markers
 
 
 @pytest.fixture
@@ -149,5 +153,5 @@ def test_umask_027_gives_0750_folders_and_0640_files(tmp_path, umask027):
     assert _mode(atomic.atomic_write(tmp_path / "f.txt", "x")) == 0o640       # mkstemp alone gives 0600
     made = atomic.make_temp_dir(tmp_path / "cell")                          # mkdtemp alone gives 0700
     assert _mode(made) == 0o750 and made.name.startswith(f"{contract.TMP_PREFIX}cell-") and not any(made.iterdir())
-    claimed = folders.claim_output_dir(tmp_path / "new" / "grid", "grid")
+    claimed = markers.claim_output_dir(tmp_path / "new" / "grid", "grid")
     assert _mode(claimed) == 0o750 and _mode(claimed / contract.KIND_FILE) == 0o640

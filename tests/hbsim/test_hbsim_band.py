@@ -6,7 +6,7 @@ import pandas as pd
 
 from hbsim.envs import make_env
 from hbsim.experiment import resolve_config, run_config
-from hbsim.records import config_hash
+from hbsim.contract.records import config_hash
 from hbsim.sampling import GroupFilter
 from policies import Allocation
 

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hbsim.records import read_run
-from hbsim.summary import summarize, summary_table
+from hbsim.contract.records import read_run
+from reports.readings.summary import summarize, summary_table
 
 SMALL = ["--set", "env.n_tasks=30", "--set", "env.n_heldout_tasks=4"]
 

@@ -16,7 +16,7 @@ from hbsim.counterfactual import Probe, cosine_matrix, target_means, transfer_ag
 from hbsim.envs import make_env
 from hbsim.experiment import resolve_config, run_config
 from hbsim.loop import Loop, normalised_entropy
-from hbsim.records import config_hash, read_run, write_run
+from hbsim.contract.records import config_hash, read_run, write_run
 from policies import Allocation, make
 from policies.signals import MemoryBank, transfer_and_update
 

@@ -243,10 +243,10 @@ def test_expected_gains_apply_the_expected_update(forget):
 def test_oracle_regret_and_extras():
     env = make_env("bernoulli", seed=0)
     for i in range(12):
+        pre = env.expected_gains(np.eye(6, dtype=np.int64) * 8)        # the pre-step state's pure gains
+        assert pre.shape == (6,)
         r = env.train_step(pure(i % 6))
-        gains = env.expected_gains(np.eye(6, dtype=np.int64) * 8)      # post-step; just shape checks
-        assert gains.shape == (6,)
-        assert r.extras["regret"] >= 0
+        assert r.extras["regret"] == pytest.approx(pre.max() - pre[i % 6], abs=1e-15)
         assert 0 <= r.extras["oracle_arm"] < 6
         assert set(r.extras) >= {"oracle_arm", "regret", "gain"} | {f"true_{h}" for h in env.harnesses + ["hx"]}
     # regret = best pure gain - chosen gain, computed from the pre-step state

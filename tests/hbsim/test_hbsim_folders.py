@@ -1,30 +1,34 @@
-"""hbsim.folders in process: output-folder kinds, markers and --resume checks (the CLI side
+"""hbsim.contract.folders in process: output-folder kinds, markers and --resume checks (the CLI side
 of these is tests/test_user_inputs.py)."""
 from __future__ import annotations
 
 import pytest
 
-from hbsim import atomic, contract, folders
+from hbsim import contract
+
+from hbsim.contract import atomic, folders
+
+from hbsim.contract import markers
 from policies.errors import UserError
 
 
 def test_claim_output_dir_marker(tmp_path):
-    root = folders.claim_output_dir(tmp_path / "s", "sim", "h1", tool="hb sim")
+    root = markers.claim_output_dir(tmp_path / "s", "sim", "h1", tool="hb sim")
     assert (root / contract.KIND_FILE).read_text() == ('{"command": null, "config_hash": "h1", "files": [], '
                                                        '"kind": "sim", "state": "incomplete", "tool": "hb sim"}\n')
     atomic.atomic_write(root / "a.txt", "a")                          # written after the claim: listed
     (root / "mine.txt").write_text("not hb's")                         # not through atomic_write: not listed
-    folders.complete_output_dir(root)
+    markers.complete_output_dir(root)
     assert folders.read_marker(root) == {"kind": "sim", "config_hash": "h1", "tool": "hb sim", "command": None,
                                          "state": "complete", "files": ["a.txt"]}
     assert folders.written_files(root) == {root / "a.txt"}
-    folders.claim_output_dir(root, "sim", "h1", tool="hb sim")         # a rerun keeps the list, incomplete again
+    markers.claim_output_dir(root, "sim", "h1", tool="hb sim")         # a rerun keeps the list, incomplete again
     assert folders.read_marker(root)["state"] == "incomplete" and folders.read_marker(root)["files"] == ["a.txt"]
     (root / "a.txt").unlink(), (root / "mine.txt").unlink()
     (root / contract.KIND_FILE).write_text('{"kind": "nope"}')
     with pytest.raises(UserError, match="kind='nope' is unknown; valid kinds: sim, run, grid, report, study"):
         folders.read_marker(root)
-    folders.claim_output_dir(root, "sim", "h1", tool="hb sim")           # an unreadable marker is replaced
+    markers.claim_output_dir(root, "sim", "h1", tool="hb sim")           # an unreadable marker is replaced
     assert folders.read_marker(root)["kind"] == "sim"
     assert sorted(p.name for p in root.iterdir()) == [contract.KIND_FILE]
 
@@ -37,7 +41,7 @@ def test_check_resume_dir(tmp_path):
     refused(tmp_path / "nope", "does not exist")
     (tmp_path / "f").write_text("x")
     refused(tmp_path / "f", "is a file")
-    folders.claim_output_dir(tmp_path / "e", "run")
+    markers.claim_output_dir(tmp_path / "e", "run")
     refused(tmp_path / "e", "holds no checkpoint")       # ours (marker) but never checkpointed
     (tmp_path / "g").mkdir()
     (tmp_path / "g" / "grid.json").write_text("{}")
@@ -58,7 +62,7 @@ def test_check_resume_dir(tmp_path):
 
 def test_check_output_dir_states(tmp_path):
     assert folders.check_output_dir(tmp_path / "new", "sim", "h1") == "new"
-    folders.claim_output_dir(tmp_path / "s", "sim", "h1")
+    markers.claim_output_dir(tmp_path / "s", "sim", "h1")
     assert folders.check_output_dir(tmp_path / "s", "sim", "h1") == "resume"
     with pytest.raises(UserError, match="another configuration.*pass --force"):
         folders.check_output_dir(tmp_path / "s", "sim", "h2")

@@ -1,11 +1,11 @@
-"""hbsim.intervals, the one home of the interval maths: hand-computed cases, and one
+"""reports.readings.intervals, the one home of the interval maths: hand-computed cases, and one
 convention for ``level`` (the coverage) across its functions."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from hbsim import intervals
+from reports.readings import intervals
 
 
 @pytest.mark.parametrize("df, p, expected", [(1, 0.975, 12.706204736174707), (2, 0.975, 4.302652729749464),

@@ -1,4 +1,4 @@
-"""`hbsim.lifeline`: a Ctrl-C held while helpers start is delivered after, never lost;
+"""`hbsim.contract.lifeline`: a Ctrl-C held while helpers start is delivered after, never lost;
 `wait_for_exit` returns when a process has ended; `exit_with` is a no-op on itself.
 (Whole commands killed with -9, and Ctrl-C while the forkserver starts:
 tests/test_fault_injection.py.)"""
@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from hbsim import lifeline
+from hbsim.contract import lifeline
 
 
 def _press() -> None:

@@ -10,7 +10,7 @@ from hbsim.contract import UPDATE_NORM
 from hbsim.envs import make_env
 from hbsim.experiment import resolve_config
 from hbsim.loop import Loop
-from hbsim.records import config_hash
+from hbsim.contract.records import config_hash
 from policies import make
 from policies.errors import UserError
 

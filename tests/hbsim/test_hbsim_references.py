@@ -1,12 +1,12 @@
-"""hbsim.references: the best fixed arm in hindsight and the share of the achievable gain,
+"""reports.readings.references: the best fixed arm in hindsight and the share of the achievable gain,
 on hand-made score tables (the report's section: tests/reports/test_reports_gap.py)."""
 import numpy as np
 import pandas as pd
 import pytest
 
-from hbsim import intervals, references
-from hbsim.references import best_fixed, run_table, runs_from_labels, share_of_gap
-from hbsim.summary import summarize, summary_table
+from reports.readings import intervals, references
+from reports.readings.references import best_fixed, run_table, runs_from_labels, share_of_gap
+from reports.readings.summary import summarize, summary_table
 
 
 def _scores(table: dict, suite: str = "heldout_harness") -> pd.DataFrame:

@@ -9,7 +9,7 @@ import pytest
 
 from ablations import sim_cli, validity_cli
 from ablations.spec import parse_spec
-from hbsim.records import config_hash
+from hbsim.contract.records import config_hash
 from hbsim.run_knobs import RUN_KNOBS, Sets, flag, run_values, seed_list, split_sets
 from policies.errors import UserError
 from policies.validate import parse_value

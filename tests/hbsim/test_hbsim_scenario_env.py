@@ -173,7 +173,8 @@ def test_state_round_trip_is_exact():
 
 
 def test_target_gains_agree_with_expected_success_and_leave_the_state():
-    from hbsim.counterfactual import TARGETS, target_means
+    from hbsim.envs.base import target_means
+    from policies.clairvoyant import TARGETS
     e = env(1, forget=0.5, interference=4.0, max_step=0.3, coverage=0.5)
     for h in (0, 2, 3):
         e.train_step(pure(e, h))

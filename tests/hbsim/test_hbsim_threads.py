@@ -1,11 +1,11 @@
-"""hbsim.threads (one BLAS thread for grid workers and `hb real`)."""
+"""hbsim.contract.threads (one BLAS thread for grid workers and `hb real`)."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from hbsim import threads
+from hbsim.contract import threads
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ import pytest
 from scipy import stats
 
 from ablations import scenarios as measure
-from hbsim.counterfactual import TARGETS
+from policies.clairvoyant import TARGETS
 from hbsim.scenarios import SCENARIOS
 
 pytestmark = pytest.mark.calibration
@@ -107,19 +107,19 @@ ALLOCATION = {name[len("allocation_"):]: f for name, f in globals().items() if n
 
 
 def test_every_scenario_has_its_allocation_check_and_at_least_8_seeds():
-    assert set(ALLOCATION) == set(SCENARIOS) == set(CLAIMS)
+    assert set(ALLOCATION) == set(SCENARIOS) == set(DESIGN_CLAIMS)
     assert all(sc.seeds >= 8 for sc in SCENARIOS.values())
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_the_summary_names_exactly_the_designs_whose_claims_are_asserted(name):
-    """The designs named after "Measured at the shipped settings:" are exactly those CLAIMS
+    """The designs named after "Measured at the shipped settings:" are exactly those DESIGN_CLAIMS
     asserts (with PURE for "below-pure"), and no "should win / lose" is left in the paragraph
     (before that mark it describes the structure and the oracle, which the allocation test checks)."""
     _, sep, measured = SCENARIOS[name].summary.partition("Measured at the shipped settings:")
     assert sep and "should" not in SCENARIOS[name].summary
     named = lambda text: {p for p in DESIGNS if re.search(rf"\b{p}\b", text)}     # noqa: E731
-    want = {p for p, _ in CLAIMS[name]} | (set(PURE) if any(c == "below-pure" for _, c in CLAIMS[name]) else set())
+    want = {p for p, _ in DESIGN_CLAIMS[name]} | (set(PURE) if any(c == "below-pure" for _, c in DESIGN_CLAIMS[name]) else set())
     assert named(measured) == want, named(measured)
 
 
@@ -132,8 +132,9 @@ def test_the_structure_changes_the_oracles_allocation(name):
 # -- 2. the summary's sentences ------------------------------------------------------------
 #: scenario -> [(policy, claim)]: "gains" / "loses" (paired t over the shipped seeds beyond
 #: the two-sided 5% critical value, against uniform), "tenth" (share of the oracle's gap below
-#: 0.1), "below-pure" (loses to uniform and to every design of PURE)
-CLAIMS = {
+#: 0.1), "below-pure" (loses to uniform and to every design of PURE). What each design achieves;
+#: the checks of the worlds themselves are tests/ablations/test_ablations_scenarios.WORLD_CHECKS
+DESIGN_CLAIMS = {
     "anchor": [("transfer", "loses"), ("mixed", "gains")],
     "churn": [("mixed", "gains")],
     "coverage": [("transfer", "gains"), ("learnability", "loses")],
@@ -155,7 +156,7 @@ DESIGNS = PURE + ("mixed",)
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_every_win_and_loss_sentence_holds_at_the_shipped_settings(name):
-    claims = CLAIMS[name]
+    claims = DESIGN_CLAIMS[name]
     names = sorted({p for p, _ in claims} | (set(PURE) if any(c == "below-pure" for _, c in claims) else set()))
     runs = measure.final_truth(name, [measure.oracle_policy(name), {"name": "uniform"}]
                                + [{"name": p} for p in names])

@@ -19,7 +19,7 @@ and the baseline) in one process, after a warm-up
 block of each that is not counted, and prints each one's min and median over the cycles
 and their ratios, which drift does not bias; `--cold` streams 32 MiB between cycles (a
 training step evicts the memories from cache between scheduler cycles). Both modes pin
-numpy's BLAS to one thread (`hbsim.threads`, unless the user set a thread variable): a
+numpy's BLAS to one thread (`hbsim.contract.threads`, unless the user set a thread variable): a
 second BLAS thread made the ratio swing from 1.4x to 20.8x under load.
 """
 import math
@@ -27,7 +27,7 @@ import math
 import numpy as np
 import pytest
 
-from hbsim import threads
+from hbsim.contract import threads
 
 from policies import Feedback, make
 

@@ -196,7 +196,7 @@ def test_docstrings_and_hb_policies_show_rule_source_and_departures(capsys):
 
 def test_hb_sim_runs_each_published_policy_and_bad_knob_exits_2(tmp_path, capsys):
     from hbsim.cli import main
-    from hbsim.records import read_run
+    from hbsim.contract.records import read_run
     args = ["sim", "--env", "bernoulli", "--seeds", "1", "--steps", "6", "--jobs", "1", "--out", str(tmp_path / "s")]
     for name in ("sec", "variance", "tac"):
         args += ["--policy", name]

@@ -171,7 +171,7 @@ def _run(*argv, cwd=None):
 @NEEDS_TRL
 @pytest.mark.slow
 def test_hb_real_backend_trl_writes_a_run_that_hb_report_reads(tmp_path):
-    from hbsim import atomic
+    from hbsim.contract import atomic
     base = ["-m", "hbsim.cli", "real", "--backend", "trl", "--steps", "2",     # no --device: the default works
             "--set", 'harnesses=["json","xml","kv"]', "--set", "n_train_tasks=12", "--set", "max_completion_length=8"]
     for policy in ("harnessbandit", "mixed"):

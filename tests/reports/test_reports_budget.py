@@ -8,6 +8,7 @@ import pytest
 from hbsim.cli import main as hb_main
 from policies.errors import UserError
 from reports import budget, load, stats
+from reports.readings import at_cost
 
 ENV = ["--set", "env.n_harnesses=3", "--set", "env.n_tasks=30", "--set", "env.n_heldout_tasks=6",
        "--set", "env.k_attempts=2", "--set", 'env.group_tokens="100,300,900"']
@@ -60,10 +61,10 @@ def test_select_interpolates_between_the_bracketing_evaluations_by_hand():
     assert cells.loc["A", "pass@1"] == pytest.approx(1 / 6 + 2 / 3)
     assert cells.loc["A", "pass^2"] == pytest.approx(2 / 3) and cells.loc["A", "pass@2"] == pytest.approx(1.0)
     assert cells.loc["B", "pass@1"] == 0.5
-    assert budget.step_costs(train, "tokens").query("run_id == 'a'")["cost"].tolist() == [0, 300, 600, 900, 1200]
+    assert at_cost.step_costs(train, "tokens").query("run_id == 'a'")["cost"].tolist() == [0, 300, 600, 900, 1200]
     # seconds: the measured rollout + tools time where nothing is simulated (hbsim.loop.step_cost)
     sec = train.assign(cost_seconds=[np.nan, 1.0, np.nan, np.nan, 2.0], seconds_rollout=0.5, seconds_tools=0.25)
-    assert budget.step_costs(sec, "seconds").query("run_id == 'a'")["cost"].tolist() == [0, 0.75, 1.75, 2.5, 3.25]
+    assert at_cost.step_costs(sec, "seconds").query("run_id == 'a'")["cost"].tolist() == [0, 0.75, 1.75, 2.5, 3.25]
 
 
 def test_a_run_that_cannot_be_interpolated_is_refused_beyond_the_tolerance():
@@ -309,7 +310,7 @@ def test_the_share_of_gap_is_read_at_the_milestone():
     is handed (a budget report's) instead of the final evaluation and the last step."""
     from types import SimpleNamespace
 
-    from hbsim import references
+    from reports.readings import references
     from reports import gap
 
     train = pd.DataFrame({"run_id": "r", "policy": "uniform", "seed": 0, "step": [1, 2, 3],

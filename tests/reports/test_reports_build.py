@@ -182,7 +182,7 @@ def test_read_dir_finds_cells_and_collected(tmp_path, frames):
 def test_one_part_of_a_grid_of_parts_hand_case(tmp_path, frames):
     """A collected grid of parts: `part` keeps that part's rows, strips `[part=NAME]` from
     its labels, drops the train columns only other parts fill, keeps its runs' records."""
-    from hbsim.contract import part_suffix
+    from hbsim.contract.labels import part_suffix
 
     ev, tr = frames
     def parts(df, name):       # the same synthetic tables as part `name`, with harness columns of its own
@@ -347,7 +347,7 @@ def test_umask_conclusion_and_power_warnings(tmp_path, frames):
         os.umask(old)
     for name in ("index.html", "report.md", "paired.csv", "config.json"):
         assert (tmp_path / "rep" / name).stat().st_mode & 0o777 == 0o640, name
-    text = reports.build.conclusion(res)
+    text = reports.conclusion(res)
     # 3 seeds: the sign-flip test over seeds cannot go below 2/8; the report says so
     assert "with 3 seeds the smallest attainable p is 0.250" in text and "no policy differs detectably" in text
     assert any("smallest attainable p_seed is 0.25" in n for n in res.notes)
@@ -364,7 +364,7 @@ def test_umask_conclusion_and_power_warnings(tmp_path, frames):
     # and the report at 3 seeds (coverage of the bootstrap about 0.75 where runs dominate) says it undercovers
     assert any("boot_low/boot_high (the crossed bootstrap: new tasks and new runs) resample only 3 seeds and "
                "undercover there: about 75% instead of 95%" in n for n in res.notes)
-    assert "with one seed there is no seed-level test" in reports.build.conclusion(one)
+    assert "with one seed there is no seed-level test" in reports.conclusion(one)
 
 
 def test_conclusion_names_a_clear_winner_at_eight_seeds():
@@ -372,7 +372,7 @@ def test_conclusion_names_a_clear_winner_at_eight_seeds():
 
     ev, tr = make_synthetic({"base": 0.0, "hb": 1.5}, n_seeds=8, n_tasks=(30, 20))
     res = reports.build_report((ev, tr), "base", None, resamples=500)
-    text = reports.build.conclusion(res)
+    text = reports.conclusion(res)
     assert "at 8 seeds on heldout_tasks (score), hb beats base by +0." in text
     p = res.tables["paired"]
     prim = p[p["role"] == "primary"]
@@ -414,7 +414,7 @@ def test_default_k_follows_the_attempts_per_task():
 
 def test_a_design_whose_filter_dropped_every_group_is_named_in_the_notes():
     """A report of zeros with no word is the 'unclear message' of issue 33: a design all of
-    whose steps optimized no group gets a warning (the one wording of hbsim.summary)."""
+    whose steps optimized no group gets a warning (the one wording of reports.readings.summary)."""
     from reports_synth import make_synthetic
 
     ev, tr = make_synthetic({"base": 0.0, "hb": 0.3}, n_seeds=3, n_tasks=(20, 10), attempts=(1, 1), eval_steps=(4,))

@@ -126,7 +126,7 @@ def _bad_dirs(root: Path) -> dict:
 def test_bad_inputs_give_one_line_and_exit_2(tmp_path):
     cases = _bad_dirs(tmp_path)
     # one at a time: several refused commands claiming the same new folder at once can leave it
-    # behind (a claim's undo restores the marker a concurrent claim wrote; see hbsim.folders)
+    # behind (a claim's undo restores the marker a concurrent claim wrote; see hbsim.contract.folders)
     for name, (d, args, _) in cases.items():
         rc, out, err = done(hb(d, *args, "--resamples", "20"))
         assert rc == 2, (name, err)

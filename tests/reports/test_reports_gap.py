@@ -1,8 +1,8 @@
-"""The report's share-of-gap section (reports.gap over hbsim.references)."""
+"""The report's share-of-gap section (reports.gap over reports.readings.references)."""
 import pandas as pd
 import pytest
 
-from hbsim.summary import final_scores
+from reports.readings.summary import final_scores
 from reports import gap, load
 from reports.build import build_report
 from reports_synth import make_synthetic

@@ -10,7 +10,7 @@ from scipy import stats as sps
 import reports
 from policies.errors import UserError
 from hbsim.contract import EVAL_TABLE
-from hbsim import intervals
+from reports.readings import intervals
 from reports import analysis, inference, stats
 
 SD_RUN = 0.6  # per-run sd on the logit: training luck dominates
@@ -372,11 +372,11 @@ def test_skew_arm_keeps_means_and_skews_the_seed_differences():
 def test_skew_warning_fires_where_the_interval_undercovers():
     """d_s = a shifted exponential (skewness 2): the headline t interval (family 1, 95%) covers
     the mean below 0.93 at 10 and 20 seeds, and the skew warning (|skewness| beyond
-    build._skew_limit: one standard error of the sample skewness, at least 0.8) fires in most
+    reports.compare.skew_limit: one standard error of the sample skewness, at least 0.8) fires in most
     of those reports (before: two standard errors, at least 1, fired in 36-70%); on normal d_s
     the interval covers about 0.95 and the warning fires in at most 30%. 4,000 reports each;
     Monte-Carlo sd of a rate: at most 0.008."""
-    from reports.build import _skew_limit
+    from reports.compare import skew_limit as _skew_limit
 
     rng = np.random.default_rng(11)
     reps = 4000

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from reports import bootstrap, inference, stats
+from reports import bootstrap, inference, stats, text
 
 
 def _null_blocks(rng, blocks=80, seeds=8, tasks=60, run_sd=0.15, noise_sd=0.1):
@@ -142,7 +142,7 @@ def test_the_bootstrap_note_stands_where_its_coverage_is_below_093():
     the population delta below 0.93 at 8 seeds, where the report notes it (percentile_coverage
     0.891), and at least 0.93 (less 2.5 Monte-Carlo sd) at 25 seeds, where it does not (0.933).
     300 experiments each; Monte-Carlo sd of a coverage of 0.93: 0.015."""
-    from hbsim import intervals
+    from reports.readings import intervals
 
     sd_run, sd_task, eff, tasks, reps = 1.0, 0.3, 0.3, 200, 300
     z, w = np.polynomial.hermite_e.hermegauss(60)
@@ -206,7 +206,7 @@ def test_page_flags_are_the_reports_own_flags_and_bh_by_hand():
     assert inference.bh_reject(p, 0.05).tolist() == [[True, False, False, False], [False, False, True, False]]
     assert all((inference.bh_reject(p, 0.05)[i] == (stats.adjust(p[i], "fdr_bh") < 0.05)).all() for i in range(2))
     d = np.random.default_rng(1).normal(0.1, 1.0, (3, 4, 9))
-    together = inference.max_t_by_candidate(d, resamples=100, rng=np.random.default_rng(0))
+    together = stats.max_t_sign_flip(d, resamples=100, rng=np.random.default_rng(0))
     for c in range(4):
         assert np.array_equal(together[:, c], stats.max_t_sign_flip(d[:, c], resamples=100, rng=np.random.default_rng(0)))
     rng = np.random.default_rng(4)
@@ -214,7 +214,7 @@ def test_page_flags_are_the_reports_own_flags_and_bh_by_hand():
         ev = _aa_eval(rng, effects)
         res = reports.build_report(ev, "base", None, ks=(1, 3), resamples=200, primary="pass@1")
         paired, cats = res.tables["paired"], res.tables["categories"]
-        table = bool(any(reports.text.adjusted_p(r) < 0.05 for _, r in paired.iterrows()))
+        table = bool(any(text.adjusted_p(r) < 0.05 for _, r in paired.iterrows()))
         regress = bool(cats["regresses"].astype(bool).any())
         assert inference.page_flags(_families(ev), 0.05, resamples=200, rng=rng) == (table, regress)
         page = res.tables["page_error"].iloc[0]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from hbsim import intervals
+from reports.readings import intervals
 from reports import bootstrap, metrics, passk, stats
 
 

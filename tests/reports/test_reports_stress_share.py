@@ -1,6 +1,6 @@
 """The share of the achievable gain has a valid interval and an honest label (issue 28): by
 simulation of paired per-seed values d_s = P_s - U_s and g_s = R_s - U_s whose true ratio is
-known, Fieller's interval (`hbsim.intervals.fieller_interval`, the one the share uses) covers
+known, Fieller's interval (`reports.readings.intervals.fieller_interval`, the one the share uses) covers
 the true share at >= 0.93 at 6 and at 12 seeds, and the profile's "captures at least half"
 label (`reports.stats.t_test_greater_p` of d - 0.5 g, what `reports.stress` runs) fires at
 a rate within 0.035-0.065 when the true share is exactly 0.5.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hbsim import intervals
+from reports.readings import intervals
 from reports.stats import t_test_greater_p
 
 N_REPS = 4000

@@ -107,7 +107,7 @@ def test_reports_validity_reads_only_the_data_contract():
     code = "import sys, reports.validity; print(sorted(m for m in sys.modules " \
            "if m.split('.')[0] in ('hbsim', 'ablations', 'real_runs')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['hbsim', 'hbsim.atomic', 'hbsim.contract', 'hbsim.records', 'hbsim.shapes']"
+    assert out.strip() == "['hbsim', 'hbsim.contract.atomic', 'hbsim.contract', 'hbsim.contract.records', 'hbsim.contract.shapes']"
 
 
 def test_report_page_only_where_counterfactual_files_exist(tmp_path):
@@ -121,7 +121,7 @@ def test_report_page_only_where_counterfactual_files_exist(tmp_path):
 
 def test_hb_report_links_the_validity_page_of_runs_with_counterfactual_files(tmp_path):
     from hbsim.experiment import run_config
-    from hbsim.records import write_run
+    from hbsim.contract.records import write_run
     from reports import build_report
     env = {"kind": "bernoulli", "n_tasks": 20, "n_heldout_tasks": 6, "k_attempts": 2}
     for policy in ("mixed", "uniform"):

@@ -21,6 +21,7 @@ from real_runs.integrations.trl_grpo import harness_dataset, harness_reward  # n
 from real_runs.native.sketch import global_sketch  # noqa: E402
 from real_runs.world.harnesses import get_harness  # noqa: E402
 from real_runs.world.tasks import make_tasks  # noqa: E402
+from state_equal import assert_state_equal
 
 HARNESSES = ["json", "xml", "kv"]
 MAXLEN = 12
@@ -156,9 +157,9 @@ def test_resume_restores_the_scheduler_exactly(tmp_path):
     load = sb.load_state_dict
     sb.load_state_dict = lambda s: (load(s), loaded.append(sb.state_dict()))[0]
     b.train(resume_from_checkpoint=str(tmp_path / "a" / "trl" / "checkpoint-2"))
-    _assert_same(loaded[0]["recorder"]["policy"], saved["recorder"]["policy"])
-    _assert_same(loaded[0]["sampler"], saved["sampler"])
-    _assert_same(sb.policy.state_dict(), sa.policy.state_dict())   # continued bit for bit to step 4
+    assert_state_equal(loaded[0]["recorder"]["policy"], saved["recorder"]["policy"])
+    assert_state_equal(loaded[0]["sampler"], saved["sampler"])
+    assert_state_equal(sb.policy.state_dict(), sa.policy.state_dict())   # continued bit for bit to step 4
     ta, tb = sa.result(config).train, sb.result(config).train
     cols = [c for c in ta.columns if not c.startswith(("seconds_", "overhead"))]
     assert ta[cols].equals(tb[cols])
@@ -274,23 +275,6 @@ def test_user_errors(tmp_path):
     assert trl_run.env_section(settings({"harnesses": ("xml", "kv")}))["harnesses"] == ["xml", "kv"]
     with pytest.raises(UserError, match="steps_per_generation"):
         _build(tmp_path, extra_args={"steps_per_generation": 2})
-
-
-def _assert_same(a, b):
-    if isinstance(a, dict):
-        assert a.keys() == b.keys()
-        for k in a:
-            _assert_same(a[k], b[k])
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b)
-        for x, y in zip(a, b):
-            _assert_same(x, y)
-    elif isinstance(a, np.ndarray):
-        np.testing.assert_array_equal(a, b)
-    elif isinstance(a, float) and np.isnan(a):
-        assert np.isnan(b)
-    else:
-        assert a == b
 
 
 def test_benchmark_scheduler_hooks_per_step(benchmark):

@@ -21,6 +21,7 @@ from hbsim.grpo import advantages, learnability
 from policies import Allocation, make
 from real_runs.world.episode import Episode
 from real_runs.world.harnesses import HELDOUT_HARNESSES, TRAIN_HARNESSES
+from state_equal import assert_state_equal
 
 KNOBS = dict(preset="tiny", device="cpu", warm_steps=2, n_train_tasks=40, n_heldout_tasks=10, group_size=4,
              max_new_tokens=12, eval_tasks=2, eval_attempts=2, oversample=2.0, sketch_dim=4096)
@@ -177,27 +178,6 @@ def test_update_norm_is_the_parameter_delta_and_lr_scale_sets_adams_lr(cache, fa
 
 
 # -- the groups table and the what-if probe (hb real --counterfactual) -------------------
-def _state_equal(a, b) -> None:
-    """Every tensor, array and value of two (nested) adapter states equal, bit for bit."""
-    assert type(a) is type(b) or (isinstance(a, (int, float)) and isinstance(b, (int, float)))
-    if isinstance(a, dict):
-        assert a.keys() == b.keys()
-        for k in a:
-            _state_equal(a[k], b[k])
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b)
-        for x, y in zip(a, b):
-            _state_equal(x, y)
-    elif isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and torch.equal(a, b)
-    elif isinstance(a, np.ndarray):
-        np.testing.assert_array_equal(a, b)
-    elif hasattr(a, "__dict__") and not isinstance(a, type):
-        _state_equal(vars(a), vars(b))
-    else:
-        assert a == b
-
-
 def test_real_groups_table_matches_the_ledger(cache, fake_checker):
     loop = _loop(cache)
     loop.run(3)
@@ -219,7 +199,7 @@ def test_the_real_probe_restores_model_optimizer_and_rng_bit_for_bit(cache, fake
     p_state = copy.deepcopy(loop.policy.state_dict())
     probe = Probe(3)
     probe(loop)                                           # probes step 3 from the state after step 2
-    _state_equal(loop.adapter.state_dict(), state)
+    assert_state_equal(loop.adapter.state_dict(), state)
     np.testing.assert_equal(loop.policy.state_dict(), p_state)
     cf = probe.frame()
     assert cf["arm"].tolist() == [0, 1, 2, 3, 4, 5, -1] and cf["harness"].iloc[-1] == "mixed"

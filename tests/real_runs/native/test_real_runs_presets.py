@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 import real_runs
-from hbsim.records import config_hash
+from hbsim.contract.records import config_hash
 from policies.errors import UserError
 from real_runs.native.presets import PRESETS, REAL_KNOBS, RealConfig, check, preset_knobs, resolve, resolve_env
 

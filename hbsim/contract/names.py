@@ -1,7 +1,7 @@
 """The data contract (SPEC §7): every file, folder and column name that runs, grids and
-reports share, defined once. Names only: reading and writing them is `hbsim.records`
+reports share, defined once. Names only: reading and writing them is `hbsim.contract.records`
 (run directories, a grid's cells collected into one table), creating and checking
-output folders is `hbsim.folders`, replacing files atomically `hbsim.atomic`.
+output folders is `hbsim.contract.folders`, replacing files atomically `hbsim.contract.atomic`.
 
 A run directory (one `hb sim` run, `hb real --out DIR`, a grid cell):
 
@@ -25,7 +25,7 @@ A grid directory (`hb grid run`, `hb demo`; written by `ablations.store`):
     tune.json                ... and each design's selected setting (ablations.tune)
     train.parquet, eval.parquet   every cell's rows, after `hb grid collect`
 
-Every output folder records its KIND in `.hb-kind.json` (`hbsim.folders`): written first
+Every output folder records its KIND in `.hb-kind.json` (`hbsim.contract.folders`): written first
 with state "incomplete" and the command, completed last with the files hb wrote.
 """
 from __future__ import annotations
@@ -65,6 +65,9 @@ EVAL_TABLE = (*ROW_KEYS, *EVAL_COLUMNS)
 #: `group_tokens` in synthetic ones, 0 where unset)
 GROUP_COLUMNS = (*ROW_KEYS, "harness", "arm", "group", "size", "success", "reward_mean", "reward_std",
                  "mean_abs_adv", "retained", "chosen", "cost")
+#: the eval suites of the synthetic envs (their held-out tasks on the training harnesses, and on
+#: the held-out harness); with `train` they are the oracle's targets (`policies.clairvoyant.TARGETS`)
+SUITES = ("heldout_tasks", "heldout_harness")
 #: the suite of the tuning split (env knob `n_validation_tasks`): a grid's [tune] target, never in a report
 VALIDATION_SUITE = "validation"
 
@@ -87,13 +90,9 @@ TUNE_DIR = "tune"               # a tuned grid's tuning cells (DIR/tune/cells/<i
 TUNE_JSON = "tune.json"         # a tuned grid's selection
 TMP_PREFIX = ".tmp-"            # temporary files and folders (hidden: every reader skips them)
 #: a grid of parts (`hb stress`: one part per scenario): the column of the collected tables
-#: naming each row's part, and the suffix its cells' policy labels end in (`part_suffix`)
+#: naming each row's part, and the suffix its cells' policy labels end in
+#: (`hbsim.contract.labels.part_suffix`)
 PART = "part"
-
-
-def part_suffix(name: str) -> str:
-    """`[part=NAME]`: what the labels of part NAME's cells end in."""
-    return f"[{PART}={name}]"
 
 
 # -- a report folder, and the marker and kinds of every output folder --------------------
@@ -111,7 +110,7 @@ FIGURES_DIR = "figures"         # a report's (and the stress profile's) figures
 RLIABLE_DIR = "rliable"         # a report's rliable export
 #: the folders hb writes into inside each kind of output folder (patterns relative to it, '/'
 #: separated, `*` one name): each that exists must be a real folder, not a file, a symlink or a
-#: broken link (`hbsim.folders.check_subfolders`); temporaries a kill left are removed from each
+#: broken link (`hbsim.contract.folders.check_subfolders`); temporaries a kill left are removed from each
 KIND_FOLDERS = {
     "grid": (CELLS, FAILED, TUNE_DIR, STRESS_DIR, f"{STRESS_DIR}/{FIGURES_DIR}"),
     "report": (FIGURES_DIR, RLIABLE_DIR),
@@ -121,7 +120,7 @@ KIND_FOLDERS = {
     "twin_check": (),
 }
 #: the names hb may write in each kind of folder (patterns as above): `--force` refuses a folder
-#: holding one of them that hb did not write (`hbsim.folders.check_output_dir`)
+#: holding one of them that hb did not write (`hbsim.contract.folders.check_output_dir`)
 KIND_OUTPUTS = {
     "grid": (GRID_JSON, TRAIN_FILE, EVAL_FILE, TUNE_JSON, f"{CELLS}/*", f"{FAILED}/*", f"{TUNE_DIR}/*",
              f"{STRESS_DIR}/*", f"{STRESS_DIR}/{FIGURES_DIR}/*"),

@@ -4,18 +4,22 @@ with the record kind's table before it uses a field, so a record of the wrong sh
 list, a field of another type, a design without its setting) is one line naming the file
 and the field, never a traceback, and it is found before any work starts.
 
-    MARKER        .hb-kind.json (hbsim.folders.read_marker)
+    MARKER        .hb-kind.json (hbsim.contract.folders.read_marker)
     GRID_RECORD   DIR/grid.json (ablations.store.read_grid_json)
-    RUN_RECORD    run.json of a run directory (hbsim.records.read_meta)
-    TUNE_RECORD   DIR/tune.json of a tuned grid (hbsim.records.read_tune; ablations.tune, reports.budget)
+    RUN_RECORD    run.json of a run directory (hbsim.contract.records.read_meta)
+    TUNE_RECORD   DIR/tune.json of a tuned grid (hbsim.contract.records.read_tune; ablations.tune, reports.budget)
 
 A table maps a field to its type (or tuple of types); a field whose name ends in "?" may
 be absent (or null). `each` checks every value of a mapping or list field against a table
-of its own. Standard library and `policies.errors` only.
+of its own. `read_record(path, shape, what, remedy)` is the one reader of a JSON record:
+parsed (an unreadable file is one line) and, given a shape, checked. Standard library and
+`policies.errors` only.
 """
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Any
 
 from policies.errors import UserError
@@ -50,6 +54,17 @@ def check(path: str | os.PathLike, record: Any, table: dict, what: str, remedy: 
             expected = " or ".join(t.__name__ for t in _tuple(types))
             bad(f"{where}{name}={_short(value)} is a {type(value).__name__}, expected {expected}")
     return record
+
+
+def read_record(path: str | os.PathLike, shape: dict | None, what: str, remedy: str) -> Any:
+    """The JSON record at `path`, parsed, and checked against `shape` (`check`; None: parsed
+    only, the caller checks a record of several shapes). An unreadable file (missing, not
+    UTF-8, not JSON) is UserError '<path>: unreadable <what> (<why>); <remedy>'."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise UserError(f"{path}: unreadable {what} ({str(exc)[:200]}); {remedy}") from None
+    return record if shape is None else check(path, record, shape, what, remedy)
 
 
 def each(path, values: Any, table: dict, what: str, remedy: str, where: str) -> None:

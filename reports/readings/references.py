@@ -1,8 +1,8 @@
 """What the clairvoyant references (policies.clairvoyant) say about a set of runs: the best
 fixed arm, and each policy's share of the achievable gain. The one implementation, used by
-`hbsim.summary` (`hb sim`, `hb grid run`), `reports.gap` (`hb report`) and `reports.stress`
+`reports.readings.summary` (`hb sim`, `hb grid run`), `reports.gap` (`hb report`) and `reports.stress`
 (`hb stress`). It reads only the data contract: final eval scores (policy label, seed,
-suite, score: `hbsim.summary.final_scores`) and, per run, run.json's policy name and knobs
+suite, score: `reports.readings.summary.final_scores`) and, per run, run.json's policy name and knobs
 (`run_table`).
 
 Best fixed arm (`best_fixed`): ONE arm for every seed (a scenario's harnesses keep their
@@ -25,23 +25,21 @@ the one with the largest mean over
 the seeds it shares with uniform (the `reference` column names it). So no reference's own
 share exceeds 1 (a design may: it beat every reference). `delta` is mean_s (P_s - U_s) with
 the half-width of its paired 95% t-interval over seeds. The share's interval is FIELLER's on
-the paired per-seed d_s = P_s - U_s and g_s = R_s - U_s (`hbsim.intervals.fieller_interval`).
+the paired per-seed d_s = P_s - U_s and g_s = R_s - U_s (`reports.readings.intervals.fieller_interval`).
 When the reference's own gap over uniform is not significant (its two-sided seed-level t
 test at 1 - level, exactly where Fieller's set is unbounded) there is NO share: share and
 interval are NaN and `note` says why in one line.
 """
 from __future__ import annotations
 
-import re
 from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
-from hbsim import intervals
-from hbsim.envs.base import TARGETS
-
-ORACLE, FIXED, UNIFORM, BEST_FIXED, MIXED = "oracle", "fixed", "uniform", "best_fixed", "mixed"
+from hbsim.contract.labels import BEST_FIXED, FIXED, MIXED, ORACLE, UNIFORM, parse_label
+from policies.clairvoyant import TARGETS
+from reports.readings import intervals
 #: the columns of `share_of_gap`
 SHARE_COLUMNS = ["policy", "suite", "uniform", "reference", "seeds", "delta", "delta_t95", "gap", "share",
                  "share_lo", "share_hi", "note"]
@@ -50,7 +48,7 @@ RUN_COLUMNS = ["label", "name", "seed", "arm", "target"]
 
 
 def run_table(metas: Iterable[dict | None]) -> pd.DataFrame:
-    """run.json records (hbsim.records) -> one row per run: label, name (the policy's
+    """run.json records (hbsim.contract.records) -> one row per run: label, name (the policy's
     registry name), seed, arm (fixed's knob, else -1), target (oracle's knob, else "")."""
     rows = []
     for meta in metas:
@@ -70,9 +68,7 @@ def runs_from_labels(labels: Iterable[str]) -> pd.DataFrame:
     a bare label as the policy of that name with default knobs (seed -1: every seed)."""
     rows = []
     for label in dict.fromkeys(labels):
-        match = re.fullmatch(r"([^\[]+)(?:\[(.*)\])*", str(label))
-        name = match.group(1) if match else str(label)
-        knobs = dict(kv.split("=", 1) for kv in re.findall(r"[\w.]+=[^,\]]+", str(label)))
+        name, knobs = parse_label(label)
         rows.append({"label": label, "name": name, "seed": -1,
                      "arm": int(knobs.get("arm", 0)) if name == FIXED else -1,
                      "target": knobs.get("target", "train") if name == ORACLE else ""})
@@ -188,6 +184,12 @@ def share_of_gap(scores: pd.DataFrame, runs: pd.DataFrame, *, level: float = 0.9
     return pd.DataFrame(rows, columns=SHARE_COLUMNS)
 
 
+def point_share(d: np.ndarray, g: np.ndarray) -> float:
+    """The share's point estimate without its interval: mean_s d_s / mean_s g_s (NaN when the
+    reference gains nothing on average)."""
+    return float(np.mean(d) / np.mean(g)) if np.mean(g) else np.nan
+
+
 def no_share_note(reference: str, g: np.ndarray, level: float = 0.95) -> str:
     """The one line that says why a share is not given (Fieller's set is unbounded)."""
     if len(g) < 2:
@@ -198,7 +200,7 @@ def no_share_note(reference: str, g: np.ndarray, level: float = 0.95) -> str:
 
 def share_lines(table: pd.DataFrame) -> list[str]:
     """The summary's share-of-gap block: one line per policy, per suite `delta ± t95 | share
-    [lo, hi]` (what `hbsim.summary.summary_table` and `reports.gap` print)."""
+    [lo, hi]` (what `reports.readings.summary.summary_table` and `reports.gap` print)."""
     if table.empty:
         return []
     refs = table.drop_duplicates("suite").set_index("suite")

@@ -26,30 +26,96 @@ forked helper (`reports.offload`) -- must end when hb ends, however hb ends:
 - `stop_executor(executor)`: a `ProcessPoolExecutor`'s queue cancelled and its workers
   killed now, for a stop (Ctrl-C, an error, a cancelled report) that must not wait for
   their current work.
+- `forkserver_context(preload)` / `fork_context()`: the start method of hb's worker pools (a
+  forkserver that imported `preload` once, started with SIGINT blocked; `ablations.runner`)
+  and of the report's forked helper (`fork`, where forking is safe: `can_fork`; `reports.offload`).
+- `alive(pid)`: the one liveness check of a process (`exit_with`'s watch; the temporaries
+  `hbsim.contract.atomic` removes only when their writer is gone).
+- `catch_signals(signals, handler)` / `restore_signals(previous)`: a handler for a run that
+  stops after its current step (`hb real`'s checkpointer), in the main thread only.
+- `fault_point(env, count)`: the one test hook that kills this process (SIGKILL) when the
+  environment variable `env` equals `count` (`HB_FAULT_AT`: the N-th atomic write;
+  `HB_HELPER_KILL_AT`: the report helper's N-th call).
 
 Standard library only.
 """
 from __future__ import annotations
 
 import contextlib
+import multiprocessing as mp
 import os
 import select
 import signal
+import sys
 import threading
 import time
+from multiprocessing import forkserver, resource_tracker
 
 #: how often the fallback watch (no pidfd) looks whether hb is still there, in seconds
 POLL_SECONDS = 0.5
 
 
-def _gone(pid: int) -> bool:
+def alive(pid: int, same_user: bool = False) -> bool:
+    """Whether process `pid` exists (signal 0). A pid held by another user's process counts
+    as alive, or with `same_user` as gone (the process we watch was ours: its pid was reused)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return True
-    except PermissionError:  # pragma: no cover - a pid reused by another user's process
-        return True
-    return False
+        return False
+    except PermissionError:  # another user's process
+        return not same_user
+    return True
+
+
+def _gone(pid: int) -> bool:
+    return not alive(pid, same_user=True)
+
+
+def fault_point(env: str, count: int) -> None:
+    """Test hook (module doc): SIGKILL this process when $env is `count`."""
+    at = os.environ.get(env)
+    if at and at.strip() == str(count):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def can_fork() -> bool:
+    """Whether a helper may be forked: Linux with the `fork` start method (macOS can fork, but
+    libraries there are not fork-safe)."""
+    return sys.platform.startswith("linux") and fork_context() is not None
+
+
+def fork_context():
+    """The start method of a helper that inherits its state at the fork (`reports.offload`);
+    None where the platform has no `fork` (Windows)."""
+    return mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+
+
+def forkserver_context(preload: list[str]):
+    """The workers' start method: a forkserver that imported `preload` once, started here with
+    SIGINT blocked (`interrupts_blocked`: a Ctrl-C during its imports is hb's to handle, no
+    traceback there; the forkserver and every worker forked from it inherit the block);
+    `spawn` where there is no forkserver."""
+    if "forkserver" not in mp.get_all_start_methods():  # pragma: no cover - not Linux
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(preload)
+    resource_tracker.ensure_running()      # first: its own start lifts a SIGINT block
+    with interrupts_blocked():
+        forkserver.ensure_running()
+    return ctx
+
+
+def catch_signals(signals, handler) -> dict:
+    """Install `handler` for each of `signals` (in the main thread; elsewhere nothing) ->
+    the previous handlers, for `restore_signals`."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {s: signal.signal(s, handler) for s in signals}
+
+
+def restore_signals(previous: dict) -> None:
+    for s, handler in previous.items():
+        signal.signal(s, handler)
 
 
 def wait_for_exit(pid: int) -> None:

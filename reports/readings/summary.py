@@ -2,7 +2,7 @@
 
 Per policy label, over seeds: final held-out score of each suite (mean reward of the
 final-step eval rows of a seed, then mean over seeds ± the half-width of the two-sided 95%
-Student t-interval over seeds, `hbsim.intervals.mean_half_width` -- not the reports' crossed
+Student t-interval over seeds, `reports.readings.intervals.mean_half_width` -- not the reports' crossed
 bootstrap CI), cumulative
 regret (sum over steps, mean over seeds), how often a pure policy picked the oracle's
 one-step best harness (oracle%) -- regret and oracle measure the TRAINING OBJECTIVE (mean
@@ -12,20 +12,20 @@ headers; per-target oracles and regret (held-out tasks, held-out harness) come f
 harness), and groups generated per optimized group (ratio of sums).
 
 With `fixed` runs a `best_fixed` row follows (per suite ONE arm for all seeds, the best mean
-over these seeds: hbsim.references.best_fixed); with `uniform` and a reference (an `oracle`
+over these seeds: reports.readings.references.best_fixed); with `uniform` and a reference (an `oracle`
 aimed at an eval suite or the training objective, knob `target`, the best fixed arm, `mixed`),
 a block of each policy's share of the achievable gain follows the table
-(hbsim.references.share_of_gap: the ratio, its Fieller interval, the raw delta).
-The policy name and knobs of a label come from run.json (`runs`, hbsim.references.run_table);
+(reports.readings.references.share_of_gap: the ratio, its Fieller interval, the raw delta).
+The policy name and knobs of a label come from run.json (`runs`, reports.readings.references.run_table);
 without it, from the label (`name[knob=value]`).
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from hbsim.contract import BUDGET_UNIT, ROW_KEYS
-from hbsim import intervals, references
-from hbsim.envs.base import SUITES
+from hbsim.contract import BUDGET_UNIT, ROW_KEYS, SUITES
+from hbsim.contract.labels import BEST_FIXED
+from reports.readings import intervals, references
 
 #: the eval columns `summary_table` reads (a caller may read just these: the eval table is the large one)
 EVAL_COLUMNS_READ = [*ROW_KEYS, "suite", "reward"]
@@ -87,7 +87,7 @@ def summarize(train_df: pd.DataFrame, eval_df: pd.DataFrame, runs: pd.DataFrame 
     if not best.empty:
         arms = int(best["arms"].max())
         chosen = "/".join(str(a) for a in dict.fromkeys(best["arm"]))    # per suite: one arm for all seeds
-        row = {"policy": f"{references.BEST_FIXED} (arm {chosen} of {arms})",
+        row = {"policy": f"{BEST_FIXED} (arm {chosen} of {arms})",
                "seeds": int(best["seed"].nunique())}
         for suite in SUITES:
             scores_ = best.loc[best["suite"] == suite, "score"]

@@ -1,5 +1,5 @@
 """Confidence intervals: the one home of the interval maths of `hb sim`'s summary
-(`hbsim.summary`), the references' share of the gap (`hbsim.references`) and the reports
+(`reports.readings.summary`), the references' share of the gap (`reports.readings.references`) and the reports
 (`reports`). A leaf: it imports numpy only (scipy inside `t_interval`, see there).
 
 Convention, everywhere: ``level`` is the COVERAGE of a two-sided interval (0.95: a 95%
@@ -19,7 +19,7 @@ alpha: a test rejects at level alpha, an interval covers at level 1 - alpha.)
   few seeds, 0.82-0.89 at 6; the share uses Fieller's interval).
 * `fieller_interval(d, g, level)`: mean d / mean g with Fieller's interval on the paired
   per-seed values (exact under normality): the share of the achievable gain
-  (`hbsim.references.share_of_gap`).
+  (`reports.readings.references.share_of_gap`).
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ live commands on one folder never delete each other's. Every reader lists folder
 `visible` / `find_files` (no hidden or temporary entry). A folder can be tracked
 (`track_writes`): every atomic write under it is listed, and every folder written whole
 (`write_dir_atomic`, or a worker process's run directory: `record_written`), which is how an
-output folder's marker knows what hb wrote (`hbsim.folders`).
+output folder's marker knows what hb wrote (`hbsim.contract.folders`).
 
 `STORAGE_ERRNOS` are the write errors of the storage (full disk, quota, read-only), which
 stop a batch of runs at the first.
@@ -28,13 +28,12 @@ import json
 import os
 import re
 import shutil
-import signal
 import stat
 import tempfile
 from pathlib import Path
 from typing import Callable, Union
 
-from hbsim.contract import TMP_PREFIX
+from hbsim.contract import TMP_PREFIX, lifeline
 from policies.errors import UserError
 
 
@@ -86,7 +85,7 @@ _written: dict[Path, set[str]] = {}
 def track_writes(folder: str | os.PathLike) -> None:
     """From now on, list every file this process writes under `folder` through
     `atomic_write`, and every folder written whole (`write_dir_atomic`, `record_written`)
-    (`hbsim.folders.claim_output_dir` calls it; the marker lists them). Tracking a folder
+    (`hbsim.contract.markers.claim_output_dir` calls it; the marker lists them). Tracking a folder
     tracked already keeps what was listed (a tuned grid claims DIR again for its test phase)."""
     _written.setdefault(Path(folder).resolve(), set())
 
@@ -104,12 +103,10 @@ def untrack_writes(folder: str | os.PathLike) -> set[str]:
 def _fault_point() -> None:
     """Test hook (module doc): SIGKILL this process at its HB_FAULT_AT-th write."""
     global _writes
-    at = os.environ.get(FAULT_ENV)
-    if not at:
+    if not os.environ.get(FAULT_ENV):
         return
     _writes += 1
-    if _writes == int(at):
-        os.kill(os.getpid(), signal.SIGKILL)
+    lifeline.fault_point(FAULT_ENV, _writes)
 
 
 def record_written(path: str | os.PathLike) -> None:
@@ -225,12 +222,8 @@ def _writer_alive(temp: Path) -> bool:
     if m is None or int(m.group(1)) == os.getpid():
         return False
     pid = int(m.group(1))
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not lifeline.alive(pid):
         return False
-    except OSError:          # exists, another user's
-        pass
     state = _proc_state(pid)
     if state is None:        # no /proc (macOS), or it just exited
         return True

@@ -3,7 +3,7 @@
 and a grid's complete cells read into one table (`load_cells`, `collect_cells`).
 
 A run directory is complete when its `run.json` exists: it is always written last.
-Every reader lists folders with `hbsim.atomic.visible` / `find_files` (never a hidden or
+Every reader lists folders with `hbsim.contract.atomic.visible` / `find_files` (never a hidden or
 temporary entry a killed writer left; re-exported here).
 """
 from __future__ import annotations
@@ -26,10 +26,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hbsim import shapes
+from hbsim.contract import shapes
 from hbsim.contract import (CELLS, COUNTERFACTUAL_FILE, EVAL_FILE, GROUPS_FILE, OPTIONAL_FILES, RUN_FILES, RUN_JSON,
                             TRAIN_FILE, TUNE_JSON)
-from hbsim.atomic import atomic_write, make_temp_dir, remove_temp, visible, write_dir_atomic
+from hbsim.contract.atomic import atomic_write, make_temp_dir, remove_temp, visible, write_dir_atomic
 from policies.errors import UserError
 
 
@@ -109,7 +109,7 @@ def fill_run_dir(result, folder: Path) -> None:
 def write_run(result, out, *, overwrite: bool = False) -> Path:
     """Write `result` (a RunResult) to the run directory `out`, atomically.
 
-    A fresh `out` is written by `hbsim.atomic.write_dir_atomic` (a temporary directory
+    A fresh `out` is written by `hbsim.contract.atomic.write_dir_atomic` (a temporary directory
     renamed into place); an existing incomplete `out` (e.g. `hb real`'s folder holding its
     checkpoints) receives the files one atomic replace at a time, run.json last. An existing
     complete run directory raises UserError unless `overwrite`. The run directory gets the
@@ -143,11 +143,7 @@ def read_meta(run_dir) -> dict | None:
     path = Path(run_dir) / RUN_JSON
     if not path.is_file():
         return None
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise UserError(f"{path}: unreadable run record ({exc}); expected the JSON object hb writes "
-                        "(SPEC §7)") from None
+    meta = shapes.read_record(path, None, "run record", "expected the JSON object hb writes (SPEC §7)")
     if not isinstance(meta, dict):
         raise UserError(f"{path}: unreadable run record (a JSON {type(meta).__name__}); expected the JSON "
                         "object hb writes (SPEC §7)")
@@ -162,16 +158,13 @@ def read_meta(run_dir) -> dict | None:
 
 def read_tune(root) -> dict | None:
     """The selection record DIR/tune.json of a tuned grid (`ablations.tune` writes it), shape
-    checked (`hbsim.shapes.TUNE_RECORD`, each design's `TUNE_DESIGN`); None when absent. Every
+    checked (`hbsim.contract.shapes.TUNE_RECORD`, each design's `TUNE_DESIGN`); None when absent. Every
     reader of tune.json (hb grid run and status, hb report) reads it here, before its work."""
     path = Path(root) / TUNE_JSON
     if not path.exists() and not path.is_symlink():
         return None
     remedy = "remove it and rerun `hb grid run` (the finished tuning cells are kept)"
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: unreadable tuning record ({str(exc)[:200]}); {remedy}") from None
+    record = shapes.read_record(path, None, "tuning record", remedy)
     if isinstance(record, dict) and set(record) == {"parts"}:       # a grid of parts: a record per tuned part
         shapes.check(path, record, {"parts": dict}, "tuning record", remedy)
         for part, one in record["parts"].items():
