@@ -11,7 +11,7 @@ Order: every policy of seed 0 first (in the file's order), then seed 1, ... A co
 skipped; a run with a checkpoint is resumed; its checkpoint is removed once the run is
 complete (model, reference and Adam: ~2 GB for SmolLM2-135M). Each run's stderr goes to
 OUT/logs/<label>-s<seed>.log, this script's lines to stderr. OUT is a folder of `hb real`
-run folders: `python -m real_runs.transfer OUT` reads it; `hb report` reads a grid, so the
+run folders: `python -m reports.transfer OUT` reads it; `hb report` reads a grid, so the
 design comparison goes through `hb grid run` (docs/REAL_RUNS.md).
 """
 from __future__ import annotations
@@ -59,7 +59,7 @@ def cell_args(config: dict, out: Path) -> list[str]:
 def main(argv=None) -> int:
     from ablations.spec import load_spec
     from hbsim.contract import CHECKPOINT
-    from hbsim.records import config_hash, is_complete
+    from hbsim.contract.records import config_hash, is_complete
     from real_runs.cli import add_arguments, build_config
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -90,10 +90,18 @@ def _stamp(m: NamedModel, version: str, gguf: Path) -> dict:
             "transformers": transformers.__version__}
 
 
+#: the stamp's fields the cache is checked by
+STAMP_SHAPE = {"model": str, "version": str, "gguf_bytes": int, "convert_version": int}
+
+
 def _read_stamp(folder: Path) -> dict | None:
+    """The stamp of a converted folder; None when it is missing, unreadable or of another shape."""
+    from hbsim.contract.shapes import read_record
+    if not (folder / STAMP).is_file():
+        return None
     try:
-        return json.loads((folder / STAMP).read_text())
-    except (OSError, ValueError):
+        return read_record(folder / STAMP, STAMP_SHAPE, "model cache stamp", "delete the folder to convert again")
+    except UserError:
         return None
 
 

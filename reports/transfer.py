@@ -1,13 +1,13 @@
 """The transfer matrix of fixed-arm real runs: training on harness A alone, the change of
 held-out success on every harness B (the held-out harness included), with intervals.
 
-    python -m real_runs.transfer runs/lm-grid [--from 0] [--to 30] [--csv OUT.csv]
+    python -m reports.transfer runs/lm-grid [--from 0] [--to 30] [--csv OUT.csv]
 
 Reads every finished run of a grid folder (DIR/cells/<id>/) or a folder of run folders whose
 policy is `fixed` (label `fixed-<harness>`), and for each trained harness A and evaluated
 harness B: the mean over (seed, held-out task, attempt) of success at step `--to` minus
 success at step `--from` (the same tasks at both steps, so the differences are paired), its
-95% Student-t interval over those paired differences (`hbsim.intervals.mean_half_width`;
+95% Student-t interval over those paired differences (`reports.readings.intervals.mean_half_width`;
 tasks and seeds pooled as the unit, so between-seed variance enters only through them), the
 success at `--from` and `--to`, and the seeds. Prints a markdown table (rows: trained
 harness; columns: evaluated harness, "change [low, high]") and writes the long table as CSV
@@ -16,15 +16,15 @@ with `--csv`. Runs that have not reached `--to` are left out and counted.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from hbsim.contract import CELLS, EVAL_FILE, RUN_JSON
-from hbsim.intervals import mean_half_width
+from hbsim.contract import CELLS, EVAL_FILE
+from hbsim.contract.records import read_meta
+from reports.readings.intervals import mean_half_width
 from policies.errors import UserError
 
 
@@ -33,11 +33,10 @@ def fixed_runs(root: Path) -> list[tuple[str, int, Path]]:
     folders = sorted((root / CELLS).glob("*")) if (root / CELLS).is_dir() else sorted(root.glob("*"))
     out = []
     for folder in folders:
-        meta_file = folder / RUN_JSON
-        if not meta_file.is_file() or not (folder / EVAL_FILE).is_file():
+        meta = read_meta(folder) if (folder / EVAL_FILE).is_file() else None
+        if meta is None:
             continue
-        meta = json.loads(meta_file.read_text())
-        policy = meta["config"]["policy"]
+        policy = (meta.get("config") or {}).get("policy") or {}
         if policy.get("name") != "fixed":
             continue
         label = str(meta.get("label") or policy.get("label") or "")
@@ -63,7 +62,7 @@ def transfer_table(root, start: int = 0, end: int = 30, level: float = 0.95) -> 
         b = ev[ev["step"] == end].set_index(key)["success"].astype(float)
         both = a.index.intersection(b.index)
         diff = (b.loc[both] - a.loc[both])
-        for harness, d in diff.groupby(level="harness"):
+        for harness, d in diff.groupby(level="harness", sort=False):
             parts.setdefault((trained, harness), []).append(d.to_numpy())
             levels.setdefault((trained, harness), []).append((float(a.loc[both].xs(harness, level="harness").mean()),
                                                               float(b.loc[both].xs(harness, level="harness").mean())))
@@ -83,23 +82,21 @@ def markdown(table: pd.DataFrame, order: list[str] | None = None) -> str:
     """Rows: trained harness (with its seeds); columns: evaluated harness, `change [low, high]`."""
     if table.empty:
         return "(no fixed-arm run has reached both steps yet)"
-    evaluated = order or list(dict.fromkeys(table["evaluated"]))
-    trained = [h for h in (order or []) if h in set(table["trained"])] or list(dict.fromkeys(table["trained"]))
+    evaluated = order or list(dict.fromkeys(table["evaluated"]))     # the eval frame's order: training, held out
+    trained = [h for h in evaluated if h in set(table["trained"])]
     lines = ["| trained \\ evaluated | " + " | ".join(evaluated) + " |", "|---" * (len(evaluated) + 1) + "|"]
     for t in trained:
         part = table[table["trained"] == t].set_index("evaluated")
         cells = [f"{part.loc[e, 'change']:+.2f} [{part.loc[e, 'low']:+.2f}, {part.loc[e, 'high']:+.2f}]"
                  if e in part.index else "" for e in evaluated]
         lines.append(f"| {t} (seeds {part['seeds'].iloc[0]}) | " + " | ".join(cells) + " |")
-    first = table.drop_duplicates("evaluated").set_index("evaluated")
     lines.append("| success at the first step, mean of the runs | " + " | ".join(
         f"{table[table['evaluated'] == e]['before'].mean():.2f}" for e in evaluated) + " |")
-    del first
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m real_runs.transfer", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m reports.transfer", description=__doc__.splitlines()[0])
     parser.add_argument("dir")
     parser.add_argument("--from", dest="start", type=int, default=0)
     parser.add_argument("--to", dest="end", type=int, default=30)
@@ -115,10 +112,7 @@ def main(argv=None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from real_runs.world.worlds import WORLDS
-    names = [*WORLDS["answers"].train, *WORLDS["answers"].heldout]
-    order = names if set(table.get("evaluated", [])) <= set(names) else None
-    print(markdown(table, order))
+    print(markdown(table))
     print(f"\nchange of success from step {args.start} to step {args.end}, 95% t-interval over paired (seed, task, "
           f"attempt) differences; {skipped} fixed-arm run(s) had not reached both steps")
     if args.csv:
