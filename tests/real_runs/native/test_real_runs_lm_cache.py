@@ -57,5 +57,6 @@ def test_a_conversion_is_renamed_into_place_with_its_stamp_last(tmp_path, monkey
     dest.parent.mkdir()
     lm._convert(m, tmp_path / "x.gguf", dest, {"model": m.name, "version": "9"})
     assert sorted(p.name for p in dest.iterdir()) == [lm.STAMP, "model.safetensors", "tokenizer.json"]
-    assert lm._read_stamp(dest) == {"model": m.name, "version": "9"}
+    import json
+    assert json.loads((dest / lm.STAMP).read_text()) == {"model": m.name, "version": "9"}
     assert [p.name for p in dest.parent.iterdir()] == ["x"]
