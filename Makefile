@@ -5,11 +5,13 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 # test worker processes (pytest-xdist; each test FILE stays in one worker, in order, so a file's
-# module fixtures and its tests' sequence are as in one process); TEST_JOBS=0: one process
+# module fixtures and its tests' sequence are as in one process); TEST_JOBS=0: one process. The
+# files go to the workers in collection order, the longest first (tests/conftest.py LONGEST_FIRST),
+# not xdist's default order by number of tests
 TEST_JOBS ?= 2
-XDIST := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
+XDIST := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder)
 
-.PHONY: venv venv-verl browser test test-fast test-unit test-verl wheel-smoke demo bench clean
+.PHONY: venv venv-verl venv-verl09 venv-skyrl venv-trainers browser test test-fast test-unit test-verl wheel-smoke demo bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -17,13 +19,25 @@ $(STAMP): pyproject.toml constraints.txt
 	$(VENV)/bin/python -m pip install -q -c constraints.txt -e '.[dev,torch,ray,trl,trackers,lm]'
 	touch $(STAMP)
 
-# The real-verl test's own environment (verl 0.7.1 needs numpy < 2): scripts/verl_venv.sh, pins
-# in constraints-verl.txt. On CI a failed build stops make; elsewhere the test then skips.
+# The real-package tests' own environments (scripts/trainer_venv.sh, one per package, pins in
+# its constraints file): verl 0.7.1 (numpy < 2), verl 0.9.1 and skyrl 0.4.0 (numpy 2, transformers 5)
+# cannot share .venv or each other. Each is built once and cached: its stamp VENV/.installed is
+# rebuilt only when its constraints file or the script changes. On CI a failed build stops make;
+# elsewhere the tests of that package then skip, saying so.
 VERL_VENV := .venv-verl
-$(VERL_VENV)/.installed: constraints-verl.txt scripts/verl_venv.sh
-	PY=$(PY) bash scripts/verl_venv.sh $(VERL_VENV)
+VERL09_VENV := .venv-verl09
+SKYRL_VENV := .venv-skyrl
+$(VERL_VENV)/.installed: constraints-verl.txt scripts/trainer_venv.sh
+	PY=$(PY) bash scripts/trainer_venv.sh verl $(VERL_VENV)
+$(VERL09_VENV)/.installed: constraints-verl09.txt scripts/trainer_venv.sh
+	PY=$(PY) bash scripts/trainer_venv.sh verl09 $(VERL09_VENV)
+$(SKYRL_VENV)/.installed: constraints-skyrl.txt scripts/trainer_venv.sh
+	PY=$(PY) bash scripts/trainer_venv.sh skyrl $(SKYRL_VENV)
 
 venv-verl: $(VERL_VENV)/.installed
+venv-verl09: $(VERL09_VENV)/.installed
+venv-skyrl: $(SKYRL_VENV)/.installed
+venv-trainers: venv-verl venv-verl09 venv-skyrl
 
 # The report's page test (tests/reports/test_reports_page.py) drives headless Chromium: `make test`
 # installs it when missing (as root, Debian's package); otherwise it stops and says how. `make demo`
@@ -37,12 +51,14 @@ browser:
 
 venv: $(STAMP)
 
-test: $(STAMP) browser venv-verl
+test: $(STAMP) browser venv-trainers
 	$(VENV)/bin/python -m pytest $(XDIST)
 
-# verl itself (0.7.1) driving the sampler through its own fit, a kill and a resume (also in `make test`)
-test-verl: $(STAMP) venv-verl
-	$(VENV)/bin/python -m pytest tests/real_runs/integrations/test_real_runs_verl_package.py
+# the real packages (verl 0.7.1, verl 0.9.1, skyrl 0.4.0) driving the scheduler through their own
+# trainers, a kill and a resume (also in `make test`)
+test-verl: $(STAMP) venv-trainers
+	$(VENV)/bin/python -m pytest $(XDIST) tests/real_runs/integrations/test_real_runs_verl_package.py \
+	  tests/real_runs/integrations/test_real_runs_verl09_package.py tests/real_runs/integrations/test_real_runs_skyrl_package.py
 
 # the same without the `slow` tests (those that spawn processes: CLI subprocesses, --jobs 2, Ray, DDP);
 # tiers: -m unit, -m roundtrip, -m cli, -m calibration, -m torch (tests/conftest.py)
@@ -64,4 +80,4 @@ bench: $(STAMP)
 	$(VENV)/bin/python -m pytest --benchmark-only --benchmark-enable tests
 
 clean:
-	rm -rf $(VENV) $(VERL_VENV) runs .pytest_cache .benchmarks
+	rm -rf $(VENV) $(VERL_VENV) $(VERL09_VENV) $(SKYRL_VENV) runs .pytest_cache .benchmarks

@@ -15,6 +15,10 @@ print(ablations.EXAMPLES)')/bench_grid.toml" --out runs/bench`.
 """
 from pathlib import Path
 
+from harnessbandit.origin import pin as _pin
+
+_pin()   # the distribution's package names resolve to the installed packages (harnessbandit/origin.py)
+
 from ablations.plan import Cell, GridSpec, SpecError
 from ablations.runner import BACKENDS, RunReport, run_grid, run_many
 from ablations.spec import load_spec, parse_spec

@@ -75,7 +75,7 @@ def _check(args) -> None:
     # environment seeds seed .. seed + blocks * seeds - 1, policy seeds up to that + POLICY_SEED_OFFSET
     check_int("--seed", args.seed, 0, MAX_SEED - POLICY_SEED_OFFSET - args.blocks * args.seeds)
     check_choice("--env", args.env, sorted(ENVS))
-    check_choice("--policy", args.policy, sorted(POLICIES))
+    check_choice("--policy", args.policy, sorted(POLICIES.names()))
     runner.check_run_options(args.jobs, args.backend, args.ray_address)
     if args.csv:
         csv = Path(args.csv)

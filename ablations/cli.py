@@ -21,9 +21,10 @@ from pathlib import Path
 from ablations import store
 from ablations.runner import ProgressBar, add_run_options, run_grid, run_tuned
 from ablations.spec import load_spec
-from ablations.tune import is_tuned, test_spec
+from ablations.tune import is_tuned, planned_configs, test_spec
 from hbsim.contract import CELLS, GRID_JSON
-from hbsim.contract.records import done_ids, load_cells, read_meta
+from hbsim.contract.records import done_ids, load_cells, read_grid_record, read_meta
+from hbsim.experiment import warmup_line
 from policies.errors import UserError
 
 
@@ -82,11 +83,12 @@ def cmd_plan(args) -> int:
 
 def cmd_run(args) -> int:
     spec = load_spec(args.grid)
+    note = warmup_line(planned_configs(spec))       # said once the checks passed and the cells start
     if is_tuned(spec):
-        return _run_tuned(spec, args)
+        return _run_tuned(spec, args, note)
     rows: dict[str, tuple] = {}
     report = run_grid(spec, args.out, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
-                      force_mixed=args.force_mixed, progress=ProgressBar(),
+                      force_mixed=args.force_mixed, progress=ProgressBar(note=note),
                       on_done=lambda answer: rows.update({answer["id"]: answer["rows"]} if "rows" in answer else {}))
     print(f"grid {spec.name!r}: {report.total} cells, {report.skipped} already done, {report.ran} run, "
           f"{len(report.failed)} failed; results in {args.out}")
@@ -99,11 +101,11 @@ def cmd_run(args) -> int:
     return 1 if report.failed else 0
 
 
-def _run_tuned(spec, args) -> int:
+def _run_tuned(spec, args, note: str | None = None) -> int:
     """`hb grid run` of a grid with [tune] (ablations.tune): tune, select, test."""
     tuned, report, selection = run_tuned(spec, args.out, jobs=args.jobs, backend=args.backend,
                                          ray_address=args.ray_address, force_mixed=args.force_mixed,
-                                         progress=ProgressBar())
+                                         progress=ProgressBar(note=note))
     print(f"grid {spec.name!r} tuning: {tuned.total} cells, {tuned.skipped} already done, {tuned.ran} run, "
           f"{len(tuned.failed)} failed; in {Path(args.out) / 'tune'}")
     for failed in tuned.failed + (report.failed if report else []):
@@ -155,7 +157,7 @@ def cmd_status(args) -> int:
     cells = spec.cells()
     planned = {c.id for c in cells}
     missing = planned - done - failed
-    name = store.read_grid_json(root).get("name")
+    name = read_grid_record(root).get("name")
     print(f"grid {name!r} in {root} (grid file {spec.path}): {len(planned)} cells planned")
     print(f"  done:    {len(done & planned)}" + (f" (+{len(done - planned)} from other grid files)"
                                                   if done - planned else ""))
@@ -172,7 +174,7 @@ def cmd_status(args) -> int:
 
 
 def cmd_collect(args) -> int:
-    if store.read_grid_json(args.dir) is None:
+    if read_grid_record(args.dir) is None:
         raise UserError(f"grid directory {args.dir}: no {GRID_JSON} (not a grid directory); "
                         "hb grid collect writes only into folders made by hb grid run")
     train_path, eval_path = store.collect(args.dir, current=args.current)

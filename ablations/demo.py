@@ -4,7 +4,7 @@ Runs `ablations/examples/demo_grid.toml` (the paper's comparison design: all 8 d
 the oracle, on the shipped scenario `table1`, where the schedule matters; the same design on
 the bernoulli env is `demo_bernoulli.toml`, `--grid`) into `runs/demo/` (resumable: a second
 call reuses every finished cell), collects it, writes the paired report against the
-2-harness mixed baseline to `runs/demo/report/`, and prints the conclusion, each design's
+2-harness mixed baseline to `runs/demo/report/`, and prints one sentence per suite, the conclusion, each design's
 share of the achievable gain (where the grid has `uniform` and an `oracle`), the headline
 table and the path of `index.html`.
 """
@@ -62,6 +62,7 @@ def main(args: argparse.Namespace) -> int:
     with output_dir(out / "report", "report", tool="hb demo"):   # marker first, completed last
         result = reports.build_report(out, baseline=args.baseline, out=out / "report", resamples=args.resamples,
                                       seed=0, progress=_report_progress, jobs=offload.default_jobs())
+    print(reports.lead_text(result))             # the answer first: one plain sentence per suite
     print(textwrap.fill(reports.conclusion(result), width=110) + "\n")
     gap = result.tables.get("gap")          # the share of the achievable gain (reports.gap)
     if gap is not None and not gap.empty:

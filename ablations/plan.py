@@ -214,7 +214,7 @@ def _check_env(err, env: dict) -> tuple[str, dict, Knobs]:
 def _check_policy(err, i: int, pol: dict, sweep_keys: list[str]):
     name = pol.get("name")
     if name not in POLICIES:
-        err(f"policies[{i}].name", f"unknown policy {name!r}; valid names: {', '.join(POLICIES)}")
+        err(f"policies[{i}].name", f"unknown policy {name!r}; valid names: {', '.join(POLICIES.names())}")
     label = pol.get("label")
     if label is not None and (not isinstance(label, str) or not label.strip()):
         err(f"policies[{i}].label", f"{label!r} is not allowed: expected a non-empty string")

@@ -60,6 +60,9 @@ class RunReport:
         """Raise RuntimeError naming every failed run, with the first one's traceback."""
         if self.failed:
             ids = ", ".join(a["id"] for a in self.failed)
+            if self.failed[0].get("user_error"):        # the user's bug, named in one line (its log has the traceback)
+                raise UserError(f"{len(self.failed)} of {self.total} runs failed ({ids}); the finished ones are kept "
+                                f"(a rerun resumes): {self.failed[0]['user_error']}")
             raise RuntimeError(f"{len(self.failed)} of {self.total} runs failed ({ids}); the finished ones are kept "
                                f"(a rerun resumes); {self.failed[0]['traceback']}")
 
@@ -198,7 +201,9 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
     """Run every cell of `spec` missing from the grid directory `out`: DIR/cells/<id>/ with
     log.txt, failures in DIR/failed/ (`run_many`; each answer carries its summary rows)."""
     check_run_options(jobs, backend, ray_address)
-    store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=force_mixed)
+    cells = spec.cells()
+    store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=force_mixed,
+                    planned=[[c.id, c.label, c.seed] for c in cells])
     out = Path(out).resolve()
     scenario = {p.part: p.scenario for p in spec.parts} if spec.parts else {None: spec.scenario}   # `[env] scenario`
     tasks = [{"id": c.id, "config": c.config, "dir": str(out / CELLS / c.id), "log": True, "failures": str(out),
@@ -206,7 +211,7 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
               "plugins": spec.plugins, "meta": {"grid": {"name": spec.name, "cell_id": c.id, "sweep": c.sweep,
                                                          "label": c.label, "seed": c.seed},
                                                 **_scenario_meta(scenario.get(c.sweep.get(PART)))}}
-             for c in spec.cells()]
+             for c in cells]
     report = run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress, on_done=on_done)
     markers.complete_output_dir(out)        # the marker last, with every file and cell written
     return report
@@ -237,16 +242,21 @@ def run_tuned(spec: GridSpec, out: str | os.PathLike, **options):
 # -- progress ------------------------------------------------------------------------
 class ProgressBar:
     """`[#####.....] 37/200 cells  4.1 cells/s  ETA 0:00:40` on stderr (`noun`: cells, runs),
-    redrawn in place on a terminal; elsewhere (logs, CI) one line per ~10% or 5 s."""
+    redrawn in place on a terminal; elsewhere (logs, CI) one line per ~10% or 5 s. `note`: one
+    `warning: ` line written before the first bar, i.e. once every check passed and the runs start
+    (`hb sim`, `hb grid run`, `hb stress`: `hbsim.experiment.warmup_line`)."""
 
-    def __init__(self, stream=None, width: int = 30, noun: str = "cells"):
-        self.stream, self.width, self.noun = stream or sys.stderr, width, noun
+    def __init__(self, stream=None, width: int = 30, noun: str = "cells", note: str | None = None):
+        self.stream, self.width, self.noun, self.note = stream or sys.stderr, width, noun, note
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.first_done: int | None = None      # the first call sets it and the start time
         self.start = self.last_print = 0.0
         self.last_done = -1
 
     def __call__(self, done: int, total: int, failed: int) -> None:
+        if self.note:
+            self.stream.write(f"warning: {self.note}\n")
+            self.note = None
         now = time.perf_counter()
         if self.first_done is None or done < self.last_done:    # the first call, or a new batch (run_tuned's test phase)
             self.first_done = done

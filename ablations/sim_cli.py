@@ -35,7 +35,7 @@ from ablations import runner
 from ablations.plan import check_cells
 from hbsim.envs import ENV_PRESETS, ENVS, expand_preset
 from hbsim import scenarios
-from hbsim.experiment import resolve_config
+from hbsim.experiment import resolve_config, warmup_line
 from hbsim.contract.folders import check_output_dir
 from hbsim.contract.markers import output_dir
 from hbsim.contract.records import config_hash, read_run
@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a shipped scenario (`hb scenarios`) or your own scenario file: its env, steps and "
                              "seed count (--set, --steps and --seeds override them)")
     parser.add_argument("--policy", action="append", default=None, metavar="NAME",
-                        help=f"policy to run (repeatable) or 'all': {', '.join(POLICIES)} (default: all)")
+                        help=f"policy to run (repeatable) or 'all': {', '.join(POLICIES.names())} (default: all)")
     parser.add_argument("--seeds", type=int, default=None,
                         help=f"number of seeds, 0..N-1 (default {RUN_KNOBS['seeds'].default}, or the scenario's)")
     parser.add_argument("--seed-offset", type=int, default=0, help="first seed (default 0)")
@@ -93,7 +93,7 @@ def policy_names(requested: list[str] | None) -> list[str]:
     names = [n for name in requested or ["all"] for n in (POLICIES if name == "all" else [name])]
     for n in names:
         if n not in POLICIES:
-            raise UserError(f"--policy {n!r} is unknown; valid policies: all, {', '.join(POLICIES)}")
+            raise UserError(f"--policy {n!r} is unknown; valid policies: all, {', '.join(POLICIES.names())}")
     return list(dict.fromkeys(names))
 
 
@@ -167,6 +167,9 @@ def main(args: argparse.Namespace) -> int:
         settings = config_hash({k: v for k, v in configs[0].items() if k not in ("policy", "seed")})
         check_output_dir(args.out, "sim", settings, force=args.force)
         todo = runner.pending(tasks, remedy="choose a new --out or pass --overwrite")
+    pending = {t["id"] for t in todo}
+    # the finished runs reused, every table checked (hbsim.contract.records.read_table) before any work
+    reused_runs = {t["id"]: read_run(t["dir"]) for t in tasks if out is not None and t["id"] not in pending}
     start = time.perf_counter()
     reused = f"; {len(tasks) - len(todo)} finished runs reused from {args.out}" if len(todo) < len(tasks) else ""
     print(f"hb sim: {len(todo)} runs ({args.env}, {configs[0]['steps']} steps) on {runner.workers(args.jobs, len(todo))} "
@@ -175,9 +178,9 @@ def main(args: argparse.Namespace) -> int:
     # --out: the marker first ("incomplete"), completed once every run is there
     with output_dir(args.out, "sim", settings, tool="hb sim") if out is not None else contextlib.nullcontext():
         runner.run_many(tasks, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
-                        progress=runner.ProgressBar(noun="runs"),
+                        progress=runner.ProgressBar(noun="runs", note=warmup_line(configs)),
                         on_done=lambda answer: kept.update({answer["id"]: answer.get("result")})).check()
-    results = [kept[t["id"]] if out is None else read_run(t["dir"]) for t in tasks]
+    results = [kept[t["id"]] if out is None else reused_runs.get(t["id"]) or read_run(t["dir"]) for t in tasks]
     train = pd.concat([r.train for r in results], ignore_index=True)
     evals = pd.concat([r.eval for r in results], ignore_index=True)
     print(summary_table(train, evals, runs=run_table(r.meta for r in results)))

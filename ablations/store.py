@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from ablations.plan import GridSpec
 from ablations.spec import parse_spec
 from ablations.tune import is_tuned, recorded_test_spec
-from hbsim.contract import atomic, folders, shapes
-from hbsim.contract import markers
-from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG
-from hbsim.contract.records import collect_cells, done_ids
+from hbsim.contract import atomic, folders, markers
+from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG, TUNE_DIR, TUNE_JSON
+from hbsim.contract.records import collect_cells, done_ids, missing_line, read_grid_record
+from hbsim.contract.records import missing_cells as records_missing_cells
 from policies.errors import UserError
 
 
@@ -39,21 +40,12 @@ def failure_reason(root: str | os.PathLike, cell_id: str) -> str:
     return lines[-1].strip() if lines else "(empty log)"
 
 
-def read_grid_json(root: str | os.PathLike) -> dict | None:
-    path = Path(root) / GRID_JSON
-    if not path.exists():
-        return None
-    record = shapes.read_record(path, None, "grid record", "expected the JSON object hb writes")
-    remedy = "expected the JSON object hb writes (name, names, spec): remove it, or the folder, and run again"
-    shapes.check(path, record, shapes.GRID_RECORD, "unreadable grid record", remedy)
-    shapes.check(path, record.get("spec") or {}, shapes.GRID_SPEC, "unreadable grid record", remedy, "spec.")
-    shapes.strings(path, record.get("names") or [], "unreadable grid record", remedy, "names")
-    return record
+
 
 
 def recorded_spec(root: str | os.PathLike) -> GridSpec:
     """The grid file recorded last in DIR/grid.json (a tuned grid's: its test phase)."""
-    record = read_grid_json(root)
+    record = read_grid_record(root)
     if record is None:
         raise UserError(f"grid directory {root}: no {GRID_JSON} (not a grid directory)")
     spec = record.get("spec", {})
@@ -66,13 +58,43 @@ def recorded_spec(root: str | os.PathLike) -> GridSpec:
 def collect(root: str | os.PathLike, current: bool = False) -> tuple[Path, Path]:
     """Write DIR/train.parquet and DIR/eval.parquet of the complete cells (atomically; `current`:
     only those of the grid file recorded last, `hb grid collect --current`); returns their paths.
-    The grid's marker lists them (`hbsim.contract.markers.output_dir`: claimed, then completed)."""
-    only = {c.id for c in recorded_spec(root).cells()} if current else None
-    with markers.output_dir(root, "grid", tool="hb grid collect"):
-        return collect_cells(root, only=only)
+    The grid's marker lists them (`hbsim.contract.markers.output_dir`: claimed, then completed).
+    The marker also lists the grid's complete cells and its records (grid.json, tune.json,
+    tune/: hb's, whether or not the `hb grid run` that wrote them finished), and stays
+    "incomplete" while a planned cell has no result (a killed or unfinished run; a warning
+    line names them: `missing_cells`)."""
+    root = Path(root)
+    if current:
+        planned = recorded_spec(root).cells()
+    else:
+        try:
+            planned = recorded_spec(root).cells()
+        except UserError:           # a recorded grid file this hb cannot plan (e.g. an unloaded plugin): the cells as they are
+            planned = []
+    only = {c.id for c in planned} if current else None
+    missing = missing_cells(root, planned)
+    with markers.output_dir(root, "grid", tool="hb grid collect", finished=lambda: not missing):
+        paths = collect_cells(root, only=only)       # first: a refusal here leaves the marker as it was
+        for cell in sorted(done_ids(root)):
+            atomic.record_written(root / CELLS / cell)
+        for name in (GRID_JSON, TUNE_JSON, TUNE_DIR):
+            if (root / name).exists():
+                atomic.record_written(root / name)
+    if missing:
+        print(f"warning: {missing_line(root, missing)}", file=sys.stderr)
+    return paths
 
 
-def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bool = False) -> None:
+def missing_cells(root: str | os.PathLike, planned=None) -> list[tuple]:
+    """The planned cells of grid directory `root` with no result, (id, label, seed) each
+    (`hbsim.contract.records.missing_cells`), planned by the grid file recorded last (`recorded_spec`)
+    unless `planned` (GridSpec cells) is given."""
+    planned = recorded_spec(root).cells() if planned is None else planned
+    return records_missing_cells(root, [[c.id, c.label, c.seed] for c in planned])
+
+
+def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bool = False,
+              planned: list | None = None) -> None:
     """Create DIR (if needed) and record the grid; refuse a different grid's DIR, a folder
     of another kind and a non-empty folder hb did not create (`hbsim.contract.folders`), unless
     `force_mixed` (`--force`).
@@ -81,7 +103,7 @@ def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bo
     """
     root = Path(root)
     folders.check_output_dir(root, "grid", force=force_mixed)
-    record = read_grid_json(root)
+    record = read_grid_record(root)
     names = list(record.get("names", [record.get("name")])) if record else []
     if record is not None and name not in names and not force_mixed:
         raise UserError(f"--out {root}: holds cells of grid {record.get('name')!r}, not {name!r}; "
@@ -94,6 +116,9 @@ def open_grid(root: str | os.PathLike, name: str, spec: dict, *, force_mixed: bo
     if name not in names:
         names.append(name)
     new = {"name": names[0], "names": names, "spec": spec}
+    planned = planned if planned is not None else (record or {}).get("planned")
+    if planned is not None:           # the cells this grid's run plans ([id, label, seed]): what `hb report` names missing
+        new["planned"] = planned
     if new != record:
         atomic.write_json_atomic(root / GRID_JSON, new)
     else:

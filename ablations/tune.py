@@ -165,6 +165,13 @@ def tuning_spec(spec: GridSpec) -> GridSpec:
                                _cells=cells)
 
 
+def planned_configs(spec: GridSpec) -> list[dict]:
+    """Every resolved config a run of `spec` plans before any selection: its cells and, with
+    [tune], its tuning cells (what `hbsim.experiment.warmup_line` reads before a grid starts)."""
+    cells = spec.cells() + (tuning_spec(spec).cells() if is_tuned(spec) else [])
+    return [c.config for c in cells]
+
+
 def test_spec(spec: GridSpec, selection: dict) -> GridSpec:
     """The test phase as one grid (DIR/cells/): each design at its selected setting on the test
     seeds (of a grid of parts: each tuned part so, beside the other parts)."""

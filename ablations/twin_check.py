@@ -27,25 +27,28 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ablations import runner
 from hbsim import scenarios, twin
 from reports.readings import intervals
 from hbsim.contract.atomic import atomic_write, visible
-from hbsim.contract import CELLS, EVAL_FILE
+from hbsim.contract import CELLS, EVAL_FILE, RUN_JSON, TRAIN_FILE
 from hbsim.experiment import resolve_config
 from hbsim.contract.folders import check_output_dir
 from hbsim.contract.markers import output_dir
-from hbsim.contract.records import canonical_json, is_complete, read_meta
+from hbsim.contract.records import canonical_json, is_complete, read_meta, read_table
 from reports.readings.references import run_table, share_of_gap
 from reports.readings.summary import final_scores
 from policies import POLICIES
 from policies.errors import UserError
-from policies.validate import MAX_RESAMPLES, check_int
+from policies.validate import MAX_RESAMPLES, check_int, comma_items
 
 #: the folder kind of `hb twin check --out` (hbsim.contract.folders)
 KIND = "twin_check"
@@ -66,12 +69,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     runner.add_run_options(parser)
 
 
-def run_dirs(folder: str | Path) -> list[Path]:
+def run_dirs(folder: str | Path, flag: str = "--real") -> list[Path]:
     """The complete run directories of a run directory, a grid directory (cells/) or a folder
     of run directories up to two levels down (`hb sim --out`: <label>/seed<s>/), sorted."""
     root = Path(folder)
     if not root.is_dir():
-        raise UserError(f"DIR {str(root)!r}: not found (expected a run directory, an hb sim folder or a grid)")
+        found = "is a file, expected a folder" if root.exists() else "not found"
+        raise UserError(f"{flag} {str(root)!r}: {found} (a run directory, an hb sim folder or a grid)")
     if is_complete(root):
         return [root]
     if (root / CELLS).is_dir():
@@ -82,20 +86,49 @@ def run_dirs(folder: str | Path) -> list[Path]:
     return found
 
 
+def train_harnesses(run_dir: Path) -> list[str]:
+    """The training harnesses of a run (its train table's `alloc_<harness>` columns), from the
+    parquet schema only."""
+    path = run_dir / TRAIN_FILE
+    try:
+        names = pq.read_schema(path).names
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise UserError(f"{str(path)!r} is missing or not a readable parquet table ({str(exc).splitlines()[0][:200]}); "
+                        "allowed: the parquet table hb writes") from None
+    return [c[len("alloc_"):] for c in names if c.startswith("alloc_")]
+
+
 def real_runs(folder: str) -> list[dict]:
-    """Every complete run of `folder`: its policy section, seed, steps, batch size and final scores."""
+    """Every complete run of `folder`: its policy section, seed, steps, batch size, final scores
+    and training harnesses; each run's policy must be registered (a plugin's: `hb --plugin`)."""
     out = []
     for d in run_dirs(folder):
         meta = read_meta(d) or {}
         cfg = meta.get("config") or {}
         policy = dict(cfg.get("policy") or {"name": meta.get("policy", ""), "label": meta.get("label", "")})
-        evals = pd.read_parquet(d / EVAL_FILE)
+        if policy.get("name") not in POLICIES:
+            raise UserError(f"{str(d / RUN_JSON)!r}: policy {policy.get('name')!r} is not registered in this hb; "
+                            "allowed: a shipped policy or a plugin's (load it: hb --plugin MODULE twin check ...)")
+        evals = read_table(d / EVAL_FILE)
         out.append({"meta": meta, "policy": policy, "seed": int(meta.get("seed", cfg.get("seed", 0))),
                     "steps": int(cfg.get("steps", meta.get("steps", 0))), "batch_groups": cfg.get("batch_groups"),
-                    "scores": final_scores(evals), "harnesses": sorted(evals["harness"].unique())})
+                    "scores": final_scores(evals), "harnesses": train_harnesses(d), "dir": d})
     if not out:
         raise UserError(f"--real {folder!r} holds no complete run (no run.json below it)")
     return out
+
+
+def check_same_harnesses(twin_file: str, env: dict, runs: list[dict]) -> None:
+    """The real runs train on the twin's harnesses (names where the twin records them, else
+    their number): a twin of other harnesses cannot say how they rank."""
+    named = comma_items(str(env.get("harness_names") or ""))
+    for run in runs:
+        mine = run["harnesses"]
+        same = mine == named if named else len(mine) == int(env.get("n_harnesses", 6))
+        if not same:
+            theirs = ", ".join(named) if named else f"{env.get('n_harnesses', 6)} harnesses"
+            raise UserError(f"--real: {str(run['dir'] / TRAIN_FILE)!r} trains on {', '.join(mine) or 'no harness'}, "
+                            f"but the twin {twin_file!r} on {theirs}; allowed: real runs on the twin's harnesses")
 
 
 def closest_scenario(twin_env: dict, n_harnesses: int) -> tuple[str | None, dict]:
@@ -109,14 +142,21 @@ def closest_scenario(twin_env: dict, n_harnesses: int) -> tuple[str | None, dict
     return (min(dist, key=dist.get) if dist else None), dist
 
 
-def world_configs(env: dict, runs: list[dict]) -> list[dict]:
-    """The resolved run configs of the real runs' policies and seeds in world `env`."""
+def world_configs(env: dict, runs: list[dict], where: str = "") -> list[dict]:
+    """The resolved run configs of the real runs' policies and seeds in world `env`; a
+    policy that cannot run there (a fixed arm beyond its harnesses) is one line naming
+    the run's record and `where` (the world's file)."""
     configs = []
     for run in runs:
         raw = {"env": dict(env), "policy": dict(run["policy"]), "seed": run["seed"], "steps": run["steps"]}
         if run["batch_groups"] is not None:
             raw["batch_groups"] = run["batch_groups"]
-        configs.append(resolve_config(raw))
+        try:
+            configs.append(resolve_config(raw))
+        except UserError as exc:
+            raise UserError(f"{str(Path(run.get('dir', '.')) / RUN_JSON)!r}: its policy "
+                            f"{run['policy'].get('label') or run['policy'].get('name')!r} cannot run in {where or 'the world'}: "
+                            f"{exc}") from None
     return configs
 
 
@@ -150,7 +190,9 @@ def agreement(real: pd.DataFrame, world: pd.DataFrame, labels: list[str], *, res
     R, W = R.loc[seeds].to_numpy(), W.loc[seeds].to_numpy()                   # (seeds, policies)
 
     def both(r, w):
-        return float(stats.kendalltau(r, w).statistic), float(stats.spearmanr(r, w).statistic)
+        with warnings.catch_warnings():        # tied means (a constant input): nan, counted as no agreement
+            warnings.simplefilter("ignore")
+            return float(stats.kendalltau(r, w).statistic), float(stats.spearmanr(r, w).statistic)
 
     tau, rho = both(R.mean(axis=0), W.mean(axis=0))
     idx = np.random.default_rng(seed).integers(len(seeds), size=(resamples, len(seeds)))
@@ -164,6 +206,35 @@ def agreement(real: pd.DataFrame, world: pd.DataFrame, labels: list[str], *, res
             "top1_regret": regret, "real_best": labels[int(np.argmax(real_mean))],
             "world_best": labels[int(np.argmax(world_mean))],
             "means": {lab: [float(a), float(b)] for lab, a, b in zip(labels, real_mean, world_mean)}}
+
+
+def chance_tau(policies: int, level: float = 0.95) -> float:
+    """The `level` quantile of the Kendall tau of a ranking drawn at random against a fixed one
+    (over every permutation of `policies` items, exact up to 8, by 10^5 seeded draws beyond; the
+    quantile is a value tau takes): an agreement below it is within what chance gives."""
+    from itertools import permutations
+
+    from scipy import stats
+
+    base = np.arange(policies)
+    if policies <= 8:
+        orders = np.array(list(permutations(base)))
+    else:
+        rng = np.random.default_rng(0)
+        orders = np.array([rng.permutation(policies) for _ in range(100_000)])
+    taus = np.array([stats.kendalltau(base, o).statistic for o in orders])
+    return float(np.quantile(taus, level, method="higher"))
+
+
+def uniform_baseline(real: pd.DataFrame, labels: list[str], runs: pd.DataFrame) -> dict | None:
+    """"Always pick uniform" (no world at all): its top-1 regret, the real best policy's mean
+    minus uniform's (None where the real runs hold no built-in uniform)."""
+    names = dict(zip(runs["label"], runs["name"])) if "name" in runs else {}
+    uniform = [lab for lab in labels if names.get(lab) == "uniform"]
+    if not uniform:
+        return None
+    means = real.groupby("policy")["score"].mean().reindex(labels)
+    return {"label": uniform[0], "top1_regret": float(means.max() - means[uniform[0]])}
 
 
 def share_error(real: pd.DataFrame, world: pd.DataFrame, runs: pd.DataFrame, suite: str) -> tuple[float, int]:
@@ -184,7 +255,9 @@ def main(args: argparse.Namespace) -> int:
     runner.check_run_options(args.jobs, args.backend, args.ray_address)
     sc = scenarios.get(args.twin)
     runs = real_runs(args.real)
+    check_same_harnesses(args.twin, sc.env, runs)
     H = int(sc.env.get("n_harnesses", 6))
+    world_configs(sc.env, runs, f"the twin {args.twin!r}")         # every policy runs there, checked before work
     if args.out is not None:
         check_output_dir(args.out, KIND, force=args.force)
     start = time.perf_counter()
@@ -210,9 +283,14 @@ def main(args: argparse.Namespace) -> int:
         row["share_error"], row["share_policies"] = share_error(real_scores, scores, table, args.suite)
         row["world"] = name if world == "closest" else ("twin: " + sc.name if world == "twin" else "bernoulli (default)")
         rows[world] = row
+    real_suite = real_scores[real_scores["suite"] == args.suite]
+    per_policy = real_suite[real_suite["policy"].isin(labels)].groupby("policy")["seed"].nunique()
     record = {"twin": sc.record(), "real": str(Path(args.real).resolve()), "suite": args.suite,
               "resamples": args.resamples, "seed": args.seed, "closest": name, "distances": distances,
-              "worlds": rows, "seconds": time.perf_counter() - start}
+              "worlds": rows, "real_runs": int(len(real_suite[real_suite["policy"].isin(labels)])),
+              "real_seeds": {"min": int(per_policy.min()), "max": int(per_policy.max())},
+              "chance_tau95": chance_tau(len(labels)), "always_uniform": uniform_baseline(real_suite, labels, table),
+              "seconds": time.perf_counter() - start}
     text = check_table(record)
     print(text)
     if args.out is not None:
@@ -242,7 +320,17 @@ def check_table(record: dict) -> str:
     lines.append("")
     lines.append(f"real best policy: {best}; closest shipped scenario: {record['closest']} "
                  f"(distance {record['distances'].get(record['closest'], float('nan')):.2f})")
+    if "real_runs" in record:
+        seeds = record["real_seeds"]
+        count = f"{seeds['min']}" if seeds["min"] == seeds["max"] else f"{seeds['min']} to {seeds['max']}"
+        lines.append(f"the figures rest on {record['real_runs']} real runs: {count} seeds per ranked policy; chance: "
+                     f"the 95th percentile of Kendall tau of a random ranking of "
+                     f"{next(iter(record['worlds'].values()))['policies']} policies is {record['chance_tau95']:+.2f}")
+        base = record.get("always_uniform")
+        lines.append(f"always pick uniform (no world): top-1 regret {base['top1_regret']:.4f}" if base else
+                     "always pick uniform: no built-in uniform among the real runs")
     return "\n".join(lines)
 
 
-__all__ = ["KIND", "agreement", "closest_scenario", "main", "real_runs", "share_error"]
+__all__ = ["KIND", "agreement", "chance_tau", "closest_scenario", "main", "real_runs", "share_error",
+           "uniform_baseline"]

@@ -28,10 +28,10 @@ import pandas as pd
 from ablations import twin_check
 from ablations.twin_check import run_dirs
 from hbsim import scenarios, twin
-from hbsim.contract import GROUPS_FILE
+from hbsim.contract import COUNTERFACTUAL_FILE, EVAL_FILE, GROUPS_FILE, TRAIN_FILE
 from hbsim.contract.atomic import atomic_write
-from hbsim.contract.folders import check_path_length, check_writable
-from hbsim.contract.records import read_run
+from hbsim.contract.folders import check_output_file, claim_output_file
+from hbsim.contract.records import check_columns, check_steps, read_run, table_error
 from policies.errors import UserError
 from policies.validate import check_float, check_int, comma_items
 
@@ -71,20 +71,87 @@ def main(args: argparse.Namespace) -> int:
 
 
 # -- reading run folders ---------------------------------------------------------------------
-def read_logs(folders: list[str]) -> list[dict]:
-    """Every run of `folders`: {"train", "eval", "groups", "counterfactual", "meta", "dir"}."""
-    runs = []
+#: the train columns a fit reads besides the allocation (`alloc_<harness>`)
+FIT_TRAIN_COLUMNS = ("arm", "groups_generated", "groups_retained", "reward")
+#: the bound on a fit's input, checked before the fit: runs x steps (the longest run's, every run is
+#: padded to it) x harnesses. The fit replays the logged schedules as arrays of that size many times
+#: over (about 4 KB per cell at the peak: 40 runs x 3,000 steps x 5 harnesses took 2.3 GB)
+MAX_FIT_CELLS = 2_000_000
+
+
+def read_logs(folders: list[str], suite: str = "heldout_tasks") -> list[dict]:
+    """Every run of `folders`: {"train", "eval", "groups", "counterfactual", "meta", "dir"},
+    each table schema checked (`hbsim.contract.records.read_run`) and checked against what a fit reads
+    (`check_run`); `suite` must be among the runs' eval suites. UserError, one line naming
+    the file, otherwise."""
+    dirs = []
     for folder in folders:
-        dirs = run_dirs(folder)
-        if not dirs:
+        found = run_dirs(folder, "DIR")
+        if not found:
             raise UserError(f"DIR {folder!r} holds no complete run (no run.json below it)")
-        for d in dirs:
-            res = read_run(d)
-            groups = d / GROUPS_FILE
-            runs.append({"train": res.train, "eval": res.eval, "counterfactual": res.counterfactual,
-                         "groups": pd.read_parquet(groups) if groups.is_file() else None, "meta": res.meta,
-                         "dir": str(d)})
+        dirs += found
+    runs = []
+    for d in dirs:
+        res = read_run(d)
+        run = {"train": res.train, "eval": res.eval, "counterfactual": res.counterfactual, "groups": res.groups,
+               "meta": res.meta, "dir": str(d)}
+        check_run(run, runs[0] if runs else None)
+        runs.append(run)
+    suites = sorted({str(s) for run in runs for s in run["eval"]["suite"].unique()})
+    if suites and suite not in suites:
+        raise UserError(f"--suite {suite!r} is not in the runs' evaluations ({runs[0]['dir']}/{EVAL_FILE} ...); "
+                        f"allowed: {', '.join(suites)}")
     return runs
+
+
+def harnesses_of(train: pd.DataFrame) -> list[str]:
+    """The training harnesses of a train table: its `alloc_<harness>` columns, in order."""
+    return [c[len("alloc_"):] for c in train.columns if c.startswith("alloc_")]
+
+
+def check_run(run: dict, first: dict | None) -> None:
+    """What a fit reads from one run, beyond the contract's schema (`hbsim.contract.records.read_table`):
+    the allocation columns (finite, >= 0) and FIT_TRAIN_COLUMNS, an arm below the harness count,
+    the same harnesses as the first run, a groups table naming only those harnesses, and no
+    step of the groups, eval or counterfactual table beyond the train table's last step."""
+    d, train = Path(run["dir"]), run["train"]
+    path = d / TRAIN_FILE
+    names = harnesses_of(train)
+    if not names:
+        raise table_error(path, "alloc_<harness>", "is missing", "one alloc_<harness> column per training harness")
+    check_columns(path, train, FIT_TRAIN_COLUMNS)
+    if not len(train):
+        raise UserError(f"{str(path)!r} holds no logged step; allowed: a run with at least one step")
+    alloc = train[[f"alloc_{h}" for h in names]].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
+    if not (np.isfinite(alloc) & (alloc >= 0)).all():
+        col = f"alloc_{names[int(np.argmax(~(np.isfinite(alloc) & (alloc >= 0))) % len(names))]}"
+        raise table_error(path, col, "holds a value that is not a finite count", "finite numbers >= 0")
+    check_steps(path, train["arm"].to_numpy(), -1, len(names) - 1, "arm")
+    if first is not None and harnesses_of(first["train"]) != names:
+        raise UserError(f"{str(path)!r}: its harnesses ({', '.join(names)}) differ from those of "
+                        f"{str(Path(first['dir']) / TRAIN_FILE)!r} ({', '.join(harnesses_of(first['train']))}); "
+                        "allowed: runs on the same harnesses, in the same order")
+    last = int(train["step"].max())
+    for name, frame in ((GROUPS_FILE, run["groups"]), (EVAL_FILE, run["eval"]), (COUNTERFACTUAL_FILE,
+                                                                                run["counterfactual"])):
+        if frame is None or not len(frame):
+            continue
+        check_steps(d / name, frame["step"].to_numpy(), 0 if name == EVAL_FILE else 1, last)
+    groups = run["groups"]
+    if groups is not None and len(groups):
+        extra = sorted(set(groups["harness"].astype(str)) - set(names))
+        if extra:
+            raise table_error(d / GROUPS_FILE, "harness", f"names {extra[0]!r}, which {TRAIN_FILE} lacks",
+                              f"the training harnesses of {TRAIN_FILE}: {', '.join(names)}")
+
+
+def check_fit_size(runs: list[dict]) -> tuple[int, int, int]:
+    """(runs, steps, harnesses) of the fit's arrays, refused beyond MAX_FIT_CELLS before the fit."""
+    R, S, H = len(runs), max(int(r["train"]["step"].max()) for r in runs), len(harnesses_of(runs[0]["train"]))
+    if R * S * H > MAX_FIT_CELLS:
+        raise UserError(f"hb twin fit: {R} runs x {S} steps x {H} harnesses = {R * S * H:,} is too large a fit; "
+                        f"allowed: at most {MAX_FIT_CELLS:,} (fewer runs, or the runs' first steps)")
+    return R, S, H
 
 
 def real_setting(runs: list[dict], key: str):
@@ -116,20 +183,52 @@ def toml_text(table: dict, header: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_replaceable_file(path: Path, force: bool, ours) -> None:
-    """Refuse an existing `path` that hb did not write (`ours(path)` False) unless --force."""
-    if path.is_dir():
-        raise UserError(f"--out {str(path)!r} is a folder; expected the path of a .toml file")
-    if path.exists() and not force and not ours(path):
-        raise UserError(f"--out: {str(path)!r} exists and was not written by hb twin fit; choose another path "
-                        "or pass --force")
-
-
 def _ours_toml(path: Path) -> bool:
+    """The twin TOML's mark: its first line (MARK)."""
     try:
-        return path.read_text(encoding="utf-8", errors="replace").startswith(MARK)
+        with open(path, "rb") as fh:
+            return fh.read(len(MARK)) == MARK.encode()
     except OSError:
         return False
+
+
+def _ours_png(path: Path) -> bool:
+    """The twin figure's mark: the PNG's Software tag `hb twin fit` (`curves_figure`'s savefig)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return head.startswith(b"\x89PNG") and b"Software\x00" + FIGURE_MARK.encode() in head
+
+
+#: the Software tag of every TWIN.png hb writes: the mark that it is ours to replace
+FIGURE_MARK = "hb twin fit"
+
+
+class Heartbeat:
+    """Progress of a long fit on stderr: a line every `every` seconds (the phase, the fit's
+    size and the time so far), from a daemon thread, until the `with` block ends."""
+
+    def __init__(self, what: str, every: float = 10.0):
+        import threading
+        self.what, self.every, self.start = what, every, time.perf_counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="hb-twin-progress")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            print(f"hb twin fit: {self.what}: {time.perf_counter() - self.start:.0f}s so far", file=sys.stderr,
+                  flush=True)
+
+    def __enter__(self):
+        print(f"hb twin fit: {self.what} ...", file=sys.stderr, flush=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def fit_main(args: argparse.Namespace) -> int:
@@ -148,30 +247,31 @@ def fit_main(args: argparse.Namespace) -> int:
     if args.target not in ("train", "heldout_tasks", "heldout_harness"):
         raise UserError(f"--target {args.target!r} is not allowed: expected train, heldout_tasks or heldout_harness")
     figure = out.with_suffix(".png")
-    check_path_length(out)
-    check_writable(out.parent)
-    check_replaceable_file(out, args.force, _ours_toml)
-    check_replaceable_file(figure, args.force or _ours_toml(out), lambda p: False)
+    check_output_file(out, _ours_toml, force=args.force, tool="hb twin fit")
+    check_output_file(figure, _ours_png, force=args.force, tool="hb twin fit")
     start = time.perf_counter()
-    runs = read_logs(args.dirs)
+    runs = read_logs(args.dirs, args.suite)
+    R, S, H = check_fit_size(runs)
     pool = args.pool_size or real_setting(runs, "n_train_tasks")
     group_size = args.group_size or real_setting(runs, "group_size")
     try:
         obs = twin.observations(runs, group_size=group_size, suite=args.suite)
     except ValueError as exc:
         raise UserError(f"hb twin fit: {exc}") from None
-    result = twin.fit(obs, holdout=args.holdout)
+    with Heartbeat(f"fitting {R} runs x {S} steps x {H} harnesses"):
+        result = twin.fit(obs, holdout=args.holdout)
     seeds = len({int(r["meta"].get("seed", 0)) for r in runs})
     attempts = _attempts(runs)
     table = twin.scenario(result, name=name, target=args.target, pool_size=pool, seeds=seeds, k_attempts=attempts,
                           sources=f" ({', '.join(str(Path(d)) for d in args.dirs)})")
     quantities = twin.world_quantities(table["env"])
     text = report_text(result, quantities, table, pool)
-    out.parent.mkdir(parents=True, exist_ok=True)          # after every check and the fit
+    claim_output_file(out)                       # after every check and the fit: the folder, a kill's temporaries
+    claim_output_file(figure)
     atomic_write(out, toml_text(table, ["fitted to " + ", ".join(args.dirs)] + text.splitlines()))
     scenarios.load(out)                          # checked like a shipped scenario file
     fig = curves_figure(result)
-    atomic_write(figure, lambda tmp: fig.savefig(tmp, dpi=110, metadata={"Software": "hb twin fit"}))
+    atomic_write(figure, lambda tmp: fig.savefig(tmp, dpi=110, metadata={"Software": FIGURE_MARK}))
     print(text)
     print(f"hb twin fit: {len(runs)} runs, {int(obs.steps.sum())} logged steps, fitted in {result.seconds:.1f}s "
           f"({result.evaluations} model replays); wrote {out} and {figure} in {time.perf_counter() - start:.1f}s",
@@ -198,14 +298,22 @@ def report_text(result: twin.Fit, q: dict, table: dict, pool) -> str:
     names = obs.harnesses
     width = max(len(n) for n in names + ["harness"])
     lines.append("fitted quantities (the twin's exact model at the start):")
-    lines.append(f"  {'harness'.ljust(width)}  role      initial  ceiling  read    own gain  mean effect on others")
+    lines.append(f"  {'harness'.ljust(width)}  role      initial  ceiling  read (se)       own gain  mean effect on others")
     T = q["transfer"]
     H = len(names)
     roles = comma_items(table["env"]["roles"])
+    se = result.standard_errors("read")
     for h, n in enumerate(names):
         others = (T[h, :H].sum() - T[h, h]) / max(H - 1, 1)
+        err = f"({se[h]:.2f})" if np.isfinite(se[h]) else "(-)" if np.isnan(se[h]) else "(not seen)"
         lines.append(f"  {n.ljust(width)}  {roles[h]:<8}  {q['initial'][h]:.3f}    {q['ceiling'][h]:.2f}     "
-                     f"{prm.read[h]:+.2f}   {T[h, h]:+.4f}   {others:+.4f}")
+                     f"{prm.read[h]:+.2f} {err:<10} {T[h, h]:+.4f}   {others:+.4f}")
+    unsure = result.unsure()
+    if unsure:
+        lines.append(f"  WARNING: the sign of the core reading is not identified by these logs for "
+                     f"{', '.join(names[h] for h in unsure)} (|read| < {twin.SIGN_Z:g} standard errors): whether "
+                     "training it helps or hurts the other harnesses is a guess; more probes, larger probes or a "
+                     "short run on that harness alone would tell (docs/TWIN.md, Identifiability)")
     lines.append("  transfer matrix (row: pure step on, column: change of success of; last column the held-out "
                  "harness):")
     for h, n in enumerate(names):

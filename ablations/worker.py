@@ -22,6 +22,7 @@ from hbsim.experiment import run_config
 from hbsim.contract.atomic import write_dir_atomic
 from hbsim.contract.records import fill_run_dir, is_complete
 from reports.readings.summary import summary_rows
+from policies.errors import UserError
 from policies.registry import load_plugins
 
 
@@ -66,6 +67,8 @@ def execute(task: dict) -> dict:
         answer = failure(task, reason, text, time.perf_counter() - started)
         if isinstance(exc, OSError) and exc.errno is not None:
             answer["errno"] = exc.errno      # run_many stops the batch on a full or read-only disk
+        if isinstance(exc, UserError):       # a user's bug (a plugin policy's probabilities): one line, not a traceback
+            answer["user_error"] = str(exc).strip().splitlines()[0] if str(exc).strip() else reason
         return answer
 
 

@@ -3,8 +3,7 @@ of learnability. `hb --plugin my_policy ...` imports this module (its folder on 
 which registers the class for every command and its worker processes."""
 import numpy as np
 
-from policies import Policy, register
-from policies.knobs import Knob, Knobs
+from harnessbandit import Knob, Knobs, Policy, register
 
 
 @register

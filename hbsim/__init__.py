@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import importlib
 
+from harnessbandit.origin import pin as _pin
+
+_pin()   # the distribution's package names resolve to the installed packages (harnessbandit/origin.py)
+
 _LAZY = {
     "Loop": "hbsim.loop", "RunResult": "hbsim.contract.records", "run": "hbsim.loop",
     "write_run": "hbsim.contract.records", "read_run": "hbsim.contract.records", "config_hash": "hbsim.contract.records",

@@ -76,6 +76,7 @@ from hbsim.envs.base import target_means
 from policies.clairvoyant import TARGETS
 from hbsim.run_knobs import RUN_KNOBS
 from policies import Allocation
+from policies.base import checked_probabilities
 from policies.mixed import even_split
 from policies.signals import MemoryBank, as_float_sketch, sketch_norm, transfer_and_update
 from policies.errors import UserError
@@ -159,7 +160,7 @@ class Probe:
         H, B = len(loop.harnesses), loop.batch_groups
         self.n_arms = H
         eta = float(getattr(policy, "eta", 0.3))
-        prob = np.asarray(policy.probabilities(), dtype=np.float64)
+        prob = checked_probabilities(policy)
         q_before = np.asarray(policy.diagnostics().get("Q", np.full(H, np.nan)), dtype=np.float64)
         mixed = Allocation(even_split(list(range(H)), H, B, loop.t))
         truth = self._truth(adapter, H, B, mixed.counts)

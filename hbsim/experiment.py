@@ -25,6 +25,7 @@ from policies.validate import MAX_RUN_EVAL_ROWS, check_name, comma_items
 
 from hbsim.envs import ENVS, expand_preset, make_env
 from hbsim.loop import RunResult, attach_ground_truth, run
+from hbsim.contract.records import canonical_json
 from hbsim.run_knobs import CONFIG_KNOBS, OPTIONAL_RUN_KEYS, budget_milestones
 from hbsim.sampling import when_set
 
@@ -88,6 +89,35 @@ def check_run(env: dict, run: dict) -> None:
         raise UserError(f"eval_budget={run['eval_budget']!r} is not allowed on this world: its token cost is zero "
                         "(env.group_tokens is unset or 0), so no tokens milestone is ever reached; set "
                         "env.group_tokens (e.g. \"100,400\", per harness) or use a groups or seconds budget")
+
+
+def warmup_line(configs) -> str | None:
+    """One line naming the policies that are round robin for the whole run: those whose
+    warm-up (`Policy.warmup_steps`, built from each resolved config's own knobs and its env's
+    `n_harnesses`) is at least the run's steps; None when every run leaves its warm-up.
+    `hb sim`, `hb grid run` and `hb stress` print it once every check passed, as the runs start
+    (`ablations.runner.ProgressBar`'s note)."""
+    seen, groups = set(), {}
+    for cfg in configs:
+        pol, n_arms, steps = cfg["policy"], cfg["env"].get("n_harnesses"), cfg["steps"]
+        key = (canonical_json(pol), n_arms, steps)
+        if key in seen or not isinstance(n_arms, int):
+            continue
+        seen.add(key)
+        warm = build_policy(pol, n_arms)[0].warmup_steps()
+        if warm >= steps > 0:
+            labels = groups.setdefault((warm, pol.get("warmup_rounds"), n_arms, steps), [])
+            labels += [pol["label"]] if pol["label"] not in labels else []
+    if not groups:
+        return None
+    count = len({label for labels in groups.values() for label in labels})
+    said = "; ".join(
+        (f"warm-up {warm} steps (warmup_rounds {rounds} x {h} harnesses) >= {steps} steps: " if rounds is not None
+         else f"warm-up {warm} steps >= {steps} steps: ") + ", ".join(labels[:12])
+        + (f" and {len(labels) - 12} more" if len(labels) > 12 else "")
+        for (warm, rounds, h, steps), labels in groups.items())
+    return (f"{count} polic{'y is' if count == 1 else 'ies are'} round robin for the whole run ({said}); run more "
+            "steps or lower policy.warmup_rounds")
 
 
 def _resolve(partial: dict | None, resolve_env: bool | Callable[[dict], dict]) -> tuple[dict, Policy]:

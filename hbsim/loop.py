@@ -44,6 +44,7 @@ from hbsim.counterfactual import Probe
 from hbsim.contract.records import RunResult, config_hash, versions, write_run
 from hbsim.run_knobs import RUN_KNOBS, budget_milestones
 from policies import Allocation
+from policies.base import checked_probabilities
 from policies.errors import UserError
 
 #: per-harness diagnostics arrays -> column prefix
@@ -189,7 +190,7 @@ class StepRecorder:
         """The policy's allocation of the next step (kept as `pending` until `record`);
         `start`: the step's perf_counter start if it began earlier (default: now)."""
         start = time.perf_counter() if start is None else start
-        p = np.asarray(self.policy.probabilities(), dtype=np.float64)
+        p = checked_probabilities(self.policy)           # a user's policy: checked at every draw
         t0 = time.perf_counter()
         alloc = self.policy.select(batch_groups=self.batch_groups)
         self.pending = PendingStep(p, alloc, time.perf_counter() - t0, start)

@@ -20,6 +20,7 @@ import numpy as np
 
 from policies.knobs import Knob, Knobs
 from policies.signals import inverse_cdf_draw
+from policies.errors import UserError
 from policies.validate import MAX_BATCH_GROUPS, check_int
 
 #: groups per optimizer step: the one definition of its default and bounds (the run
@@ -88,6 +89,29 @@ def checked_batch_groups(batch_groups) -> int:
         return batch_groups
     return BATCH_GROUPS.check("batch_groups", batch_groups)
 
+#: how far a policy's probabilities may sum from 1 (float rounding of a softmax is ~1e-15)
+PROBABILITY_TOLERANCE = 1e-6
+
+
+def checked_probabilities(policy: "Policy") -> np.ndarray:
+    """`policy.probabilities()` as float64, checked at every draw (a user's policy class is
+    trusted with its name only): `n_arms` finite numbers >= 0 summing to 1 (within
+    PROBABILITY_TOLERANCE), else UserError naming the policy, its class, the step and the values."""
+    raw = policy.probabilities()
+    try:
+        p = np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError):
+        p = None
+    ok = (p is not None and p.shape == (policy.n_arms,) and bool(np.isfinite(p).all()) and bool((p >= 0).all())
+          and abs(float(p.sum()) - 1.0) <= PROBABILITY_TOLERANCE)
+    if not ok:
+        cls = type(policy)
+        shown = np.array2string(p, precision=4, threshold=8) if p is not None else repr(raw)[:80]
+        raise UserError(f"policy {policy.name!r} ({cls.__module__}.{cls.__qualname__}): probabilities() returned "
+                        f"{shown} at step {policy.t + 1}; allowed: {policy.n_arms} finite numbers >= 0 summing to 1")
+    return p
+
+
 class Policy:
     """Base class (module docstring): per-arm visits and the step count live here, a
     subclass's learned state is saved through `_extra_state`."""
@@ -140,13 +164,19 @@ class Policy:
     def probabilities(self) -> np.ndarray:
         raise NotImplementedError
 
+    def warmup_steps(self) -> int:
+        """Steps of the deterministic round-robin warm-up before the policy's own law (0: none;
+        `ScoredPolicy`: warmup_rounds x harnesses). A run of at most this many steps is round
+        robin throughout (`hbsim.experiment.warmup_line` says so as the runs start)."""
+        return 0
+
     def select(self, batch_groups: int = BATCH_GROUPS.default) -> Allocation:
         return Allocation.pure(self._draw(), self.n_arms, checked_batch_groups(batch_groups))
 
     def _draw(self) -> int:
         """One draw from `probabilities()` with the policy's generator (inverse CDF); a
         one-hot law (warm-up, round-robin) consumes no randomness."""
-        p = self.probabilities()
+        p = checked_probabilities(self)
         top = int(np.argmax(p))
         if p[top] == 1.0:
             return top

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import sys
 from collections.abc import Iterator, MutableMapping
 
 from policies.base import Policy
@@ -56,15 +57,36 @@ class Registry(MutableMapping):
         if not (isinstance(cls, type) and issubclass(cls, Policy)) or cls is Policy:
             raise UserError(f"register({cls!r}) is not allowed: expected a subclass of policies.base.Policy")
         name = cls.name
+        where = f"policy class {cls.__module__}.{cls.__qualname__}"
         if not isinstance(name, str) or not name.isidentifier():
-            raise UserError(f"policy class {cls.__module__}.{cls.__qualname__} has name={name!r}: expected a "
+            raise UserError(f"{where} has name={name!r}: expected a "
                             "non-empty identifier (letters, digits, _), e.g. name = \"greedy_l\"")
+        if name in RESERVED_NAMES:
+            raise UserError(f"{where} has name={name!r}, a word hb reserves ({RESERVED_NAMES[name]}); allowed: any "
+                            "other identifier")
         held = self._classes.get(name)
-        if held is not None and held is not cls:
+        if held is cls:
+            return cls
+        if held is not None:
             raise UserError(f"policy name={name!r} of {cls.__module__}.{cls.__qualname__} is taken by "
                             f"{held.__module__}.{held.__qualname__}; give the policy another name")
+        for knob, spec in cls.KNOBS.items():      # every default inside its own range, or no run could start
+            try:
+                spec.check(f"policy.{knob}", spec.default)
+            except UserError as exc:
+                raise UserError(f"{where} (name={name!r}): the default of its knob {knob!r} breaks its own rule: "
+                                f"{exc}") from None
         self._classes[name] = cls
         return cls
+
+    def names(self) -> list[str]:
+        """Every name the registry answers to, WITHOUT importing an entry point (its name is in
+        the distribution's metadata): help texts and the `valid names` of error messages, so one
+        broken third-party entry point does not break a command that never names it."""
+        found = list(self._classes)
+        if not self._listed:
+            found += [ep.name for ep in _entry_points() if ep.name not in self._classes]
+        return list(dict.fromkeys(found))
 
     # -- the mapping -----------------------------------------------------------------
     def __getitem__(self, name: str) -> type[Policy]:
@@ -74,6 +96,8 @@ class Registry(MutableMapping):
 
     def __contains__(self, name: object) -> bool:
         if name in self._classes:
+            if name in _SHIPPED_NAMES and name not in _CHECKED_CLASH:
+                _warn_clash(name)
             return True
         if not isinstance(name, str) or self._listed:
             return False
@@ -108,13 +132,15 @@ class Registry(MutableMapping):
             for ep in _entry_points():
                 if ep.name not in self._classes:
                     self._load_entry_point(ep)
+                elif ep.name in _SHIPPED_NAMES and ep.name not in _CHECKED_CLASH:
+                    _warn_clash(ep.name)
             self._listed = True
 
     def _load_entry_point(self, ep) -> None:
         where = f"entry point {ep.name} = {ep.value!r} of group {ENTRY_POINT_GROUP}"
         try:
             cls = ep.load()
-        except Exception as exc:  # noqa: BLE001 - any failure of a user's import is one line naming it
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure of a user's import is one line naming it
             raise UserError(f"{where} cannot be loaded: {_reason(exc)}") from exc
         if not (isinstance(cls, type) and issubclass(cls, Policy)) or getattr(cls, "name", None) != ep.name:
             raise UserError(f"{where} loads {cls!r}: expected a policies.base.Policy subclass whose name is "
@@ -127,13 +153,33 @@ def _entry_points():
 
 
 def _reason(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r}) while being imported"
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-POLICIES = Registry(_SHIPPED)
+#: names no policy may take: they mean something else where policies are named
+RESERVED_NAMES = {"all": "`hb sim --policy all` runs every policy"}
+#: the shipped names whose entry-point clash was looked for in this process (`_warn_clash`)
+_CHECKED_CLASH: set[str] = set()
+
+
+def _warn_clash(name: str) -> None:
+    """Once per process and name: a warning line on stderr for each installed entry point
+    named like the built-in policy `name` (the built-in is used; the entry point never is)."""
+    _CHECKED_CLASH.add(name)
+    for ep in _entry_points():
+        if ep.name == name:
+            print(f"warning: entry point {ep.name} = {ep.value!r} of group {ENTRY_POINT_GROUP} is named like the "
+                  f"built-in policy {name!r}: hb uses the built-in and never that entry point; rename it (and its "
+                  "class's name)", file=sys.stderr)
+
+
 #: the names of the policies this package ships (plugins and entry points come after them)
 SHIPPED_POLICIES = tuple(cls.name for cls in _SHIPPED)
+_SHIPPED_NAMES = frozenset(SHIPPED_POLICIES)
+POLICIES = Registry(_SHIPPED)
 
 #: The eight designs of the paper's comparison (SPEC §4 table + `min`); the rest are beyond the paper.
 PAPER_POLICIES = ("uniform", "round_robin", "learnability", "transfer", "harnessbandit", "product", "min", "mixed")
@@ -163,7 +209,7 @@ def load_plugins(modules) -> None:
                             "(e.g. mypkg.policies; a file's folder goes on PYTHONPATH)")
         try:
             importlib.import_module(module)
-        except Exception as exc:  # noqa: BLE001 - any failure of a user's import is one line naming it
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure of a user's import is one line naming it
             raise UserError(f"plugin module {module!r} cannot be imported: {_reason(exc)}") from exc
         if module not in _PLUGINS:
             _PLUGINS.append(module)
@@ -180,5 +226,5 @@ def make(name: str, n_arms: int, seed: int = 0, **knobs) -> Policy:
     `make("harnessbandit", n_arms=6, seed=0, tau=0.1)`; `make("mixed", n_arms=6, arms=[0, 4])`.
     """
     if name not in POLICIES:
-        raise UserError(f"policy name={name!r} is unknown; valid names: {', '.join(POLICIES)}")
+        raise UserError(f"policy name={name!r} is unknown; valid names: {', '.join(POLICIES.names())}")
     return POLICIES[name](n_arms, seed, **knobs)

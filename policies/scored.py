@@ -155,8 +155,12 @@ class ScoredPolicy(Policy):
         self._law_cache: tuple[np.ndarray, np.ndarray] | None = None
 
     # -- selection ---------------------------------------------------------------------
+    def warmup_steps(self) -> int:
+        """warmup_rounds x harnesses: the round-robin steps before the first scored draw."""
+        return self.cfg.warmup_rounds * self.n_arms
+
     def in_warmup(self) -> bool:
-        return self.t < self.cfg.warmup_rounds * self.n_arms
+        return self.t < self.warmup_steps()
 
     def _law(self) -> tuple[np.ndarray, np.ndarray]:
         """(p, U) for the next step, cached until the next update."""

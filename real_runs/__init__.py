@@ -13,6 +13,10 @@ imported only when a trainer is used, so `real_runs.world` and grid validation s
 """
 from __future__ import annotations
 
+from harnessbandit.origin import pin as _pin
+
+_pin()   # the distribution's package names resolve to the installed packages (harnessbandit/origin.py)
+
 from real_runs.native.presets import PRESETS, REAL_KNOBS, RealConfig, config_of, knob_defaults, resolve, resolve_env
 from real_runs.world.harnesses import TRAIN_HARNESSES
 

@@ -117,10 +117,15 @@ def _check_out(args) -> None:
 
     args.preset = preset_of(args)        # `--model smollm2-135m` alone: that model's preset (TRL reads it too)
     from policies import POLICIES
+    from real_runs.native.presets import PROBE_KNOBS
 
     if args.policy in POLICIES:           # a clairvoyant reference needs ground truth a real run lacks
         attach_ground_truth(POLICIES[args.policy], None)
-    run_knobs(args)                       # --steps, --seed, --eval-every and the run knobs of --set
+    sets, run = run_knobs(args)           # --steps, --seed, --eval-every and the run knobs of --set
+    probes = [k for k in PROBE_KNOBS if k in sets.env]
+    if probes and run.get("counterfactual") is None:   # they set the what-if evaluation only
+        raise UserError(f"--set env.{probes[0]}={sets.env[probes[0]]} is not allowed without --counterfactual K: "
+                        "it sets the what-if probes' evaluation; add --counterfactual K or drop it")
     validate.check_int("--checkpoint-every", args.checkpoint_every, 1, validate.MAX_STEPS)
     if trl and args.device is not None:   # TRL runs on the CPU or on its accelerator (use_cpu)
         validate.check_choice("--device", args.device, ("auto", "cpu", "cuda"))
@@ -193,7 +198,8 @@ def main(args) -> int:
     out = Path(args.out)
     config = build_config(args)
     saved = _resume_state(out, config, args.steps) if args.resume else None   # DIR checked by _check_out
-    saver = Checkpointer(out, config, args.steps, args.checkpoint_every, rank, log=args.log)
+    saver = Checkpointer(out, config, args.steps, args.checkpoint_every, rank, log=args.log,
+                         log_names=(args.log_project, args.log_name))
     t0 = time.perf_counter()
 
     def factory(cfg: dict):
@@ -219,6 +225,8 @@ def main(args) -> int:
         hbsim.write_run(result, out, overwrite=True)
         markers.complete_output_dir(out)       # the marker last: the run is complete
         _summary(result, out)
+        if saver.hint:
+            print(f"  {args.log}: {saver.hint}")
     return 0
 
 
@@ -255,9 +263,12 @@ class Checkpointer:
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self, out: Path, config: dict, steps: int, every: int, rank: int = 0, log: str | None = None):
+    def __init__(self, out: Path, config: dict, steps: int, every: int, rank: int = 0, log: str | None = None,
+                 log_names: tuple[str | None, str | None] = (None, None)):
         self.out, self.config, self.steps, self.every, self.rank = out, config, steps, every, rank
         self.log, self.sink = log, None      # --log: the tracker each step's row streams to (rank 0)
+        self.log_project, self.log_name = log_names   # resolved by command.check_log
+        self.hint: str | None = None         # the command that shows the tracker's run (tracking.hint)
         self.signum: int | None = None
         self.stopped_at: int | None = None
         self._previous: dict = {}
@@ -267,6 +278,7 @@ class Checkpointer:
 
     def close_log(self) -> None:
         if self.sink is not None:
+            self.hint = self.sink.hint
             self.sink.close()
             self.sink = None
 
@@ -300,8 +312,9 @@ class Checkpointer:
               f"{row['seconds_step']:.2f}s overhead={100 * step_overhead(row):.2f}%", file=sys.stderr)
         if self.log and self.rank == 0:
             if self.sink is None:
-                from real_runs.tracking import open_sink
-                self.sink = open_sink(self.log, self.out, loop.harnesses, name=self.out.name, config=self.config)
+                from real_runs.tracking import DEFAULT_PROJECT, open_sink
+                self.sink = open_sink(self.log, self.out, loop.harnesses, name=self.log_name or self.out.name,
+                                      config=self.config, project=self.log_project or DEFAULT_PROJECT)
             self.sink.log({**row, "overhead_frac": step_overhead(row)}, t)
         stop = t < self.steps and self._stop_requested(loop.adapter.device)
         if self.rank == 0 and (stop or t == 1 or t % self.every == 0 or t == self.steps):

@@ -18,18 +18,34 @@ Non-finite values are left out (a tracker shows a gap). No tracker is a dependen
 an extra (`harnessbandit[tensorboard]`, `[wandb]`, `[trackio]`), imported only when asked for;
 a missing one is one `UserError` line naming the extra. W&B runs offline unless the user
 set `WANDB_MODE` (no network needed; `wandb sync DIR/wandb/offline-run-*` uploads later).
+
+Every tracker writes inside the run's folder DIR (`tracker_env`: W&B's run, cache, config and
+data folders, trackio's store, TensorBoard's events), unless the user set the tracker's own
+variable. The project and run name (`log_names`): `--log-project` / `--log-name`, else the
+tracker's own variables (W&B's WANDB_PROJECT / WANDB_NAME; trackio has none), else
+"harnessbandit" and the run folder's name. `hint` is the command that shows the run (trackio's
+own printed hint lacks TRACKIO_DIR, so it is not shown).
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import os
+import shlex
+import sys
 from pathlib import Path
 
 from policies.errors import UserError
+from policies.validate import check_name
 
 PREFIX = "hb/"
 #: the --log choices and the extra each one needs
 TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}
+#: the project of a run when neither --log-project nor the tracker's variable names one
+DEFAULT_PROJECT = "harnessbandit"
+#: tracker -> (its own variable of the project, of the run name); trackio and TensorBoard have none
+NAME_VARS = {"wandb": ("WANDB_PROJECT", "WANDB_NAME"), "trackio": (None, None), "tensorboard": (None, None)}
 #: (train-row column prefix, tracker name) of the per-harness columns
 _PER_ARM = (("p", "p"), ("q", "Q"), ("n", "visits"), ("mem_age", "memory_age"), ("mem_norm", "memory_norm"),
             ("alloc", "alloc"))
@@ -77,24 +93,80 @@ def check_tracker(kind: str | None) -> None:
         raise UserError(f"--log {kind} needs the optional extra: pip install 'harnessbandit[{kind}]'")
 
 
-class Sink:
-    """One tracker's run: `log(row, step)` writes the row's `row_metrics`; `close()` ends it."""
+def log_names(kind: str, project: str | None, name: str | None, default_name: str) -> tuple[str, str]:
+    """(project, run name) of a tracker's run: the options given, else the tracker's own
+    variables (`NAME_VARS`), else DEFAULT_PROJECT and ``default_name`` (the run folder's name);
+    each checked as a name (`policies.validate.check_name`: trackio stores a project as a file)."""
+    project_var, name_var = NAME_VARS.get(kind, (None, None))
+    project = project or (os.environ.get(project_var) if project_var else None) or DEFAULT_PROJECT
+    name = name or (os.environ.get(name_var) if name_var else None) or default_name
+    return check_name("--log-project", project), check_name("--log-name", name)
 
-    def __init__(self, kind: str, folder, harnesses, *, name: str, config: dict | None = None):
+
+def tracker_env(kind: str, folder) -> dict[str, str]:
+    """The variables that keep a tracker's files inside ``folder`` (the run's --out): W&B's run
+    (WANDB_DIR), cache and debug logs (WANDB_CACHE_DIR), settings (WANDB_CONFIG_DIR), artifact
+    staging (WANDB_DATA_DIR) and its offline mode; trackio's store; TensorBoard's events (TRL's
+    variable). `apply_env` sets those the user has not set."""
+    folder = Path(folder).resolve()
+    if kind == "wandb":
+        return {"WANDB_MODE": "offline", "WANDB_DIR": str(folder), "WANDB_CACHE_DIR": str(folder / "wandb" / "cache"),
+                "WANDB_CONFIG_DIR": str(folder / "wandb" / "config"), "WANDB_DATA_DIR": str(folder / "wandb" / "data")}
+    if kind == "trackio":
+        return {"TRACKIO_DIR": str(folder / "trackio")}
+    if kind == "tensorboard":
+        return {"TENSORBOARD_LOGGING_DIR": str(folder / "tensorboard")}
+    return {}
+
+
+def apply_env(kind: str, folder) -> list[str]:
+    """`tracker_env` into this process's environment, where the user has not set a variable
+    (read by the tracker when it starts, and by its service process); the variables set."""
+    added = [key for key in tracker_env(kind, folder) if key not in os.environ]
+    for key in added:
+        os.environ[key] = tracker_env(kind, folder)[key]
+    return added
+
+
+def hint(kind: str, folder, project: str) -> str:
+    """The command that shows a run logged under ``folder`` (the variables as this process has them)."""
+    q = shlex.quote
+    if kind == "tensorboard":
+        return f"tensorboard --logdir {q(str(Path(folder) / 'tensorboard'))}"
+    if kind == "trackio":       # the store trackio read at its import (TRACKIO_DIR then), where the run is
+        utils = sys.modules.get("trackio.utils")
+        store = str(utils.TRACKIO_DIR) if utils is not None else os.environ.get("TRACKIO_DIR", str(Path(folder) / "trackio"))
+        return f"TRACKIO_DIR={q(store)} trackio show --project {q(project)}"
+    if os.environ.get("WANDB_MODE", "offline") == "offline":
+        return f"wandb sync {q(os.environ.get('WANDB_DIR', str(folder)))}/wandb/offline-run-*"
+    return f"the W&B project {project} (online: wandb.ai)"
+
+
+class Sink:
+    """One tracker's run: `log(row, step)` writes the row's `row_metrics`; `close()` ends it.
+    project / name: `log_names`' (the caller resolves them: `hb real --log-project/--log-name`)."""
+
+    def __init__(self, kind: str, folder, harnesses, *, name: str, config: dict | None = None,
+                 project: str = DEFAULT_PROJECT):
         check_tracker(kind)
-        self.kind, self.harnesses = kind, list(harnesses)
+        self.kind, self.harnesses, self.project = kind, list(harnesses), project
         folder = Path(folder)
+        self.hint = None
+        self._env = apply_env(kind, folder)   # read when the tracker starts: nothing of it outside the folder
         if kind == "tensorboard":
             from torch.utils.tensorboard import SummaryWriter
             self._run = SummaryWriter(log_dir=str(folder / "tensorboard"))
         elif kind == "wandb":
             import wandb
-            self._run = wandb.init(project="harnessbandit", name=name, dir=str(folder), config=config or {},
-                                   mode=os.environ.get("WANDB_MODE", "offline"), reinit="create_new")
+            self._run = wandb.init(project=project, name=name, dir=os.environ["WANDB_DIR"], config=config or {},
+                                   mode=os.environ["WANDB_MODE"], reinit="create_new")
         else:
-            os.environ.setdefault("TRACKIO_DIR", str(folder / "trackio"))   # read when trackio is imported
             import trackio
-            self._run = trackio.init(project="harnessbandit", name=name, config=config or {}, embed=False)
+            with contextlib.redirect_stdout(io.StringIO()):   # its hint lacks TRACKIO_DIR: `hint` replaces it
+                self._run = trackio.init(project=project, name=name, config=config or {}, embed=False)
+        self.hint = hint(kind, folder, project)
+        if kind == "wandb" and os.environ["WANDB_MODE"] != "offline" and getattr(self._run, "url", None):
+            self.hint = self._run.url                 # an online run: its page
 
     def log(self, row: dict, step: int) -> dict[str, float]:
         metrics = row_metrics(row, self.harnesses)
@@ -107,12 +179,20 @@ class Sink:
         return metrics
 
     def close(self) -> None:
+        """End the run; the variables `apply_env` set go (a later run in this process sets its own)."""
         if self.kind == "tensorboard":
             self._run.close()
+        elif self.kind == "trackio":
+            with contextlib.redirect_stdout(io.StringIO()):   # "Uploading logs to Trackio": it is local
+                self._run.finish()
         else:
             self._run.finish()
+        for key in self._env:
+            os.environ.pop(key, None)
+        self._env = []
 
 
-def open_sink(kind: str | None, folder, harnesses, *, name: str, config: dict | None = None) -> Sink | None:
+def open_sink(kind: str | None, folder, harnesses, *, name: str, config: dict | None = None,
+              project: str = DEFAULT_PROJECT) -> Sink | None:
     """The sink of `--log kind` writing under `folder` (None without a tracker)."""
-    return None if kind is None else Sink(kind, folder, harnesses, name=name, config=config)
+    return None if kind is None else Sink(kind, folder, harnesses, name=name, config=config, project=project)

@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import importlib
 
+from harnessbandit.origin import pin as _pin
+
+_pin()   # the distribution's package names resolve to the installed packages (harnessbandit/origin.py)
+
 _EXPORTS = {"ReportResult": "reports.build", "build_report": "reports.build", "headline_table": "reports.text",
-            "conclusion": "reports.text",
+            "conclusion": "reports.text", "suite_sentences": "reports.text", "lead_text": "reports.text",
             "Frames": "reports.load", "make_frames": "reports.load", "read_dir": "reports.load"}
 
 __all__ = sorted(_EXPORTS)

@@ -22,6 +22,7 @@ from pathlib import Path
 from hbsim.contract import folders
 
 from hbsim.contract import markers
+from hbsim.contract import CELLS, EVAL_FILE, GRID_JSON, TRAIN_FILE
 from hbsim.contract.records import read_tune
 from policies import validate
 from policies.errors import UserError
@@ -151,14 +152,54 @@ def _check_paths(args) -> Path:
     folders.check_output_dir(out, "report", force=args.force)
     read_tune(args.dir)           # a tuned grid's record, shape checked before any work (printed at the end)
     stale = folders.stale_collected_tables(args.dir)
+    grid = Path(args.dir) / GRID_JSON
+    uncollected = grid.is_file() and not all((Path(args.dir) / t).is_file() for t in (EVAL_FILE, TRAIN_FILE))
     if stale and not args.recollect:
         raise UserError(f"DIR {args.dir!r}: its collected tables (eval.parquet, train.parquet) are stale: {stale}; "
                         f"run `hb grid collect {args.dir}` or pass --recollect")
-    if stale:
+    if uncollected and args.part is not None and not args.recollect:
+        raise UserError(f"--part {args.part!r}: DIR {args.dir!r} is a grid whose tables were never collected (no "
+                        f"{EVAL_FILE}); --part reads the collected tables: run `hb grid collect {args.dir}` or pass "
+                        "--recollect")
+    if args.recollect and (stale or uncollected):
         from hbsim.contract.records import collect_cells
         collect_cells(args.dir)
-        print(f"report: collected {args.dir} again ({stale})", file=sys.stderr)
+        print(f"report: collected {args.dir} {'again (' + stale + ')' if stale else '(its tables were missing)'}",
+              file=sys.stderr)
     return out
+
+
+def unfinished_grid(root) -> str | None:
+    """Why grid directory `root` is unfinished, or None: the planned cells with no result, as
+    grid.json records them (`hbsim.contract.records.missing_cells`); for a grid recorded before hb kept
+    its plan, its marker saying "incomplete" (an `hb grid run` killed or stopped before every
+    cell), with the (label, seed) pairs missing from the finished cells' labels x seeds."""
+    from hbsim.contract.records import done_ids, missing_cells, missing_line, read_grid_record, read_meta
+    root = Path(root)
+    record = read_grid_record(root) if (root / GRID_JSON).is_file() else None
+    if record is None:
+        return None
+    if record.get("planned") is not None:
+        missing = missing_cells(root)
+        return f"{missing_line(root, missing)}; this report covers only the finished cells" if missing else None
+    try:
+        marker = folders.read_marker(root)
+    except UserError:
+        return None
+    if not marker or marker.get("kind") != "grid" or marker.get("state") != "incomplete":
+        return None
+    pairs = set()
+    for cell in done_ids(root):
+        grid = (read_meta(root / CELLS / cell) or {}).get("grid") or {}
+        if grid.get("label") is not None and grid.get("seed") is not None:
+            pairs.add((str(grid["label"]), int(grid["seed"])))
+    labels, seeds = sorted({p[0] for p in pairs}), sorted({p[1] for p in pairs})
+    gaps = [f"{label} seed {seed}" for label in labels for seed in seeds if (label, seed) not in pairs]
+    named = (f"; missing among its labels and seeds: {', '.join(gaps[:5])}" + (f" and {len(gaps) - 5} more"
+             if len(gaps) > 5 else "")) if gaps else ""
+    return (f"grid directory {str(root)!r} is unfinished (its marker says incomplete: `hb grid run` stopped before "
+            f"every cell was done): this report covers its {len(pairs)} finished cells{named}; `hb grid status "
+            f"{root}` lists every missing cell")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -175,7 +216,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"--cost-tolerance {args.cost_tolerance:g}: only allowed with --budget groups|tokens|seconds")
     out = _check_paths(args)
     from reports import budget, build_report, headline_table, load
-    from reports.text import LEGEND, conclusion
+    from reports.text import LEGEND, conclusion, lead_text
 
     # the marker first ("incomplete"), completed last with every file written (--force removes only those)
     with markers.output_dir(out, "report", tool="hb report"), warnings.catch_warnings():
@@ -193,6 +234,10 @@ def main(args: argparse.Namespace) -> int:
                               target_delta=args.target_delta, jobs=args.jobs, budget=info)
     for line in result.notes:
         print(f"warning: {line}", file=sys.stderr)
+    unfinished = unfinished_grid(args.dir)
+    if unfinished:
+        print(f"warning: {unfinished}", file=sys.stderr)
+    print(lead_text(result))                    # the answer first: one plain sentence per suite
     print(textwrap.fill(conclusion(result), width=110) + "\n")
     print(headline_table(result))
     print(textwrap.fill(LEGEND, width=110) + "\n")

@@ -28,7 +28,8 @@ CSS = ("body{font-family:sans-serif;max-width:1320px;margin:auto;padding:0 1em;c
        "p{margin:.4em 0}table{border-collapse:collapse;font-size:12px;margin:.4em 0}td,th{border:1px solid #ccc;"
        "padding:2px 6px;text-align:right}th{background:#eee}pre{background:#f6f6f6;padding:.5em;"
        "font-size:12px;white-space:pre-wrap;overflow-wrap:anywhere}img{max-width:100%;display:block;margin:.4em 0}"
-       ".note{color:#a33}.conclusion{font-size:15px;line-height:1.35}.meta{color:#666;font-size:12px}"
+       ".note{color:#a33}.lead{font-size:16px;font-weight:bold;margin:.3em 0}"
+       ".conclusion{font-size:15px;line-height:1.35}.meta{color:#666;font-size:12px}"
        "details{margin:.3em 0;border-left:3px solid #ddd;padding-left:.6em}"
        "summary{cursor:pointer;font-weight:bold;padding:.15em 0}")
 

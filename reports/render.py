@@ -2,7 +2,8 @@
 index.html (figures embedded as base64 PNG) and report.md. Nothing is computed here except
 formatting and the selection of rows to show.
 
-One screen first: the top of index.html is the conclusion, one figure (per suite, each
+One screen first: the top of index.html is one sentence per suite (`text.suite_sentences`),
+the conclusion, one figure (per suite, each
 candidate's delta on its headline metric, `ReportResult.headline`, with its headline
 interval, the baseline at 0)
 and one compact table (the same rows); everything else follows in collapsible groups
@@ -64,10 +65,12 @@ def headline_table(result) -> pd.DataFrame:
 
 
 def _headline(doc: Doc, result) -> None:
-    """The top of the page: conclusion, the one figure, the compact table."""
+    """The top of the page: one sentence per suite, the conclusion, the one figure, the compact table."""
     cfg = result.config
     cands = [p for p in result.policies if p != cfg["baseline"]]
     doc.h(1, f"{len(cands)} candidate(s) against the baseline {cfg['baseline']}")
+    for line in text.suite_sentences(result):      # the answer first, one plain sentence per suite
+        doc.p(line, "lead")
     doc.p(text.conclusion(result), "conclusion")
     rows = headline_rows(result)
     budget = cfg.get("budget")

@@ -1,5 +1,6 @@
-"""Plain-text views of a finished ReportResult: the one-paragraph conclusion, the
-headline table and the column legend (shared by stdout, report.md and index.html).
+"""Plain-text views of a finished ReportResult: one sentence per suite (the first lines of
+every view), the one-paragraph conclusion, the headline table and the column legend
+(shared by stdout, report.md and index.html).
 
 Nothing is computed here but formatting (and the one-cell verdict of a headline row and
 the MDE's format, shared by the first screen and the sections); it imports no other
@@ -7,8 +8,13 @@ reports module, so `build`, `render`, `sections` and `page` all use it.
 """
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 import pandas as pd
+
+from hbsim.contract.labels import parse_label
+from policies import POLICIES
 
 #: every column of the headline table, explained once (stdout legend, report header)
 LEGEND = ("The primary metric (--primary) is the headline: p_seed = sign-flip permutation test over seeds of the "
@@ -95,6 +101,62 @@ def _min_seeds(alpha: float, unpaired: bool = False) -> int:
     while (2.0 / comb(2 * n, n) if unpaired else 2.0 / 2 ** n) >= alpha:
         n += 1
     return n
+
+
+def suite_sentences(result) -> list[str]:
+    """One plain sentence per suite, the first lines of stdout, report.md and index.html: the
+    design (clairvoyant references left out unless they are all there is) with the largest delta on the suite's headline metric (``result.headline``), by
+    how much it beats (or trails) the baseline with its headline interval, and whether that
+    difference is significant after Holm's correction over the family (``p_holm`` < alpha).
+    Every number is the paired row's own (paired.csv: delta, ci_low, ci_high, p_holm, family);
+    nothing is recomputed. A suite without a headline row says so; a budget report names its
+    milestone."""
+    paired, cfg = result.tables["paired"], result.config
+    base, alpha = cfg["baseline"], cfg["alpha"]
+    if paired.empty:
+        return []
+    budget = cfg.get("budget")               # a budget report: every number at its milestone
+    at = f", at {budget['unit']} = {budget['at']:g}" if budget else ""
+    out = []
+    for suite, g in paired.groupby("suite", sort=True):
+        metric = result.headline.get(suite)
+        prim = g[g["metric"] == metric] if metric is not None else g.iloc[:0]
+        if prim.empty:
+            out.append(f"{suite}: no headline comparison (the primary metric is not computed on this suite).")
+            continue
+        designs = prim[~prim["candidate"].map(is_reference)]      # the oracle is a yardstick, not a design
+        r = (designs if len(designs) else prim).loc[(designs if len(designs) else prim)["delta"].idxmax()]
+        n_s, m = int(r["n_seeds"]), int(r["family"])
+        where = f"On {suite} ({metric}, {n_s} seed{'s' if n_s != 1 else ''}{at})"
+        if r["delta"] > 0:
+            lead = f"{where}, the best design is {r['candidate']}: {r['delta']:+.3f} over the baseline {base}"
+        else:
+            lead = (f"{where}, no design beats the baseline {base}; the closest, {r['candidate']}, "
+                    f"{'ties it' if r['delta'] == 0 else 'trails it by'}" + ("" if r["delta"] == 0 else f" {r['delta']:+.3f}"))
+        if n_s < 2:
+            out.append(f"{lead}, with one seed: no interval and no test.")
+            continue
+        p = adjusted_p(r)
+        test = (f"significant after Holm's correction over {m} comparison{'s' if m != 1 else ''}" if p < alpha else
+                f"not significant after Holm's correction over {m} comparison{'s' if m != 1 else ''}"
+                if np.isfinite(p) else "not tested")
+        out.append(f"{lead} {fmt_ci(r['ci_low'], r['ci_high'])} ({interval_label(alpha)} interval), {test} "
+                   f"(p_holm = {fmt_p(p)}, alpha = {alpha}).")
+    return out
+
+
+def is_reference(label: str) -> bool:
+    """A clairvoyant reference (`Policy.reference`: the oracle, a fixed arm), read from a
+    grid's label `name[knob=value]` (`hbsim.contract.labels.parse_label`)."""
+    name = parse_label(label)[0]
+    return name in POLICIES and bool(POLICIES[name].reference)
+
+
+def lead_text(result, width: int = 110) -> str:
+    """`suite_sentences` as the first lines of a terminal (`hb report`, `hb demo`): each
+    sentence wrapped at ``width``, then a blank line ('' without sentences)."""
+    lines = [textwrap.fill(line, width=width) for line in suite_sentences(result)]
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def conclusion(result) -> str:

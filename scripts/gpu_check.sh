@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU check of the real trainer, for one H200 (or any CUDA GPU), within about 8 minutes for
-# phases 1-5; phase 6 (verl sketch on FSDP2) adds under 2, phase 7 (twin logs) at most 4 and phase 8 (twin
-# fit) at most 2 (GPU_CHECK_PHASES="2 7 8": a run, the logs, their twin).
+# phases 1-5; phase 6 (verl sketch on FSDP2) adds under 2, phase 7 (twin logs) at most 4, phase 8 (twin
+# fit) at most 2 and phase 9 (verl 0.8-0.9 engine wrap) under 2 (GPU_CHECK_PHASES="2 7 8": a run, the
+# logs, their twin).
 #
 #   scripts/gpu_check.sh OUTDIR
 #
@@ -26,7 +27,10 @@
 #                           eval.parquet at every 20th step, counterfactual.parquet
 #   summary.txt             the figures to quote
 #   twin/gpu_twin.toml      (8) `hb twin fit` of phase 7's logs (+ .png, fit.txt): a twin of a real GPU run
-# GPU_CHECK_PHASES selects phases (default "1 2 3 4 5 6 7 8"). Phases 6-8 have not yet run on a GPU.
+#   engine_sketch.npz       (9) verl 0.8-0.9's engine optimizer_step wrapped (verl_engine_sketch: NCCL,
+#                           every visible GPU a rank, verl's own FSDPEngine.optimizer_step when verl is
+#                           installed): the sketch taken = the sum of the pre-clip sketches of two steps
+# GPU_CHECK_PHASES selects phases (default "1 2 3 4 5 6 7 8 9"). Phases 6-9 have not yet run on a GPU.
 # Each phase has a time limit so the whole script stays under 8 minutes; a grid cut short
 # is still collected and reported (the summary says how many cells finished).
 # The presets' models embed the previous byte (token shift) and gpu-small warm-starts on
@@ -43,6 +47,7 @@
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=5 GPU_CHECK_TRL_PRESET=tiny GPU_CHECK_TRL_STEPS=2 \
 #   GPU_CHECK_TRL_SET="batch_groups=2 group_size=4 max_completion_length=16" scripts/gpu_check.sh /tmp/gc
 # and of phase 6 (two gloo ranks, ~25 s): GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=6 scripts/gpu_check.sh /tmp/gc
+# and of phase 9 (two gloo ranks): GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=9 scripts/gpu_check.sh /tmp/gc
 # and of the twin-log phase alone (7) (tiny, 4 steps, probes at step 2 and 4):
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=7 GPU_CHECK_TWIN_PRESET=tiny GPU_CHECK_TWIN_STEPS=4 \
 #   GPU_CHECK_TWIN_K=2 GPU_CHECK_TWIN_SEEDS=0 scripts/gpu_check.sh /tmp/gc
@@ -60,7 +65,7 @@ DEVICE=${GPU_CHECK_DEVICE:-cuda}
 PRESET=${GPU_CHECK_PRESET:-gpu-small}
 STEPS=${GPU_CHECK_STEPS:-100}
 GRID=${GPU_CHECK_GRID:-ablations/examples/real_grid.toml}
-PHASES=${GPU_CHECK_PHASES:-1 2 3 4 5 6 7 8}
+PHASES=${GPU_CHECK_PHASES:-1 2 3 4 5 6 7 8 9}
 TRL_STEPS=${GPU_CHECK_TRL_STEPS:-20}
 TRL_PRESET=${GPU_CHECK_TRL_PRESET:-gpu-small}
 TRL_SET=${GPU_CHECK_TRL_SET:-batch_groups=8 group_size=8 max_completion_length=64}
@@ -198,5 +203,16 @@ if ls -d "$OUT"/twin/seed*/run.json >/dev/null 2>&1; then
 else
     log "(8) twin fit skipped: no $OUT/twin (the real-log collection step did not run)"
 fi
+fi
+if want 9; then
+# (9) verl 0.8-0.9's engine optimizer_step wrapped to take the sketch before its clip (NCCL, one rank per GPU)
+if [ "$DEVICE" = cpu ]; then SK_DEV=cpu; NGPU=2; else
+    SK_DEV=cuda; NGPU=$($PY -c 'import torch; print(max(torch.cuda.device_count(), 1))' 2>/dev/null || echo 1); fi
+W=tests/real_runs/integrations/real_runs_engine_sketch_worker.py
+HB_SKETCH_DEVICE=$SK_DEV PYTHONPATH="$PWD/tests/real_runs/integrations:$PYTHONPATH" timeout 90 $PY -m torch.distributed.run \
+    --nproc_per_node "$NGPU" --master_addr 127.0.0.1 --master_port 29519 "$W" "$OUT/engine_sketch.npz" \
+    > "$OUT/engine_sketch.log" 2>&1
+log "(9) engine sketch rc=$? ranks=$NGPU $(PYTHONPATH="$PWD/tests/real_runs/integrations:$PYTHONPATH" \
+    $PY "$W" --compare "$OUT/engine_sketch.npz" 2>&1 | tail -n 1)"
 fi
 log "done in $(( $(date +%s) - START ))s"

@@ -28,6 +28,13 @@ scenarios = [n for n in names if n.startswith("hbsim/scenarios/") and n.endswith
 print(f"wheel-smoke: {sys.argv[1].rsplit('/', 1)[-1]}: packages {', '.join(packages)}; {len(grids)} grid files; "
       f"{len(scenarios)} scenario files", file=sys.stderr)
 assert "hbsim.envs" in packages and "ablations/examples/demo_grid.toml" in grids, (packages, grids)
+# the license travels with the wheel: the file and the metadata (PEP 639)
+wheel = zipfile.ZipFile(sys.argv[1])
+meta = wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+assert "License-Expression: MIT" in meta and any(n.endswith("licenses/LICENSE") for n in names), meta[:800]
+assert "harnessbandit" in packages and "harnessbandit/origin.py" in names, packages
+print("wheel-smoke: license MIT (LICENSE and License-Expression in the metadata); the harnessbandit package",
+      file=sys.stderr)
 assert "hbsim/scenarios/table1.toml" in scenarios and len(scenarios) >= 12, scenarios
 PYEOF
 "$PY" -m venv "$WORK/venv"
@@ -75,5 +82,13 @@ shown "^(greedy_l|uniform) "
 test -f plug/greedy_l/seed0/run.json
 hb scenarios --check "$WORK/plug/my_scenario.toml"
 shown "^oracle - uniform"
+# a user's own folder named like a package of the distribution: `from harnessbandit import ...` still works,
+# and one line names the folder
+mkdir -p "$WORK/outside/shadow/policies" && touch "$WORK/outside/shadow/policies/__init__.py"
+(cd "$WORK/outside/shadow" && "$WORK/venv/bin/python" -c "from harnessbandit import POLICIES, build_report; assert len(POLICIES) > 10" \
+    2>"$LOG") || { cat "$LOG" >&2; echo "wheel-smoke: FAILED: from harnessbandit import ... beside a policies/ folder" >&2; exit 1; }
+grep -q "has the name of harnessbandit's package 'policies'" "$LOG" && [ "$(wc -l <"$LOG")" = 1 ] \
+    || { cat "$LOG" >&2; echo "wheel-smoke: FAILED: no one line naming the shadowing folder" >&2; exit 1; }
+step "from harnessbandit import ... beside a folder named policies/: works, one line names the folder"
 "$WORK/venv/bin/harnessbandit" policies >"$LOG" 2>&1 || { cat "$LOG" >&2; echo "wheel-smoke: FAILED: harnessbandit policies" >&2; exit 1; }
 step "ok: hb policies, sim, scenarios, grid run/collect, report, demo, a plugin policy and a scenario file ran from the installed wheel"

@@ -215,7 +215,9 @@ def test_the_readme_extending_examples_are_those_extending_md_runs():
     """docs/EXTENDING.md's own test runs its commands and checks their output; the README's
     Extending section shows only commands from that page."""
     text = README.read_text()
-    section = text[text.index("## Extending"):text.index("\n## ", text.index("## Extending") + 1)]
+    start = text.index("## Extending")
+    end = text.find("\n## ", start + 1)
+    section = text[start:end if end >= 0 else len(text)]
     shown = {" ".join(words(line)) for line in shown_commands(section) if not line.startswith("hb --plugin MODULE")}
     tested = {" ".join(words(line)) for line in shown_commands((ROOT / "docs" / "EXTENDING.md").read_text())}
     assert len(shown) >= 4 and shown <= tested, shown - tested

@@ -325,6 +325,45 @@ def check_not_nested(path: str | os.PathLike, kind: str, flag: str = "--out") ->
                         f"nothing was written: choose a path outside it")
 
 
+def check_output_file(path: str | os.PathLike, ours, *, force: bool = False, flag: str = "--out",
+                      tool: str = "hb") -> str:
+    """Validate a FILE a tool writes at the user's path (`hb twin fit --out TWIN.toml` and the
+    figure beside it) BEFORE any work; writes nothing. The file's own mark says hb wrote it
+    (`ours(path)`: e.g. the TOML's first line, the PNG's Software tag), as a marker does a
+    folder's. Refused, one line: a path too long, a folder, a symbolic link (broken or not: hb
+    replaces files, never links), a named pipe or device, a folder it cannot write, a path inside another hb folder
+    (`check_not_nested`, never forced: a run directory, a grid's cells/), and (unless `force`)
+    an existing file `ours` does not recognise. Returns "new" or "replace"."""
+    path = Path(path)
+    check_path_length(path, flag, reserve=RUN_PATH_BYTES)
+    if path.is_symlink():
+        raise UserError(f"{flag} {str(path)!r} is a symbolic link (to {os.readlink(path)!r}); hb replaces files, "
+                        "never links; nothing was written: remove the link or choose another path")
+    if path.is_dir():
+        raise UserError(f"{flag} {str(path)!r} is a folder; expected the path of a file")
+    if _exists(path) and not path.is_file():
+        raise UserError(f"{flag} {str(path)!r} is not a regular file (a named pipe, a device or a socket); nothing "
+                        "was written: choose another path")
+    check_writable(path.parent, flag)
+    check_not_nested(path, "file", flag)
+    if not path.exists():
+        return "new"
+    if not force and not ours(path):
+        raise UserError(f"{flag}: {str(path)!r} exists and was not written by {tool}; nothing was written: choose "
+                        "another path or pass --force")
+    return "replace"
+
+
+def claim_output_file(path: str | os.PathLike) -> Path:
+    """Before the first write of a file checked by `check_output_file`: its folder created
+    (under the user's umask) and the temporaries of this file a killed writer left there
+    removed (`remove_temp`; only this file's: the folder is the user's)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_temp(path.parent, path.name)
+    return path
+
+
 def check_output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = None, *,
                      force: bool = False, flag: str = "--out", force_flag: str | None = "--force") -> str:
     """Validate the output folder of a `kind` tool BEFORE any work; writes nothing.

@@ -63,13 +63,16 @@ _claims: dict[Path, tuple[Path, bytes | None, list[str]]] = {}
 
 
 @contextmanager
-def output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = None, tool: str | None = None):
+def output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = None, tool: str | None = None,
+               finished=lambda: True):
     """`claim_output_dir`, then the body writes, then `complete_output_dir`. When the body
     raises before anything was written there (no atomic write of this process, no new
     entry; e.g. a bad --baseline found while loading), the claim is undone: the folders it created are removed, or the marker restored, so a
     refusal leaves the disk as it was; after a write the marker stays "incomplete". Nested in
     an `output_dir` of the same folder (`hb stress` collects inside its profile's), it only
-    yields: the outer one completes the marker with both's files."""
+    yields: the outer one completes the marker with both's files. `finished()` (asked at the
+    end) False: the marker lists the files but keeps state "incomplete" (`hb grid collect` of
+    a grid whose cells are not all done)."""
     if Path(os.path.realpath(path)) in _active:      # inside the same folder's own `output_dir`: that one claims
         yield Path(path)
         return
@@ -85,7 +88,7 @@ def output_dir(path: str | os.PathLike, kind: str, config_hash: str | None = Non
         raise
     finally:
         _active.discard(key)
-    complete_output_dir(root)
+    complete_output_dir(root, finished=finished())
 
 
 #: the folders inside an `output_dir` of this process now (a nested one for the same folder is a no-op)
@@ -112,7 +115,7 @@ def _undo_claim(root: Path, existed: Path, marker: bytes | None, mine: bytes) ->
             break
 
 
-def complete_output_dir(path: str | os.PathLike, files: list | None = None) -> Path:
+def complete_output_dir(path: str | os.PathLike, files: list | None = None, *, finished: bool = True) -> Path:
     """Mark a claimed folder complete (its command's last write): state "complete" and
     `files` = what the marker listed + every file this process wrote there since
     `claim_output_dir` + `files` (paths, absolute or relative to the folder)."""
@@ -126,6 +129,6 @@ def complete_output_dir(path: str | os.PathLike, files: list | None = None) -> P
         f = Path(f)
         names.add((f.resolve().relative_to(base) if f.is_absolute() else f).as_posix())
     names = {n for n in names if n.rsplit("/", 1)[-1] != KIND_FILE}     # markers, its own and a tune/'s
-    record.update(state="complete", files=sorted(n for n in names if (root / n).exists()))
+    record.update(state="complete" if finished else "incomplete", files=sorted(n for n in names if (root / n).exists()))
     atomic_write(root / KIND_FILE, json.dumps(record, sort_keys=True) + "\n")
     return root

@@ -27,10 +27,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hbsim.contract import shapes
-from hbsim.contract import (CELLS, COUNTERFACTUAL_FILE, EVAL_FILE, GROUPS_FILE, OPTIONAL_FILES, RUN_FILES, RUN_JSON,
-                            TRAIN_FILE, TUNE_JSON)
+from hbsim.contract import (CELLS, COUNTERFACTUAL_FILE, EVAL_FILE, FAILED, GRID_JSON, GROUPS_FILE, OPTIONAL_FILES,
+                            RUN_FILES, RUN_JSON, TRAIN_FILE, TUNE_JSON)
 from hbsim.contract.atomic import atomic_write, make_temp_dir, remove_temp, visible, write_dir_atomic
 from policies.errors import UserError
+from policies.validate import MAX_STEPS
+
+#: rollouts per group a groups table may name (`size`)
+MAX_GROUP_SIZE = 1_000_000
 
 
 @dataclass
@@ -176,17 +180,128 @@ def read_tune(root) -> dict | None:
     return record
 
 
+#: what every table of a run directory read back must hold (`read_table`): the columns its
+#: readers index, the first step number (an eval row of step 0 is the evaluation before
+#: training) and the columns whose values are a share of successes, in [0, 1]
+TABLE_SCHEMA = {
+    TRAIN_FILE: {"columns": ("step",), "first_step": 1, "shares": ()},
+    EVAL_FILE: {"columns": ("step", "suite", "task", "harness", "success"), "first_step": 0, "shares": ("success",)},
+    GROUPS_FILE: {"columns": ("step", "harness", "size", "success", "retained"), "first_step": 1,
+                  "shares": ("success",)},
+    COUNTERFACTUAL_FILE: {"columns": ("step", "harness", "arm"), "first_step": 1, "shares": ()},
+}
+
+
+def table_error(path, column: str, problem: str, allowed: str) -> UserError:
+    """The one line of a table that is not what hb writes: file, column, what is wrong, what is allowed."""
+    return UserError(f"{str(path)!r}: column {column!r} {problem}; allowed: {allowed} (SPEC §7: not a table hb "
+                     "wrote; remove its run directory, or rerun it)")
+
+
+def check_columns(path, frame: pd.DataFrame, columns) -> None:
+    """UserError naming the first of `columns` that `frame` (read from `path`) lacks."""
+    for column in columns:
+        if column not in frame.columns:
+            raise table_error(path, column, "is missing", f"a table holding {', '.join(columns)}")
+
+
+def check_steps(path, values, first: int, last: int = MAX_STEPS, column: str = "step") -> None:
+    """Every value of a step column finite, a whole number, in [first, last]."""
+    v = pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(v) | (v != np.round(v)) | (v < first) | (v > last)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise table_error(path, column, f"holds {_plain(values[i])!r} (row {i})", f"whole numbers in [{first}, {last}]")
+
+
+def check_shares(path, values, column: str) -> None:
+    """Every value of a share column (success) finite and in [0, 1]."""
+    v = pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(v) | (v < 0) | (v > 1)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise table_error(path, column, f"holds {_plain(values[i])!r} (row {i})", "finite numbers in [0, 1]")
+
+
+def _plain(value):
+    """A numpy scalar as the Python value it holds (for messages)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def read_table(path) -> pd.DataFrame:
+    """The table `path` of a run directory (TRAIN_FILE, EVAL_FILE, GROUPS_FILE,
+    COUNTERFACTUAL_FILE), checked against TABLE_SCHEMA before any reader uses it: readable
+    parquet, every required column, step numbers whole, finite and in [first step,
+    MAX_STEPS], successes in [0, 1]. The one reader of a run's tables read back (`read_run`:
+    `hb sim --out` reuse, `hb twin fit`); anything else is one line naming the file, the
+    column and what is allowed (`table_error`)."""
+    path = Path(path)
+    try:
+        frame = pd.read_parquet(path)
+    except (OSError, ValueError, pa.ArrowException) as exc:     # missing, truncated, not parquet
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(f"{str(path)!r} is missing or not a readable parquet table ({first[:200]}); allowed: the "
+                        "parquet table hb writes (remove its run directory, or rerun it)") from None
+    schema = TABLE_SCHEMA.get(path.name)
+    if schema is None:
+        return frame
+    check_columns(path, frame, schema["columns"])
+    check_steps(path, frame["step"].to_numpy(), schema["first_step"])
+    for column in schema["shares"]:
+        check_shares(path, frame[column].to_numpy(), column)
+    if "size" in schema["columns"]:
+        check_steps(path, frame["size"].to_numpy(), 1, MAX_GROUP_SIZE, "size")
+    return frame
+
+
 def read_run(run_dir):
-    """Read a complete run directory back into a RunResult."""
+    """Read a complete run directory back into a RunResult, every table checked (`read_table`)."""
     run_dir = Path(run_dir)
     meta = read_meta(run_dir)
     if meta is None:
         raise UserError(f"run directory {str(run_dir)!r} has no {RUN_JSON} (not a complete run)")
     cf, groups = run_dir / COUNTERFACTUAL_FILE, run_dir / GROUPS_FILE
-    return RunResult(train=pd.read_parquet(run_dir / TRAIN_FILE),
-                     eval=pd.read_parquet(run_dir / EVAL_FILE), meta=meta,
-                     counterfactual=pd.read_parquet(cf) if cf.is_file() else None,
-                     groups=pd.read_parquet(groups) if groups.is_file() else None)
+    return RunResult(train=read_table(run_dir / TRAIN_FILE), eval=read_table(run_dir / EVAL_FILE), meta=meta,
+                     counterfactual=read_table(cf) if cf.is_file() else None,
+                     groups=read_table(groups) if groups.is_file() else None)
+
+
+# -- a grid's record and its cells ----------------------------------------------------------
+def read_grid_record(root) -> dict | None:
+    """DIR/grid.json of a grid directory, shape checked (`hbsim.contract.shapes.GRID_RECORD`): the grid's
+    name, every name admitted by --force, its spec and `planned`, the cells its last `hb grid run`
+    planned ([id, label, seed] each); None when absent. The one reader of grid.json."""
+    path = Path(root) / GRID_JSON
+    if not path.exists():
+        return None
+    record = shapes.read_record(path, None, "grid record", "expected the JSON object hb writes")
+    remedy = "expected the JSON object hb writes (name, names, spec): remove it, or the folder, and run again"
+    shapes.check(path, record, shapes.GRID_RECORD, "unreadable grid record", remedy)
+    shapes.check(path, record.get("spec") or {}, shapes.GRID_SPEC, "unreadable grid record", remedy, "spec.")
+    shapes.strings(path, record.get("names") or [], "unreadable grid record", remedy, "names")
+    for i, entry in enumerate(record.get("planned") or []):
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)):
+            raise UserError(f"{path}: unreadable grid record of the wrong shape (planned[{i}]={str(entry)[:40]} is "
+                            f"not [id, label, seed]); {remedy}")
+    return record
+
+
+def missing_cells(root, planned: list | None = None) -> list[tuple]:
+    """The planned cells of grid directory `root` with no result (neither complete nor failed:
+    an `hb grid run` killed or stopped before them), as (id, label, seed); `planned` defaults to
+    grid.json's (`read_grid_record`; [] for a grid recorded before hb kept it)."""
+    if planned is None:
+        planned = (read_grid_record(root) or {}).get("planned") or []
+    have = done_ids(root) | {p.name for p in visible(Path(root) / FAILED) if p.is_dir()}
+    return [tuple(cell) for cell in planned if cell[0] not in have]
+
+
+def missing_line(root, missing: list[tuple]) -> str:
+    """One line naming the missing cells of a grid (the first three) and how to finish it."""
+    shown = ", ".join(f"{label} seed {seed} ({cell_id})" for cell_id, label, seed in missing[:3])
+    more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+    return (f"grid directory {str(root)!r} is unfinished: {len(missing)} planned cell(s) have no result: {shown}{more}; "
+            f"rerun `hb grid run` on its grid file to finish it (`hb grid status {root}` lists them)")
 
 
 # -- a grid's cells, read into one table ---------------------------------------------------

@@ -5,7 +5,7 @@ list, a field of another type, a design without its setting) is one line naming 
 and the field, never a traceback, and it is found before any work starts.
 
     MARKER        .hb-kind.json (hbsim.contract.folders.read_marker)
-    GRID_RECORD   DIR/grid.json (ablations.store.read_grid_json)
+    GRID_RECORD   DIR/grid.json (hbsim.contract.records.read_grid_record; each `planned` entry [id, label, seed])
     RUN_RECORD    run.json of a run directory (hbsim.contract.records.read_meta)
     TUNE_RECORD   DIR/tune.json of a tuned grid (hbsim.contract.records.read_tune; ablations.tune, reports.budget)
 
@@ -26,7 +26,7 @@ from policies.errors import UserError
 
 NUMBER = (int, float)
 MARKER = {"kind": str, "config_hash?": str, "tool?": str, "state?": str, "command?": str, "files?": list}
-GRID_RECORD = {"name?": str, "names?": list, "spec?": dict}
+GRID_RECORD = {"name?": str, "names?": list, "spec?": dict, "planned?": list}
 GRID_SPEC = {"path?": str, "raw?": dict}
 RUN_RECORD = {"config?": dict, "config_hash?": str, "label?": str, "policy?": str, "seed?": int, "grid?": dict}
 RUN_GRID = {"sweep?": dict, "label?": str, "cell_id?": str, "name?": str}

@@ -10,19 +10,25 @@ import pandas as pd
 
 from hbsim.twin.logs import Observations
 from hbsim.twin.model import Params, _nodes, _sigmoid, replay, sketch_transfer
+from hbsim.twin.simulate import simulate
 
 
 # -- the fit ---------------------------------------------------------------------------------
 #: bounds of the fitted values
-BOUNDS = {"bias": (-8.0, 8.0), "read": (-4.0, 4.0), "ceil": (0.05, 1.0), "skill_lr": (0.0, 10.0),
-          "max_step": (0.02, 3.0), "forget": (0.0, 10.0), "interference": (0.0, 16.0),
-          "heldout_bias": (-8.0, 8.0), "heldout_read": (-4.0, 4.0)}
+BOUNDS = {"bias": (-8.0, 8.0), "read": (-8.0, 8.0), "ceil": (0.05, 1.0), "skill_lr": (0.0, 20.0),
+          "max_step": (0.02, 6.0), "forget": (0.0, 10.0), "interference": (0.0, 16.0),
+          "heldout_bias": (-8.0, 8.0), "heldout_read": (-8.0, 8.0), "lr": (0.02, 50.0)}
 #: the sd of the prior that pulls a harness's ceiling towards 1: a ceiling below 1 must be shown by
 #: the logs (a plateau), not fitted into curves that never came near it
 CEILING_PRIOR_SD = 0.1
 #: how much noisier than binomial a train row's keep rate is taken to be
 KEEP_SD_FACTOR = 3.0
-SCALARS = ("skill_lr", "max_step", "forget", "interference", "heldout_bias", "heldout_read")
+#: the fitted scalars; `lr` (the core's rate) only where the logs hold the probes' gradient T, which
+#: fixes the scale of read_h (a gradient cosine knows no learning rate), and `interference` only
+#: with mixed steps or a mixed probe
+SCALARS = ("skill_lr", "max_step", "forget", "interference", "heldout_bias", "heldout_read", "lr")
+#: |read| below this many standard errors: its sign is not identified by the logs (`Fit.unsure`)
+SIGN_Z = 2.0
 
 
 @dataclass
@@ -74,8 +80,9 @@ class Objective:
     """The standardised residuals of a Layout's parameter vectors against the observations
     whose step index is below each run's `cut` (module docstring)."""
 
-    def __init__(self, obs: Observations, layout: Layout, base: Params, cut: np.ndarray):
+    def __init__(self, obs: Observations, layout: Layout, base: Params, cut: np.ndarray, shift: dict | None = None):
         self.obs, self.layout, self.base, self.cut = obs, layout, base, cut
+        self.shift = shift        # added to the replay's quantities: simulate - replay (hbsim.twin.simulate)
         g, e, p = obs.groups, obs.evals, obs.probes
         G = obs.group_size
         self.g_ok = g["t"] < cut[g["r"].astype(int)] if len(g["t"]) else np.zeros(0, bool)
@@ -113,6 +120,10 @@ class Objective:
         alloc = np.tile(self.obs.alloc, (P, 1, 1))
         probe_at = np.tile(self.probe_at, (P, 1)) if self.probe_at.any() else None
         out = replay(stacked, alloc, self.obs.group_size, probe_at, self.obs.batch_groups)
+        if self.shift is not None:
+            for k, v in self.shift.items():
+                if k in out and k != "T":
+                    out[k] = out[k] + np.nan_to_num(np.tile(v, (P,) + (1,) * (v.ndim - 1)))
         self.evaluations += P
         g, e, p = self.obs.groups, self.obs.evals, self.obs.probes
         preds = []
@@ -129,7 +140,10 @@ class Objective:
             else:
                 pp = np.zeros(0)
             T = sketch_transfer(prm.read[i], prm.noise[i], prm.dead[i])
-            pt = T[self.obs.transfer["h"].astype(int)] if len(self.obs.transfer["h"]) else np.zeros(0)
+            tr = self.obs.transfer
+            pt = T[tr["h"].astype(int)] if len(tr["h"]) else np.zeros(0)
+            if self.shift is not None and "T" in self.shift and len(pt):
+                pt = pt + self.shift["T"][tr["r"].astype(int), tr["t"].astype(int), tr["h"].astype(int)]
             preds.append({"groups": pg, "evals": pe, "probes": pp, "transfer": pt,
                           "ceil": prm.ceil[i][self.layout.free]})
         return preds
@@ -193,15 +207,39 @@ def initial_params(obs: Observations) -> Params:
         slope = np.polyfit(t, v, 1)[0] if len(np.unique(t)) > 1 else 0.0
         if abs(slope * S) < 0.04 and 0.15 < np.mean(v) < 0.85 and _flat_tasks(obs, h):
             noise[h], noise_p[h] = True, float(np.mean(v))
-        if np.isfinite(obs.t_grad[h]) and obs.t_grad[h] < -0.05:
-            read[h] = -0.7
     e = obs.evals
     held = e["h"] == H if len(e["h"]) else np.zeros(0, bool)
     hb = float(np.interp(np.clip(np.mean(e["value"][held & (e["t"] == e["t"][held].min())]), 0.005, 0.995)
                          if held.any() else 0.3, curve, grid)) if held.any() else -1.0
     ceil = np.where(dead, 0.0, 1.0)
-    return Params(bias=bias, read=np.where(noise | dead, 0.0, read), ceil=ceil, noise=noise, dead=dead,
+    read = reads_from_transfer(obs.t_grad, noise, dead, np.where(noise | dead, 0.0, read))
+    return Params(bias=bias, read=read, ceil=ceil, noise=noise, dead=dead,
                   noise_p=noise_p, heldout_bias=hb, spread=obs.spread)
+
+
+def reads_from_transfer(t_grad: np.ndarray, noise: np.ndarray, dead: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The core readings whose sketch cosines (`sketch_transfer`) best give each harness's mean
+    probe T (`t_grad`, nan where a harness was never probed): a cosine of gradients knows no
+    learning rate, so T alone fixes read_h up to one sign shared by all harnesses (u -> -u
+    leaves every u_h u_j unchanged; the convention: the readings sum to >= 0). `start` where
+    no harness has a T."""
+    ok = np.isfinite(t_grad) & ~noise & ~dead
+    if ok.sum() < 2:
+        return start
+    from scipy.optimize import least_squares
+
+    free = ~noise & ~dead
+
+    def resid(r):
+        read = np.where(free, 0.0, start)
+        read[free] = r
+        return np.concatenate([(sketch_transfer(read, noise, dead) - np.nan_to_num(t_grad))[ok] / 0.02,
+                               0.01 * r])                      # a whisper of ridge: a harness T does not see stays small
+    x0 = np.where(np.nan_to_num(t_grad[free]) < -0.02, -1.0, 1.0)
+    sol = least_squares(resid, x0, bounds=BOUNDS["read"], method="trf")
+    read = np.where(free, 0.0, start)
+    read[free] = sol.x if sol.x.sum() >= 0 else -sol.x
+    return read
 
 
 def _flat_tasks(obs: Observations, h: int) -> bool:
@@ -222,32 +260,76 @@ class Fit:
     seconds: float
     evaluations: int
     layout: Layout
+    se: np.ndarray | None = None       # standard error of every fitted value (Layout.names order)
+
+    def standard_errors(self, name: str) -> np.ndarray:
+        """(H,) the standard error of each harness's fitted `name` (bias, read, ceil; nan where
+        not fitted: noise, dead)."""
+        out = np.full(len(self.obs.harnesses), np.nan)
+        if self.se is None:
+            return out
+        k, j = int(self.layout.free.sum()), ("bias", "read", "ceil").index(name)
+        out[self.layout.free] = self.se[j * k:(j + 1) * k]
+        return out
+
+    def unsure(self) -> list[int]:
+        """The harnesses whose reading's sign the logs do not identify: |read| < SIGN_Z se."""
+        se = self.standard_errors("read")
+        return [h for h in range(len(se)) if np.isfinite(se[h]) and abs(self.params.read[h]) < SIGN_Z * se[h]]
 
 
-def fit(obs: Observations, holdout: float = 0.25, max_nfev: int = 25) -> Fit:
+#: rounds of the simulation correction (hbsim.twin.simulate) and simulations per logged run in each
+SIM_ROUNDS, SIMS = 2, 3
+
+
+def fit(obs: Observations, holdout: float = 0.25, max_nfev: int = 25, sim_rounds: int = SIM_ROUNDS,
+        sims: int = SIMS) -> Fit:
     """Fit the twin to `obs` (module docstring): first on every run's first (1 - holdout)
-    steps, scored on the rest (`quality`), then on all steps (the values returned)."""
+    steps, scored on the rest (`quality`), then on all steps (the values returned). Each fit
+    is then corrected `sim_rounds` times for the gap between the replay (the mean path) and
+    the twin env's own realised paths: the replay's predictions plus simulate - replay at the
+    current values (`sims` simulations per run, hbsim.twin.simulate), refitted."""
     from scipy.optimize import least_squares
 
     start = time.perf_counter()
     base = initial_params(obs)
-    scalars = [n for n in SCALARS if n != "interference" or _has_mixed(obs)]
+    scalars = [n for n in SCALARS if (n != "interference" or _has_mixed(obs))
+               and (n != "lr" or np.isfinite(obs.t_grad).sum() >= 2)]
     if not (obs.evals["h"] == len(obs.harnesses)).any() if len(obs.evals["h"]) else True:
         scalars = [n for n in scalars if not n.startswith("heldout_")]
     layout = Layout(free=~(base.noise | base.dead), scalars=tuple(scalars))
     lo, hi = layout.bounds()
     evaluations = 0
 
+    final = {}
+
+    probe_at = np.zeros(obs.alloc.shape[:2], bool)
+    if len(obs.probes["t"]):
+        probe_at[obs.probes["r"].astype(int), obs.probes["t"].astype(int)] = True
+
     def solve(cut, theta0, nfev):
         nonlocal evaluations
-        obj = Objective(obs, layout, base, cut)
-        best = None
-        for x0 in theta0:
-            sol = least_squares(obj.fun, np.clip(x0, lo + 1e-9, hi - 1e-9), jac=obj.jac, bounds=(lo, hi),
-                                x_scale="jac", max_nfev=nfev, method="trf")
-            if best is None or sol.cost < best.cost:
-                best = sol
-        evaluations += obj.evaluations
+        shift = None
+        for rnd in range(1 + sim_rounds):
+            obj = Objective(obs, layout, base, cut, shift)
+            best = None
+            for x0 in theta0:
+                sol = least_squares(obj.fun, np.clip(x0, lo + 1e-9, hi - 1e-9), jac=obj.jac, bounds=(lo, hi),
+                                    x_scale="jac", max_nfev=nfev, method="trf")
+                if best is None or sol.cost < best.cost:
+                    best = sol
+            evaluations += obj.evaluations
+            if rnd == sim_rounds:
+                break
+            prm = first(layout.params(best.x, base))
+            sim = simulate(prm, obs, probe_at if probe_at.any() else None, sims=sims, seed=rnd)
+            mean = replay(prm, obs.alloc, obs.group_size, probe_at if probe_at.any() else None, obs.batch_groups)
+            shift = {k: sim[k] - mean[k] for k in sim if k in mean}
+            if "T" in sim:       # the probes' T in the twin env minus the closed form the objective uses
+                closed = sketch_transfer(prm.read, prm.noise, prm.dead)
+                shift["T"] = np.nan_to_num(sim["T"] - closed[None, None, :])
+            theta0 = [best.x]
+        final.update(sol=best, shift=shift)
         return best.x
 
     starts = [layout.vector(base)]
@@ -255,10 +337,26 @@ def fit(obs: Observations, holdout: float = 0.25, max_nfev: int = 25) -> Fit:
     if holdout > 0:
         cut = np.maximum(1, np.floor((1 - holdout) * obs.steps)).astype(int)
         theta = solve(cut, starts, max_nfev)
-        quality = quality_table(obs, first(layout.params(theta, base)), cut)
+        quality = quality_table(obs, first(layout.params(theta, base)), cut, final.get("shift"))
         starts = [theta]
     theta = solve(obs.steps + 1, starts, max_nfev if holdout <= 0 else max(5, max_nfev // 2))
-    return Fit(first(layout.params(theta, base)), obs, quality, time.perf_counter() - start, evaluations, layout)
+    return Fit(first(layout.params(theta, base)), obs, quality, time.perf_counter() - start, evaluations, layout,
+               standard_errors(final["sol"]))
+
+
+def standard_errors(sol) -> np.ndarray:
+    """The Gauss-Newton standard errors of a least-squares solution of standardised residuals:
+    sqrt(diag((J'J)^-1)) scaled by the residuals' own variance where it exceeds 1 (a misfit
+    widens them); inf for a value the residuals do not move (a direction J'J cannot see)."""
+    J, r = np.asarray(sol.jac), np.asarray(sol.fun)
+    dof = max(len(r) - J.shape[1], 1)
+    scale = max(float(r @ r) / dof, 1.0)
+    u, sv, vt = np.linalg.svd(J, full_matrices=False)
+    tiny = sv <= sv.max() * 1e-10 if sv.size else np.zeros(0, bool)
+    inv = np.where(tiny, 0.0, 1.0 / np.where(tiny, 1.0, sv) ** 2)
+    var = (vt.T ** 2) @ inv * scale
+    blind = (np.abs(vt[tiny]) > 1e-6).any(axis=0) if tiny.any() else np.zeros(J.shape[1], bool)
+    return np.where(blind, np.inf, np.sqrt(var))
 
 
 def first(prm: Params) -> Params:
@@ -278,11 +376,12 @@ QUANTITIES = {(0, "groups"): "success of generated groups", (1, "groups"): "reta
               (1, "probes"): "what-if change (held-out harness)", ("T", "probes"): "what-if gradient T"}
 
 
-def quality_table(obs: Observations, prm: Params, cut: np.ndarray) -> pd.DataFrame:
+def quality_table(obs: Observations, prm: Params, cut: np.ndarray, shift: dict | None = None) -> pd.DataFrame:
     """Per observed quantity, on the HELD-OUT steps (index >= cut of the run): n, RMSE, the
-    observations' std, and R^2 = 1 - MSE / variance (<= 0: no better than their mean)."""
+    observations' std, and R^2 = 1 - MSE / variance (<= 0: no better than their mean); the
+    predictions are the replay's plus `shift` (the fit's last simulation correction)."""
     layout = Layout(free=np.zeros(len(obs.harnesses), bool), scalars=())
-    obj = Objective(obs, layout, prm, cut)
+    obj = Objective(obs, layout, prm, cut, shift)
     pred = obj.predictions(np.zeros((1, 0)))[0]
     H, rows = len(obs.harnesses), []
     g, e, p = obs.groups, obs.evals, obs.probes

@@ -4,51 +4,31 @@ from __future__ import annotations
 
 import numpy as np
 
+from policies.validate import comma_items
+
 from hbsim.twin.fitting import Fit
+from hbsim.twin.simulate import DEFAULT_POOL, twin_env
 
 
 # -- the twin as a scenario ------------------------------------------------------------------
-def _floats(values) -> str:
-    return ",".join(f"{float(v):.4g}" for v in values)
-
-
 def scenario(result: Fit, *, name: str, target: str = "heldout_tasks", pool_size: int | None = None,
              seeds: int = 2, k_attempts: int | None = None, sources: str = "") -> dict:
     """The fitted twin as a scenario file's table (hbsim.scenarios: name, summary, target,
     seeds, steps, batch_groups, lr_note, [env] of kind `twin`)."""
     prm, obs = result.params, result.obs
-    H = len(obs.harnesses)
-    roles = ["dead" if d else "noise" if n else "ordinary" for d, n in zip(prm.dead, prm.noise)]
+    env = twin_env(prm, obs, pool_size, k_attempts)
+    roles = comma_items(env["roles"], keep_empty=True)
     steps = int(obs.steps.max())
-    env = {"kind": "twin", "n_harnesses": H, "n_tasks": int(pool_size or DEFAULT_POOL),
-           "n_heldout_tasks": int(obs.n_heldout_tasks), "group_size": int(obs.group_size),
-           "roles": ",".join(roles), "harness_names": ",".join(obs.harnesses),
-           "harness_bias": _floats(np.where(prm.dead, 0.0, prm.bias)), "harness_read": _floats(prm.read),
-           "harness_ceiling": _floats(np.where(prm.dead, 0.0, prm.ceil)),
-           "lr": 1.0, "skill_lr": round(float(prm.skill_lr), 4), "max_step": round(float(prm.max_step), 4),
-           "forget": round(float(prm.forget), 4), "interference": round(float(prm.interference), 4),
-           "heldout_bias": round(float(prm.heldout_bias), 4), "heldout_read": round(float(prm.heldout_read), 4),
-           "coverage": 0.0, "difficulty_std": round(float(prm.spread), 4), "affinity_std": 0.0, "bias_jitter": 0.0}
-    if prm.noise.any():
-        env["noise_p"] = round(float(prm.noise_p[prm.noise].mean()), 4)
-    if k_attempts:
-        env["k_attempts"] = int(k_attempts)
-    cost = obs.costs.get("per_group")
-    if cost is not None and np.nansum(cost) > 0:
-        env["group_tokens"] = _floats(np.maximum(cost, 0.0))
     described = ", ".join(f"{h} ({r})" for h, r in zip(obs.harnesses, roles))
     summary = (f"A twin fitted by `hb twin fit` to {len(obs.steps)} runs of {steps} steps{sources}: harnesses "
                f"{described}; the scenario model with one bias, core reading and ceiling per harness, fitted "
                "to the logged success of every step's groups, the evaluations and the what-if probes "
                "(docs/TWIN.md).")
-    note = (f"Learning rates fitted (the core's rate fixed at lr = 1: only lr x read is identified): skill_lr "
-            f"{env['skill_lr']}, trust region max_step {env['max_step']}, forget {env['forget']}.")
+    note = (f"Learning rates fitted: the core's lr {env['lr']} (fixed at 1 where no probe logged T: without T only "
+            f"lr x read is identified), skill_lr {env['skill_lr']}, trust region max_step {env['max_step']}, forget "
+            f"{env['forget']}.")
     return {"name": name, "summary": summary, "target": target, "seeds": max(2, int(seeds)), "steps": steps,
             "batch_groups": int(obs.batch_groups), "lr_note": note, "env": env}
-
-
-#: the training-task pool of a twin whose logs do not say how many tasks the run had
-DEFAULT_POOL = 60
 
 
 def world_quantities(env: dict, seeds: tuple = (0, 1), batch: int = 8) -> dict:

@@ -32,6 +32,7 @@ from policies.errors import UserError
 from policies.knobs import Knob, Knobs
 from real_runs.command import run_knobs
 from real_runs.resume import same_run, within_steps
+from real_runs.tracking import apply_env, hint
 
 SIZES = {"tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                       num_key_value_heads=1),
@@ -264,20 +265,23 @@ def build(cfg, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str
     return trainer, sched, config
 
 
-def report_to(log: str | None, out: Path) -> dict | None:
-    """TRL's `report_to` of `hb real --backend trl --log TRACKER` (W&B offline in DIR/wandb,
+def report_to(log: str | None, out: Path, project: str | None = None, name: str | None = None) -> dict | None:
+    """TRL's `report_to` of `hb real --backend trl --log TRACKER`, every file inside DIR
+    (`tracking.apply_env`: W&B offline in DIR/wandb with its cache and config there too,
     trackio's store in DIR/trackio, TensorBoard's events in DIR/tensorboard, unless the user set
-    WANDB_MODE / WANDB_DIR / TRACKIO_DIR / TENSORBOARD_LOGGING_DIR); None without --log."""
+    the tracker's variables), the run named `name` (`run_name`) in `project` (W&B:
+    WANDB_PROJECT; trackio: TrainingArguments' `project`); None without --log."""
     if log is None:
         return None
-    if log == "wandb":
-        os.environ.setdefault("WANDB_MODE", "offline")
-        os.environ.setdefault("WANDB_DIR", str(out))
-    if log == "trackio":
-        os.environ.setdefault("TRACKIO_DIR", str(out / "trackio"))
-    if log == "tensorboard":
-        os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(out / "tensorboard"))
-    return {"report_to": [log]}
+    apply_env(log, out)
+    if log == "wandb" and project:
+        os.environ["WANDB_PROJECT"] = project     # transformers' W&B callback reads the project here only
+    extra = {"report_to": [log]}
+    if name:
+        extra["run_name"] = name
+    if log == "trackio" and project:
+        extra["project"] = project
+    return extra
 
 
 def main(args) -> int:
@@ -299,7 +303,9 @@ def main(args) -> int:
                                    device=device, model_path=args.model,
                                    preset=args.preset, eval_every=run.get("eval_every"),
                                    checkpoint_every=args.checkpoint_every, eval_budget=run.get("eval_budget"),
-                                   resume=resume, extra_args=report_to(getattr(args, "log", None), out))
+                                   resume=resume, extra_args=report_to(getattr(args, "log", None), out,
+                                                              getattr(args, "log_project", None),
+                                                              getattr(args, "log_name", None)))
     claim_output_dir(out, "run", tool="hb real --backend trl")
     print(f"TRL trainer ready in {time.perf_counter() - t0:.1f}s ({len(cfg.harnesses)} harnesses)", file=sys.stderr)
     if run.get("eval_every") and sched.recorder.t == 0 and not args.resume:
@@ -319,4 +325,6 @@ def main(args) -> int:
     train = result.train
     print(f"run {out}: {len(train)} steps, policy {label}, seed {args.seed}; mean step "
           f"{train['seconds_step'].mean():.3f}s, scheduler overhead {100 * train['overhead_frac'].mean():.2f}%")
+    if getattr(args, "log", None):
+        print(f"  {args.log}: {hint(args.log, out, args.log_project)}")
     return 0

@@ -16,9 +16,14 @@ a cluster and without verl installed.
   `data.dataloader_num_workers=0` the choice for step k+1 follows `update(batch_k)`, which
   records the step (`record`: the policy's feedback, the SPEC §7 train row and its cost
   ledger). Rows come from the task world's per-harness pools (`world.pool.TaskPool`).
-* Supported verl: `VERL_SUPPORTED` (0.5 to 0.7: the releases with `AbstractCurriculumSampler`
-  and the `sampler.update(batch=batch)` call in `RayPPOTrainer.fit`); constructing
-  `HarnessCurriculumSampler` on any other verl, or without verl, is one `UserError` line.
+* Supported verl: `HarnessCurriculumSampler` (built by verl from `data.sampler`) needs 0.5-0.7
+  (`VERL_SUPPORTED`: the releases with `AbstractCurriculumSampler` and the
+  `sampler.update(batch=batch)` call in `RayPPOTrainer.fit`); on 0.8-0.9 the project's trainers
+  build `HarnessCurriculumCore` themselves (`VERL_TRAINER_SUPPORTED`, `verl_entry_problem`, checked
+  by the entry point `verl_main` before verl is imported). `v1_problem` (verl 0.9's v1 config),
+  `step_view` / `trajectory_rows` / `merge_views` / `take_update_sketch` (a step read from what
+  a trainer holds other than a legacy DataProto: v1's TransferQueue, SkyRL's batch) and
+  `SKYRL_KNOBS` serve the v1 trainer and SkyRL (`skyrl_sampler`).
 * The group filter (`hbsim.sampling.GroupFilter`, knobs `keep_band`, `min_abs_adv` of
   `FILTER_KNOBS`, in `data.harnessbandit`): L and the retained count are over the groups it
   keeps, as in every other backend. verl trains on its own batch, so the sampler cannot drop
@@ -112,8 +117,16 @@ VERL_KNOBS = Knobs({
     "policy_knobs": Knob({}, "the policy's knobs", parse=_mapping),
     "seed": Knob(0, "the policy's seed", 0, validate.MAX_SEED),
     "harness_key": Knob("harness", "the key of extra_info (or the column) that names each row's harness"),
+    "sketch": Knob(False, "whether the actor sends a gradient sketch (HarnessPPOActor on 0.5-0.7, the engine wrap "
+                   "verl_engine_sketch on 0.9); without one T is missing and a policy scoring T only is refused"),
     **FILTER_KNOBS,
 }, scope="data.harnessbandit", owner="HarnessCurriculumSampler")
+
+
+#: the same knobs for SkyRL (`harnessbandit.*` arguments of `python -m real_runs.integrations.skyrl_main`):
+#: each prompt row's harness is its `env_class` (None: the config's `environment.env_class`)
+SKYRL_KNOBS = Knobs(dict(VERL_KNOBS.with_defaults(harness_key="env_class")), scope="harnessbandit",
+                    owner="the SkyRL trainer (harnessbandit.*)")
 
 
 def _groups(batch, score_key: str) -> tuple[np.ndarray, dict]:
@@ -184,6 +197,58 @@ def verl_result(batch, harnesses: list[str], *, score_key: str = "token_level_sc
         reward=float(rewards.mean()), cost=ledger)
 
 
+def step_view(scores, uids, harness, *, harness_key: str = "harness", response_mask=None, meta: dict | None = None):
+    """A step's trajectories as `verl_result` reads them, from what a trainer holds other than
+    a legacy `DataProto` (verl 0.9's v1 trainer reads them from TransferQueue, SkyRL from its
+    TrainingInputBatch): `scores` (rows,) or (rows, tokens) rewards, `uids` (rows,) the GRPO
+    group of each row, `harness` (rows,) each row's harness, `response_mask` (rows, tokens)
+    for the token count, `meta` the step's `meta_info` (`hb_sketch`, `hb_groups_generated`)."""
+    from types import SimpleNamespace
+    tensors = {"token_level_scores": np.asarray(scores, dtype=np.float64)}
+    if response_mask is not None:
+        tensors["response_mask"] = np.asarray(response_mask)
+    rows = {"uid": np.asarray(list(uids), dtype=object), harness_key: np.asarray([str(h) for h in harness], dtype=object)}
+    return SimpleNamespace(batch=tensors, non_tensor_batch=rows, meta_info=dict(meta or {}))
+
+
+def trajectory_rows(keys) -> list[int]:
+    """The positions of `keys` (`{uid}_{session}_{index}`, verl's agent loop's key format) that
+    are each trajectory's first stored output: one row per (uid, session)."""
+    seen, rows = set(), []
+    for i, key in enumerate(keys):
+        head = str(key).rsplit("_", 1)[0]
+        if head not in seen:
+            seen.add(head)
+            rows.append(i)
+    return rows
+
+
+def merge_views(views: list):
+    """One step view of the local updates' views (`parameter_sync_step` > 1)."""
+    if len(views) == 1:
+        return views[0]
+    key = next(k for k in views[0].non_tensor_batch if k != "uid")
+    return step_view(np.concatenate([v.batch["token_level_scores"] for v in views]),
+                     [u for v in views for u in v.non_tensor_batch["uid"]],
+                     [h for v in views for h in v.non_tensor_batch[key]], harness_key=key,
+                     response_mask=np.concatenate([v.batch["response_mask"] for v in views]),
+                     meta=views[-1].meta_info)
+
+
+def take_update_sketch(output, meta: dict) -> None:
+    """Move `hb_sketch` / `hb_update_sketch` from an actor worker group's update output
+    (`output["metrics"]`) into `meta` before verl reduces the metrics (it would average the
+    vector): one vector, or one per rank (the same all-reduced vector: the first)."""
+    metrics = output["metrics"] if hasattr(output, "keys") and "metrics" in output.keys() else None
+    if not hasattr(metrics, "pop"):
+        return
+    for key in ("hb_sketch", "hb_update_sketch"):
+        value = metrics.pop(key, None)
+        if value is not None:
+            arr = np.asarray(value, dtype=np.float32)
+            meta[key] = arr[0] if arr.ndim == 2 else arr
+
+
 class HarnessCurriculumCore:
     """The verl-independent body of `HarnessCurriculumSampler`: `__iter__` yields the dataset
     indices of step after step (`batch_groups` prompts each, drawn from the harnesses of
@@ -211,27 +276,34 @@ class HarnessCurriculumCore:
         self._early: dict | None = None      # the row `record_early` recorded, until the step's `update`
 
     @classmethod
-    def from_config(cls, data_source, data_config) -> "HarnessCurriculumCore":
+    def from_config(cls, data_source, data_config, where: str = "verl") -> "HarnessCurriculumCore":
         """The sampler of verl's `data` config (`data.harnessbandit` = VERL_KNOBS) over
         `data_source` (verl's RLHFDataset: its `dataframe`; each row's harness by
         `harness_names`); prompts per step = `data.gen_batch_size`, else `data.train_batch_size`
         (the batch size verl gives its dataloader)."""
         obj = cls.__new__(cls)
-        HarnessCurriculumCore._configure(obj, data_source, data_config)
+        obj._configure(data_source, data_config, where)
         return obj
 
-    def _configure(self, data_source, data_config) -> None:
-        from policies import make
+    def _configure(self, data_source, data_config, where: str = "verl") -> None:
         cfg = VERL_KNOBS.settings(dict(data_config.get("harnessbandit", {}) or {}))
-        if cfg.harnesses is None or cfg.steps is None:
-            raise UserError("data.harnessbandit.harnesses and data.harnessbandit.steps are required by "
-                            "HarnessCurriculumSampler (verl's schema has no such key: pass them as "
-                            "+data.harnessbandit.harnesses=[...] +data.harnessbandit.steps=N)")
-        table = getattr(data_source, "dataframe", data_source)
-        policy = make(cfg.policy, n_arms=len(cfg.harnesses), seed=cfg.seed, **cfg.policy_knobs)
         prompts = data_config.get("gen_batch_size", None) or data_config["train_batch_size"]
+        self._settle(getattr(data_source, "dataframe", data_source), cfg, VERL_KNOBS, int(prompts), where,
+                     "verl's schema has no such key: pass them as +data.harnessbandit.harnesses=[...] "
+                     "+data.harnessbandit.steps=N")
+
+    def _settle(self, table, cfg, knobs: Knobs, batch_groups: int, where: str, hint: str) -> None:
+        """Build the policy and the core from the resolved settings `cfg` of table `knobs`
+        (VERL_KNOBS or a trainer's copy under its own scope) over the dataset `table`."""
+        from policies import make
+        if cfg.harnesses is None or cfg.steps is None:
+            raise UserError(f"{knobs.key('harnesses')} and {knobs.key('steps')} are required by {where} ({hint})")
+        policy = make(cfg.policy, n_arms=len(cfg.harnesses), seed=cfg.seed, **cfg.policy_knobs)
+        problem = None if cfg.sketch else sketchless_problem(policy, where)
+        if problem:
+            raise UserError(problem)
         HarnessCurriculumCore.__init__(self, harness_names(table, cfg.harness_key), cfg.harnesses, policy,
-                                       batch_groups=int(prompts), steps=cfg.steps, seed=cfg.seed,
+                                       batch_groups=batch_groups, steps=cfg.steps, seed=cfg.seed,
                                        harness_key=cfg.harness_key, group_filter=GroupFilter.of(cfg, "loo"))
 
     @property
@@ -288,7 +360,7 @@ class HarnessCurriculumCore:
         if state.get("pending_step") is not None:
             raise UserError(f"this sampler state was saved during step {state['pending_step']}, before its "
                             "sampler.update(batch) (verl's stock RayPPOTrainer saves before it), so that step's "
-                            "feedback is lost; train with real_runs.integrations.verl_trainer (HarnessRayPPOTrainer), "
+                            "feedback is lost; train with python -m real_runs.integrations.verl_main (HarnessRayPPOTrainer), "
                             "which records each step before verl saves it")
         self.recorder.load_state_dict(state["recorder"])
         self.rows.load_state_dict(state["rows"])
@@ -296,9 +368,14 @@ class HarnessCurriculumCore:
 
 
 #: the verl releases whose RayPPOTrainer.fit calls `sampler.update(batch=batch)` on an
-#: AbstractCurriculumSampler (0.8.0 removed both; 0.9.1's create_rl_sampler ignores data.sampler)
+#: AbstractCurriculumSampler built from `data.sampler` (0.8.0 removed both)
 VERL_SUPPORTED = ((0, 5), (0, 8))
 VERL_RANGE = ">=0.5,<0.8"
+#: the releases the project's trainers drive (`verl_trainer.HarnessRayPPOTrainer`: 0.5-0.9, the
+#: sampler built by the trainer itself from 0.8 on; `verl_v1.HarnessPPOTrainer`: 0.9's v1 trainer)
+VERL_TRAINER_SUPPORTED = ((0, 5), (0, 10))
+VERL_V1_SUPPORTED = ((0, 9), (0, 10))
+VERL_RANGES = "verl >=0.5,<0.10 (0.5-0.7 and 0.8-0.9's legacy trainer, trainer.use_v1=false; 0.9's v1 trainer)"
 
 try:  # verl is an optional extra (harnessbandit[verl]); without it the class below refuses to build
     import verl as _verl
@@ -310,19 +387,92 @@ except ImportError:       # no verl, or a verl without the hook (0.8+)
     _VerlBase = object
 
 
-def verl_problem(version: str | None, has_hook: bool) -> str | None:
-    """Why verl `version` cannot drive the sampler (None: it can). Pure, for the tests."""
-    if version is None:
-        return f"HarnessCurriculumSampler needs verl {VERL_RANGE}, which is not installed: pip install 'harnessbandit[verl]'"
+def version_tuple(version: str) -> tuple[int, int]:
+    """(major, minor) of a release string ('0.9.1' -> (0, 9), '0.8.0.dev' -> (0, 8))."""
     parts = []
     for piece in str(version).split(".")[:2]:
         digits = "".join(ch for ch in piece if ch.isdigit())
         parts.append(int(digits) if digits else 0)
+    return tuple(parts + [0] * (2 - len(parts)))
+
+
+def installed_version(dist: str) -> str | None:
+    """The installed version of distribution `dist` from its metadata, without importing it
+    (None: not installed)."""
+    from importlib import metadata
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def verl_entry_problem(version: str | None) -> str | None:
+    """Why the project's verl entry point cannot run on verl `version` (None: it can); checked
+    from the package metadata before verl, Hydra or Ray is imported. Pure, for the tests."""
+    if version is None:
+        return f"the verl entry point needs {VERL_RANGES}; verl is not installed: pip install 'harnessbandit[verl]'"
+    low, high = VERL_TRAINER_SUPPORTED
+    if not low <= version_tuple(version) < high:
+        return (f"the verl entry point needs {VERL_RANGES}; found verl {version}: "
+                "pip install 'harnessbandit[verl]' (docs/VERL.md)")
+    return None
+
+
+def verl_problem(version: str | None, has_hook: bool) -> str | None:
+    """Why verl `version` cannot drive the sampler (None: it can). Pure, for the tests."""
+    if version is None:
+        return f"HarnessCurriculumSampler needs verl {VERL_RANGE}, which is not installed: pip install 'harnessbandit[verl]'"
     low, high = VERL_SUPPORTED
-    if not (low <= tuple(parts) < high) or not has_hook:
+    if not (low <= version_tuple(version) < high) or not has_hook:
         return (f"HarnessCurriculumSampler needs verl {VERL_RANGE} (the releases whose RayPPOTrainer.fit calls "
-                f"AbstractCurriculumSampler.update(batch)); found verl {version}: pip install 'harnessbandit[verl]' "
-                "(docs/VERL.md says what verl 0.8+ would need)")
+                f"AbstractCurriculumSampler.update(batch)); found verl {version}: on verl 0.8-0.9 the trainer builds "
+                "the sampler itself: python -m real_runs.integrations.verl_main (docs/VERL.md)")
+    return None
+
+
+#: the name the project's v1 trainer registers under (`trainer.v1.trainer_mode`)
+V1_TRAINER_NAME = "harnessbandit"
+
+
+def v1_problem(config) -> str | None:
+    """Why verl 0.9's v1 trainer config `config` cannot run the harness scheduler (None: it
+    can): each step's prompts must be drawn once, after the previous step's update reached
+    the policy. Pure (any mapping with `.get`), for the tests."""
+    def pick(*path):
+        node = config
+        for key in path:
+            node = node.get(key, None) if hasattr(node, "get") else None
+            if node is None:
+                return None
+        return node
+    mode = pick("trainer", "v1", "trainer_mode") or "sync"
+    if mode not in ("sync", V1_TRAINER_NAME):
+        return (f"trainer.v1.trainer_mode={mode!r} is not allowed with the harness scheduler: expected sync "
+                f"(run as {V1_TRAINER_NAME!r}); the async modes draw the next prompts before the step's feedback "
+                "reaches the policy")
+    if pick("algorithm", "filter_groups", "enable"):
+        return ("algorithm.filter_groups.enable=true is not allowed with the harness scheduler: DAPO-style "
+                "filtering refills a step with several draws, each ignoring the step's feedback; set it false "
+                "(the group filter is +data.harnessbandit.keep_band / min_abs_adv)")
+    if pick("trainer", "v1", "sampler", "sync_refill_failed_groups"):
+        return ("trainer.v1.sampler.sync_refill_failed_groups=true is not allowed with the harness scheduler: a "
+                "refill draws prompts again within the step; set it false")
+    custom = pick("trainer", "v1", "sampler", "custom_sampler")
+    if custom is not None and custom.get("path", None):
+        return ("trainer.v1.sampler.custom_sampler is not allowed with the harness scheduler: the step's "
+                "trajectories must be the ones its draw generated; unset it")
+    return None
+
+
+def sketchless_problem(policy, where: str) -> str | None:
+    """Why `policy` cannot run where no gradient sketch reaches it (T always missing): a
+    fused policy that reads T only (`transfer`, or fusion='transfer') would never update its
+    Q; one that reads L and T runs on L alone (SPEC §3 step 4: one present -> that one)."""
+    if getattr(policy, "uses_t", False) and not getattr(policy, "uses_l", True):
+        name = getattr(policy, "name", type(policy).__name__)
+        return (f"policy={name!r} is not allowed in {where} without a gradient sketch: it scores T only, which is "
+                "missing there (docs/VERL.md, section 4); use a policy that reads L (harnessbandit, learnability, "
+                "sec, ...) or wire the sketch")
     return None
 
 

@@ -1,26 +1,22 @@
-"""verl's driver with the harness scheduler inside (verl 0.5-0.7, extra `harnessbandit[verl]`;
-design: docs/VERL.md). Imports verl: only for a process that runs verl.
+"""verl's legacy driver with the harness scheduler inside (verl 0.5-0.7, and 0.8-0.9 with
+`trainer.use_v1=false`; extra `harnessbandit[verl]`; design: docs/VERL.md). Imports verl: only
+for a process that runs verl. The entry point is `python -m real_runs.integrations.verl_main`,
+which checks the installed verl before importing it.
 
-* `HarnessRayPPOTrainer`: a `RayPPOTrainer` subclass that overrides only `_update_actor`
-  (and checks its dataloader once it is built). After verl's actor update of a step it
+* `HarnessRayPPOTrainer`: a `RayPPOTrainer` subclass. On verl 0.5-0.7 verl builds the sampler
+  from `data.sampler` (HarnessCurriculumSampler); on 0.8-0.9 (no curriculum hook, and the
+  schema rejects `data.sampler.*`) the trainer builds it itself from `+data.harnessbandit.*`
+  and hands it to verl as `train_sampler`. After verl's actor update of a step it
   1. moves the gradient sketch the actor took before its optimizer step from the update's
      output into the step's batch (`take_sketch`: legacy workers return a `DataProto` whose
-     `meta_info["hb_sketch"]` -- or the metrics' `hb_sketch` -- carries it);
-  2. records the step in the sampler (`HarnessCurriculumCore.record_early`), BEFORE verl's
-     checkpoint of the step: verl saves inside the step and calls `sampler.update(batch)`
-     only after it, so a stock trainer's checkpoint lacks that step's feedback and a resumed
-     run would replay its choice. verl's own later `sampler.update(batch=batch)` returns the
-     row already recorded;
+     `meta_info["hb_sketch"]` -- or the metrics' `hb_sketch` / `actor/hb_sketch` -- carries it);
+  2. records the step in the sampler BEFORE verl's checkpoint of the step (0.5-0.7:
+     `record_early`, verl's own later `sampler.update(batch=batch)` returns that row; 0.8-0.9:
+     `update`, which verl no longer calls);
   3. merges the step's `hb/` scalars (real_runs.tracking.row_metrics) into the metrics verl
      logs, so `trainer.logger=[console,wandb,tensorboard,trackio]` shows them.
-* `HarnessTaskRunner` and `main`: verl's `main_ppo` entry point with this trainer
-  (`python -m real_runs.integrations.verl_trainer <verl's Hydra overrides>`).
-
-New engine workers (`trainer.use_legacy_worker_impl=disable`): verl's `_update_actor` keeps
-only the worker's `metrics` dict (renamed `actor/...`) of the update's output, so a sketch
-reaches the driver only as the metric `actor/hb_sketch` (a list, which `take_sketch` reads);
-the engine's metrics aggregation across ranks is not ours to control, so that path is not
-checked: what is missing is a worker-side hook that returns the all-reduced vector unchanged.
+* `task_runner` and `main`: verl's TaskRunner (0.5-0.8 `main_ppo`, 0.9 `main_ppo_v0`) building
+  `HarnessRayPPOTrainer` in its Ray actor, run through verl's own `run_ppo`.
 """
 from __future__ import annotations
 
@@ -30,8 +26,13 @@ import numpy as np
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from policies.errors import UserError
-from real_runs.integrations.verl_sampler import HarnessCurriculumCore
+from real_runs.integrations.verl_sampler import (HarnessCurriculumCore, VERL_SUPPORTED, installed_version,
+                                                 version_tuple)
 from real_runs.tracking import row_metrics
+
+#: whether this verl's RayPPOTrainer.fit calls `sampler.update(batch=batch)` (0.5-0.7) and builds
+#: the sampler from `data.sampler`; from 0.8 on the trainer builds and feeds it
+VERL_CALLS_UPDATE = version_tuple(installed_version("verl") or "0") < VERL_SUPPORTED[1]
 
 SKETCH_KEYS = ("hb_sketch", "hb_update_sketch")
 
@@ -57,11 +58,17 @@ def take_sketch(actor_output, batch) -> None:
 
 
 class HarnessRayPPOTrainer(RayPPOTrainer):
-    """`RayPPOTrainer` whose sampler (`data.sampler` = HarnessCurriculumSampler) records each
-    step before verl checkpoints it, with the actor's sketch and the `hb/` metrics."""
+    """`RayPPOTrainer` whose sampler (0.5-0.7: `data.sampler` = HarnessCurriculumSampler; 0.8-0.9:
+    built here from `+data.harnessbandit.*`) records each step before verl checkpoints it, with
+    the actor's sketch and the `hb/` metrics."""
 
-    def _create_dataloader(self, *args, **kwargs):
-        super()._create_dataloader(*args, **kwargs)
+    def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler=None, *args, **kwargs):
+        if not VERL_CALLS_UPDATE:
+            if train_dataset is None:
+                raise UserError("HarnessRayPPOTrainer on verl 0.8+ needs train_dataset (verl's TaskRunner passes "
+                                "it): it builds the sampler over that dataset")
+            train_sampler = HarnessCurriculumCore.from_config(train_dataset, self.config.data)
+        super()._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler, *args, **kwargs)
         sampler = self.train_dataloader.sampler
         if not isinstance(sampler, HarnessCurriculumCore):
             raise UserError(f"HarnessRayPPOTrainer needs data.sampler.class_name=HarnessCurriculumSampler "
@@ -75,42 +82,40 @@ class HarnessRayPPOTrainer(RayPPOTrainer):
         out = super()._update_actor(batch)
         sampler = self.train_dataloader.sampler
         take_sketch(out, batch)
-        row = sampler.record_early(batch)
+        row = sampler.record_early(batch) if VERL_CALLS_UPDATE else sampler.update(batch)
         out.meta_info.setdefault("metrics", {}).update(row_metrics(row, sampler.harnesses))
         return out
 
 
-def _task_runner():
-    from verl.trainer import main_ppo
+def task_runner():
+    """verl's TaskRunner class (the undecorated one: 0.9's `main_ppo_v0.TaskRunner` is a Ray
+    actor class) whose `run` builds `HarnessRayPPOTrainer`, wrapped as verl wraps its own."""
+    import ray
+    try:
+        from verl.trainer import main_ppo_v0 as module      # 0.9: the legacy trainer's home
+    except ImportError:
+        from verl.trainer import main_ppo as module         # 0.5-0.8
+    base = module.TaskRunner
+    meta = getattr(base, "__ray_metadata__", None)
+    base = meta.modified_class if meta is not None else base
 
-    class HarnessTaskRunner(main_ppo.TaskRunner):
+    class HarnessTaskRunner(base):
         """verl's TaskRunner building `HarnessRayPPOTrainer` (in the Ray actor's process)."""
 
         def run(self, config):
-            main_ppo.RayPPOTrainer = HarnessRayPPOTrainer
+            module.RayPPOTrainer = HarnessRayPPOTrainer
             return super().run(config)
 
-    return HarnessTaskRunner
+    return ray.remote(num_cpus=1)(HarnessTaskRunner)
 
 
-def main() -> None:
-    """verl's `main_ppo` (its Hydra config `ppo_trainer`, the same overrides) with
-    `HarnessRayPPOTrainer`."""
-    import hydra
-    import ray
-    from verl.experimental.reward_loop import migrate_legacy_reward_impl
+def run(config) -> None:
+    """verl's `run_ppo` of the composed Hydra config with `HarnessRayPPOTrainer` (what
+    `verl_main` calls for the legacy trainer)."""
     from verl.trainer import main_ppo
     from verl.utils.device import auto_set_device
-
-    @hydra.main(config_path=os.path.join(os.path.dirname(main_ppo.__file__), "config"),
-                config_name="ppo_trainer", version_base=None)
-    def _main(config):
-        auto_set_device(config)
+    auto_set_device(config)
+    if VERL_CALLS_UPDATE or version_tuple(installed_version("verl") or "0") < (0, 9):
+        from verl.experimental.reward_loop import migrate_legacy_reward_impl
         config = migrate_legacy_reward_impl(config)
-        main_ppo.run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(_task_runner()))
-
-    _main()
-
-
-if __name__ == "__main__":
-    main()
+    main_ppo.run_ppo(config, task_runner_class=task_runner())

@@ -117,6 +117,8 @@ WHEN_SET_KNOBS = {
                               "trained, the rest frozen (0 = full fine-tuning)", 0),
 }
 WHEN_SET.update(WHEN_SET_KNOBS)
+#: the knobs of the what-if probes' evaluation: only with --counterfactual (`hb real` refuses them otherwise)
+PROBE_KNOBS = ("probe_tasks", "probe_attempts")
 
 
 REAL_KNOBS = Knobs({

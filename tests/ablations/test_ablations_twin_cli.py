@@ -5,9 +5,12 @@ real runs."""
 from __future__ import annotations
 
 import json
+import re
 
+import pandas as pd
 import pytest
 
+from ablations import twin_check
 from hbsim import scenarios
 from hbsim.cli import main
 from hbsim.contract import KIND_FILE
@@ -33,6 +36,7 @@ def test_fit_writes_a_scenario_file_that_runs(logs, capsys):
     assert main(["twin", "fit", str(logs / "fitlogs"), "--out", str(out), "--holdout", "0.25"]) == 0
     printed = capsys.readouterr().out
     assert "fit quality on held-out steps" in printed and "what-if change (train)" in printed
+    assert "read (se)" in printed and re.search(r"  trap +ordinary  .* [+-]\d\.\d\d \(\d+\.\d\d\) ", printed)
     assert "transfer matrix" in printed and "tasks per step" in printed
     text = out.read_text()
     assert text.startswith("# written by hb twin fit") and (logs / "my_twin.png").stat().st_size > 1000
@@ -42,8 +46,8 @@ def test_fit_writes_a_scenario_file_that_runs(logs, capsys):
     assert "true_" not in text.split("[env]")[1]
     assert main(["sim", "--scenario", str(out), "--policy", "uniform", "--seeds", "2", "--steps", "5", "--jobs", "1"]) == 0
     assert "uniform" in capsys.readouterr().out
-    assert main(["stress", "--scenarios", str(out), "--policies", "transfer", "--seeds", "2", "--out",
-                 str(logs / "stress"), "--jobs", "1"]) == 0
+    assert main(["stress", "--quick", "--scenarios", str(out), "--policies", "transfer", "--seeds", "2", "--out",
+                 str(logs / "stress"), "--jobs", "1"]) == 0              # a first look: the shipped axis
     assert "my_twin" in capsys.readouterr().out
     # hb wrote it: a rerun replaces it; a file hb did not write is refused unless --force
     assert main(["twin", "fit", str(logs / "fitlogs"), "--out", str(out), "--holdout", "0"]) == 0
@@ -91,11 +95,27 @@ def test_check_prints_the_agreement_and_writes_its_folder(logs, capsys):
         # round_robin, transfer, learnability where the reference's gap is significant (at 2 seeds it
         # may not be: then share_of_gap gives no share, Fieller's interval being unbounded)
         assert row["share_policies"] in (0, 3)
+    # how many real seeds the figure rests on, what chance and "always uniform" give
+    assert record["real_runs"] == 8 and record["real_seeds"] == {"min": 2, "max": 2}
+    assert record["chance_tau95"] == pytest.approx(twin_check.chance_tau(4))
+    real = pd.concat([r["scores"] for r in twin_check.real_runs(str(logs / "real"))])
+    means = real[real["suite"] == "heldout_tasks"].groupby("policy")["score"].mean().drop("oracle", errors="ignore")
+    assert record["always_uniform"]["top1_regret"] == pytest.approx(means.max() - means["uniform"])
+    assert "the figures rest on 8 real runs: 2 seeds per ranked policy" in printed
+    assert f"always pick uniform (no world): top-1 regret {means.max() - means['uniform']:.4f}" in printed
     assert json.loads((out / KIND_FILE).read_text())["kind"] == "twin_check"
     assert (out / "check.md").read_text().startswith("# hb twin check")
     assert main(["twin", "check", "--twin", str(twin_file), "--real", str(logs / "real"), "--suite", "nope",
                  "--jobs", "1"]) == 2
     assert "--suite 'nope' is not in the real runs' evaluations" in capsys.readouterr().err
+
+
+def test_chance_tau_is_the_permutation_quantile():
+    """3 policies: the 6 orders give tau -1, -1/3, -1/3, 1/3, 1/3, 1; the 95th percentile (a value
+    tau takes: the higher neighbour) is 1, the median 1/3; 7 policies: 5040 orders, 0.52."""
+    assert twin_check.chance_tau(3) == pytest.approx(1.0)
+    assert twin_check.chance_tau(3, 0.5) == pytest.approx(1 / 3)
+    assert twin_check.chance_tau(7) == pytest.approx(11 / 21)
 
 
 def test_run_folders_of_every_layout(logs, tmp_path):

@@ -178,3 +178,88 @@ def test_a_mixed_probe_row_is_read_as_the_mixed_batch_and_frees_interference():
     obs = twin.observations(runs)
     assert (obs.probes["h"] == -1).sum() == 2 * len(mixed)                    # real_train, real_heldout_harness
     assert (obs.transfer["h"] >= 0).all() and twin.fitting._has_mixed(obs)
+
+
+def test_standard_errors_of_a_linear_fit_hand_computed():
+    """For residuals J x - y with J'J = diag(4, 1/4) the Gauss-Newton standard errors are
+    1/2 and 2 (residual variance below 1: not inflated); a column the residuals ignore has an
+    infinite one; a misfit (residual variance 9 per degree of freedom) triples them."""
+    class Sol:
+        pass
+
+    sol = Sol()
+    sol.jac = np.array([[2.0, 0.0], [0.0, 0.5], [0.0, 0.0]])
+    sol.fun = np.zeros(3)
+    np.testing.assert_allclose(twin.standard_errors(sol), [0.5, 2.0], rtol=1e-12)
+    sol.fun = np.array([3.0, 0.0, 0.0])                          # r'r / (3 - 2) = 9
+    np.testing.assert_allclose(twin.standard_errors(sol), [1.5, 6.0], rtol=1e-12)
+    sol.jac, sol.fun = np.array([[1.0, 0.0], [1.0, 0.0]]), np.zeros(2)
+    se = twin.standard_errors(sol)
+    assert se[0] == pytest.approx(np.sqrt(0.5)) and se[1] == np.inf
+
+
+def test_reads_from_transfer_invert_the_sketch_cosines():
+    """T made by the closed form of known readings gives those readings back (the sign shared
+    by all is the convention: readings summing to >= 0); a noise or dead harness keeps its
+    start value, and without two probed harnesses the start is returned unchanged."""
+    read = np.array([1.2, 0.8, 1.0, -2.5])
+    none = np.zeros(4, bool)
+    T = twin.sketch_transfer(read, none, none)
+    got = twin.reads_from_transfer(T, none, none, np.full(4, 0.5))
+    np.testing.assert_allclose(got, read, atol=0.02)
+    got = twin.reads_from_transfer(-np.abs(T) * 0 + T, none, none, np.full(4, -0.5))
+    assert got.sum() >= 0
+    dead = np.array([False, False, False, True])
+    T3 = twin.sketch_transfer(read, none, dead)
+    got = twin.reads_from_transfer(np.where(dead, np.nan, T3), none, dead, np.array([0.5, 0.5, 0.5, 0.0]))
+    assert got[3] == 0.0
+    start = np.array([0.5, 0.5, 0.5, 0.5])
+    np.testing.assert_array_equal(twin.reads_from_transfer(np.array([0.1, np.nan, np.nan, np.nan]), none, none, start),
+                                  start)
+
+
+def _trap_runs(seeds: int = 2, steps: int = 30) -> list[dict]:
+    runs = []
+    for seed in range(seeds):
+        cfg = {**scenarios.scenario_config("trap", {"name": "uniform"}, seed=seed), "steps": steps, "eval_every": 10,
+               "counterfactual": 10}
+        r = run_config(resolve_config(cfg))
+        runs.append({"train": r.train, "eval": r.eval, "counterfactual": r.counterfactual, "groups": r.groups})
+    return runs
+
+
+def test_simulate_is_the_twin_env_on_the_logged_schedule():
+    """At the start, the simulation's mean success is the twin env's own (every task); it is
+    deterministic in its seed; the probes' T of the simulated env is finite from the second
+    probe on and has the trap's sign (negative) where the trap reads the core negatively."""
+    obs = twin.observations(_trap_runs())
+    prm = twin.Params(bias=np.array([-1.5] * 4 + [0.5]), read=np.array([1.0] * 4 + [-3.0]),
+                      ceil=np.array([1.0] * 4 + [0.6]), noise=np.zeros(5, bool), dead=np.zeros(5, bool),
+                      noise_p=np.zeros(5), lr=2.0, skill_lr=2.0, max_step=1.2, forget=0.2, spread=1.0)
+    probe_at = np.zeros(obs.alloc.shape[:2], bool)
+    probe_at[obs.probes["r"].astype(int), obs.probes["t"].astype(int)] = True
+    a = twin.simulate(prm, obs, probe_at, sims=2, seed=0)
+    b = twin.simulate(prm, obs, probe_at, sims=2, seed=0)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    from hbsim.experiment import resolve_synthetic
+    knobs = resolve_synthetic(twin.twin_env(prm, obs))
+    env = make_env(knobs.pop("kind"), seed=0, **knobs)
+    np.testing.assert_allclose(a["p"][:, 0], np.broadcast_to(env.success_matrix().mean(axis=0), (2, 6)), atol=0.08)
+    later = probe_at & (np.arange(probe_at.shape[1]) > 10)[None]
+    T = a["T"][later]
+    assert np.isfinite(T).all() and (T[:, 4] < 0).all() and (T[:, :4] > 0).all()
+
+
+def test_the_fit_reports_a_standard_error_per_reading_and_flags_an_unidentified_sign():
+    """Every fitted reading has a finite standard error; a harness the fit cannot see (its
+    reading's standard error made huge) is named by `unsure`."""
+    obs = twin.observations(_trap_runs())
+    result = twin.fit(obs, holdout=0.0, max_nfev=5, sim_rounds=0)
+    se = result.standard_errors("read")
+    assert se.shape == (5,) and np.isfinite(se).all() and (se > 0).all()
+    assert result.unsure() == [h for h in range(5) if abs(result.params.read[h]) < twin.SIGN_Z * se[h]]
+    k = int(result.layout.free.sum())
+    result.se = result.se.copy()
+    result.se[k + 2] = 100.0                                     # read of harness 2
+    assert 2 in result.unsure()

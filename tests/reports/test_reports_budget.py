@@ -143,6 +143,8 @@ def test_cli_budget_says_it_is_a_budget_report_everywhere(sim, capsys):
     assert hb_main(["report", str(sim), "--baseline", "uniform", "--budget", "tokens", "--resamples", "50",
                     "--jobs", "1", "--out", str(rep)]) == 0
     out = capsys.readouterr().out
+    lead, out = out.split("\n\n", 1)                     # one sentence per suite first, at the milestone
+    assert " ".join(lead.split()).startswith("On heldout_harness (pass@1, 3 seeds, at tokens = 8000), ")
     assert " ".join(out.split()).startswith("Budget report, at equal cost: every run at exactly tokens = 8000 "
                                             "(the largest milestone every run reached), interpolated linearly in cost")
     assert "budget report: every run at exactly tokens = 8000" in out

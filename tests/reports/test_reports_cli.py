@@ -44,8 +44,19 @@ def test_report_smoke_writes_everything(smoke, grid):
     assert out.strip().endswith(str(grid / "report" / "index.html"))
     assert "bootstrap [1/6] summary heldout_harness: 200/200" in err
     assert "\r" not in err and "\r" not in out  # not a terminal: plain lines only
-    assert out.replace("\n", " ").startswith("Conclusion (seed-level sign-flip test of 'no effect', Holm over 4 "
-                                             "candidate x suite comparison(s) on the primary")
+    lead, conclusion = out.split("\n\n")[:2]          # one sentence per suite first, then the conclusion
+    assert re.findall(r"(?:^|\n)On (\w+) \(", lead) == ["heldout_harness", "heldout_tasks"], lead
+    assert conclusion.replace("\n", " ").startswith("Conclusion (seed-level sign-flip test of 'no effect', Holm over "
+                                                    "4 candidate x suite comparison(s) on the primary")
+    paired = __import__("pandas").read_csv(grid / "report" / "paired.csv")
+    for suite, text in zip(("heldout_harness", "heldout_tasks"), lead.replace("\n", " ").split(" On ")):
+        rows = paired[(paired["suite"] == suite) & (paired["role"] == "primary")]
+        best = rows.loc[rows["delta"].idxmax()]          # the sentence's numbers are paired.csv's own
+        assert f"{best['candidate']}" in text and f"{best['delta']:+.3f}" in text and \
+            f"[{best['ci_low']:+.3f}, {best['ci_high']:+.3f}]" in text, (text, best)
+    md = (grid / "report" / "report.md").read_text().splitlines()
+    assert md[0].startswith("# ") and md[2].startswith("On heldout_harness (") and md[4].startswith("On heldout_tasks (")
+    assert '<p class="lead">On heldout_harness (' in (grid / "report" / "index.html").read_text()
     assert "p_seed = sign-flip permutation test over seeds" in out  # the columns, explained once
     assert "tests test 'the policy has no effect'" in " ".join(out.split())
     rep = grid / "report"

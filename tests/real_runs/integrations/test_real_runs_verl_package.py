@@ -8,22 +8,19 @@ taking the sketch before verl's own clipping, on an FSDP2 module.
 
 verl needs numpy < 2, so it lives in a separate environment, `.venv-verl`, built by
 `make venv-verl` (`make test` and `make test-verl` build it first); the driver runs there as
-a subprocess. On CI (CI set) a missing environment fails the test; elsewhere it skips, saying
-how to build it.
+a subprocess (real_runs_package_venv.py: on CI a missing environment fails the test; elsewhere
+it skips, saying how to build it).
 """
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
-VENV = Path(os.environ.get("HB_VERL_VENV", ROOT / ".venv-verl"))
+from real_runs_package_venv import driver_result, run_driver, venv_python
+
 DRIVER = Path(__file__).with_name("real_runs_verl_driver.py")
 HARNESSES = ["json", "xml", "kv"]
 STEPS, SAVE_FREQ, KILL_AT = 6, 2, 5
@@ -32,27 +29,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.roundtrip]
 
 
 def _python() -> str:
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{python} is missing on CI: `make venv-verl` builds it (make test runs it first)")
-        pytest.skip(f"no {VENV}: `make venv-verl` builds it (verl 0.7.1, numpy<2, the CPU torch)")
-    return str(python)
+    return venv_python("HB_VERL_VENV", ".venv-verl", "venv-verl", "verl 0.7.1, numpy<2, the CPU torch")
 
 
-def _run(out: Path, *args) -> subprocess.CompletedProcess:
-    out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([_python(), str(DRIVER), str(out), *map(str, args)], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
+def _run(out: Path, *args):
+    return run_driver(_python(), DRIVER, out, *args)
 
 
-def _result(out: Path, proc) -> dict:
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    (path,) = out.glob("result-*.json")
-    data = json.loads(path.read_text())
-    path.unlink()
-    return data
+_result = driver_result
 
 
 @pytest.fixture(scope="module")
