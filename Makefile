@@ -5,9 +5,11 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 # test worker processes (pytest-xdist; each test FILE stays in one worker, in order, so a file's
-# module fixtures and its tests' sequence are as in one process); TEST_JOBS=0: one process
+# module fixtures and its tests' sequence are as in one process); TEST_JOBS=0: one process. The
+# files go to the workers in collection order, the longest first (tests/conftest.py LONGEST_FIRST),
+# not xdist's default order by number of tests
 TEST_JOBS ?= 2
-XDIST := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
+XDIST := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder)
 
 .PHONY: venv venv-verl venv-verl09 venv-skyrl venv-trainers browser test test-fast test-unit test-verl wheel-smoke demo bench clean
 

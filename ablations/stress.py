@@ -4,12 +4,18 @@ resumable grid, then the profile of how much of the achievable gain each one cap
     hb stress [--scenarios NAMES|all] [--policies NAMES] [--seeds N] --out DIR [--quick]
               [--jobs N] [--backend local|ray] [--ray-address ADDR]
 
+`--quick` is a first look of a few minutes (issue 37): QUICK_SCENARIOS (6 of the 14 worlds, one
+per failure mechanism; `--scenarios` still picks others, `all` every one), QUICK_POLICIES, 4
+seeds, the best fixed arm tuned on 2 seeds, and the shipped axis ONLY (horizon 1x, step size
+x1): its verdicts are read at one horizon and one step size, and the profile cannot say which
+of them flip. The default run reads every verdict on the four axes below.
+
 --scenarios takes shipped names and paths of your own scenario files (NAME.toml: checked like
 a shipped one, `hbsim.scenarios.get`; the part is named after the file's `name`), e.g.
 `--scenarios trap,examples/my_scenario.toml`; every cell's run.json names its scenario's file
 and sha256.
 
-Every verdict is read on AXES (issue 28): each scenario at its shipped horizon and at 3x it
+Every verdict of the default run is read on AXES (issue 28): each scenario at its shipped horizon and at 3x it
 (steps x3, an evaluation schedule scaled alike: `axis_run`), and at two step sizes, the
 shipped one and half of it (every design's `policy.lr_scale`, which the env's `set_lr_scale`
 applies to its own rates). The grid is a grid of parts (`ablations.spec`): per scenario and
@@ -65,6 +71,11 @@ DEFAULT_POLICIES = tuple(name for name in SHIPPED_POLICIES if name not in REFERE
 #: --quick: the paper's main designs and two published ones, 4 seeds
 QUICK_POLICIES = ("uniform", "mixed", "learnability", "transfer", "harnessbandit", "sec", "variance")
 QUICK_SEEDS = 4
+#: --quick's default scenarios, one per failure mechanism: a harness whose steps hurt the others (trap),
+#: reward noise that looks learnable (noise), plateaus that stay learnable (saturation), harnesses that
+#: never succeed (dead), a held-out target no training signal sees (coverage), every structure at once
+#: (kitchen); about 300 cells in all, the 14 scenarios' 100-200 steps each at the shipped axis
+QUICK_SCENARIOS = ("trap", "noise", "saturation", "dead", "coverage", "kitchen")
 #: the default seed count: each scenario's shipped count, at most this
 MAX_DEFAULT_SEEDS = 6
 #: in every part: the baseline and the references (the oracle is added per part, aimed at its target)
@@ -79,8 +90,9 @@ QUICK_TUNE_SEEDS = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scenarios", default="all",
-                        help="comma-separated scenario names and scenario files (PATH.toml), or all (default)")
+    parser.add_argument("--scenarios", default=None,
+                        help="comma-separated scenario names and scenario files (PATH.toml), or all (default; "
+                             f"--quick: {','.join(QUICK_SCENARIOS)})")
     parser.add_argument("--policies", default=None,
                         help=f"comma-separated policy names (default: every design, --quick: "
                              f"{','.join(QUICK_POLICIES)}); uniform, mixed, the oracle and the best fixed arm are "
@@ -91,7 +103,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{TUNE_SEEDS} other seeds (--quick: {QUICK_TUNE_SEEDS})")
     parser.add_argument("--out", required=True, help="grid directory (created; rerun the same command to resume)")
     parser.add_argument("--quick", action="store_true",
-                        help="fewer policies and seeds, the same axes (horizon 1x and 3x, step size x1 and x0.5)")
+                        help=f"a first look of a few minutes: {len(QUICK_SCENARIOS)} scenarios, fewer policies and "
+                             "seeds, the shipped axis only (horizon 1x, step size x1; the default reads every "
+                             "verdict at horizon 1x and 3x, step size x1 and x0.5)")
     add_run_options(parser)
     parser.add_argument("--force", action="store_true",
                         help="write into --out although it holds a stress grid of another spec (its cells stay; the "
@@ -116,10 +130,13 @@ def _split_paths(value: str) -> list[str]:
     return list(dict.fromkeys(v for v in out if v))
 
 
-def chosen_scenarios(value: str) -> list:
+def chosen_scenarios(value: str | None, quick: bool = False) -> list:
     """The Scenario objects named by --scenarios (all: every shipped one; a PATH.toml: that file,
-    `hbsim.scenarios.get`); UserError, one line, on an unknown name or a bad file."""
+    `hbsim.scenarios.get`; not given: all, --quick: QUICK_SCENARIOS); UserError, one line, on an
+    unknown name or a bad file."""
     known = suite.SCENARIOS
+    if value is None:
+        value = ",".join(QUICK_SCENARIOS) if quick else "all"
     names = list(known) if value.strip() == "all" else _split_paths(value)
     bad = [n for n in names if n not in known and not suite.is_file_reference(n)]
     if bad or not names:
@@ -151,9 +168,10 @@ def _n_arms(env: dict) -> int:
     return make_env(env["kind"], seed=0, **knobs).H
 
 
-def axes() -> list[tuple[int, float]]:
-    """(horizon factor, step scale) of every axis, the shipped one first."""
-    return [(h, lr) for h in HORIZONS for lr in STEP_SCALES]
+def axes(quick: bool = False) -> list[tuple[int, float]]:
+    """(horizon factor, step scale) of every axis, the shipped one first (--quick: that one only)."""
+    every = [(h, lr) for h in HORIZONS for lr in STEP_SCALES]
+    return every[:1] if quick else every
 
 
 def axis_run(sc, horizon: int) -> dict:
@@ -179,7 +197,7 @@ def grid_raw(scenarios: list, policies: list[str], seeds: int | None, quick: boo
     for sc in scenarios:
         ref = sc.name if suite.is_shipped(sc) else sc.file
         arms = list(range(_n_arms(sc.env)))
-        for horizon, scale in axes():
+        for horizon, scale in axes(quick):
             name, run = part_name(sc.name, horizon, scale), axis_run(sc, horizon)
             common = {"env": {"scenario": ref}, **run, "seeds": _seeds(sc, seeds, quick)}
             designs = [{"name": p} for p in policies] + [{"name": "oracle", "target": sc.target}]
@@ -189,12 +207,12 @@ def grid_raw(scenarios: list, policies: list[str], seeds: int | None, quick: boo
     return {"name": GRID_NAME, "description": "hb stress: policies x scenarios x axes x seeds", "parts": parts}
 
 
-def profile_parts(scenarios: list) -> dict[str, dict]:
+def profile_parts(scenarios: list, quick: bool = False) -> dict[str, dict]:
     """part -> {scenario, target, horizon, step_scale, steps, fixed_part}: what the profile
     (reports.stress) reads each designs' part as."""
     out = {}
     for sc in scenarios:
-        for horizon, scale in axes():
+        for horizon, scale in axes(quick):
             name = part_name(sc.name, horizon, scale)
             out[name] = {"scenario": sc.name, "target": sc.target, "horizon": horizon, "step_scale": scale,
                          "steps": axis_run(sc, horizon)["steps"], "fixed_part": name + FIXED_PART}
@@ -230,7 +248,7 @@ def main(args: argparse.Namespace) -> int:
     if args.seeds is not None:
         check_int("--seeds", args.seeds, 2, 1000)
     check_run_options(args.jobs, args.backend, args.ray_address)
-    scenarios = chosen_scenarios(args.scenarios)
+    scenarios = chosen_scenarios(args.scenarios, args.quick)
     policies = chosen_policies(args.policies, args.quick)
     raw = grid_raw(scenarios, policies, args.seeds, args.quick)
     spec = parse_spec(raw, "hb stress")
@@ -262,12 +280,12 @@ def main(args: argparse.Namespace) -> int:
               "jobs": args.jobs, "backend": args.backend,
               "cores": os.cpu_count(), "load_before": [round(x, 2) for x in load0],
               "load_after": [round(x, 2) for x in os.getloadavg()]}
-    _print_summary(timing, len(scenarios), len(policies) + 2, failed, out)
+    _print_summary(timing, len(scenarios), len(axes(args.quick)), len(policies) + 2, failed, out)
     if selection is None:
         print("no best fixed arm: a tuning cell failed; fix it and rerun (finished cells are kept)", file=sys.stderr)
         return 1
     with output_dir(out, "grid", tool="hb stress"):       # the marker lists the tables and the profile too
-        code = _profile(test_spec(spec, selection), out, profile_parts(scenarios),
+        code = _profile(test_spec(spec, selection), out, profile_parts(scenarios, args.quick),
                         {"options": {k: v for k, v in vars(args).items() if k != "command"},
                          "scenarios": [sc.name for sc in scenarios], "policies": policies, "timing": timing})
     return code or (1 if failed else 0)
@@ -276,10 +294,12 @@ def main(args: argparse.Namespace) -> int:
 KINDS = ("designs", "oracle", "best fixed arm (tuning)", "best fixed arm (test)")
 
 
-def _print_summary(timing: dict, n_scenarios: int, n_policies: int, failed: list[dict], out: Path) -> None:
+def _print_summary(timing: dict, n_scenarios: int, n_axes: int, n_policies: int, failed: list[dict],
+                   out: Path) -> None:
     """The command's summary lines: cells, wall, CPU (by kind), load, failures."""
     t = timing
-    print(f"hb stress: {t['cells']} cells ({n_scenarios} scenarios x {len(axes())} axes x {n_policies} policies "
+    print(f"hb stress: {t['cells']} cells ({n_scenarios} scenarios x {n_axes} ax{'is' if n_axes == 1 else 'es'} "
+          f"x {n_policies} policies "
           f"x seeds, the best fixed arm included, plus {t['tuning_cells']} tuning cells of that arm), "
           f"{t['already_done']} already done, {t['ran']} run, {t['failed']} failed in {t['wall_s']:.1f} s wall, {t['cpu_s']:.1f} s CPU "
           f"(runs {t['cells_cpu_s']:.1f} s); load average {t['load_before'][0]:.2f} -> {t['load_after'][0]:.2f} on "

@@ -89,7 +89,23 @@ def pytest_ignore_collect(collection_path, config):
 COLLECTED = pytest.StashKey[tuple]()
 
 
+#: the files that take longest (CPU seconds of the file run alone, docs/PERFORMANCE.md "make test"),
+#: longest first: collected first, so that with `--dist loadfile --no-loadscope-reorder` (the Makefile)
+#: pytest-xdist's workers start on them and the many small files fill in behind. (Its default order,
+#: by number of tests, sent these files, which hold few tests each, to the workers last.)
+LONGEST_FIRST = ("test_fault_injection.py", "test_real_runs_cli.py", "test_real_runs_verl_package.py",
+                 "test_real_runs_trl.py", "test_user_inputs.py", "test_extending.py", "test_reports_cli.py")
+
+
+def _longest_first(items: list) -> None:
+    """Reorder `items` in place: the files of LONGEST_FIRST first, in its order; every other file
+    after them in collection order; a file's tests stay together and in order (a stable sort)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 def pytest_collection_modifyitems(config, items):
+    _longest_first(items)
     config.stash[COLLECTED] = (sorted({item.path.name for item in items} & TORCH_FILES),
                                sorted(set(TORCH_MODULES) & sys.modules.keys()))
     for item in items:

@@ -401,11 +401,11 @@ def test_plugins_and_entry_points_reach_worker_processes(tmp_path):
     # no --plugin: the installed distribution's entry point, found by name in every worker
     site = fake_distribution(tmp_path / "site", "greedy_l = my_policy:GreedyLearnability")
     shutil.copy(EXAMPLES / "my_policy.py", site / "my_policy.py")
-    done = hb_process("stress", "--scenarios", "examples/my_scenario.toml", "--policies", "greedy_l", "--seeds", "2",
-                      "--jobs", "2", "--out", "stress", cwd=tmp_path, pythonpath=[site])
+    done = hb_process("stress", "--quick", "--scenarios", "examples/my_scenario.toml", "--policies", "greedy_l",
+                      "--seeds", "2", "--jobs", "2", "--out", "stress", cwd=tmp_path, pythonpath=[site])
     assert done.returncode == 0, done.stderr
     assert re.search(r"^scenario +axis +target +reference +gap +mixed +greedy_l ", done.stdout, re.M), done.stdout
-    assert re.search(r"^my_scenario  3x/lr0\.5  train +oracle +\+0\.\d+ ", done.stdout, re.M), done.stdout
+    assert re.search(r"^my_scenario  1x/lr1  train +oracle +\+0\.\d+ ", done.stdout, re.M), done.stdout
     listed = hb_process("policies", cwd=tmp_path, pythonpath=[site])
     # the name column is as wide as the longest policy name
     assert re.search(r"^greedy_l +epsilon-greedy on each harness's moving-average learnability$", listed.stdout, re.M)

@@ -159,29 +159,58 @@ def test_grid_collect_killed_then_rerun(tmp_path, reference_grid, at):
 
 
 # -- hb stress (issue 33) -------------------------------------------------------------------
-STRESS = ["stress", "--scenarios", "trap", "--policies", "mixed", "--seeds", "2", "--jobs", "1"]
+#: --quick: the shipped axis, 2 tuning seeds (18 cells); the profile and its figure as in the default run
+STRESS = ["stress", "--quick", "--scenarios", "trap", "--policies", "mixed", "--seeds", "2", "--jobs", "1"]
+
+
+def _stress_cells_of(ref: Path, dst: Path) -> Path:
+    """dst <- ref's finished cells and tuning (its grid.json, tune.json and marker too), without
+    the collected tables and the profile: the state in which a run has just finished its cells."""
+    top = {"stress", "train.parquet", "eval.parquet"}
+    shutil.copytree(ref, dst, ignore=lambda folder, names: top & set(names) if Path(folder) == ref else set())
+    return dst
 
 
 def test_stress_killed_while_writing_its_figure_then_rerun(tmp_path, monkeypatch):
     """The kill -9 during the profile's figure (DIR/stress/figures/, two levels below --out):
-    the rerun removes that temporary, and its profile equals an uninterrupted run's."""
+    the rerun removes that temporary, and its profile equals an uninterrupted run's.
+
+    The grid's cells run once (the uninterrupted reference); the counted, the killed and the
+    rerun commands start from a copy of its cells (`_stress_cells_of`), so each of them
+    collects the tables and writes the profile, the writes the kill is aimed at. The write
+    that leaves the figure's temporary is found in the counted run (in this process: the
+    temporary exists when `atomic._fault_point` is reached), so one kill hits it."""
     from hbsim.cli import main
     ok(hb(*STRESS, "--out", "ref", cwd=tmp_path))
+    ref = tmp_path / "ref"
+    figures = lambda root: root / "stress" / "figures"                      # noqa: E731
+    temps = lambda root: list(figures(root).glob(".tmp-share.png-*"))     # noqa: E731
     monkeypatch.setenv(atomic.FAULT_ENV, str(10 ** 9))      # counts this process's writes, kills at none
     monkeypatch.chdir(tmp_path)
+    at_figure, fault_point = [], atomic._fault_point
+
+    def counting():
+        fault_point()
+        if figures(tmp_path / "count").is_dir() and temps(tmp_path / "count"):
+            at_figure.append(atomic._writes)
+    monkeypatch.setattr(atomic, "_fault_point", counting)
     before = atomic._writes
-    assert main([*STRESS, "--out", "count"]) == 0
-    total = atomic._writes - before                          # the figure is among the last writes
+    assert main([*STRESS, "--out", str(_stress_cells_of(ref, tmp_path / "count"))]) == 0
+    monkeypatch.setattr(atomic, "_fault_point", fault_point)
     monkeypatch.delenv(atomic.FAULT_ENV)
+    assert len(at_figure) == 1, at_figure                    # the figure is written once
+    assert not temps(tmp_path / "count")
+    at = at_figure[0] - before
     figure_temp = []
-    for at in range(total, total - 15, -1):
+    for candidate in (at, at - 1, at + 1, at - 2, at + 2):   # the same writes in a fresh process, or nearly
         shutil.rmtree(tmp_path / "out", ignore_errors=True)
-        killed(hb(*STRESS, "--out", "out", cwd=tmp_path, fault=at))
-        figure_temp = list((tmp_path / "out" / "stress" / "figures").glob(".tmp-share.png-*"))
+        killed(hb(*STRESS, "--out", _stress_cells_of(ref, tmp_path / "out"), cwd=tmp_path, fault=candidate))
+        figure_temp = temps(tmp_path / "out")
         if figure_temp:
             break
     assert figure_temp, "no kill point left the figure's temporary"
     assert folders.read_marker(tmp_path / "out")["state"] == "incomplete"
+    assert not (tmp_path / "out" / "stress" / "figures" / "share.png").exists()
     ok(hb(*STRESS, "--out", "out", cwd=tmp_path))
     no_temporaries(tmp_path / "out")
     assert (tmp_path / "out" / "stress" / "profile.csv").read_bytes() == (tmp_path / "ref" / "stress" /
@@ -390,21 +419,27 @@ def test_kill_9_of_hb_alone_leaves_no_process_behind(tmp_path, command):
     assert _gone_within(proc.pid, 5.0) == []
 
 
+@pytest.fixture(scope="module")
+def one_process_report(tmp_path_factory, reference_grid) -> Path:
+    """The reference grid's report made in one process (`--jobs 1`), once for every kill moment."""
+    root = tmp_path_factory.mktemp("one-process-report")
+    ok(hb("report", reference_grid / "grid", *REPORT, "--jobs", "1", "--out", root / "one", cwd=root))
+    return root / "one"
+
+
 @pytest.mark.parametrize("kill_at", [0, 1, 2])
-def test_report_helper_killed_at_several_moments(tmp_path, reference_grid, kill_at):
+def test_report_helper_killed_at_several_moments(tmp_path, reference_grid, one_process_report, kill_at):
     """The report's forked helper killed with -9 in its start-up or at its 1st or 2nd call:
     the report still ends (exit 0), says so in one line, and its tables and figures are
     the bytes of a one-process report."""
-    one = hb("report", reference_grid / "grid", *REPORT, "--jobs", "1", "--out", tmp_path / "one", cwd=tmp_path)
-    ok(one)
     proc = _start(["report", str(reference_grid / "grid"), *REPORT, "--jobs", "2", "--out", "two"], tmp_path,
                   **{offload.KILL_ENV: str(kill_at)})
     out, err = proc.communicate(timeout=600)                 # a hang fails here
     assert proc.returncode == 0, err[-3000:]
     assert offload.DIED in err and "Traceback" not in err
-    assert_same(tables(tmp_path / "two"), tables(tmp_path / "one"))
+    assert_same(tables(tmp_path / "two"), tables(one_process_report))
     pngs = lambda root: {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*.png"))}  # noqa: E731
-    assert pngs(tmp_path / "two") == pngs(tmp_path / "one") != {}
+    assert pngs(tmp_path / "two") == pngs(one_process_report) != {}
     assert _gone_within(proc.pid, 5.0) == []
 
 

@@ -211,7 +211,8 @@ IDIOMS = {
     "an interval's quantiles (use reports.readings.intervals)": (
         r"\b(np|numpy)\.quantile\(", "reports/readings/intervals.py",
         {"hbsim/twin/worlds.py": "a world's feature quantiles, not an interval",
-         "reports/validity.py": "the bin edges of a calibration table, not an interval"}),
+         "reports/validity.py": "the bin edges of a calibration table, not an interval",
+         "ablations/twin_check.py": "the critical value of Kendall's tau under random rankings, not an interval"}),
     "a label's part parse (use hbsim.contract.labels)": (
         r"""["'(]\\?\[part=|\[\{PART\}=""", "hbsim/contract/labels.py", {}),
     "a comma-list parse (use policies.validate.comma_items)": (

@@ -70,3 +70,51 @@ def test_a_folder_without_a_report_or_profile_is_refused_naming_the_command(figu
         figures_script.report_screen(tmp_path, tmp_path / "out.png")
     with pytest.raises(SystemExit, match="hb stress --quick --out"):
         figures_script.stress_profile(tmp_path, tmp_path / "out.png")
+
+
+SIM_OUTPUT = """policy  seeds  heldout_tasks  regret  oracle%  gen/opt  visits a/b
+------  -----  -------------  ------  -------  -------  ----------
+hb      6      0.772 ± 0.037  0.5     19%      2.62     20/13
+uniform 6      0.644 ± 0.055  0.8     18%      2.46     18/22
+
+share of the achievable gain = (policy - uniform) / (reference - uniform), [a long legend]
+  train: reference = 'oracle' (gap +0.156 over 'uniform')
+policy  train: delta | share
+------  ------------------
+hb      +0.125 ± 0.069 | 0.80 [0.52, 1.07]
+"""
+
+
+def test_the_readme_trap_example_cuts_the_middle_columns_and_the_rules(figures_script):
+    assert figures_script.cut_columns(SIM_OUTPUT, keep_left=2, keep_right=2) == "\n".join([
+        "policy  seeds  ...  gen/opt  visits a/b",
+        "hb      6      ...  2.62     20/13",
+        "uniform 6      ...  2.46     18/22",
+        "  train: reference = 'oracle' (gap +0.156 over 'uniform')",
+        "policy  train: delta | share",
+        "hb      +0.125 ± 0.069 | 0.80 [0.52, 1.07]"])
+
+
+def test_a_marked_block_is_rewritten_and_nothing_else(figures_script, tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("intro\n<!-- readme_figures:x -->\nold\nlines\n<!-- /readme_figures:x -->\nrest\n")
+    figures_script.replace_block(page, "x", "\nnew\n")
+    assert page.read_text() == "intro\n<!-- readme_figures:x -->\nnew\n<!-- /readme_figures:x -->\nrest\n"
+    with pytest.raises(SystemExit, match="no single block <!-- readme_figures:y -->"):
+        figures_script.replace_block(page, "y", "z")
+    assert page.read_text().count("new") == 1
+
+
+def test_the_profile_block_is_the_reading_and_table_of_profile_md(figures_script, tmp_path):
+    profile_csv(tmp_path)
+    (tmp_path / "stress" / "profile.md").write_text("# hb stress: title\n\nOn every axis: the reading.\n\n"
+                                                    "![share](figures/share.png)\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "SCENARIOS.md").write_text("x\n<!-- readme_figures:profile -->\n<!-- /readme_figures:profile -->\ny\n")
+    assert figures_script.profile_text(tmp_path, docs).endswith("profile.md")
+    text = (docs / "SCENARIOS.md").read_text()
+    assert "Measured by `hb stress` 2 scenarios x 4 axes, 4 seeds, 2 designs against `uniform`." in text
+    assert "\n\n> On every axis: the reading.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n<!-- /readme_figures:profile -->\ny\n" in text
+    with pytest.raises(SystemExit, match="hb stress --out"):
+        figures_script.profile_text(tmp_path / "none", docs)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from policies.validate import comma_items
+
 from hbsim.twin.fitting import Fit
 from hbsim.twin.simulate import DEFAULT_POOL, twin_env
 
@@ -15,7 +17,7 @@ def scenario(result: Fit, *, name: str, target: str = "heldout_tasks", pool_size
     seeds, steps, batch_groups, lr_note, [env] of kind `twin`)."""
     prm, obs = result.params, result.obs
     env = twin_env(prm, obs, pool_size, k_attempts)
-    roles = env["roles"].split(",")
+    roles = comma_items(env["roles"], keep_empty=True)
     steps = int(obs.steps.max())
     described = ", ".join(f"{h} ({r})" for h, r in zip(obs.harnesses, roles))
     summary = (f"A twin fitted by `hb twin fit` to {len(obs.steps)} runs of {steps} steps{sources}: harnesses "

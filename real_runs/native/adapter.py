@@ -112,7 +112,8 @@ class GRPOAdapter:
         self.train_tasks, self.heldout_tasks = self.task_world.make_tasks(self.seed, n_train=self.cfg.n_train_tasks,
                                                                      n_heldout=self.cfg.n_heldout_tasks)
         self.model, self.warm_key = model if model is not None else self._build_model(progress)
-        self.ref = copy.deepcopy(self.model).requires_grad_(False).eval()
+        # the frozen reference of the KL term; none without one (kl_coef = 0): a model's worth of memory
+        self.ref = copy.deepcopy(self.model).requires_grad_(False).eval() if self.cfg.kl_coef else None
         self._low: torch.nn.Module | None = None     # the sampling copy in sample_dtype (built on first use)
         self._low_stale = False
         self.optimizer = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad],
@@ -301,7 +302,7 @@ class GRPOAdapter:
         return when_set({"kind": "real", "n_harnesses": len(self.harnesses), **dataclasses.asdict(self.cfg)})
 
     def state_dict(self) -> dict:
-        return {"step": self._step, "model": self.model.state_dict(), "ref": self.ref.state_dict(),
+        return {"step": self._step, "model": self.model.state_dict(), "ref": None if self.ref is None else self.ref.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
                 "pool": self._pool.state_dict(), "gen": self._gen.get_state(), "leftover": self._sampler.state_dict(),
                 "warm_key": self.warm_key}
@@ -310,7 +311,8 @@ class GRPOAdapter:
         self._step = int(state["step"])
         self.model.load_state_dict(state["model"])
         self._low_stale = True
-        self.ref.load_state_dict(state["ref"])
+        if self.ref is not None:
+            self.ref.load_state_dict(state["ref"])
         # a copy: torch's Adam keeps the given state tensors (its `step` among them) and updates them
         # in place, which would alter `state` -- a what-if probe restores the same state many times
         self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))

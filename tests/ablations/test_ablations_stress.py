@@ -27,15 +27,15 @@ STAND_INS = {
     "tiny_s": Scenario(name="tiny_s", summary="student stand-in", target="train", seeds=3, steps=6,
                        env={"kind": "student", "n_harnesses": 3, "n_tasks": 12, "n_heldout_tasks": 4}),
 }
-#: --quick: 2 tuning seeds for the best fixed arm, every axis
-ARGS = ["--scenarios", "tiny_b,tiny_s", "--policies", "harnessbandit", "--seeds", "2", "--jobs", "1", "--quick"]
+#: the default profile: every axis, the best fixed arm on 4 tuning seeds
+ARGS = ["--scenarios", "tiny_b,tiny_s", "--policies", "harnessbandit", "--seeds", "2", "--jobs", "1"]
 AXES = [(1, 1.0), (1, 0.5), (3, 1.0), (3, 0.5)]
 PARTS = {"tiny_b": ["tiny_b", "tiny_b@lr0.5", "tiny_b@3x", "tiny_b@3x@lr0.5"],
          "tiny_s": ["tiny_s", "tiny_s@lr0.5", "tiny_s@3x", "tiny_s@3x@lr0.5"]}
 #: per scenario: 4 axes x (uniform, mixed, harnessbandit, oracle, the best fixed arm) x 2 seeds
 TEST_CELLS = 2 * 4 * 5 * 2
-#: per scenario: 4 axes x 3 arms x 2 tuning seeds
-TUNING_CELLS = 2 * 4 * 3 * 2
+#: per scenario: 4 axes x 3 arms x 4 tuning seeds
+TUNING_CELLS = 2 * 4 * 3 * 4
 
 
 @pytest.fixture
@@ -89,11 +89,11 @@ def test_grid_holds_every_axis_of_every_scenario(ran):
 
 
 def test_the_best_fixed_arm_is_one_arm_chosen_on_tuning_seeds_only(ran):
-    """Every arm runs on the tuning seeds 1000, 1001 (never a test seed) in DIR/tune/; the
+    """Every arm runs on the tuning seeds 1000-1003 (never a test seed) in DIR/tune/; the
     arm with the best mean there on the scenario's target is the ONE arm of the test cells."""
     out, _ = ran
     tuning = _metas(out / "tune")
-    assert len(tuning) == TUNING_CELLS and {m["seed"] for m in tuning} == {1000, 1001}
+    assert len(tuning) == TUNING_CELLS and {m["seed"] for m in tuning} == {1000, 1001, 1002, 1003}
     scores = _hand_scores(out / "tune", from_cells=True)
     selection = json.loads((out / "tune.json").read_text())["parts"]
     tests = {m["grid"]["sweep"]["part"]: m for m in _metas(out) if m["policy"] == "fixed"}
@@ -208,6 +208,40 @@ def test_rerun_resumes_without_new_cells_and_a_different_spec_is_refused(ran, st
     assert set(shares["seeds"]) == {3}
 
 
+def test_quick_reads_the_shipped_axis_of_its_own_scenarios(stand_ins, tmp_path, capsys):
+    """--quick: the shipped axis only (horizon 1x, step size x1), the best fixed arm on 2 tuning
+    seeds, its 6 scenarios unless --scenarios names others; the summary line says 1 axis."""
+    out = tmp_path / "quick"
+    assert main(["stress", "--scenarios", "tiny_s", "--policies", "harnessbandit", "--seeds", "2", "--jobs", "1",
+                 "--quick", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    cells, tuning = 5 * 2, 3 * 2                   # (uniform, mixed, harnessbandit, oracle, best fixed) x 2 seeds
+    assert f"{cells + tuning} cells (1 scenarios x 1 axis x 5 policies" in printed and f"{tuning} tuning cells" in printed
+    assert sorted({m["grid"]["sweep"]["part"] for m in _metas(out)}) == ["tiny_s", "tiny_s+fixed"]
+    assert len(_metas(out)) == cells and {m["config"]["steps"] for m in _metas(out)} == {STAND_INS["tiny_s"].steps}
+    assert all("lr_scale" not in m["config"]["policy"] for m in _metas(out))
+    assert {m["seed"] for m in _metas(out / "tune")} == {1000, 1001} and len(_metas(out / "tune")) == tuning
+    prof = pd.read_csv(out / "stress" / "profile.csv")
+    assert set(zip(prof["horizon"], prof["step_scale"])) == {(1, 1.0)}
+    assert set(prof["policy"]) == {"mixed", "harnessbandit", "oracle", "best_fixed"}
+
+
+def test_quick_runs_six_shipped_scenarios_unless_told_otherwise():
+    """The shipped suite: QUICK_SCENARIOS by default (6 of the 14), every scenario with
+    --scenarios all, each at the shipped axis only; the default run: every scenario, 4 axes."""
+    names = list(hbsim.scenarios.SCENARIOS)
+    assert len(stress.QUICK_SCENARIOS) == 6 and set(stress.QUICK_SCENARIOS) < set(names)
+    assert [sc.name for sc in stress.chosen_scenarios(None, quick=True)] == list(stress.QUICK_SCENARIOS)
+    assert [sc.name for sc in stress.chosen_scenarios(None, quick=False)] == names
+    assert [sc.name for sc in stress.chosen_scenarios("all", quick=True)] == names
+    assert stress.axes(quick=True) == [(1, 1.0)] and stress.axes() == AXES
+    quick = stress.chosen_scenarios(None, quick=True)
+    assert list(stress.profile_parts(quick, quick=True)) == list(stress.QUICK_SCENARIOS)
+    raw = stress.grid_raw(quick, stress.chosen_policies(None, quick=True), None, quick=True)
+    assert [p["name"] for p in raw["parts"]] == [n + s for n in stress.QUICK_SCENARIOS for s in ("", "+fixed")]
+    assert {p["seeds"] for p in raw["parts"]} == {stress.QUICK_SEEDS}
+
+
 def test_hb_report_reports_one_part_of_the_stress_grid(ran, capsys):
     """A stress grid holds one environment per part: `hb report` without --part cannot pair
     across them and says so; with --part it reports that scenario at that axis alone, under
@@ -277,7 +311,7 @@ def test_every_shipped_scenario_plans_cells_that_resume():
     from ablations.tune import tuning_spec
     from hbsim.experiment import resolve_config
     from hbsim.contract.records import config_hash
-    raw = stress.grid_raw(list(hbsim.scenarios.SCENARIOS.values()), ["uniform"], seeds=2, quick=True)
+    raw = stress.grid_raw(list(hbsim.scenarios.SCENARIOS.values()), ["uniform"], seeds=2, quick=False)
     spec = parse_spec(raw)
     cells = [c for p in spec.parts if not p.tune for c in p.cells()]
     assert len(cells) == 4 * 2 * 2 * len(hbsim.scenarios.SCENARIOS)        # axes x (uniform, oracle) x seeds
@@ -374,9 +408,9 @@ def test_verdicts_come_from_the_seed_level_tests_and_skip_the_references():
 def test_cli_smoke_on_the_shipped_suite(tmp_path):
     name = next(iter(hbsim.scenarios.SCENARIOS))
     out = tmp_path / "smoke"
-    done = hb("stress", "--scenarios", name, "--policies", "harnessbandit", "--seeds", "2", "--jobs", "2",
-              "--out", str(out), check=0)
-    assert "profile:" in done.stdout and "tuning cells" in done.stdout
+    done = hb("stress", "--quick", "--scenarios", name, "--policies", "harnessbandit", "--seeds", "2", "--jobs", "2",
+              "--out", str(out), check=0)      # a first look (the axes: the in-process grid above)
+    assert "profile:" in done.stdout and "tuning cells" in done.stdout and "1 scenarios x 1 axis" in done.stdout
     assert (out / "stress" / "index.html").exists() and os.path.getsize(out / "stress" / "profile.csv") > 0
 
 

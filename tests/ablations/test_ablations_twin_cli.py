@@ -46,8 +46,8 @@ def test_fit_writes_a_scenario_file_that_runs(logs, capsys):
     assert "true_" not in text.split("[env]")[1]
     assert main(["sim", "--scenario", str(out), "--policy", "uniform", "--seeds", "2", "--steps", "5", "--jobs", "1"]) == 0
     assert "uniform" in capsys.readouterr().out
-    assert main(["stress", "--scenarios", str(out), "--policies", "transfer", "--seeds", "2", "--out",
-                 str(logs / "stress"), "--jobs", "1"]) == 0
+    assert main(["stress", "--quick", "--scenarios", str(out), "--policies", "transfer", "--seeds", "2", "--out",
+                 str(logs / "stress"), "--jobs", "1"]) == 0              # a first look: the shipped axis
     assert "my_twin" in capsys.readouterr().out
     # hb wrote it: a rerun replaces it; a file hb did not write is refused unless --force
     assert main(["twin", "fit", str(logs / "fitlogs"), "--out", str(out), "--holdout", "0"]) == 0

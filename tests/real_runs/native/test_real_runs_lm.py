@@ -105,3 +105,20 @@ def test_two_steps_and_resume_continue_exactly(tmp_path):
     env = meta["config"]["env"]
     assert (env["model_path"], env["world"], env["preset"]) == ("smollm2-135m", "answers", "smollm2-135m")
     assert ta["groups_optimized"].sum() > 0 or ta["learnability"].isna().all()
+
+
+def test_no_reference_model_without_a_kl_term():
+    import copy
+
+    import torch
+
+    import real_runs
+    adapter = real_runs.make_adapter(0, preset="tiny", kl_coef=0.0, warm_steps=0, n_train_tasks=6, n_heldout_tasks=1)
+    assert adapter.ref is None and adapter.state_dict()["ref"] is None
+    state = copy.deepcopy(adapter.state_dict())       # state_dict's tensors alias the model's
+    with torch.no_grad():
+        next(adapter.model.parameters()).add_(1.0)
+    assert not torch.equal(next(adapter.model.parameters()), next(iter(state["model"].values())))
+    adapter.load_state_dict(state)
+    assert all(torch.equal(a, b) for a, b in zip(adapter.model.state_dict().values(), state["model"].values()))
+    assert real_runs.make_adapter(0, preset="tiny", warm_steps=0, n_train_tasks=6, n_heldout_tasks=1).ref is not None
