@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import sys
 from pathlib import Path
 
 from hbsim.contract.atomic import atomic_write, write_json_atomic
+from hbsim.contract.shapes import read_record
 from policies.errors import UserError
 
 FORMAT = 1
@@ -76,11 +76,12 @@ def read_manifest(folder) -> dict:
         what = "no" if not found else f"{len(found)}"
         raise UserError(f"DIR={str(folder)!r} holds {what} *{MANIFEST_SUFFIX} manifest; expected the one "
                         "`python -m real_runs.parts split` wrote beside its parts")
+    remedy = "split the file again"
+    manifest = read_record(found[0], None, f"parts manifest of format {FORMAT}", remedy)
     try:
-        manifest = json.loads(found[0].read_text())
         ok = (manifest.get("format") == FORMAT and isinstance(manifest.get("parts"), list)
               and all({"name", "size", "sha256"} <= set(p) for p in manifest["parts"]))
-    except (ValueError, AttributeError, TypeError):
+    except (AttributeError, TypeError):
         ok = False
     if not ok:
         raise UserError(f"{found[0]} is not a parts manifest of format {FORMAT}; split the file again")
