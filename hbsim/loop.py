@@ -234,6 +234,18 @@ class StepRecorder:
         return self._rows
 
     @property
+    def evaluations(self) -> list[pd.DataFrame]:
+        """The eval frames so far, one per evaluation: the ordinary ones, then the budget
+        ones (`evaluate_budget`); read-only by convention."""
+        return self._evals + self._budget_evals
+
+    @property
+    def last_groups(self) -> dict | None:
+        """The latest step's groups (StepResult.groups arrays, `arm` as int64; None when the
+        trainer reports none); read-only by convention."""
+        return self._groups[-1] if self._groups else None
+
+    @property
     def evaluated_at(self) -> int | None:
         """The step of the latest evaluation (None before the first)."""
         return int(self._evals[-1]["step"].iloc[0]) if self._evals else None

@@ -38,7 +38,8 @@ from real_runs.resume import same_run, within_steps
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--preset", default="tiny", choices=list(PRESETS), help="model/run size")
+    parser.add_argument("--preset", default=None, choices=list(PRESETS),
+                        help="model/run size (default: the preset named like --model if there is one, else tiny)")
     parser.add_argument("--policy", default="harnessbandit", help="scheduling policy name (hb policies)")
     parser.add_argument("--label", default=None, help="policy label in the tables (default: the name)")
     parser.add_argument("--seed", type=int, default=0)
@@ -46,7 +47,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", required=True, help="run directory")
     parser.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N (default: the preset's)")
     parser.add_argument("--resume", action="store_true", help="continue DIR's checkpoint to --steps")
-    parser.add_argument("--model", default=None, help="local Hugging Face causal-LM directory (needs transformers)")
+    parser.add_argument("--model", default=None,
+                        help="a named model (smollm2-135m: extra harnessbandit[lm]) or a local Hugging Face "
+                             "causal-LM directory (needs transformers)")
     parser.add_argument("--eval-every", type=int, default=None)
     parser.add_argument("--checkpoint-every", type=int, default=10)
     parser.add_argument("--counterfactual", type=int, default=None, metavar="K",
@@ -62,6 +65,11 @@ def add_arguments(parser) -> None:
     add_log_option(parser)
 
 
+def preset_of(args) -> str:
+    """`--preset`, else the preset named like `--model` (smollm2-135m), else tiny."""
+    return args.preset or (args.model if args.model in PRESETS else "tiny")
+
+
 def build_config(args) -> dict:
     """The resolved run config of `hb real` (docs/ARCHITECTURE.md); the env section by
     `real_runs.resolve_env`, exactly as for a grid cell."""
@@ -69,12 +77,13 @@ def build_config(args) -> dict:
     from real_runs.native.presets import resolve_env
 
     sets, run = run_knobs(args)
-    env = {"kind": "real", "preset": args.preset, "device": args.device}
+    preset = preset_of(args)
+    env = {"kind": "real", "preset": preset, "device": args.device}
     if args.model:
         env["model_path"] = args.model
     return resolve_config({"env": {**env, **sets.env},
                            "policy": {"name": args.policy, "label": args.label or args.policy, **sets.policy},
-                           "batch_groups": PRESETS[args.preset]["batch_groups"], **run},
+                           "batch_groups": PRESETS[preset]["batch_groups"], **run},
                           resolve_env=resolve_env)
 
 
@@ -86,7 +95,7 @@ def _init_distributed(args) -> int:
     import torch.distributed as dist
 
     from real_runs.native.presets import resolve
-    device = args.device or resolve(args.preset).device
+    device = args.device or resolve(preset_of(args)).device
     cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
     if cuda:
         local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -104,6 +113,9 @@ def _check_out(args) -> None:
     checked by `check_run_dir`."""
     trl = args.backend == "trl"
     from hbsim.loop import attach_ground_truth
+    from real_runs.native.lm import check_model, is_named
+
+    args.preset = preset_of(args)        # `--model smollm2-135m` alone: that model's preset (TRL reads it too)
     from policies import POLICIES
     from real_runs.native.presets import PROBE_KNOBS
 
@@ -117,8 +129,11 @@ def _check_out(args) -> None:
     validate.check_int("--checkpoint-every", args.checkpoint_every, 1, validate.MAX_STEPS)
     if trl and args.device is not None:   # TRL runs on the CPU or on its accelerator (use_cpu)
         validate.check_choice("--device", args.device, ("auto", "cpu", "cuda"))
-    if args.model is not None and not Path(args.model).is_dir():
-        raise UserError(f"--model {args.model!r} is not a folder; expected a local Hugging Face model directory")
+    if args.model is not None and not is_named(args.model) and not Path(args.model).is_dir():
+        raise UserError(f"--model {args.model!r} is not a named model or a folder; expected smollm2-135m or a "
+                        "local Hugging Face model directory")
+    if args.model is not None:
+        check_model(args.model)           # a named model's package and GGUF are installed
     check_environment()
     check_log(args)
     if trl:
@@ -187,6 +202,8 @@ def main(args) -> int:
     saved = _resume_state(out, config, args.steps) if args.resume else None   # DIR checked by _check_out
     saver = Checkpointer(out, config, args.steps, args.checkpoint_every, rank, log=args.log,
                          log_names=(args.log_project, args.log_name))
+    if saved is not None:
+        saver.resumed_at = int(saved["t"])
     t0 = time.perf_counter()
 
     def factory(cfg: dict):
@@ -254,6 +271,7 @@ class Checkpointer:
                  log_names: tuple[str | None, str | None] = (None, None)):
         self.out, self.config, self.steps, self.every, self.rank = out, config, steps, every, rank
         self.log, self.sink = log, None      # --log: the tracker each step's row streams to (rank 0)
+        self.resumed_at = -1                 # the step a resumed run continues from (-1: a fresh run)
         self.log_project, self.log_name = log_names   # resolved by command.check_log
         self.hint: str | None = None         # the command that shows the tracker's run (tracking.hint)
         self.signum: int | None = None
@@ -302,7 +320,9 @@ class Checkpointer:
                 from real_runs.tracking import DEFAULT_PROJECT, open_sink
                 self.sink = open_sink(self.log, self.out, loop.harnesses, name=self.log_name or self.out.name,
                                       config=self.config, project=self.log_project or DEFAULT_PROJECT)
-            self.sink.log({**row, "overhead_frac": step_overhead(row)}, t)
+                self.sink.logged_through = self.resumed_at   # a resumed run's earlier evaluations were logged
+            self.sink.log_step({**row, "overhead_frac": step_overhead(row)}, t, groups=loop.last_groups,
+                               evals=loop.evaluations)
         stop = t < self.steps and self._stop_requested(loop.adapter.device)
         if self.rank == 0 and (stop or t == 1 or t % self.every == 0 or t == self.steps):
             checkpoint.save(self.out, self.config, loop.state_dict())

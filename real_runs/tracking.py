@@ -25,6 +25,19 @@ variable. The project and run name (`log_names`): `--log-project` / `--log-name`
 tracker's own variables (W&B's WANDB_PROJECT / WANDB_NAME; trackio has none), else
 "harnessbandit" and the run folder's name. `hint` is the command that shows the run (trackio's
 own printed hint lacks TRACKIO_DIR, so it is not shown).
+
+Beside the `hb/` scalars, the native backend's sink logs what the run's parquet files hold,
+under their names (`file stem/column[/harness]`):
+
+* `step_metrics(row, harnesses, groups)`: the trainer's train-row columns `train/loss`,
+  `train/grad_norm`, `train/kl`, `train/clip_frac`, `train/update_norm` (TRAIN_COLUMNS); and
+  from the step's rows of groups.parquet (every group generated, before the filter)
+  `groups/reward_mean` and `groups/success` (means over the rollouts of all of them) and
+  per harness generated `groups/reward_mean/H`, `groups/success/H` (training success);
+* `eval_metrics(frame)`: one evaluation (eval.parquet rows of one step), per suite
+  `eval/SUITE/success`, `eval/SUITE/reward` and per harness `eval/SUITE/success/H`,
+  `eval/SUITE/reward/H` (means over the suite's attempts), logged at the evaluation's step
+  (`step = 0`: before training).
 """
 from __future__ import annotations
 
@@ -79,6 +92,56 @@ def row_metrics(row: dict, harnesses) -> dict[str, float]:
             value = _finite(row.get(f"{prefix}_{h}"))
             if value is not None:
                 out[f"{PREFIX}{name}/{h}"] = value
+    return out
+
+
+#: the train-row columns (train.parquet, the trainer's `StepResult.extras` and update norm)
+#: logged as `train/COLUMN`
+TRAIN_COLUMNS = ("loss", "grad_norm", "kl", "clip_frac", "update_norm")
+#: the groups.parquet and eval.parquet columns logged (means over rollouts / attempts)
+GROUP_VALUES = ("reward_mean", "success")
+EVAL_VALUES = ("success", "reward")
+
+
+def _means(values, weights, keys) -> dict:
+    """{key: weighted mean of the finite values} over the distinct keys (None = all)."""
+    import numpy as np
+    values, weights = np.asarray(values, dtype=np.float64), np.asarray(weights, dtype=np.float64)
+    ok = np.isfinite(values)
+    out = {}
+    for key in (None, *dict.fromkeys(keys)):
+        sel = ok if key is None else ok & (np.asarray(keys, dtype=object) == key)
+        if weights[sel].sum() > 0:
+            out[key] = float((values[sel] * weights[sel]).sum() / weights[sel].sum())
+    return out
+
+
+def step_metrics(row: dict, harnesses, groups: dict | None = None) -> dict[str, float]:
+    """`row_metrics` of a train row, its TRAIN_COLUMNS as `train/COLUMN`, and, given the
+    step's groups (`StepResult.groups` arrays: arm, size, reward_mean, success), the means
+    over all generated rollouts `groups/VALUE` and per harness `groups/VALUE/H`
+    (non-finite values left out)."""
+    out = row_metrics(row, harnesses)
+    for column in TRAIN_COLUMNS:
+        value = _finite(row.get(column))
+        if value is not None:
+            out[f"train/{column}"] = value
+    if groups is not None and len(groups.get("arm", ())):
+        names = [list(harnesses)[int(a)] for a in groups["arm"]]
+        for column in GROUP_VALUES:
+            for key, value in _means(groups[column], groups["size"], names).items():
+                out[f"groups/{column}" + ("" if key is None else f"/{key}")] = value
+    return out
+
+
+def eval_metrics(frame) -> dict[str, float]:
+    """The scalars of one evaluation (eval frame rows: suite, harness, success, reward):
+    per suite `eval/SUITE/VALUE` (mean over its attempts) and `eval/SUITE/VALUE/H`."""
+    out: dict[str, float] = {}
+    for suite, part in frame.groupby("suite", sort=True):
+        for column in EVAL_VALUES:
+            for key, value in _means(part[column], [1.0] * len(part), list(part["harness"])).items():
+                out[f"eval/{suite}/{column}" + ("" if key is None else f"/{key}")] = value
     return out
 
 
@@ -143,13 +206,17 @@ def hint(kind: str, folder, project: str) -> str:
 
 
 class Sink:
-    """One tracker's run: `log(row, step)` writes the row's `row_metrics`; `close()` ends it.
-    project / name: `log_names`' (the caller resolves them: `hb real --log-project/--log-name`)."""
+    """One tracker's run: `log(row, step)` writes the row's `row_metrics`; `log_step` a step's
+    `step_metrics` and the evaluations not yet logged (`eval_metrics`); `close()` ends it.
+    `logged_through`: evaluations of this step or earlier count as logged (a resumed run's
+    earlier process logged them). project / name: `log_names`' (the caller resolves them:
+    `hb real --log-project/--log-name`)."""
 
     def __init__(self, kind: str, folder, harnesses, *, name: str, config: dict | None = None,
                  project: str = DEFAULT_PROJECT):
         check_tracker(kind)
         self.kind, self.harnesses, self.project = kind, list(harnesses), project
+        self.logged_through, self._eval_steps = -1, set()
         folder = Path(folder)
         self.hint = None
         self._env = apply_env(kind, folder)   # read when the tracker starts: nothing of it outside the folder
@@ -170,13 +237,32 @@ class Sink:
 
     def log(self, row: dict, step: int) -> dict[str, float]:
         metrics = row_metrics(row, self.harnesses)
+        self._write(metrics, step)
+        return metrics
+
+    def log_step(self, row: dict, step: int, *, groups: dict | None = None, evals=()) -> dict[int, dict]:
+        """The step's `step_metrics` and the `eval_metrics` of every evaluation frame in
+        `evals` whose step is later than `logged_through` and not yet logged, each at its
+        own step, in step order; returns {step: metrics} as written."""
+        out: dict[int, dict] = {}
+        for frame in evals:
+            at = int(frame["step"].iloc[0]) if len(frame) else None
+            if at is None or at <= self.logged_through or at in self._eval_steps:
+                continue
+            self._eval_steps.add(at)
+            out.setdefault(at, {}).update(eval_metrics(frame))
+        out.setdefault(int(step), {}).update(step_metrics(row, self.harnesses, groups))
+        for at in sorted(out):
+            self._write(out[at], at)
+        return out
+
+    def _write(self, metrics: dict[str, float], step: int) -> None:
         if self.kind == "tensorboard":
             for key, value in metrics.items():
                 self._run.add_scalar(key, value, global_step=step)
             self._run.flush()
         else:
             self._run.log(metrics, step=step)
-        return metrics
 
     def close(self) -> None:
         """End the run; the variables `apply_env` set go (a later run in this process sets its own)."""

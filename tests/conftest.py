@@ -52,7 +52,7 @@ CLI_FILES = {"test_user_inputs.py", "test_user_errors.py", "test_user_writes.py"
              "test_reports_cli.py", "test_ablations_run.py", "test_ablations_resume.py", "test_ablations_demo.py"}
 #: the test files that import torch or TRL (directly or through real_runs.native / trl_grpo)
 TORCH_FILES = {"test_real_runs_adapter.py", "test_real_runs_model.py", "test_real_runs_sketch.py",
-               "test_real_runs_trainer.py", "test_real_runs_warmstart.py", "test_real_runs_trl.py",
+               "test_real_runs_trainer.py", "test_real_runs_warmstart.py", "test_real_runs_trl.py", "test_real_runs_trl_lm.py", "test_real_runs_lm_cache.py",
                "test_real_runs_verl_sketch.py"}
 TORCH_MODULES = ("torch", "trl", "transformers")
 #: tiers that must run without torch in the process

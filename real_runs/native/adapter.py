@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 import time
 
 import numpy as np
@@ -53,9 +54,8 @@ from real_runs.native.sketch import ParamSketch
 from policies.validate import comma_items
 from real_runs.native.trainer import (Group, accumulate_gradients, build_rows, global_sum, pad_rows,
                                       sketch_and_update, token_learnability)
-from real_runs.world.harnesses import HARNESSES, HELDOUT_HARNESSES, TRAIN_HARNESSES
 from real_runs.world.pool import TaskPool
-from real_runs.world.tasks import make_tasks
+from real_runs.world.worlds import get_world
 
 
 def pick_device(name: str) -> torch.device:
@@ -106,12 +106,16 @@ class GRPOAdapter:
         if self.cfg.threads and self.device.type == "cpu":
             torch.set_num_threads(self.cfg.threads)  # process-wide: concurrent CPU workers must not oversubscribe
         self.rank, self.world = _rank_world()
-        self.harnesses = list(TRAIN_HARNESSES)
-        self._train_h = [HARNESSES[n] for n in TRAIN_HARNESSES]
-        self.train_tasks, self.heldout_tasks = make_tasks(self.seed, n_train=self.cfg.n_train_tasks,
-                                                          n_heldout=self.cfg.n_heldout_tasks)
+        self.task_world = get_world(self.cfg.world)
+        self.harnesses = list(self.task_world.train)
+        self._train_h = [self.task_world.harness(n) for n in self.task_world.train]
+        self.train_tasks, self.heldout_tasks = self.task_world.make_tasks(self.seed, n_train=self.cfg.n_train_tasks,
+                                                                     n_heldout=self.cfg.n_heldout_tasks)
         self.model, self.warm_key = model if model is not None else self._build_model(progress)
-        self.ref = copy.deepcopy(self.model).requires_grad_(False).eval()
+        # the frozen reference of the KL term; none without one (kl_coef = 0): a model's worth of memory
+        self.ref = copy.deepcopy(self.model).requires_grad_(False).eval() if self.cfg.kl_coef else None
+        self._low: torch.nn.Module | None = None     # the sampling copy in sample_dtype (built on first use)
+        self._low_stale = False
         self.optimizer = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad],
                                           lr=self.cfg.lr)
         patterns = tuple(comma_items(self.cfg.sketch_patterns))
@@ -130,8 +134,12 @@ class GRPOAdapter:
 
     def _build_model(self, progress=None):
         if self.cfg.model_path:
-            from real_runs.native.hf import load_hf_model
-            return load_hf_model(self.cfg.model_path, self.cfg.hf_block_path, self.device, self.cfg.max_len), "hf"
+            from real_runs.native.lm import freeze_below, load_lm
+            model = load_lm(self.cfg.model_path, device=self.device, dtype=self.cfg.dtype, max_len=self.cfg.max_len,
+                            block_path=self.cfg.hf_block_path, cache_dir=self.cfg.cache_dir,
+                            progress=lambda line: print(line, file=sys.stderr))
+            freeze_below(model, self.cfg.train_layers)
+            return model, f"hf:{self.cfg.model_path}"
         from real_runs.native.model import ModelConfig, Transformer
         from real_runs.native.warmstart import warm_start, warm_tasks
         warm_h = self._train_h[:min(self.cfg.warm_harnesses, len(self._train_h))]
@@ -155,8 +163,7 @@ class GRPOAdapter:
         out = {h: ([], np.zeros((0, G))) for h in requests}
         if not jobs:
             return out
-        self.model.eval()
-        played = play(self.model, jobs, generator=self._gen, max_new=self.cfg.max_new_tokens,
+        played = play(self.sampling_model(), jobs, generator=self._gen, max_new=self.cfg.max_new_tokens,
                       temperature=self.cfg.temperature, chunk=self.cfg.eval_chunk)
         ledger.tokens += played.tokens
         for phase, sec in played.seconds.items():
@@ -217,6 +224,7 @@ class GRPOAdapter:
                 max_grad_norm=cfg.max_grad_norm)
             ledger.seconds.update(seconds)
         ledger.groups_optimized = len(groups)
+        self._low_stale = True
         for name in ("groups_generated", "groups_scored", "groups_retained", "groups_optimized", "tokens"):
             setattr(ledger, name, int(global_sum(getattr(ledger, name), self.device)))   # over all ranks
         generated = global_sum_array(self._generated, self.device)
@@ -228,6 +236,23 @@ class GRPOAdapter:
         return StepResult(learnability=learn, sketch=sketch, update_sketch=update,
                           reward=reward_sum / n_roll if n_roll else float("nan"), cost=ledger, extras=extras,
                           generated=generated, update_norm=update_norm, groups=gather_groups(self._groups))
+
+    def sampling_model(self):
+        """The model rollouts and evaluations sample from, in eval mode: the trained model, or
+        with `sample_dtype` a copy in that dtype, refreshed from the trained weights after
+        every optimizer step and every state load (the recorded rollout log-probs are then
+        the copy's: the PPO ratio of a fresh group is near 1, not 1)."""
+        if not self.cfg.sample_dtype:
+            return self.model.eval()
+        if self._low is None:
+            self._low = copy.deepcopy(self.model).requires_grad_(False).to(getattr(torch, self.cfg.sample_dtype))
+            self._low_stale = False
+        elif self._low_stale:
+            with torch.no_grad():
+                for dst, src in zip(self._low.state_dict().values(), self.model.state_dict().values()):
+                    dst.copy_(src)
+            self._low_stale = False
+        return self._low.eval()
 
     def _learnability(self, rows) -> float | None:
         """SPEC §2.3 from per-token advantages and masks, over all ranks' retained groups."""
@@ -246,9 +271,9 @@ class GRPOAdapter:
     def evaluate(self) -> pd.DataFrame:
         """`native.evaluation.heldout_eval` of the first `eval_tasks` held-out tasks."""
         cfg = self.cfg
-        return heldout_eval(self.model, self.harnesses, self.heldout_tasks[:cfg.eval_tasks], seed=self.seed,
+        return heldout_eval(self.sampling_model(), self.harnesses, self.heldout_tasks[:cfg.eval_tasks], seed=self.seed,
                             step=self._step, attempts=cfg.eval_attempts, max_new=cfg.max_new_tokens,
-                            temperature=cfg.temperature, chunk=cfg.eval_chunk)
+                            temperature=cfg.temperature, chunk=cfg.eval_chunk, world=self.task_world.name)
 
     def probe_means(self, step: int) -> dict[str, float]:
         """The what-if probe's measurement (hbsim.counterfactual.probe_means): mean success of
@@ -260,11 +285,11 @@ class GRPOAdapter:
         cfg = self.cfg
         if cfg.probe_tasks == 0:           # no evaluation: every success column NaN
             names = ["real_train", "real_heldout_tasks", "real_heldout_harness",
-                     *(f"delta_{h}" for h in [*self.harnesses, *HELDOUT_HARNESSES])]
+                     *(f"delta_{h}" for h in [*self.harnesses, *self.task_world.heldout])]
             return dict.fromkeys(names, float("nan"))
-        frame = heldout_eval(self.model, self.harnesses, self.heldout_tasks[:cfg.probe_tasks], seed=self.seed,
+        frame = heldout_eval(self.sampling_model(), self.harnesses, self.heldout_tasks[:cfg.probe_tasks], seed=self.seed,
                              step=step, attempts=cfg.probe_attempts, max_new=cfg.max_new_tokens,
-                             temperature=cfg.temperature, chunk=cfg.eval_chunk)
+                             temperature=cfg.temperature, chunk=cfg.eval_chunk, world=self.task_world.name)
         success = frame["success"].astype(np.float64)
         out = {"real_train": float("nan")}
         out.update({f"real_{suite}": float(success[frame["suite"] == suite].mean())
@@ -277,7 +302,7 @@ class GRPOAdapter:
         return when_set({"kind": "real", "n_harnesses": len(self.harnesses), **dataclasses.asdict(self.cfg)})
 
     def state_dict(self) -> dict:
-        return {"step": self._step, "model": self.model.state_dict(), "ref": self.ref.state_dict(),
+        return {"step": self._step, "model": self.model.state_dict(), "ref": None if self.ref is None else self.ref.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
                 "pool": self._pool.state_dict(), "gen": self._gen.get_state(), "leftover": self._sampler.state_dict(),
                 "warm_key": self.warm_key}
@@ -285,7 +310,9 @@ class GRPOAdapter:
     def load_state_dict(self, state: dict) -> None:
         self._step = int(state["step"])
         self.model.load_state_dict(state["model"])
-        self.ref.load_state_dict(state["ref"])
+        self._low_stale = True
+        if self.ref is not None:
+            self.ref.load_state_dict(state["ref"])
         # a copy: torch's Adam keeps the given state tensors (its `step` among them) and updates them
         # in place, which would alter `state` -- a what-if probe restores the same state many times
         self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))

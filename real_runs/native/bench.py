@@ -2,6 +2,7 @@
 
     python -m real_runs.native.bench sketch [--device cuda] [--repeats 50]   # gather of d coordinates
     python -m real_runs.native.bench timing RUN_DIR                           # per-phase seconds of a run
+    python -m real_runs.native.bench cpu-steps --preset smollm2-135m --steps 3  # CPU seconds per step by phase
 
 `sketch` times `ParamSketch.grad` on gradients shaped like the last 4 blocks of a
 2B-parameter model (hidden 2048, MLP 6144; q, k, v, o, up, gate, down and two norms per
@@ -93,6 +94,64 @@ def run_timing(run_dir: str) -> dict:
     return out
 
 
+def cpu_steps(preset: str, steps: int, policy: str, seed: int, sets: list[str]) -> dict:
+    """CPU seconds per optimizer step by phase of the native backend: `steps` steps of `policy`
+    on `preset` (one torch thread; `sets`: KEY=VALUE env knobs), with the CPU clock of this
+    thread (`time.thread_time`) standing in for the wall clock in the modules that time the
+    phases (rollout, adapter, trainer, hbsim's loop), so every `seconds_*` column is CPU
+    seconds whatever else the machine runs. Phases: generation (`rollout`: sampling),
+    scoring (`tools`: prompts, replies and the checkers), backward (rows, forward, backward;
+    the learnability), sketch (the gradient sketch before clipping, and the update sketch),
+    optimizer (clip and Adam), scheduler (the policy's select and update). Also the CPU
+    seconds of building the model (load) and of one evaluation (every harness, the preset's
+    eval_tasks x eval_attempts)."""
+    import types
+
+    import torch
+
+    import hbsim.loop
+    import policies
+    import real_runs.native.adapter
+    import real_runs.native.rollout
+    import real_runs.native.trainer
+    from real_runs import make_adapter
+
+    cpu_clock = types.SimpleNamespace(perf_counter=time.thread_time, time=time.time, thread_time=time.thread_time)
+    for module in (hbsim.loop, real_runs.native.adapter, real_runs.native.rollout, real_runs.native.trainer):
+        module.time = cpu_clock
+    torch.set_num_threads(1)
+    knobs = {}
+    for item in sets:
+        key, _, value = item.partition("=")
+        try:
+            knobs[key] = json.loads(value)
+        except ValueError:
+            knobs[key] = value
+    t0 = time.thread_time()
+    adapter = make_adapter(seed, preset=preset, threads=1, **knobs)
+    load = time.thread_time() - t0
+    t0 = time.thread_time()
+    frame = adapter.evaluate()
+    evaluation = time.thread_time() - t0
+    pol = policies.make(policy, n_arms=len(adapter.harnesses), seed=seed,
+                        **({"warmup_rounds": 1} if policy.startswith("harnessbandit") else {}))
+    result = hbsim.loop.run(pol, adapter, steps, seed=seed)
+    train = result.train
+    names = {"rollout": "generation", "tools": "scoring", "backward": "backward", "sketch": "sketch",
+             "optimizer": "optimizer", "allreduce": "allreduce", "scheduler": "scheduler"}
+    phases = {names.get(c[len("seconds_"):], c[len("seconds_"):]): float(train[c].mean()) for c in train.columns
+              if c.startswith("seconds_") and c != "seconds_step"}
+    total = float(train["seconds_step"].mean())
+    return {"preset": preset, "policy": policy, "steps": steps, "knobs": knobs,
+            "cpu_seconds_per_step_by_phase": {k: round(v, 4) for k, v in phases.items()},
+            "cpu_seconds_per_step": round(total, 3),
+            "scheduler_share": round(phases.get("scheduler", 0.0) / total, 6) if total else None,
+            "tokens_per_step": float(train["tokens"].mean()),
+            "groups_optimized_per_step": float(train["groups_optimized"].mean()),
+            "cpu_seconds_load": round(load, 2), "cpu_seconds_one_evaluation": round(evaluation, 2),
+            "episodes_per_evaluation": int(len(frame)), "torch": torch.__version__}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m real_runs.native.bench")
     sub = parser.add_subparsers(dest="what", required=True)
@@ -101,8 +160,17 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--repeats", type=int, default=50)
     t = sub.add_parser("timing")
     t.add_argument("run_dir")
+    c = sub.add_parser("cpu-steps")
+    c.add_argument("--preset", default="smollm2-135m")
+    c.add_argument("--steps", type=int, default=3)
+    c.add_argument("--policy", default="harnessbandit")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
-    result = bench_sketch(args.device, args.repeats) if args.what == "sketch" else run_timing(args.run_dir)
+    if args.what == "cpu-steps":
+        result = cpu_steps(args.preset, args.steps, args.policy, args.seed, args.set)
+    else:
+        result = bench_sketch(args.device, args.repeats) if args.what == "sketch" else run_timing(args.run_dir)
     json.dump(result, sys.stdout, indent=1)
     sys.stdout.write("\n")
     return 0

@@ -16,18 +16,20 @@ import torch
 
 from real_runs import streams
 from real_runs.native.rollout import play
-from real_runs.world.harnesses import HELDOUT_HARNESSES, get_harness
+from real_runs.world.worlds import get_world
 
 
 def heldout_eval(model, harnesses: list[str], tasks: list, *, seed: int, step: int, attempts: int,
-                 max_new: int, temperature: float = 1.0, chunk: int = 512) -> pd.DataFrame:
+                 max_new: int, temperature: float = 1.0, chunk: int = 512, world: str = "tools") -> pd.DataFrame:
     """The eval frame (suite, task, category, harness, attempt, reward, success) of `tasks`
     on the training `harnesses` (names) and the held-out harnesses; `model` speaks the
-    `rollout.play` contract and is left in eval mode."""
+    `rollout.play` contract and is left in eval mode; `world`: the task world's name
+    (`real_runs.world.worlds`), whose held-out harnesses are played."""
+    w = get_world(world)
     jobs, meta = [], []
-    for suite, names in (("heldout_tasks", harnesses), ("heldout_harness", HELDOUT_HARNESSES)):
+    for suite, names in (("heldout_tasks", harnesses), ("heldout_harness", w.heldout)):
         for name in names:
-            h = get_harness(name)
+            h = w.harness(name)
             for task in tasks:
                 tid = f"{task.id}@{name}" if suite == "heldout_tasks" or len(names) > 1 else task.id
                 for attempt in range(attempts):

@@ -71,9 +71,23 @@ class HFCausalLM(nn.Module):
         return [DynamicCache()]
 
 
-def load_local(path: str, name: str = "model_path", **tokenizer_kw):
+def _unreadable() -> tuple[type, ...]:
+    """What loading a folder whose config, weights or tokenizer are missing, truncated or
+    not theirs raises (transformers, torch.load, safetensors)."""
+    import pickle
+    kinds: tuple[type, ...] = (OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError)
+    try:
+        from safetensors import SafetensorError
+    except ImportError:
+        return kinds
+    return (*kinds, SafetensorError)
+
+
+def load_local(path: str, name: str = "model_path", *, unreadable: str | None = None, **tokenizer_kw):
     """(float32 model, tokenizer) of a local Hugging Face causal-LM directory; never
-    downloads. `name`: the option in error messages; `tokenizer_kw`: e.g. padding_side."""
+    downloads. `name`: the option in error messages; `unreadable`: the message (before the
+    cause in parentheses) when the folder cannot be loaded (default: "NAME=PATH: not a
+    loadable Hugging Face model directory"); `tokenizer_kw`: e.g. padding_side."""
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError:
@@ -81,11 +95,14 @@ def load_local(path: str, name: str = "model_path", **tokenizer_kw):
     if not Path(path).is_dir():
         raise UserError(f"{name}={path!r} is not allowed: expected a local Hugging Face model directory")
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, torch_dtype=torch.float32)
+        import transformers    # 5.x names the argument `dtype` (and warns on `torch_dtype`)
+        dtype = {"dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype": torch.float32}
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **dtype)
         tok = AutoTokenizer.from_pretrained(path, local_files_only=True, **tokenizer_kw)
-    except (OSError, ValueError) as exc:   # no (or an unknown) config.json, weights or tokenizer there
-        raise UserError(f"{name}={path!r}: not a loadable Hugging Face model directory "
-                        f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+    except _unreadable() as exc:   # no (or an unknown or truncated) config.json, weights or tokenizer there
+        cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(f"{unreadable or f'{name}={path!r}: not a loadable Hugging Face model directory'} "
+                        f"({cause})") from None
     return model, tok
 
 

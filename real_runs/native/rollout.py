@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from real_runs.world.episode import Episode
+from real_runs.world.worlds import episode
 from real_runs.native.model import ByteTokenizer, sample
 from real_runs.native.trainer import Turn
 
@@ -43,7 +43,7 @@ def play(model, jobs: list[tuple[object, object]], *, generator: torch.Generator
     tok = getattr(model, "tokenizer", None) or ByteTokenizer()
     limit = model.cfg.max_len - max_new
     t0 = time.perf_counter()
-    episodes = [Episode(h, task) for h, task in jobs]
+    episodes = [episode(h, task) for h, task in jobs]
     stops = [tok.stop_id(h.stop) for h, _ in jobs]
     turns: list[list[Turn]] = [[] for _ in jobs]
     out = Played(rewards=[0.0] * len(jobs), turns=turns)

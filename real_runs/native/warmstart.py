@@ -129,6 +129,18 @@ def train_warm(cfg, seed: int, rows, device, progress=None) -> dict:
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
+def cache_root(cache_dir: str = "") -> Path:
+    """The one cache folder of real runs (warm starts, converted models), created:
+    `cache_dir` (the knob), else $HB_CACHE_DIR, else ~/.cache/harnessbandit."""
+    root = Path(cache_dir or os.environ.get("HB_CACHE_DIR") or Path.home() / ".cache" / "harnessbandit")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise UserError(f"cache {str(root)!r} (cache_dir / HB_CACHE_DIR) is not a folder: a file is "
+                        "in its place; choose another cache folder") from None
+    return root
+
+
 def warm_key(cfg, seed: int, rows, device_type: str = "cpu") -> str:
     """Cache key: seed, model shape, warm-start knobs, device type (numerics differ) and a
     digest of the demonstration data."""
@@ -158,12 +170,7 @@ def warm_start(cfg, seed: int, harnesses: list, tasks: list, device, others: lis
     if others and cfg.warm_other_tasks and not getattr(cfg, "warm_counts", ""):
         rows += demonstration_rows(list(others), tasks[:cfg.warm_other_tasks], cfg.max_len, cfg.max_new_tokens)
     key = warm_key(cfg, seed, rows, torch.device(device).type)
-    root = Path(cfg.cache_dir or os.environ.get("HB_CACHE_DIR") or Path.home() / ".cache" / "harnessbandit")
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise UserError(f"warm-start cache {str(root)!r} (cache_dir / HB_CACHE_DIR) is not a folder: a file is "
-                        "in its place; choose another cache folder") from None
+    root = cache_root(cfg.cache_dir)
     path = root / f"warm-{key}.pt"
     with open(root / f"warm-{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -10,6 +10,7 @@ import math
 import struct
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -36,6 +37,45 @@ def test_row_metrics_hand_computed():
     # T and Q of kv are nan, mem_norm_kv absent: left out (a gap in the tracker), never logged as 0
     assert "hb/T" not in m and "hb/Q/kv" not in m and "hb/memory_norm/kv" not in m
     assert row_metrics({"groups_generated": 1, "groups_optimized": 0}, H) == {}
+
+
+def test_step_and_eval_metrics_hand_computed():
+    row = {**ROW, "loss": -0.125, "grad_norm": 2.5, "kl": float("nan"), "clip_frac": 0.0}
+    # 3 groups of G = 4 (json, kv, json) and one of G = 2 (kv); one kv group's reward is NaN (left out)
+    groups = {"arm": np.array([0, 1, 0, 1]), "size": np.array([4, 4, 4, 2]),
+              "reward_mean": np.array([0.5, 0.25, 1.0, np.nan]), "success": np.array([0.25, 0.0, 1.0, 0.5])}
+    m = tracking.step_metrics(row, H, groups)
+    assert {k: v for k, v in m.items() if k.startswith("hb/")} == row_metrics(row, H)
+    assert {k: v for k, v in m.items() if not k.startswith("hb/")} == pytest.approx({
+        "train/loss": -0.125, "train/grad_norm": 2.5, "train/clip_frac": 0.0,    # kl NaN: left out
+        "groups/reward_mean": (2 + 1 + 4) / 12, "groups/reward_mean/json": 0.75, "groups/reward_mean/kv": 0.25,
+        "groups/success": (1 + 0 + 4 + 1) / 14, "groups/success/json": 0.625, "groups/success/kv": 1 / 6})
+    assert tracking.step_metrics(row, H, None) == tracking.step_metrics(row, H, {"arm": np.array([], int)})
+    frame = pd.DataFrame({"step": 4, "suite": ["heldout_tasks"] * 3 + ["heldout_harness"],
+                          "harness": ["json", "json", "kv", "hash"], "reward": [1.0, 0.5, 0.0, 0.25],
+                          "success": [1.0, 0.0, 0.0, 0.0]})
+    assert tracking.eval_metrics(frame) == pytest.approx({
+        "eval/heldout_tasks/success": 1 / 3, "eval/heldout_tasks/success/json": 0.5,
+        "eval/heldout_tasks/success/kv": 0.0, "eval/heldout_tasks/reward": 0.5,
+        "eval/heldout_tasks/reward/json": 0.75, "eval/heldout_tasks/reward/kv": 0.0,
+        "eval/heldout_harness/success": 0.0, "eval/heldout_harness/success/hash": 0.0,
+        "eval/heldout_harness/reward": 0.25, "eval/heldout_harness/reward/hash": 0.25})
+
+
+def test_sink_logs_each_evaluation_once_at_its_step_after_a_resume_point(tmp_path):
+    pytest.importorskip("tensorboard")
+    ev = {s: pd.DataFrame({"step": s, "suite": ["heldout_tasks"], "harness": ["json"], "reward": [s / 4],
+                           "success": [float(s > 1)]}) for s in (0, 1, 2, 3)}
+    sink = Sink("tensorboard", tmp_path, H, name="r")
+    sink.logged_through = 1                      # resumed at step 1: evaluations 0 and 1 were logged before
+    first = sink.log_step(ROW, 2, evals=[ev[0], ev[1], ev[2]])
+    second = sink.log_step(ROW, 3, evals=[ev[0], ev[1], ev[2], ev[3], ev[3].assign(success=0.0)])
+    sink.close()
+    assert list(first) == [2] and list(second) == [3]
+    scalars = _tensorboard_scalars(tmp_path / "tensorboard")
+    assert scalars["eval/heldout_tasks/reward/json"] == [(2, 0.5), (3, 0.75)]
+    assert scalars["eval/heldout_tasks/success"] == [(2, 1.0), (3, 1.0)]   # the budget copy of step 3 not again
+    assert [s for s, _ in scalars["hb/L"]] == [2, 3]
 
 
 def test_unknown_or_missing_tracker_is_one_line(monkeypatch):
@@ -142,21 +182,55 @@ SMALL = ["--set", "warm_steps=2", "--set", "n_train_tasks=30", "--set", "n_heldo
 def test_hb_real_log_tensorboard_streams_each_train_row(tmp_path, monkeypatch):
     pytest.importorskip("tensorboard")
     from hbsim.cli import main
+    from real_runs.world.episode import Episode
     monkeypatch.setenv("HB_CACHE_DIR", str(tmp_path / "warm"))
+    # a stand-in checker with reward variance inside groups, so every step optimizes (a finite loss)
+    monkeypatch.setattr(Episode, "reward", lambda self: (sum(map(ord, self.context())) % 3) / 2.0)
     out = tmp_path / "run"
     assert main(["real", "--preset", "tiny", "--policy", "uniform", "--seed", "0", "--device", "cpu", "--steps", "2",
-                 "--out", str(out), *SMALL, "--log", "tensorboard"]) == 0
+                 "--out", str(out), *SMALL, "--eval-every", "1", "--log", "tensorboard"]) == 0
     train = pd.read_parquet(out / "train.parquet")
+    groups, ev = pd.read_parquet(out / "groups.parquet"), pd.read_parquet(out / "eval.parquet")
     scalars = _tensorboard_scalars(out / "tensorboard")
     harnesses = [c[2:] for c in train.columns if c.startswith("p_")]
     assert [s for s, _ in scalars["hb/arm"]] == [1, 2]
+
+    def close(a, b, tag):
+        assert math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-7), (tag, a, b)   # TensorBoard stores float32
+
     for _, row in train.iterrows():
         want = row_metrics(row.to_dict(), harnesses)
         got = {tag: v for tag, vals in scalars.items() for s, v in vals if s == row["step"]}
-        assert set(got) == set(want) and "hb/p/" + harnesses[0] in got
+        assert {t for t in got if t.startswith("hb/")} == set(want) and "hb/p/" + harnesses[0] in got
         for tag, value in want.items():
             if tag not in ("hb/seconds_scheduler", "hb/overhead_frac"):      # timings: the row's own float32
-                assert math.isclose(got[tag], value, rel_tol=1e-6, abs_tol=1e-7), tag
+                close(got[tag], value, tag)
+        # the parquet files' values under their names: train.parquet's loss and gradient norm, the
+        # step's generated groups (groups.parquet; G is fixed, so the rollout mean is the group mean)
+        assert row["groups_optimized"] > 0 and np.isfinite(row[["loss", "grad_norm"]].astype(float)).all()
+        for column in ("loss", "grad_norm", "kl", "clip_frac", "update_norm"):
+            close(got[f"train/{column}"], row[column], column)
+        mine = groups[groups["step"] == row["step"]]
+        want = {"groups/reward_mean": mine["reward_mean"].mean(), "groups/success": mine["success"].mean()}
+        for h, part in mine.groupby("harness"):
+            want.update({f"groups/reward_mean/{h}": part["reward_mean"].mean(),
+                         f"groups/success/{h}": part["success"].mean()})
+        assert {t for t in got if t.startswith("groups/")} == set(want) and len(mine) > 0
+        for tag, value in want.items():
+            close(got[tag], value, tag)
+    # every evaluation (steps 0, 1, 2), per suite and per (suite, harness), at its own step
+    assert sorted(ev["step"].unique()) == [0, 1, 2] and set(ev["suite"]) == {"heldout_tasks", "heldout_harness"}
+    for step, e in ev.groupby("step"):
+        got = {tag: v for tag, vals in scalars.items() for s, v in vals if s == step and tag.startswith("eval/")}
+        want = {}
+        for suite, part in e.groupby("suite"):
+            for column in ("success", "reward"):
+                want[f"eval/{suite}/{column}"] = part[column].mean()
+                want.update({f"eval/{suite}/{column}/{h}": v for h, v in part.groupby("harness")[column].mean().items()})
+        assert set(got) == set(want)
+        for tag, value in want.items():
+            close(got[tag], value, tag)
+    assert all(len({s for s, _ in v}) == len(v) for v in scalars.values())      # nothing logged twice
 
 
 @pytest.mark.torch

@@ -44,7 +44,8 @@ def test_a_preset_is_the_table_with_other_defaults():
     assert isinstance(cfg, RealConfig) and cfg.lr == 1.0 and isinstance(cfg.lr, float)
     assert dataclasses.asdict(cfg) == {**gpu.defaults(), "lr": 1.0}
     assert resolve("tiny", lr=None).lr == 1e-3                 # None keeps the preset's value
-    assert {p: PRESETS[p]["batch_groups"] for p in PRESETS} == {"tiny": 2, "cpu-small": 4, "cpu-world": 4, "gpu-small": 8}
+    assert {p: PRESETS[p]["batch_groups"] for p in PRESETS} == {"tiny": 2, "cpu-small": 4, "cpu-world": 4,
+                                                                "smollm2-135m": 6, "gpu-small": 8}
     assert "batch_groups" not in REAL_KNOBS      # a run-config key: `hb real` takes the preset's as its default
     with pytest.raises(UserError, match="env.warm_tasks=100001 is not allowed"):
         preset_knobs("gpu-small").resolve({"warm_tasks": 100_001})
@@ -52,7 +53,8 @@ def test_a_preset_is_the_table_with_other_defaults():
 
 def test_knob_defaults_keep_the_preset():
     knobs = real_runs.adapter_knobs()
-    assert knobs["n_harnesses"] == 6 and knobs["d_model"] is None and knobs["kl_coef"] == 0.05
+    assert knobs["n_harnesses"] == 6 and knobs["d_model"] is None and knobs["clip_low"] == 0.2
+    assert knobs["kl_coef"] is None and knobs["world"] is None     # the smollm2-135m preset sets them
     assert "batch_groups" not in knobs and knobs["preset"] == "tiny"
     merged = {**{k: v for k, v in knobs.items() if k != "n_harnesses"}, "preset": "gpu-small"}
     cfg = real_runs.resolve(**merged)

