@@ -57,7 +57,7 @@ import numpy as np
 from policies.errors import UserError
 from policies.validate import check_int
 from real_runs import streams
-from real_runs.world.tasks import MAX_TASKS, normalise
+from real_runs.world.tasks import MAX_TASKS, distinct_splits, normalise
 
 STOP = "<|im_end|>"
 CATEGORIES = ("easy", "medium", "hard")
@@ -311,22 +311,13 @@ def make_tasks(seed: int, n_train: int = 300, n_heldout: int = 100) -> tuple[lis
     n_heldout = check_int("n_heldout", n_heldout, 0, MAX_TASKS - n_train)
     rng = streams.rng(seed, streams.TASKS, 2)
     kinds = list(KINDS)
-    seen = {(name, k.example) for name, k in KINDS.items()}
-    out: list[list[QTask]] = []
-    for prefix, n in (("t", n_train), ("h", n_heldout)):
-        tasks: list[QTask] = []
-        tries = 0
-        while len(tasks) < n:
-            tries += 1
-            if tries > 50 * n + 1000:
-                raise UserError(f"n_{'train' if prefix == 't' else 'heldout'}={n} is too large: the answer world "
-                                "cannot supply that many distinct questions")
-            name = kinds[len(tasks) % len(kinds)]
-            k = KINDS[name]
-            args = k.draw(rng)
-            if (name, args) in seen:
-                continue
-            seen.add((name, args))
-            tasks.append(QTask(f"{prefix}{len(tasks):04d}-{name}", k.category, name, args, k.solve(args)))
-        out.append(tasks)
-    return out[0], out[1]
+
+    def draw(prefix: str, i: int) -> QTask:
+        name = kinds[i % len(kinds)]
+        k = KINDS[name]
+        args = k.draw(rng)
+        return QTask(f"{prefix}{i:04d}-{name}", k.category, name, args, k.solve(args))
+
+    return distinct_splits(
+        n_train, n_heldout, draw, lambda q: (q.kind, q.args), {(name, k.example) for name, k in KINDS.items()},
+        lambda what, n: f"{what}={n} is too large: the answer world cannot supply that many distinct questions")

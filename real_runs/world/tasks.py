@@ -277,23 +277,35 @@ def make_tasks(seed: int, n_train: int = 300, n_heldout: int = 100) -> tuple[lis
     n_train = check_int("n_train", n_train, 1, MAX_TASKS)
     n_heldout = check_int("n_heldout", n_heldout, 0, MAX_TASKS - n_train)
     rng = streams.rng(seed, streams.TASKS)
-    seen: set[tuple] = set()
-    out: list[list[Task]] = []
-    for prefix, n in (("t", n_train), ("h", n_heldout)):
-        tasks: list[Task] = []
+
+    def draw(prefix: str, i: int) -> Task:
+        cat = CATEGORIES[i % len(CATEGORIES)]
+        instr, files, goal, answer, sol = GENERATORS[cat](rng, set())
+        return Task(f"{prefix}{i:04d}-{cat}", cat, instr, tuple(sorted(files.items())), tuple(goal), answer,
+                    tuple(sol))
+
+    train, heldout = distinct_splits(
+        n_train, n_heldout, draw, Task.signature, set(),
+        lambda what, n: f"{what}={n} is too large: the vocabularies cannot supply that many distinct tasks")
+    return train, heldout
+
+
+def distinct_splits(n_train: int, n_heldout: int, draw, key, seen: set, too_many) -> tuple[list, list]:
+    """The training then held-out items of a task world: item i of a split is `draw(prefix, i)`
+    (prefix "t" or "h"), drawn again while its `key` is in `seen` (so no item repeats across
+    the splits); UserError `too_many("n_train" | "n_heldout", n)` after 50 n + 1000 draws."""
+    out = []
+    for prefix, what, n in (("t", "n_train", n_train), ("h", "n_heldout", n_heldout)):
+        items: list = []
         tries = 0
-        while len(tasks) < n:
+        while len(items) < n:
             tries += 1
             if tries > 50 * n + 1000:
-                raise UserError(f"n_{'train' if prefix == 't' else 'heldout'}={n} is too large: "
-                                 "the vocabularies cannot supply that many distinct tasks")
-            cat = CATEGORIES[len(tasks) % len(CATEGORIES)]
-            instr, files, goal, answer, sol = GENERATORS[cat](rng, set())
-            task = Task(f"{prefix}{len(tasks):04d}-{cat}", cat, instr, tuple(sorted(files.items())),
-                        tuple(goal), answer, tuple(sol))
-            if task.signature() in seen:
+                raise UserError(too_many(what, n))
+            item = draw(prefix, len(items))
+            if key(item) in seen:
                 continue
-            seen.add(task.signature())
-            tasks.append(task)
-        out.append(tasks)
+            seen.add(key(item))
+            items.append(item)
+        out.append(items)
     return out[0], out[1]
