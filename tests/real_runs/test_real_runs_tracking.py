@@ -139,6 +139,11 @@ def test_wandb_sink_writes_an_offline_run_read_back(tmp_path, monkeypatch):
     sink.log(ROW, 3)
     sink.log({**ROW, "learnability": 0.25, "arm": 1}, 4)
     sink.close()
+    import wandb
+    # W&B's service process writes the offline run file after finish() returns (here, about 1
+    # read in 3 found only its 7-byte header); a process's exit tears the service down, which
+    # waits for the file (what `hb real` does when it ends): do the same before reading it back.
+    wandb.teardown()
     hist = _wandb_history(tmp_path)
     assert [h["_step"] for h in hist] == [3, 4]
     for h, want in zip(hist, (row_metrics(ROW, H), row_metrics({**ROW, "learnability": 0.25, "arm": 1}, H))):

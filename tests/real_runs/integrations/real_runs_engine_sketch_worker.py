@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from real_runs_fsdp2_sketch_worker import DIM, SEED, Net, batch
+from real_runs_fsdp2_sketch_worker import DIM, SEED, Net, batch, exit_now
 
 CLIP = 0.01
 
@@ -81,3 +81,4 @@ if __name__ == "__main__":
               f"grad norms {got['norms'].round(4).tolist()}")
     else:
         main(sys.argv[1])
+        exit_now()
