@@ -205,21 +205,21 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
     store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=force_mixed,
                     planned=[[c.id, c.label, c.seed] for c in cells])
     out = Path(out).resolve()
-    scenario = {p.part: p.scenario for p in spec.parts} if spec.parts else {None: spec.scenario}   # `[env] scenario`
     tasks = [{"id": c.id, "config": c.config, "dir": str(out / CELLS / c.id), "log": True, "failures": str(out),
-              "summary": True,
-              "plugins": spec.plugins, "meta": {"grid": {"name": spec.name, "cell_id": c.id, "sweep": c.sweep,
-                                                         "label": c.label, "seed": c.seed},
-                                                **_scenario_meta(scenario.get(c.sweep.get(PART)))}}
+              "summary": True, "plugins": spec.plugins, "meta": cell_meta(spec, c)}
              for c in cells]
     report = run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress, on_done=on_done)
     markers.complete_output_dir(out)        # the marker last, with every file and cell written
     return report
 
 
-def _scenario_meta(record: dict | None) -> dict:
-    """run.json's `scenario` (its name, file and sha256) for a cell whose env came from one."""
-    return {"scenario": record} if record else {}
+def cell_meta(spec: GridSpec, cell) -> dict:
+    """What a grid adds to a cell's run.json: `grid` (its name, the cell's id, sweep, label and
+    seed) and, for a cell whose env came from a scenario file, `scenario` (name, file, sha256)."""
+    scenario = {p.part: p.scenario for p in spec.parts} if spec.parts else {None: spec.scenario}   # `[env] scenario`
+    record = scenario.get(cell.sweep.get(PART))
+    return {"grid": {"name": spec.name, "cell_id": cell.id, "sweep": cell.sweep, "label": cell.label,
+                     "seed": cell.seed}, **({"scenario": record} if record else {})}
 
 
 def run_tuned(spec: GridSpec, out: str | os.PathLike, **options):

@@ -12,7 +12,12 @@ skipped; a run with a checkpoint is resumed; its checkpoint is removed once the 
 complete (model, reference and Adam: ~2 GB for SmolLM2-135M). Each run's stderr goes to
 OUT/logs/<label>-s<seed>.log, this script's lines to stderr. OUT is a folder of `hb real`
 run folders: `python -m reports.transfer OUT` reads it; `hb report` reads a grid, so the
-design comparison goes through `hb grid run` (docs/REAL_RUNS.md).
+design comparison goes through `hb grid run` (docs/REAL_RUNS.md), or through this script with
+`--grid DIR`: every complete run is also written as the grid's cell DIR/cells/<id>/ (its tables,
+run.json with the `grid` record `hb grid run` writes), so `hb grid collect DIR` and
+`hb report DIR` read the runs as one grid:
+
+    python scripts/real_grid_cells.py ablations/examples/lm_grid.toml --out runs/lm-runs --grid runs/lm-grid
 """
 from __future__ import annotations
 
@@ -58,7 +63,7 @@ def cell_args(config: dict, out: Path) -> list[str]:
 
 def main(argv=None) -> int:
     from ablations.spec import load_spec
-    from hbsim.contract import CHECKPOINT
+    from hbsim.contract import CELLS, CHECKPOINT
     from hbsim.contract.records import config_hash, is_complete
     from real_runs.cli import add_arguments, build_config
 
@@ -66,6 +71,7 @@ def main(argv=None) -> int:
     parser.add_argument("grid")
     parser.add_argument("--out", required=True)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--grid", dest="grid_dir", help="also write each complete run as a cell of this grid directory")
     args = parser.parse_args(argv)
     spec = load_spec(args.grid)
     cells = sorted(spec.cells(), key=lambda c: spec.seeds.index(c.seed))     # stable: the file's order per seed
@@ -84,6 +90,15 @@ def main(argv=None) -> int:
             return 2
         if not is_complete(folder):
             todo.append((cell, folder, argv_cell))
+    grid = None
+    if args.grid_dir:
+        from ablations import store
+        grid = Path(args.grid_dir)
+        store.open_grid(grid, spec.name, {"path": spec.path, "raw": spec.raw},
+                        planned=[[c.id, c.label, c.seed] for c in cells])
+        for cell in cells:
+            if is_complete(out / f"{cell.label}-s{cell.seed}"):
+                add_cell(grid, spec, cell, out / f"{cell.label}-s{cell.seed}")
     print(f"{len(cells) - len(todo)} of {len(cells)} cells complete; running {len(todo)}, {args.jobs} at a time",
           file=sys.stderr)
     (out / "logs").mkdir(exist_ok=True)
@@ -110,9 +125,29 @@ def main(argv=None) -> int:
             ok = proc.returncode == 0 and is_complete(folder)
             if ok:
                 shutil.rmtree(folder / Path(CHECKPOINT).parent, ignore_errors=True)
+                if grid is not None:
+                    add_cell(grid, spec, cell, folder)
             print(f"{time.strftime('%H:%M:%S')} {'finished' if ok else f'FAILED (exit {proc.returncode})'} "
                   f"{cell.label} seed {cell.seed}", file=sys.stderr, flush=True)
+    if grid is not None and all(is_complete(grid / CELLS / c.id) for c in cells):
+        from hbsim.contract import markers
+        markers.complete_output_dir(grid)
     return 0
+
+
+def add_cell(grid: Path, spec, cell, run_dir: Path) -> None:
+    """The complete `hb real` run `run_dir` as the cell grid/cells/<id>/ (written atomically,
+    once): its tables, and run.json with what `hb grid run` adds (`ablations.runner.cell_meta`)."""
+    from ablations.runner import cell_meta
+    from hbsim.contract import CELLS
+    from hbsim.contract.atomic import write_dir_atomic
+    from hbsim.contract.records import fill_run_dir, is_complete, read_run
+
+    if is_complete(grid / CELLS / cell.id):
+        return
+    result = read_run(run_dir)
+    result.meta.update(cell_meta(spec, cell))
+    write_dir_atomic(grid / CELLS / cell.id, lambda tmp: fill_run_dir(result, tmp), keep=is_complete)
 
 
 if __name__ == "__main__":

@@ -57,11 +57,12 @@ class HFCausalLM(nn.Module):
         except AttributeError as exc:
             raise UserError(f"hf_block_path={block_path!r} is not a module of this model: {exc}") from None
 
-    def forward(self, tokens, positions, key_valid, cache=None, start=0):
-        """Same contract as `Transformer.forward`; HF builds the causal mask from key_valid."""
+    def forward(self, tokens, positions, key_valid, cache=None, start=0, keep_last=0):
+        """Same contract as `Transformer.forward`; HF builds the causal mask from key_valid
+        (keep_last: transformers' `logits_to_keep`)."""
         out = self.hf(input_ids=tokens, attention_mask=key_valid.long(), position_ids=positions,
                       past_key_values=None if cache is None else cache[0],
-                      use_cache=cache is not None)
+                      use_cache=cache is not None, logits_to_keep=keep_last)
         if cache is not None:
             cache[0] = out.past_key_values
         return out.logits.float()
@@ -69,6 +70,12 @@ class HFCausalLM(nn.Module):
     def new_cache(self, batch: int, length: int):
         from transformers import DynamicCache
         return [DynamicCache()]
+
+    @staticmethod
+    def select_cache(cache, index: torch.Tensor):
+        """The cache of the rows `index` (B',) long, a row repeated as often as it is named."""
+        cache[0].reorder_cache(index)
+        return cache
 
 
 def _unreadable() -> tuple[type, ...]:

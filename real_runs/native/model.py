@@ -145,11 +145,13 @@ class Transformer(nn.Module):
                 std = 0.02 / math.sqrt(2 * self.cfg.n_layer)
             p.copy_(torch.randn(p.shape, generator=generator) * std)
 
-    def forward(self, tokens, positions, key_valid, cache=None, start=0):
+    def forward(self, tokens, positions, key_valid, cache=None, start=0, keep_last=0):
         """tokens, positions: (B, T) long; key_valid: (B, start+T) bool, False at padding,
         or None when every key before a query is real (right padding, no cache);
-        cache: from `new_cache`, filled at [start, start+T) -> logits (B, T, V) float32."""
-        return self.lm_head(self.hidden(tokens, positions, key_valid, cache, start)).float()
+        cache: from `new_cache`, filled at [start, start+T) -> logits (B, T, V) float32;
+        keep_last = N > 0: the logits of the last N positions only, (B, N, V)."""
+        x = self.hidden(tokens, positions, key_valid, cache, start)
+        return self.lm_head(x[:, -keep_last:] if keep_last else x).float()
 
     def hidden(self, tokens, positions, key_valid, cache=None, start=0):
         """The final normalised hidden states (B, T, C) of `forward` (before `lm_head`)."""
@@ -173,6 +175,11 @@ class Transformer(nn.Module):
         return [(p.new_zeros(shape), p.new_zeros(shape)) for _ in self.blocks] + \
             [torch.zeros(batch, 1, dtype=torch.long, device=p.device)]
 
+    @staticmethod
+    def select_cache(cache, index: torch.Tensor):
+        """The cache of the rows `index` (B',) long, a row repeated as often as it is named."""
+        return [(k[index], v[index]) for k, v in cache[:-1]] + [cache[-1][index]]
+
 
 def attention_mask(key_valid: torch.Tensor, T: int, start: int = 0) -> torch.Tensor:
     """key_valid: (B, S) bool with S = start + T -> (B, 1, T, S) bool: query i (absolute
@@ -195,16 +202,21 @@ def right_pad(rows: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor
     return tokens.to(device), valid.to(device)
 
 
-def token_logprobs(model: Transformer, tokens: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+def token_logprobs(model: Transformer, tokens: torch.Tensor, valid: torch.Tensor, keep_from: int = 0) -> torch.Tensor:
     """Teacher-forced log p(tokens[:, t+1] | tokens[:, :t+1]) for right-padded rows.
 
     tokens, valid: (B, T) -> (B, T-1) float32 (entry t scores token t+1). Padding sits
     after every real token, so plain causal attention is exact for real positions.
+    keep_from = k > 0: only entries t >= k are scored (the vocabulary projection and its
+    softmax skip the prompt); entries before k are 0.
     """
+    T = tokens.shape[1]
+    keep_from = min(max(int(keep_from), 0), T - 1)
     positions = (valid.long().cumsum(1) - 1).clamp(min=0)
-    logits = model(tokens, positions, None if getattr(model, "causal_ok", False) else valid)  # (B, T, V)
-    logp = torch.log_softmax(logits[:, :-1], dim=-1)
-    return logp.gather(-1, tokens[:, 1:, None]).squeeze(-1)  # (B, T-1)
+    key_valid = None if getattr(model, "causal_ok", False) else valid
+    logits = model(tokens, positions, key_valid, keep_last=T - keep_from)     # (B, T - keep_from, V)
+    logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, tokens[:, keep_from + 1:, None]).squeeze(-1)
+    return logp if keep_from == 0 else torch.cat([logp.new_zeros(tokens.shape[0], keep_from), logp], dim=1)
 
 
 @torch.no_grad()
@@ -219,15 +231,25 @@ def sample(model: Transformer, prompts: list[list[int]], stop_ids: list[int], ma
     """
     device = next(model.parameters()).device
     B, P = len(prompts), max(len(p) for p in prompts)
-    tokens = torch.zeros(B, P, dtype=torch.long)
+    unique: dict[tuple[int, ...], int] = {}
+    row_of = [unique.setdefault(tuple(p), len(unique)) for p in prompts]   # a group's G rows share one prompt
+    tokens = torch.zeros(len(unique), P, dtype=torch.long)
     valid = torch.zeros(B, P + max_new, dtype=torch.bool)
+    for p, u in unique.items():
+        tokens[u, P - len(p):] = torch.tensor(p, dtype=torch.long)
     for i, p in enumerate(prompts):
-        tokens[i, P - len(p):] = torch.tensor(p, dtype=torch.long)
         valid[i, P - len(p):P] = True
+    index = torch.tensor(row_of, dtype=torch.long, device=device)
+    first = torch.tensor([row_of.index(u) for u in range(len(unique))], dtype=torch.long)
     tokens, valid = tokens.to(device), valid.to(device)
-    positions = (valid[:, :P].long().cumsum(1) - 1).clamp(min=0)  # (B, P)
-    cache = model.new_cache(B, P + max_new)
-    logits = model(tokens, positions, valid[:, :P], cache, 0)[:, -1]  # (B, V)
+    positions = (valid[first, :P].long().cumsum(1) - 1).clamp(min=0)  # (U, P)
+    cache = model.new_cache(len(unique), P + max_new)
+    # the prefill runs once per distinct prompt, then its cache rows are repeated; only the
+    # prompt's last position goes through the vocabulary projection
+    logits = model(tokens, positions, valid[first, :P], cache, 0, keep_last=1)[:, -1]  # (U, V)
+    if len(unique) < B:
+        cache = model.select_cache(cache, index)
+    logits, positions = logits[index], positions[index]                  # (B, V), (B, P)
     stop = torch.tensor(stop_ids, dtype=torch.long, device=device)
     pos = positions[:, -1]
     done = torch.zeros(B, dtype=torch.bool, device=device)

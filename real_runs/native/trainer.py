@@ -196,6 +196,12 @@ def global_sum(value: float, device) -> float:
     return float(value)
 
 
+def first_scored(mask: torch.Tensor) -> int:
+    """The first log-prob column (B, T-1) any row of the micro-batch trains on (0 if none)."""
+    cols = torch.nonzero(mask.any(0))
+    return int(cols[0]) if len(cols) else 0
+
+
 def accumulate_gradients(model, ref, rows: Rows, *, micro_batch: int, n_tokens_global: float,
                          clip_low: float, clip_high: float, kl_coef: float) -> dict:
     """Micro-batched backward of the token-mean GRPO loss; gradients accumulate in `.grad`.
@@ -206,11 +212,12 @@ def accumulate_gradients(model, ref, rows: Rows, *, micro_batch: int, n_tokens_g
     stats = {"loss": 0.0, "kl_sum": 0.0, "clipped": 0.0, "ratio_sum": 0.0}
     for lo in range(0, len(rows), micro_batch):
         batch = pad_rows(rows, list(range(lo, min(lo + micro_batch, len(rows)))), device)
-        logp = token_logprobs(model, batch["tokens"], batch["valid"])  # (B, T-1)
+        keep_from = first_scored(batch["mask"])     # the prompt before it needs no vocabulary projection
+        logp = token_logprobs(model, batch["tokens"], batch["valid"], keep_from)  # (B, T-1)
         ref_logp = None
         if kl_coef:
             with torch.no_grad():
-                ref_logp = token_logprobs(ref, batch["tokens"], batch["valid"])
+                ref_logp = token_logprobs(ref, batch["tokens"], batch["valid"], keep_from)
         loss_sum, s = grpo_token_loss(logp, batch["old_logp"], ref_logp, batch["adv"], batch["mask"],
                                       clip_low=clip_low, clip_high=clip_high, kl_coef=kl_coef)
         (loss_sum / n_tokens_global).backward()

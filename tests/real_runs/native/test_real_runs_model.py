@@ -46,6 +46,10 @@ def test_kv_cached_sampling_matches_teacher_forcing_and_stops(model):
         lp = token_logprobs(model, tokens, valid)
     for i, (p, c) in enumerate(zip(prompts, comps)):
         assert torch.allclose(lp[i, len(p) - 1:len(p) - 1 + len(c)], torch.tensor(lps[i]), atol=1e-5)
+    with torch.no_grad():                       # scoring from column 4 on: the same there, 0 before
+        part = token_logprobs(model, tokens, valid, keep_from=4)
+    assert part.shape == lp.shape and not part[:, :4].any()
+    assert torch.allclose(part[:, 4:], lp[:, 4:], atol=1e-6)
     again = sample(model, prompts, stops, 20, torch.Generator().manual_seed(1))
     assert again == (comps, lps)
     other = sample(model, prompts, stops, 20, torch.Generator().manual_seed(2))
@@ -68,10 +72,38 @@ def test_hf_wrapper_samples_and_scores_like_the_builtin(tmp_path):
     PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="[UNK]").save_pretrained(tmp_path)
     m = load_hf_model(str(tmp_path), "transformer.h", "cpu", max_len=128)
     assert len(block_parameters(m, m.block_path, 2)) > 0
-    prompts = [m.tokenizer.encode("ab c"), m.tokenizer.encode("hello")]
-    comps, lps = sample(m, prompts, [m.tokenizer.stop_id("\n")] * 2, 6, torch.Generator().manual_seed(0))
+    prompts = [m.tokenizer.encode("ab c"), m.tokenizer.encode("hello"), m.tokenizer.encode("ab c")]
+    comps, lps = sample(m, prompts, [m.tokenizer.stop_id("\n")] * 3, 6, torch.Generator().manual_seed(0))
     tokens, valid = right_pad([p + c for p, c in zip(prompts, comps)], "cpu")
     with torch.no_grad():
         lp = token_logprobs(m, tokens, valid)
     for i, (p, c) in enumerate(zip(prompts, comps)):
         assert torch.allclose(lp[i, len(p) - 1:len(p) - 1 + len(c)], torch.tensor(lps[i]), atol=1e-4)
+    with torch.no_grad():                       # transformers' logits_to_keep: the last T - 3 columns
+        part = token_logprobs(m, tokens, valid, keep_from=3)
+    assert part.shape == lp.shape and not part[:, :3].any()
+    assert torch.allclose(part[:, 3:], lp[:, 3:], atol=1e-5)
+
+
+def test_a_shared_prompt_is_prefilled_once_and_its_rows_sample_apart(model, monkeypatch):
+    """Rows with the same prompt (a group's G rollouts) share one prefill: the model sees the
+    distinct prompts only, each row then samples on its own, scored as teacher forcing scores it."""
+    tok = ByteTokenizer()
+    prompts = [tok.encode("same prompt"), tok.encode("other"), tok.encode("same prompt"), tok.encode("same prompt")]
+    widths = []
+    forward = Transformer.forward
+
+    def spy(self, tokens, *args, **kwargs):
+        widths.append(tuple(tokens.shape))
+        return forward(self, tokens, *args, **kwargs)
+
+    monkeypatch.setattr(Transformer, "forward", spy)
+    comps, lps = sample(model, prompts, [300] * 4, 12, torch.Generator().manual_seed(5))
+    monkeypatch.undo()
+    assert widths[0] == (2, len(prompts[0])) and all(w == (4, 1) for w in widths[1:])
+    assert len({tuple(c) for c in (comps[0], comps[2], comps[3])}) > 1     # the shared rows sample apart
+    tokens, valid = right_pad([p + c for p, c in zip(prompts, comps)], "cpu")
+    with torch.no_grad():
+        lp = token_logprobs(model, tokens, valid)
+    for i, (p, c) in enumerate(zip(prompts, comps)):
+        assert torch.allclose(lp[i, len(p) - 1:len(p) - 1 + len(c)], torch.tensor(lps[i]), atol=1e-5)

@@ -171,3 +171,23 @@ def test_micro_batching_does_not_change_the_gradient(tiny_batch):
                              clip_low=0.2, clip_high=0.2, kl_coef=0.05)
         grads.append(torch.cat([p.grad.reshape(-1) for p in m.parameters()]))
     assert torch.allclose(grads[0], grads[1], atol=1e-6) and torch.allclose(grads[0], grads[2], atol=1e-6)
+
+
+def test_skipping_the_prompts_vocabulary_projection_keeps_the_gradient(tiny_batch, monkeypatch):
+    """accumulate_gradients scores only from the micro-batch's first trained column on
+    (`first_scored`): the same loss and gradient as scoring every position."""
+    import real_runs.native.trainer as trainer
+    model, rows = tiny_batch
+    batch = trainer.pad_rows(rows, [0, 1, 2], "cpu")
+    prompt = len(rows.tokens[0]) - sum(n for _, n in rows.spans[0])
+    assert trainer.first_scored(batch["mask"]) == prompt - 1 > 0          # column t scores token t+1
+    assert trainer.first_scored(torch.zeros(2, 5)) == 0
+    got = {}
+    for name, first in (("skip", trainer.first_scored), ("full", lambda mask: 0)):
+        monkeypatch.setattr(trainer, "first_scored", first)
+        m = copy.deepcopy(model)
+        stats = accumulate_gradients(m, copy.deepcopy(model), rows, micro_batch=3, n_tokens_global=rows.n_tokens,
+                                     clip_low=0.2, clip_high=0.2, kl_coef=0.05)
+        got[name] = (stats, torch.cat([p.grad.reshape(-1) for p in m.parameters()]))
+    assert got["skip"][0] == pytest.approx(got["full"][0], rel=1e-6, abs=1e-9)
+    assert torch.allclose(got["skip"][1], got["full"][1], atol=1e-7) and got["full"][1].abs().sum() > 0
