@@ -53,8 +53,10 @@ browser:
 
 venv: $(STAMP)
 
+# --durations: the 25 slowest test phases, printed at the end of every run (CI's log shows
+# where the suite's time goes: docs/PERFORMANCE.md, "make test: the long files")
 test: $(STAMP) browser venv-trainers
-	$(VENV)/bin/python -m pytest $(XDIST)
+	$(VENV)/bin/python -m pytest $(XDIST) --durations=25
 
 # the real packages (verl 0.7.1, verl 0.9.1, skyrl 0.4.0) driving the scheduler through their own
 # trainers, a kill and a resume (also in `make test`)
