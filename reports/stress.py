@@ -164,12 +164,16 @@ def reading(prof: pd.DataFrame) -> str:
         no_gap = gaps[~(gaps["gap_p"] < ALPHA) | (gaps["gap"] <= 0)]["axis"].tolist()
         if no_gap:
             unposed.append(f"{scenario} ({', '.join(no_gap)})")
-    text = (f"On every axis ({', '.join(axes_all)}: horizon x the shipped steps / step size x the shipped lr): "
-            + ("; ".join(robust) + ". " if robust else "no verdict holds anywhere. "))
+    one = len(axes_all) == 1            # `hb stress --quick`: no second axis to hold or flip on
+    text = (f"On {'its one axis' if one else 'every axis'} ({', '.join(axes_all)}: horizon x the shipped steps / "
+            "step size x the shipped lr): " + ("; ".join(robust) + ". " if robust else "no verdict holds anywhere. "))
     if quiet and robust:
-        text += f"No verdict holds on every axis in {_names(quiet)}. "
-    text += ("Verdicts that flip between axes: " + "; ".join(flips) + ". ") if flips else \
-        "No verdict flips between axes. "
+        text += f"No verdict holds {'' if one else 'on every axis '}in {_names(quiet)}. "
+    if one:
+        text += "Whether a verdict flips with the horizon or the step size is not tested (one axis: run the default profile). "
+    else:
+        text += ("Verdicts that flip between axes: " + "; ".join(flips) + ". ") if flips else \
+            "No verdict flips between axes. "
     if unposed:
         text += (f"The reference's own gain over uniform is not significant in {_names(unposed)}: no share there, "
                  "and no 'at least half' verdict. ")

@@ -376,6 +376,10 @@ def test_reading_states_what_holds_on_every_axis_and_where_a_verdict_flips():
     assert "6 seeds" in text and "16 designs' cells" in text
     steady = profile.reading(_prof([c for c in cells if c[1] == "transfer"]))
     assert "No verdict flips between axes." in steady and "not significant" not in steady
+    quick = profile.reading(_prof([c for c in cells if (c[2], c[3]) == (1, 1)]))      # `--quick`: one axis
+    assert quick.startswith("On its one axis (1x/lr1: ") and "on every axis" not in quick.lower()
+    assert "No verdict holds in noise." not in quick and "mixed falls below uniform" in quick
+    assert "is not tested (one axis: run the default profile)" in quick and "flip between axes" not in quick
 
 
 def test_verdicts_come_from_the_seed_level_tests_and_skip_the_references():
