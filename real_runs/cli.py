@@ -33,7 +33,7 @@ from hbsim.contract import CHECKPOINT, RUN_JSON, TRL_CHECKPOINT
 from policies import validate
 from policies.errors import UserError
 from real_runs.command import RUN_SETS, add_log_option, check_log, run_knobs
-from real_runs.native.presets import PRESETS
+from real_runs.native.presets import PRESETS, preset_run_keys
 from real_runs.resume import same_run, within_steps
 
 
@@ -83,7 +83,7 @@ def build_config(args) -> dict:
         env["model_path"] = args.model
     return resolve_config({"env": {**env, **sets.env},
                            "policy": {"name": args.policy, "label": args.label or args.policy, **sets.policy},
-                           "batch_groups": PRESETS[preset]["batch_groups"], **run},
+                           **preset_run_keys(preset), **run},
                           resolve_env=resolve_env)
 
 

@@ -115,6 +115,7 @@ def cpu_steps(preset: str, steps: int, policy: str, seed: int, sets: list[str]) 
     import real_runs.native.rollout
     import real_runs.native.trainer
     from real_runs import make_adapter
+    from real_runs.native.presets import preset_run_keys
 
     cpu_clock = types.SimpleNamespace(perf_counter=time.thread_time, time=time.time, thread_time=time.thread_time)
     for module in (hbsim.loop, real_runs.native.adapter, real_runs.native.rollout, real_runs.native.trainer):
@@ -127,6 +128,8 @@ def cpu_steps(preset: str, steps: int, policy: str, seed: int, sets: list[str]) 
             knobs[key] = json.loads(value)
         except ValueError:
             knobs[key] = value
+    # batch_groups is a run key: the preset's (what `hb real` runs with) unless --set batch_groups=N
+    batch_groups = knobs.pop("batch_groups", None) or preset_run_keys(preset).get("batch_groups")
     t0 = time.thread_time()
     adapter = make_adapter(seed, preset=preset, threads=1, **knobs)
     load = time.thread_time() - t0
@@ -135,18 +138,19 @@ def cpu_steps(preset: str, steps: int, policy: str, seed: int, sets: list[str]) 
     evaluation = time.thread_time() - t0
     pol = policies.make(policy, n_arms=len(adapter.harnesses), seed=seed,
                         **({"warmup_rounds": 1} if policy.startswith("harnessbandit") else {}))
-    result = hbsim.loop.run(pol, adapter, steps, seed=seed)
+    result = hbsim.loop.run(pol, adapter, steps, seed=seed, batch_groups=batch_groups)
     train = result.train
     names = {"rollout": "generation", "tools": "scoring", "backward": "backward", "sketch": "sketch",
              "optimizer": "optimizer", "allreduce": "allreduce", "scheduler": "scheduler"}
     phases = {names.get(c[len("seconds_"):], c[len("seconds_"):]): float(train[c].mean()) for c in train.columns
               if c.startswith("seconds_") and c != "seconds_step"}
     total = float(train["seconds_step"].mean())
-    return {"preset": preset, "policy": policy, "steps": steps, "knobs": knobs,
+    return {"preset": preset, "policy": policy, "steps": steps, "knobs": knobs, "batch_groups": batch_groups,
             "cpu_seconds_per_step_by_phase": {k: round(v, 4) for k, v in phases.items()},
             "cpu_seconds_per_step": round(total, 3),
             "scheduler_share": round(phases.get("scheduler", 0.0) / total, 6) if total else None,
             "tokens_per_step": float(train["tokens"].mean()),
+            "groups_allocated_per_step": float(train[[c for c in train.columns if c.startswith("alloc_")]].sum(axis=1).mean()),
             "groups_optimized_per_step": float(train["groups_optimized"].mean()),
             "cpu_seconds_load": round(load, 2), "cpu_seconds_one_evaluation": round(evaluation, 2),
             "episodes_per_evaluation": int(len(frame)), "torch": torch.__version__}

@@ -186,6 +186,13 @@ REAL_KNOBS = Knobs({
 RealConfig = type(REAL_KNOBS.settings())
 
 
+def preset_run_keys(name: str) -> dict:
+    """The run-config keys (RUN_KEYS) preset `name` sets: {"batch_groups": N} (what `hb real`
+    and the CPU bench run with unless told otherwise)."""
+    REAL_KNOBS.check("preset", name)
+    return {k: PRESETS[name][k] for k in RUN_KEYS if k in PRESETS[name]}
+
+
 def preset_knobs(name: str) -> Knobs:
     """The knob table of preset `name`: REAL_KNOBS with the preset's defaults."""
     REAL_KNOBS.check("preset", name)

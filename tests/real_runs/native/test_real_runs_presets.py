@@ -95,3 +95,35 @@ def test_twin_knobs_are_recorded_only_when_set_and_cpu_world_sets_them():
     for bad in ("1,2", "1,2,3,4,5,x", "1,2,3,4,5,-1", 7):
         with pytest.raises(UserError, match=r"env\.warm_counts=.* is not allowed: expected .* per training harness"):
             resolve(warm_counts=bad)
+
+
+def test_a_presets_run_keys_are_what_hb_real_and_the_bench_run_with():
+    from real_runs.native.presets import preset_run_keys
+    assert preset_run_keys("smollm2-135m") == {"batch_groups": 6} and preset_run_keys("tiny") == {"batch_groups": 2}
+    with pytest.raises(UserError, match="preset='huge' is not allowed"):
+        preset_run_keys("huge")
+
+
+@pytest.mark.slow
+def test_the_cpu_bench_steps_at_the_presets_batch_size():
+    """`python -m real_runs.native.bench cpu-steps` ran hbsim's default batch (8 groups), not the
+    preset's: its per-step figures then meant a bigger step than `hb real` takes."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    small = ["--set", "warm_steps=2", "--set", "n_train_tasks=30", "--set", "n_heldout_tasks=5", "--set",
+             "eval_tasks=1", "--set", "eval_attempts=1", "--set", "max_new_tokens=8"]
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    for extra, want in (([], 2), (["--set", "batch_groups=3"], 3)):
+        done = subprocess.run([sys.executable, "-m", "real_runs.native.bench", "cpu-steps", "--preset", "tiny",
+                               "--steps", "2", "--policy", "uniform", *small, *extra], env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        got = json.loads(done.stdout)
+        assert got["batch_groups"] == want and got["groups_allocated_per_step"] == want
+        assert got["groups_optimized_per_step"] <= want
+        assert "batch_groups" not in got["knobs"] and got["knobs"]["warm_steps"] == 2
