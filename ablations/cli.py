@@ -19,13 +19,14 @@ import sys
 from pathlib import Path
 
 from ablations import store
-from ablations.runner import ProgressBar, add_run_options, run_grid, run_tuned
+from ablations.runner import REAL_CHECKPOINT_EVERY, ProgressBar, add_run_options, run_grid, run_tuned
 from ablations.spec import load_spec
 from ablations.tune import is_tuned, planned_configs, test_spec
 from hbsim.contract import CELLS, GRID_JSON
 from hbsim.contract.records import done_ids, load_cells, read_grid_record, read_meta
 from hbsim.experiment import warmup_line
 from policies.errors import UserError
+from policies.validate import MAX_STEPS, check_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("grid", help="grid TOML file")
     p.add_argument("--out", required=True, help="grid directory (created; resumable)")
     add_run_options(p)
+    p.add_argument("--checkpoint-every", type=int, default=REAL_CHECKPOINT_EVERY, metavar="N",
+                   help="a real grid's cells (env kind 'real') checkpoint into DIR/running/ after step 1 and every "
+                        f"N steps, and a rerun continues a killed cell from there (default {REAL_CHECKPOINT_EVERY}; "
+                        "0: a killed cell starts over)")
     p.add_argument("--force", "--force-mixed", dest="force_mixed", action="store_true",
                    help="write into DIR although it holds another grid, another kind of output, or files hb did "
                         "not create")
@@ -82,13 +87,14 @@ def cmd_plan(args) -> int:
 
 
 def cmd_run(args) -> int:
+    check_int("--checkpoint-every", args.checkpoint_every, 0, MAX_STEPS)
     spec = load_spec(args.grid)
     note = warmup_line(planned_configs(spec))       # said once the checks passed and the cells start
     if is_tuned(spec):
         return _run_tuned(spec, args, note)
     rows: dict[str, tuple] = {}
     report = run_grid(spec, args.out, jobs=args.jobs, backend=args.backend, ray_address=args.ray_address,
-                      force_mixed=args.force_mixed, progress=ProgressBar(note=note),
+                      force_mixed=args.force_mixed, progress=ProgressBar(note=note), checkpoint_every=args.checkpoint_every,
                       on_done=lambda answer: rows.update({answer["id"]: answer["rows"]} if "rows" in answer else {}))
     print(f"grid {spec.name!r}: {report.total} cells, {report.skipped} already done, {report.ran} run, "
           f"{len(report.failed)} failed; results in {args.out}")

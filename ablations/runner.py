@@ -37,10 +37,10 @@ from typing import Callable
 import ablations.store as store
 import ablations.tune as tune
 import ablations.worker as worker
-from ablations.plan import GridSpec
+from ablations.plan import REAL_KIND, GridSpec
 from hbsim.contract import atomic, folders, lifeline, threads
 from hbsim.contract import markers
-from hbsim.contract import CELLS, PART, TUNE_DIR, TUNE_JSON
+from hbsim.contract import CELLS, PART, RUNNING, TUNE_DIR, TUNE_JSON
 from hbsim.contract.records import config_hash, is_complete, read_meta
 from policies.errors import UserError
 from policies.registry import loaded_plugins
@@ -194,19 +194,28 @@ def run_many(tasks: list[dict], *, jobs: int | None = None, backend: str = "loca
     return report
 
 
+#: a real grid cell's checkpoint interval in steps (`hb grid run --checkpoint-every`)
+REAL_CHECKPOINT_EVERY = 5
+
+
 def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None, backend: str = "local",
              ray_address: str | None = None, force_mixed: bool = False,
              progress: Callable[[int, int, int], None] | None = None,
-             on_done: Callable[[dict], None] | None = None) -> RunReport:
+             on_done: Callable[[dict], None] | None = None,
+             checkpoint_every: int = REAL_CHECKPOINT_EVERY) -> RunReport:
     """Run every cell of `spec` missing from the grid directory `out`: DIR/cells/<id>/ with
-    log.txt, failures in DIR/failed/ (`run_many`; each answer carries its summary rows)."""
+    log.txt, failures in DIR/failed/ (`run_many`; each answer carries its summary rows). A
+    real cell (`[env] kind = "real"`) checkpoints into DIR/running/<id>/ after its first step
+    and every `checkpoint_every` steps (0: never), and a rerun continues it from there."""
     check_run_options(jobs, backend, ray_address)
     cells = spec.cells()
     store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=force_mixed,
                     planned=[[c.id, c.label, c.seed] for c in cells])
     out = Path(out).resolve()
     tasks = [{"id": c.id, "config": c.config, "dir": str(out / CELLS / c.id), "log": True, "failures": str(out),
-              "summary": True, "plugins": spec.plugins, "meta": cell_meta(spec, c)}
+              "summary": True, "plugins": spec.plugins, "meta": cell_meta(spec, c),
+              **({"resume_dir": str(out / RUNNING / c.id), "checkpoint_every": checkpoint_every}
+                 if c.config["env"].get("kind") == REAL_KIND and checkpoint_every else {})}
              for c in cells]
     report = run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress, on_done=on_done)
     markers.complete_output_dir(out)        # the marker last, with every file and cell written

@@ -9,8 +9,10 @@ failed it) and the batch goes on, unless the storage refused the write (`run_man
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import time
 import traceback
 from pathlib import Path
@@ -39,7 +41,12 @@ def execute(task: dict) -> dict:
     started, cpu = time.perf_counter(), time.process_time()
     try:
         load_plugins(task.get("plugins", []))
-        result = run_config(task["config"], adapter_factory=adapter_factory(task["config"]))
+        state, hook = None, None
+        if task.get("resume_dir"):            # a real cell: its own checkpoints (real_runs.resume.cell_checkpoints)
+            from real_runs.resume import cell_checkpoints
+            state, hook = cell_checkpoints(task["resume_dir"], task["config"], task["checkpoint_every"])
+        result = run_config(task["config"], adapter_factory=adapter_factory(task["config"]), state=state,
+                            checkpoint=hook)
         result.meta.update(task.get("meta") or {})
         if task.get("dir"):
             ran = time.perf_counter() - started
@@ -47,11 +54,17 @@ def execute(task: dict) -> dict:
             def write_into(tmp: Path) -> None:
                 fill_run_dir(result, tmp)
                 if task.get("log"):
+                    resumed = f", resumed at step {state['t']}" if state is not None else ""
                     (tmp / LOG).write_text(
-                        f"run {task['id']} ({result.meta['label']}, seed {result.meta['seed']}) ran in {ran:.3f}s, "
-                        f"tables written in {time.perf_counter() - started - ran:.3f}s, in process {os.getpid()}\n")
+                        f"run {task['id']} ({result.meta['label']}, seed {result.meta['seed']}) ran in {ran:.3f}s"
+                        f"{resumed}, tables written in {time.perf_counter() - started - ran:.3f}s, in process "
+                        f"{os.getpid()}\n")
 
             write_dir_atomic(task["dir"], write_into, keep=(lambda d: False) if task.get("replace") else is_complete)
+            if task.get("resume_dir"):         # the cell is written: its checkpoint goes, and DIR/running/ once empty
+                shutil.rmtree(task["resume_dir"], ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    Path(task["resume_dir"]).parent.rmdir()
             if task.get("failures"):
                 store.clear_failure(task["failures"], task["id"])
         answer = {"id": task["id"], "ok": True, "seconds": time.perf_counter() - started,

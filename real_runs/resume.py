@@ -2,7 +2,8 @@
 with the config of the command that resumes it (`same_run`), and the one check that the
 checkpoint does not lie beyond --steps (`within_steps`), shared by both `hb real` backends
 (`real_runs.cli` native, `real_runs.integrations.trl_run`), which import it from here
-(neither backend imports the other for it).
+(neither backend imports the other for it); and a grid cell's own checkpoints
+(`cell_checkpoints`: `hb grid run` of a real grid continues a killed cell from its last one).
 """
 from __future__ import annotations
 
@@ -26,3 +27,25 @@ def same_run(saved: dict, config: dict) -> None:
         diff += sorted(k for k in set(a) | set(b) if k != "env" and a.get(k) != b.get(k))
         raise UserError(f"--resume config does not match the checkpoint's ({', '.join(diff)} differ); "
                          "only --steps may change")
+
+
+def cell_checkpoints(run_dir, config: dict, every: int):
+    """A real grid cell's checkpoints in `run_dir` (the grid's DIR/running/<id>/): returns
+    (the loop state of its checkpoint, or None to start; the step hook for `run_config` that
+    saves one after step 1, every `every` steps and never at the last step, when the cell
+    itself is written). The checkpoint holds what `hb real`'s does (`native.checkpoint`)."""
+    from real_runs.native import checkpoint
+
+    saved = checkpoint.load(run_dir)
+    state = None
+    if saved is not None:
+        same_run(saved["config"], config)
+        within_steps(int(saved["loop"]["t"]), int(config["steps"]))
+        state = saved["loop"]
+
+    def hook(loop) -> bool:
+        if loop.t < int(config["steps"]) and (loop.t == 1 or loop.t % every == 0):
+            checkpoint.save(run_dir, config, loop.state_dict())
+        return False
+
+    return state, hook

@@ -1,7 +1,7 @@
 """Run the cells of a real grid (`[env] kind = "real"`) as `hb real` runs, each resumable
-mid-run, seed-major, N at a time. `hb grid run` resumes a real grid cell by cell: a cell
-killed half-way starts over, and a cell of SmolLM2-135M takes an hour or more of wall time
-on a shared CPU. Here every cell is `hb real ... --out OUT/<label>-s<seed>/ --checkpoint-every 5`
+mid-run, seed-major, N at a time, each with its own per-step log. (`hb grid run` also
+continues a killed real cell from its checkpoint, DIR/running/<id>/, but shows cells, not
+steps.) Here every cell is `hb real ... --out OUT/<label>-s<seed>/ --checkpoint-every 5`
 (a cell killed continues from its last checkpoint: `--resume`), with the config `hb real`
 resolves checked to hash as the grid's cell before anything starts (the same run).
 

@@ -290,6 +290,35 @@ def test_real_killed_then_rerun(tmp_path, cache, reference_real, at, resume):
     assert folders.read_marker(tmp_path / "run")["state"] == "complete"
 
 
+REAL_GRID = grid_text(name="realfault", steps=3, seeds=1, policies=[{"name": "uniform"}], top_extra={"batch_groups": 2},
+                      env={"kind": "real", "preset": "tiny", "warm_steps": 2, "n_train_tasks": 30, "n_heldout_tasks": 5,
+                           "eval_tasks": 1, "eval_attempts": 1, "max_new_tokens": 8})
+GRID_REAL = ["grid", "run", "g.toml", "--out", "grid", "--jobs", "1", "--checkpoint-every", "1"]
+
+
+@pytest.fixture(scope="module")
+def reference_real_grid(tmp_path_factory, cache) -> Path:
+    root = tmp_path_factory.mktemp("real-grid-ref")
+    (root / "g.toml").write_text(REAL_GRID)
+    ok(hb(*GRID_REAL, cwd=root, cache=cache))
+    return root / "grid"
+
+
+@pytest.mark.parametrize("at, resumed", [(4, 1), (5, 2)])    # after the step-1 checkpoint; after the step-2 one
+def test_real_grid_killed_mid_cell_continues_from_its_checkpoint(tmp_path, cache, reference_real_grid, at, resumed):
+    """`hb grid run` of a real grid: a cell killed mid-run continues from DIR/running/<id>/'s
+    checkpoint (not from step 0) and ends with the uninterrupted grid's tables."""
+    (tmp_path / "g.toml").write_text(REAL_GRID)
+    killed(hb(*GRID_REAL, cwd=tmp_path, cache=cache, fault=at))
+    assert not done_ids(tmp_path / "grid") and list((tmp_path / "grid" / contract.RUNNING).glob("*/checkpoints/last.pt"))
+    ok(hb(*GRID_REAL, cwd=tmp_path, cache=cache))
+    (cell,) = (tmp_path / "grid" / contract.CELLS).iterdir()
+    assert f"resumed at step {resumed}," in (cell / contract.LOG).read_text()
+    assert_same(tables(tmp_path / "grid" / contract.CELLS), tables(reference_real_grid / contract.CELLS))
+    assert not (tmp_path / "grid" / contract.RUNNING).exists() and not (reference_real_grid / contract.RUNNING).exists()
+    no_temporaries(tmp_path / "grid")
+
+
 TRL = ["real", "--backend", "trl", "--policy", "uniform", "--steps", "2", "--device", "cpu",
        "--checkpoint-every", "1"]
 

@@ -88,6 +88,7 @@ FAILED = "failed"
 LOG = "log.txt"                 # a cell's or a failure's log
 TUNE_DIR = "tune"               # a tuned grid's tuning cells (DIR/tune/cells/<id>/)
 TUNE_JSON = "tune.json"         # a tuned grid's selection
+RUNNING = "running"             # a real grid's cells while they run: DIR/running/<id>/checkpoints/last.pt
 TMP_PREFIX = ".tmp-"            # temporary files and folders (hidden: every reader skips them)
 #: a grid of parts (`hb stress`: one part per scenario): the column of the collected tables
 #: naming each row's part, and the suffix its cells' policy labels end in
@@ -112,7 +113,8 @@ RLIABLE_DIR = "rliable"         # a report's rliable export
 #: separated, `*` one name): each that exists must be a real folder, not a file, a symlink or a
 #: broken link (`hbsim.contract.folders.check_subfolders`); temporaries a kill left are removed from each
 KIND_FOLDERS = {
-    "grid": (CELLS, FAILED, TUNE_DIR, STRESS_DIR, f"{STRESS_DIR}/{FIGURES_DIR}"),
+    "grid": (CELLS, FAILED, TUNE_DIR, STRESS_DIR, f"{STRESS_DIR}/{FIGURES_DIR}", RUNNING, f"{RUNNING}/*",
+             f"{RUNNING}/*/checkpoints"),
     "report": (FIGURES_DIR, RLIABLE_DIR),
     "run": ("checkpoints", "trl"),
     "sim": ("*", "*/seed*"),
@@ -123,7 +125,7 @@ KIND_FOLDERS = {
 #: holding one of them that hb did not write (`hbsim.contract.folders.check_output_dir`)
 KIND_OUTPUTS = {
     "grid": (GRID_JSON, TRAIN_FILE, EVAL_FILE, TUNE_JSON, f"{CELLS}/*", f"{FAILED}/*", f"{TUNE_DIR}/*",
-             f"{STRESS_DIR}/*", f"{STRESS_DIR}/{FIGURES_DIR}/*"),
+             f"{STRESS_DIR}/*", f"{STRESS_DIR}/{FIGURES_DIR}/*", f"{RUNNING}/*"),
     "report": (REPORT_INDEX, REPORT_MARKDOWN, "*.csv", "*.json", "*.html", f"{FIGURES_DIR}/*", f"{RLIABLE_DIR}/*"),
     "run": (*RUN_FILES, COUNTERFACTUAL_FILE, LOG, "checkpoints/*", "trl/*"),
     "sim": ("*/seed*", "*/seed*/*"),
