@@ -32,10 +32,9 @@ def cpu_steps(model: str, steps: int, policy: str, seed: int, sets: list[str]) -
     import real_runs.integrations.trl_grpo as trl_grpo
     from hbsim.experiment import resolve_policy
     from real_runs.integrations import trl_run
+    from real_runs.native.bench import phase_figures, use_cpu_clock
 
-    cpu_clock = types.SimpleNamespace(perf_counter=time.thread_time, time=time.time, thread_time=time.thread_time)
-    for module in (hbsim.loop, trl_grpo):
-        module.time = cpu_clock
+    use_cpu_clock(hbsim.loop, trl_grpo)
     torch.set_num_threads(1)
     args = types.SimpleNamespace(set=list(sets), policy=policy, label=None, model=model, preset=model, steps=steps,
                                  seed=seed, eval_every=None, counterfactual=None)
@@ -52,16 +51,8 @@ def cpu_steps(model: str, steps: int, policy: str, seed: int, sets: list[str]) -
         frame = sched.recorder._evaluate()
         evaluation = time.thread_time() - t0
     train = sched.result().train
-    names = {"rollout": "generation", "tools": "scoring", "backward": "backward", "sketch": "sketch",
-             "optimizer": "optimizer", "allreduce": "allreduce", "scheduler": "scheduler"}
-    phases = {names.get(c[len("seconds_"):], c[len("seconds_"):]): float(train[c].mean()) for c in train.columns
-              if c.startswith("seconds_") and c != "seconds_step"}
-    total = float(train["seconds_step"].mean())
     return {"backend": "trl", "model": model, "policy": policy, "steps": steps, "sets": list(sets),
-            "cpu_seconds_per_step_by_phase": {k: round(v, 4) for k, v in phases.items()},
-            "cpu_seconds_per_step": round(total, 3),
-            "scheduler_share": round(phases.get("scheduler", 0.0) / total, 6) if total else None,
-            "tokens_per_step": float(train["tokens"].mean()),
+            **phase_figures(train),
             "groups_retained_per_step": float(train["groups_retained"].mean()),
             "cpu_seconds_load": round(load, 2), "cpu_seconds_one_evaluation": round(evaluation, 2),
             "episodes_per_evaluation": int(len(frame)), "torch": torch.__version__}

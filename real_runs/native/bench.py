@@ -94,6 +94,34 @@ def run_timing(run_dir: str) -> dict:
     return out
 
 
+#: the phase names of the CPU benches (`seconds_<column>` of the train table -> the name printed)
+PHASE_NAMES = {"rollout": "generation", "tools": "scoring", "backward": "backward", "sketch": "sketch",
+               "optimizer": "optimizer", "allreduce": "allreduce", "scheduler": "scheduler"}
+
+
+def use_cpu_clock(*modules) -> None:
+    """Make `modules` time their phases with this thread's CPU clock (`time.thread_time` for
+    `time.perf_counter`), so their `seconds_*` columns are CPU seconds whatever else runs.
+    For a bench process only: the modules keep the clock for the rest of the process."""
+    import types
+
+    cpu_clock = types.SimpleNamespace(perf_counter=time.thread_time, time=time.time, thread_time=time.thread_time)
+    for module in modules:
+        module.time = cpu_clock
+
+
+def phase_figures(train) -> dict:
+    """Both CPU benches' reading of a train table: the mean seconds per step by phase
+    (`PHASE_NAMES`), the mean step, the scheduler's share of it and the tokens per step."""
+    phases = {PHASE_NAMES.get(c[len("seconds_"):], c[len("seconds_"):]): float(train[c].mean())
+              for c in train.columns if c.startswith("seconds_") and c != "seconds_step"}
+    total = float(train["seconds_step"].mean())
+    return {"cpu_seconds_per_step_by_phase": {k: round(v, 4) for k, v in phases.items()},
+            "cpu_seconds_per_step": round(total, 3),
+            "scheduler_share": round(phases.get("scheduler", 0.0) / total, 6) if total else None,
+            "tokens_per_step": float(train["tokens"].mean())}
+
+
 def cpu_steps(preset: str, steps: int, policy: str, seed: int, sets: list[str]) -> dict:
     """CPU seconds per optimizer step by phase of the native backend: `steps` steps of `policy`
     on `preset` (one torch thread; `sets`: KEY=VALUE env knobs), with the CPU clock of this
@@ -105,8 +133,6 @@ def cpu_steps(preset: str, steps: int, policy: str, seed: int, sets: list[str]) 
     optimizer (clip and Adam), scheduler (the policy's select and update). Also the CPU
     seconds of building the model (load) and of one evaluation (every harness, the preset's
     eval_tasks x eval_attempts)."""
-    import types
-
     import torch
 
     import hbsim.loop
@@ -114,20 +140,13 @@ def cpu_steps(preset: str, steps: int, policy: str, seed: int, sets: list[str]) 
     import real_runs.native.adapter
     import real_runs.native.rollout
     import real_runs.native.trainer
+    from policies.validate import parse_sets
     from real_runs import make_adapter
     from real_runs.native.presets import preset_run_keys
 
-    cpu_clock = types.SimpleNamespace(perf_counter=time.thread_time, time=time.time, thread_time=time.thread_time)
-    for module in (hbsim.loop, real_runs.native.adapter, real_runs.native.rollout, real_runs.native.trainer):
-        module.time = cpu_clock
+    use_cpu_clock(hbsim.loop, real_runs.native.adapter, real_runs.native.rollout, real_runs.native.trainer)
     torch.set_num_threads(1)
-    knobs = {}
-    for item in sets:
-        key, _, value = item.partition("=")
-        try:
-            knobs[key] = json.loads(value)
-        except ValueError:
-            knobs[key] = value
+    knobs = parse_sets(sets)
     # batch_groups is a run key: the preset's (what `hb real` runs with) unless --set batch_groups=N
     batch_groups = knobs.pop("batch_groups", None) or preset_run_keys(preset).get("batch_groups")
     t0 = time.thread_time()
@@ -140,16 +159,8 @@ def cpu_steps(preset: str, steps: int, policy: str, seed: int, sets: list[str]) 
                         **({"warmup_rounds": 1} if policy.startswith("harnessbandit") else {}))
     result = hbsim.loop.run(pol, adapter, steps, seed=seed, batch_groups=batch_groups)
     train = result.train
-    names = {"rollout": "generation", "tools": "scoring", "backward": "backward", "sketch": "sketch",
-             "optimizer": "optimizer", "allreduce": "allreduce", "scheduler": "scheduler"}
-    phases = {names.get(c[len("seconds_"):], c[len("seconds_"):]): float(train[c].mean()) for c in train.columns
-              if c.startswith("seconds_") and c != "seconds_step"}
-    total = float(train["seconds_step"].mean())
     return {"preset": preset, "policy": policy, "steps": steps, "knobs": knobs, "batch_groups": batch_groups,
-            "cpu_seconds_per_step_by_phase": {k: round(v, 4) for k, v in phases.items()},
-            "cpu_seconds_per_step": round(total, 3),
-            "scheduler_share": round(phases.get("scheduler", 0.0) / total, 6) if total else None,
-            "tokens_per_step": float(train["tokens"].mean()),
+            **phase_figures(train),
             "groups_allocated_per_step": float(train[[c for c in train.columns if c.startswith("alloc_")]].sum(axis=1).mean()),
             "groups_optimized_per_step": float(train["groups_optimized"].mean()),
             "cpu_seconds_load": round(load, 2), "cpu_seconds_one_evaluation": round(evaluation, 2),

@@ -127,3 +127,16 @@ def test_the_cpu_bench_steps_at_the_presets_batch_size():
         assert got["batch_groups"] == want and got["groups_allocated_per_step"] == want
         assert got["groups_optimized_per_step"] <= want
         assert "batch_groups" not in got["knobs"] and got["knobs"]["warm_steps"] == 2
+
+
+def test_both_cpu_benches_read_a_train_table_the_same_way():
+    """`phase_figures` (real_runs.native.bench, also the TRL bench's): phase means under their
+    printed names, the step mean, the scheduler's share and the tokens, on a hand-made table."""
+    import pandas as pd
+
+    from real_runs.native.bench import phase_figures
+    train = pd.DataFrame({"seconds_rollout": [1.0, 3.0], "seconds_tools": [0.5, 0.5], "seconds_scheduler": [0.1, 0.3],
+                          "seconds_custom": [2.0, 2.0], "seconds_step": [4.0, 6.0], "tokens": [10, 20]})
+    assert phase_figures(train) == {
+        "cpu_seconds_per_step_by_phase": {"generation": 2.0, "scoring": 0.5, "scheduler": 0.2, "custom": 2.0},
+        "cpu_seconds_per_step": 5.0, "scheduler_share": 0.04, "tokens_per_step": 15.0}
