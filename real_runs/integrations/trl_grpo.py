@@ -168,10 +168,8 @@ class HarnessScheduler(TrainerCallback):
         get_base = getattr(model, "get_base_model", None)
         model = get_base() if callable(get_base) else model
         knobs = self.sketch_knobs
-        n_blocks = len(model.get_submodule(knobs["block_path"]))
-        last = knobs["last_blocks"] or min(4, n_blocks)
-        self.sketch = ParamSketch.build(model, block_path=knobs["block_path"], last_blocks=last, dim=knobs["dim"],
-                                        seed=self.seed, patterns=knobs["patterns"])
+        self.sketch = ParamSketch.build(model, block_path=knobs["block_path"], last_blocks=knobs["last_blocks"],
+                                        dim=knobs["dim"], seed=self.seed, patterns=knobs["patterns"])
         self.group_size, self.recorder.batch_groups = int(group_size), int(batch_groups)
 
     # -- one step: the trainer's reports -----------------------------------------------

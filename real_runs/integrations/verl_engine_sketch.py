@@ -11,9 +11,9 @@ sum, then runs the original (verl's clip and step). An update with several optim
 all-reduced vector on every rank; None when no step ran) and `attach(metrics, engine)` puts it
 into an update's metrics dict as `hb_sketch`, which the driver pops before verl averages the
 metrics (`verl_sampler.take_update_sketch` on v1, `verl_trainer.take_sketch` on the legacy
-trainer). Wiring it into verl's `ActorRolloutRefWorker` (wrap in `init_model`, attach in
-`update_actor`) is not written; the wrap runs on CUDA/NCCL ranks in phase 9 of
-scripts/gpu_check.sh.
+trainer). `verl_engine_worker` wires it into verl 0.9's `ActorRolloutRefWorker` (the wrap after
+the engine is built, the sketch into each update's metrics); the wrap runs on CUDA/NCCL ranks in
+phase 9 of scripts/gpu_check.sh.
 """
 from __future__ import annotations
 

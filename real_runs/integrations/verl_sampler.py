@@ -119,14 +119,20 @@ VERL_KNOBS = Knobs({
     "harness_key": Knob("harness", "the key of extra_info (or the column) that names each row's harness"),
     "sketch": Knob(False, "whether the actor sends a gradient sketch (HarnessPPOActor on 0.5-0.7, the engine wrap "
                    "verl_engine_sketch on 0.9); without one T is missing and a policy scoring T only is refused"),
+    "sketch_dim": Knob(65536, "sketch coordinates d (SPEC §2.4)", 1, 2**31 - 1),
+    "sketch_blocks": Knob(None, "last transformer blocks the sketch reads (unset: the last 4, SPEC §2.4)", 1, 100_000,
+                          type=int, optional=True),
+    "sketch_block_path": Knob("model.layers", "module path of the actor model's transformer blocks"),
     **FILTER_KNOBS,
 }, scope="data.harnessbandit", owner="HarnessCurriculumSampler")
+#: the knobs of the sketch's shape, read by the actor worker (verl_engine_worker), not the sampler
+SKETCH_SHAPE = ("sketch_dim", "sketch_blocks", "sketch_block_path")
 
 
 #: the same knobs for SkyRL (`harnessbandit.*` arguments of `python -m real_runs.integrations.skyrl_main`):
 #: each prompt row's harness is its `env_class` (None: the config's `environment.env_class`)
-SKYRL_KNOBS = Knobs(dict(VERL_KNOBS.with_defaults(harness_key="env_class")), scope="harnessbandit",
-                    owner="the SkyRL trainer (harnessbandit.*)")
+SKYRL_KNOBS = Knobs(dict(VERL_KNOBS.with_defaults(harness_key="env_class").without(*SKETCH_SHAPE)),
+                    scope="harnessbandit", owner="the SkyRL trainer (harnessbandit.*)")
 
 
 def _groups(batch, score_key: str) -> tuple[np.ndarray, dict]:

@@ -25,10 +25,13 @@ checkpoint paths are the sync mode's) with three seams:
   saves the dataloader, hence the sampler, state), and the `hb/` scalars join `metrics`,
   which verl logs to the user's trackers.
 
-The sketch (T): when `+data.harnessbandit.sketch=true`, the actor worker's update output
-carries `hb_sketch` in its metrics (`verl_engine_sketch`, GPU-only, scripts/gpu_check.sh);
-`take_update_sketch` pops it on the driver before verl averages the metrics. Without it T is
-missing (docs/VERL.md, section 4).
+The sketch (T): when `+data.harnessbandit.sketch=true`, `_init_resource_pool_mgr` puts the
+sketching actor worker (`verl_engine_worker.sketch_worker`: the engine's optimizer step wrapped,
+`sketch_block_path` / `sketch_blocks` / `sketch_dim` from `+data.harnessbandit.*`, the policy's
+seed) in place of verl's for the actor role; its update output carries `hb_sketch` in its
+metrics, which `take_update_sketch` pops on the driver before verl averages the metrics. The
+FSDP engine needs GPUs (scripts/gpu_check.sh). Without the sketch T is missing (docs/VERL.md,
+section 4).
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.dataset.rl_dataset import collate_fn
 
 from policies.errors import UserError
+from real_runs.integrations.verl_engine_worker import install_sketch_worker, sketch_plan
 from real_runs.integrations.verl_sampler import (V1_TRAINER_NAME, VERL_KNOBS, HarnessCurriculumCore, harness_names,
                                                  merge_views, step_view, take_update_sketch, trajectory_rows,
                                                  v1_problem)
@@ -117,6 +121,12 @@ class HarnessPPOTrainer(PPOTrainerSync):
         self.train_dataloader_it = None
         self.steps_per_epoch = sampler.steps
         self.total_training_steps = sampler.steps
+
+    def _init_resource_pool_mgr(self):
+        super()._init_resource_pool_mgr()
+        settings = VERL_KNOBS.settings(dict(self.config.data.get("harnessbandit", {}) or {}))
+        if settings.sketch:
+            install_sketch_worker(self.role_worker_mapping, sketch_plan(settings, settings.seed))
 
     @property
     def hb_sampler(self) -> HarnessCurriculumCore:

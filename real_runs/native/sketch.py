@@ -42,6 +42,10 @@ def block_parameters(model: nn.Module, block_path: str, last_blocks: int,
     return chosen
 
 
+#: SPEC §2.4: the sketch reads the last 4 transformer blocks unless told otherwise
+DEFAULT_LAST_BLOCKS = 4
+
+
 class ParamSketch:
     """Fixed-coordinate sketch of a list of named parameters.
 
@@ -63,8 +67,12 @@ class ParamSketch:
         self.dim = int(sum(i.numel() for i in self.index))
 
     @classmethod
-    def build(cls, model: nn.Module, *, block_path: str, last_blocks: int, dim: int, seed: int,
+    def build(cls, model: nn.Module, *, block_path: str, last_blocks: int | None, dim: int, seed: int,
               patterns: tuple[str, ...] = ("*",)) -> "ParamSketch":
+        """The sketch of the last `last_blocks` blocks under `block_path` (None: SPEC §2.4's
+        default, the last DEFAULT_LAST_BLOCKS, or every block of a shallower model)."""
+        if last_blocks is None:
+            last_blocks = min(DEFAULT_LAST_BLOCKS, len(model.get_submodule(block_path)))
         named = block_parameters(model, block_path, last_blocks, patterns)
         plan = plan_sketch({name: tuple(p.shape) for name, p in named}, dim, seed)
         return cls(named, plan)

@@ -175,7 +175,8 @@ def legacy(out: Path, steps: int, save_freq: int, kill_at: int) -> int:
     pools = SimpleNamespace(get_n_gpus=lambda: 1)
     from policies.errors import UserError
     try:
-        trainer = HarnessRayPPOTrainer(config=cfg, tokenizer=None, role_worker_mapping={Role.ActorRollout: object},
+        roles = {Role.ActorRollout: object}
+        trainer = HarnessRayPPOTrainer(config=cfg, tokenizer=None, role_worker_mapping=roles,
                                        resource_pool_manager=pools, train_dataset=dataset, val_dataset=dataset)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -203,7 +204,10 @@ def legacy(out: Path, steps: int, save_freq: int, kill_at: int) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    result(out, sampler, trainer, {"update_keys": seen, "actor_trained": trainer.actor_rollout_wg.trained})
+    actor = roles[Role.ActorRollout]
+    plan = getattr(getattr(getattr(actor, "__ray_metadata__", None), "modified_class", None), "actor_worker_cls", None)
+    result(out, sampler, trainer, {"update_keys": seen, "actor_trained": trainer.actor_rollout_wg.trained,
+                                   "actor_sketch_plan": getattr(plan, "hb_sketch_plan", None)})
     return 0
 
 
@@ -314,6 +318,100 @@ def v1(out: Path, steps: int, save_freq: int, kill_at: int) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- the sketching actor worker (v1)
+def worker(out: Path, steps: int, save_freq: int, kill_at: int) -> int:
+    """verl 0.9.1's own classes around the sketch wiring (verl_engine_worker), in one process:
+    the v1 trainer's `_init_resource_pool_mgr` swapping the actor role's worker; the swapped
+    class (verl's ActorRolloutRefWorker with a SketchTrainingWorker inside, verl's registered
+    methods kept); `reset` wrapping a stand-in engine once; an update of two optimizer steps
+    through the override of verl's `train_mini_batch` (its body stubbed: FSDPEngine needs a
+    GPU), two ranks' outputs concatenated by verl's collect and the sketch popped on the
+    driver. Writes OUT/result-<pid>.json with what the test compares."""
+    import ray
+    from torch import nn
+    from verl.single_controller.base.decorator import MAGIC_ATTR, _concat_data_proto_or_future
+    from verl.trainer.ppo.utils import Role
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
+
+    from policies.errors import UserError
+    from real_runs.integrations.verl_sampler import take_update_sketch
+    from real_runs.integrations.verl_engine_worker import install_sketch_worker
+    from real_runs.integrations.verl_v1 import HarnessPPOTrainer
+    from real_runs.native.sketch import ParamSketch
+
+    def unwrap(actor_class):
+        return actor_class.__ray_metadata__.modified_class
+
+    cfg = config(out, "v1", steps, save_freq, ("+data.harnessbandit.sketch_dim=12", "+data.harnessbandit.sketch_blocks=1"))
+    trainer = object.__new__(HarnessPPOTrainer)
+    trainer.config = cfg
+    trainer._init_resource_pool_mgr()
+    roles = {role.name: unwrap(cls) for role, cls in trainer.role_worker_mapping.items()}
+    swapped = roles["ActorRollout"]
+    inner = swapped.actor_worker_cls
+    plan = dict(inner.hb_sketch_plan)
+    refused = []
+    for mapping in ({Role.Critic: ray.remote(TrainingWorker)},):
+        try:
+            install_sketch_worker(mapping, plan)
+        except UserError as exc:
+            refused.append(str(exc))
+    split = {Role.Actor: ray.remote(ActorRolloutRefWorker), Role.RefPolicy: ray.remote(ActorRolloutRefWorker)}
+    split_roles = [r.name for r in install_sketch_worker(split, plan)]
+
+    torch.manual_seed(0)
+    net = nn.Module()
+    net.model = nn.Module()
+    net.model.layers = nn.ModuleList([nn.Linear(3, 3) for _ in range(2)])
+
+    class Engine:           # what FSDPEngine's initialize / optimizer_step do to the module
+        def __init__(self):
+            self.module, self.inits = net, 0
+            self.optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+
+        def initialize(self):
+            self.inits += 1
+
+        def optimizer_step(self):
+            norm = torch.nn.utils.clip_grad_norm_(net.parameters(), max_norm=0.01)
+            self.optimizer.step()
+            return float(norm)
+
+    check = ParamSketch.build(net, **plan)
+    pre = []
+
+    def train_mini_batch(self, data):       # verl's loop, its end as verl writes it: two mini-batches
+        for x in data:
+            net.zero_grad()
+            (net.model.layers[1](net.model.layers[0](x)) ** 2).sum().backward()
+            pre.append(check.grad().tolist())
+            self.engine.optimizer_step()
+        return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": {"pg_loss": [0.5, 0.25]}}).cpu()
+
+    TrainingWorker.train_mini_batch = train_mini_batch
+    w = object.__new__(inner)
+    w.engine = Engine()
+    w.reset()
+    w.reset()                               # a second reset (verl reloads) keeps the one wrap
+    batch = [torch.randn(4, 3), torch.randn(4, 3)]
+    outputs = [w.train_mini_batch(batch), w.train_mini_batch(batch[:1])]
+    collected = _concat_data_proto_or_future([outputs[0], outputs[0]])      # two ranks, the same all-reduced sketch
+    meta = {}
+    take_update_sketch(collected, meta)
+    data = {"roles": sorted(roles), "swapped_is_verls": issubclass(swapped, ActorRolloutRefWorker),
+            "inner_is_verls": issubclass(inner, TrainingWorker), "ref_worker": swapped.ref_worker_cls is TrainingWorker,
+            "registered": all(getattr(getattr(swapped, m), MAGIC_ATTR, None) is not None
+                              for m in ("init_model", "update_actor", "compute_log_prob", "save_checkpoint")),
+            "plan": plan, "refused": refused, "split_roles": split_roles,
+            "split_ref_kept": unwrap(split[Role.RefPolicy]) is not unwrap(split[Role.Actor])
+            and not hasattr(unwrap(split[Role.RefPolicy]).actor_worker_cls, "hb_sketch_plan"),
+            "inits": w.engine.inits, "pre": pre, "taken": meta["hb_sketch"].tolist(),
+            "second": tu.get(outputs[1], "metrics")["hb_sketch"], "metrics_left": sorted(collected["metrics"])}
+    Path(out, f"result-{os.getpid()}.json").write_text(json.dumps(data, default=str))
+    return 0
+
+
 def _plain_list(values) -> list:
     return values.tolist() if hasattr(values, "tolist") else list(values)
 
@@ -327,6 +425,8 @@ def main(out: Path, mode: str, steps: int, save_freq: int, kill_at: int) -> int:
         return legacy(out, steps, save_freq, kill_at)
     if mode == "v1":
         return v1(out, steps, save_freq, kill_at)
+    if mode == "worker":
+        return worker(out, steps, save_freq, kill_at)
     raise SystemExit(f"unknown mode {mode}")
 
 

@@ -87,6 +87,8 @@ def test_legacy_trainer_builds_the_sampler_and_verl_drives_it(runs):
     assert len(whole["update_keys"]) == STEPS
     for keys in whole["update_keys"]:
         assert {"extra_info", "data_source", "uid"} <= set(keys)
+    # +data.harnessbandit.sketch=true: verl's actor worker in the role mapping became the sketching one
+    assert whole["actor_sketch_plan"] == {"block_path": "model.layers", "last_blocks": None, "dim": 65536, "seed": 3}
 
 
 def test_legacy_trainer_killed_run_resumes_at_verls_step(runs):
@@ -117,3 +119,23 @@ def test_v1_refusals_and_the_gate_before_ray(tmp_path):
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert proc.stderr.strip().splitlines()[-1].startswith(f"error: {start} is not allowed with the harness scheduler")
         assert "Traceback" not in proc.stderr and "ray init kwargs" not in proc.stdout     # before run_ppo starts Ray
+
+
+def test_v1_trainer_swaps_in_the_sketching_actor_worker(tmp_path):
+    """verl_engine_worker on verl 0.9.1's own classes: the trainer's seam, the worker class,
+    the wrap at reset and the sketch of an update through verl's collect to the driver."""
+    import numpy as np
+    r = driver_result(tmp_path, run_driver(_python(), DRIVER, tmp_path, "worker", STEPS, SAVE_FREQ, 0, timeout=300))
+    # +data.harnessbandit.sketch=true: the actor role's worker is verl's, with the sketching TrainingWorker inside
+    assert r["roles"] == ["ActorRollout"]
+    assert r["swapped_is_verls"] and r["inner_is_verls"] and r["ref_worker"] and r["registered"]
+    assert r["plan"] == {"block_path": "model.layers", "last_blocks": 1, "dim": 12, "seed": 3}
+    assert r["refused"] == ["data.harnessbandit.sketch=true needs verl's actor worker, but this trainer maps no "
+                            "actor role (roles: ['critic'])"]
+    assert r["split_roles"] == ["Actor"] and r["split_ref_kept"]         # a separate ref worker stays verl's
+    assert r["inits"] == 2                                                # two resets, verl's initialize each time
+    pre = np.asarray(r["pre"])                                            # the sketch before each optimizer step
+    assert pre.shape == (3, 12) and not np.allclose(pre[0], pre[1])
+    np.testing.assert_allclose(r["taken"], pre[0] + pre[1], rtol=1e-6)   # an update of two steps: their sum
+    np.testing.assert_allclose(r["second"], pre[2], rtol=1e-6)           # the next update starts from zero
+    assert r["metrics_left"] == ["pg_loss"]                               # popped before verl averages the metrics
