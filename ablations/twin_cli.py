@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -28,10 +29,10 @@ import pandas as pd
 from ablations import twin_check
 from ablations.twin_check import run_dirs
 from hbsim import scenarios, twin
-from hbsim.contract import COUNTERFACTUAL_FILE, EVAL_FILE, GROUPS_FILE, TRAIN_FILE
+from hbsim.contract import COUNTERFACTUAL_FILE, EVAL_FILE, GROUPS_FILE, SUITES, TRAIN_FILE
 from hbsim.contract.atomic import atomic_write
 from hbsim.contract.folders import check_output_file, claim_output_file
-from hbsim.contract.records import check_columns, check_steps, read_run, table_error
+from hbsim.contract.records import check_columns, check_range, check_steps, read_run, table_error
 from policies.errors import UserError
 from policies.validate import check_float, check_int, comma_items
 
@@ -77,6 +78,8 @@ FIT_TRAIN_COLUMNS = ("arm", "groups_generated", "groups_retained", "reward")
 #: padded to it) x harnesses. The fit replays the logged schedules as arrays of that size many times
 #: over (about 4 KB per cell at the peak: 40 runs x 3,000 steps x 5 harnesses took 2.3 GB)
 MAX_FIT_CELLS = 2_000_000
+#: the eval suite of the held-out harness: the one whose harnesses a train table lacks
+HELD_OUT_HARNESS = SUITES[1]
 
 
 def read_logs(folders: list[str], suite: str = "heldout_tasks") -> list[dict]:
@@ -112,8 +115,10 @@ def harnesses_of(train: pd.DataFrame) -> list[str]:
 def check_run(run: dict, first: dict | None) -> None:
     """What a fit reads from one run, beyond the contract's schema (`hbsim.contract.records.read_table`):
     the allocation columns (finite, >= 0) and FIT_TRAIN_COLUMNS, an arm below the harness count,
-    the same harnesses as the first run, a groups table naming only those harnesses, and no
-    step of the groups, eval or counterfactual table beyond the train table's last step."""
+    the counts of generated and retained groups (finite, >= 0, retained <= generated), the same
+    harnesses as the first run, a groups table and every eval suite but the held-out harness's
+    naming only those harnesses, and no step of the groups, eval or counterfactual table beyond
+    the train table's last step."""
     d, train = Path(run["dir"]), run["train"]
     path = d / TRAIN_FILE
     names = harnesses_of(train)
@@ -127,6 +132,13 @@ def check_run(run: dict, first: dict | None) -> None:
         col = f"alloc_{names[int(np.argmax(~(np.isfinite(alloc) & (alloc >= 0))) % len(names))]}"
         raise table_error(path, col, "holds a value that is not a finite count", "finite numbers >= 0")
     check_steps(path, train["arm"].to_numpy(), -1, len(names) - 1, "arm")
+    for column in ("groups_generated", "groups_retained"):
+        check_range(path, train[column].to_numpy(), column, 0, math.inf)
+    retained, generated = (train[c].to_numpy(dtype=np.float64) for c in ("groups_retained", "groups_generated"))
+    if (retained > generated).any():
+        i = int(np.argmax(retained > generated))
+        raise table_error(path, "groups_retained", f"holds {retained[i]:g} (row {i}), more than that step's "
+                          f"groups_generated {generated[i]:g}", "at most groups_generated")
     if first is not None and harnesses_of(first["train"]) != names:
         raise UserError(f"{str(path)!r}: its harnesses ({', '.join(names)}) differ from those of "
                         f"{str(Path(first['dir']) / TRAIN_FILE)!r} ({', '.join(harnesses_of(first['train']))}); "
@@ -137,12 +149,15 @@ def check_run(run: dict, first: dict | None) -> None:
         if frame is None or not len(frame):
             continue
         check_steps(d / name, frame["step"].to_numpy(), 0 if name == EVAL_FILE else 1, last)
-    groups = run["groups"]
-    if groups is not None and len(groups):
-        extra = sorted(set(groups["harness"].astype(str)) - set(names))
+    held_out = run["eval"]["suite"] == HELD_OUT_HARNESS          # the one suite on harnesses never trained
+    for name, frame in ((GROUPS_FILE, run["groups"]), (EVAL_FILE, run["eval"][~held_out])):
+        if frame is None or not len(frame):
+            continue
+        extra = sorted(set(frame["harness"].astype(str)) - set(names))
         if extra:
-            raise table_error(d / GROUPS_FILE, "harness", f"names {extra[0]!r}, which {TRAIN_FILE} lacks",
-                              f"the training harnesses of {TRAIN_FILE}: {', '.join(names)}")
+            raise table_error(d / name, "harness", f"names {extra[0]!r}, which {TRAIN_FILE} lacks",
+                              f"the training harnesses of {TRAIN_FILE}: {', '.join(names)}"
+                              + (f" (another only in suite {HELD_OUT_HARNESS!r})" if name == EVAL_FILE else ""))
 
 
 def check_fit_size(runs: list[dict]) -> tuple[int, int, int]:

@@ -106,8 +106,12 @@ def test_an_entry_point_named_like_a_builtin_is_named(plugins, tmp_path):
     assert err.count("entry point uniform") == 1
 
 
-def test_a_broken_entry_point_refuses_only_a_command_that_names_it(plugins, tmp_path):
+def test_a_broken_entry_point_refuses_only_a_command_that_names_it(plugins, tmp_path, capsys):
     distribution(tmp_path, "broken_ep = no_such_module_xyz:Cls")
+    with pytest.raises(SystemExit) as stop:                     # the help text names it without loading it
+        plugins("sim", "--help")
+    out, err = capsys.readouterr()
+    assert stop.value.code == 0 and "broken_ep" in out and err == "", err
     code, _, err = plugins(*SIM, "--policy", "uniform")         # the help text and checks load nothing
     assert code == 0, err
     code, _, err = plugins(*SIM, "--policy", "nope")            # `valid names` lists it without loading it
@@ -115,6 +119,11 @@ def test_a_broken_entry_point_refuses_only_a_command_that_names_it(plugins, tmp_
     code, _, err = plugins(*SIM, "--policy", "broken_ep")
     assert code == 2 and "entry point broken_ep = 'no_such_module_xyz:Cls'" in err and "cannot be loaded" in err
     assert "no_such_module_xyz" not in sys.modules
+    for argv in ([*SIM, "--policy", "all"], ["policies"]):        # the commands that list every policy name it
+        code, _, err = plugins(*argv)
+        assert code == 2 and err == ("error: entry point broken_ep = 'no_such_module_xyz:Cls' of group "
+                                     "harnessbandit.policies cannot be loaded: ModuleNotFoundError: No module named "
+                                     "'no_such_module_xyz'\n"), err
 
 
 def test_registration_rules_of_the_shipped_policies_hold():

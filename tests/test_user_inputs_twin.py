@@ -166,6 +166,25 @@ CASES = [
      "column 'harness' names 'ghost', which train.parquet lacks"),
     ("fit-arm-beyond-harnesses", lambda w: ([*FIT, w.table("train.parquet", lambda f: _set(f, "arm", 0, 7)), "--out",
                                             w.tmp / "t.toml"], w.tmp), "column 'arm' holds 7"),
+    ("fit-duplicate-train-step", lambda w: ([*FIT, w.table("train.parquet", lambda f: _set(f, "step", 3, 1)), "--out",
+                                            w.tmp / "t.toml"], w.tmp),
+     "column 'step' holds 1 twice (rows 0 and 3); allowed: one row per step"),
+    ("fit-group-retained-not-a-flag", lambda w: ([*FIT, w.table("groups.parquet", lambda f: _set(
+        f.astype({"retained": "int64"}), "retained", 0, 7)), "--out", w.tmp / "t.toml"], w.tmp),
+     "column 'retained' holds 7 (row 0); allowed: true or false"),
+    ("fit-probe-change-beyond-1", lambda w: ([*FIT, w.table("counterfactual.parquet", lambda f: _set(
+        f, "real_train", 0, 5.0)), "--out", w.tmp / "t.toml"], w.tmp),
+     "column 'real_train' holds 5.0 (row 0); allowed: finite numbers in [-1, 1] or NaN"),
+    ("fit-nan-retained-count", lambda w: ([*FIT, w.table("train.parquet", lambda f: _set(f, "groups_retained", 2,
+                                                                                         float("nan"))),
+                                          "--out", w.tmp / "t.toml"], w.tmp),
+     "column 'groups_retained' holds nan (row 2); allowed: finite numbers >= 0"),
+    ("fit-retained-beyond-generated", lambda w: ([*FIT, w.table("train.parquet", lambda f: f.assign(
+        groups_retained=f["groups_generated"] + 1)), "--out", w.tmp / "t.toml"], w.tmp),
+     "more than that step's groups_generated"),
+    ("fit-eval-harness-not-trained", lambda w: ([*FIT, w.table("eval.parquet", lambda f: _set(
+        f, "harness", int(f.index[f["suite"] == "heldout_tasks"][0]), "ghost")), "--out", w.tmp / "t.toml"], w.tmp),
+     "eval.parquet': column 'harness' names 'ghost', which train.parquet lacks"),
     ("fit-suite-bogus", lambda w: ([*FIT, w.logs(), "--suite", "bogus", "--out", w.tmp / "t.toml"], w.tmp),
      "--suite 'bogus' is not in the runs' evaluations"),
     ("sim-reuse-corrupt-eval", lambda w: ([*SIM, "--policy", "uniform", "--counterfactual", "4", "--eval-every", "4",
@@ -174,6 +193,9 @@ CASES = [
     ("sim-reuse-nan-step", lambda w: ([*SIM, "--policy", "uniform", "--counterfactual", "4", "--eval-every", "4",
                                       "--out", w.table("train.parquet", lambda f: _set(f, "step", 0, float("nan")))],
                                      w.logs()), "column 'step' holds nan"),
+    ("sim-reuse-duplicate-step", lambda w: ([*SIM, "--policy", "uniform", "--counterfactual", "4", "--eval-every", "4",
+                                            "--out", w.table("train.parquet", lambda f: _set(f, "step", 5, 1))],
+                                           w.logs()), "column 'step' holds 1 twice (rows 0 and 5)"),
     # cause 2: the twin's files under the folder rules
     ("fit-out-dangling-link", lambda w: ([*FIT, w.logs(), "--out", w.link("t.toml", "nowhere.toml")], w.tmp),
      "is a symbolic link"),
@@ -349,6 +371,12 @@ def test_recollect_collects_missing_tables_for_part(tmp_path, hb):
         'policies = [{name = "uniform"}, {name = "round_robin"}]\n' for p in ("a", "b")))
     (tmp_path / "parts.toml").write_text(parts)
     assert hb("grid", "run", tmp_path / "parts.toml", "--out", tmp_path / "g", "--jobs", "1")[0] == 0
+    before = tree_hash(tmp_path / "g")
+    code, _, err = hb("report", tmp_path / "g", "--baseline", "uniform", "--part", "a", "--resamples", "20", "--k", "1")
+    assert code == 2 and err == (f"error: --part 'a': DIR {str(tmp_path / 'g')!r} is a grid whose tables were "
+                                 "never collected (no eval.parquet); --part reads the collected tables: run "
+                                 f"`hb grid collect {tmp_path / 'g'}` or pass --recollect\n")
+    assert tree_hash(tmp_path / "g") == before
     code, _, err = hb("report", tmp_path / "g", "--baseline", "uniform", "--part", "a", "--resamples", "20",
                       "--k", "1", "--recollect")
     assert code == 0, err[-3000:]

@@ -182,13 +182,17 @@ def read_tune(root) -> dict | None:
 
 #: what every table of a run directory read back must hold (`read_table`): the columns its
 #: readers index, the first step number (an eval row of step 0 is the evaluation before
-#: training) and the columns whose values are a share of successes, in [0, 1]
+#: training), whether a step has one row only (train: SPEC §7), the columns whose values are a
+#: share of successes, in [0, 1], the columns of flags (true or false) and the optional columns
+#: of changes of such shares, in [-1, 1] or NaN (a probe that measured nothing)
 TABLE_SCHEMA = {
-    TRAIN_FILE: {"columns": ("step",), "first_step": 1, "shares": ()},
-    EVAL_FILE: {"columns": ("step", "suite", "task", "harness", "success"), "first_step": 0, "shares": ("success",)},
+    TRAIN_FILE: {"columns": ("step",), "first_step": 1, "unique_step": True, "shares": (), "flags": (), "changes": ()},
+    EVAL_FILE: {"columns": ("step", "suite", "task", "harness", "success"), "first_step": 0, "unique_step": False,
+                "shares": ("success",), "flags": (), "changes": ()},
     GROUPS_FILE: {"columns": ("step", "harness", "size", "success", "retained"), "first_step": 1,
-                  "shares": ("success",)},
-    COUNTERFACTUAL_FILE: {"columns": ("step", "harness", "arm"), "first_step": 1, "shares": ()},
+                  "unique_step": False, "shares": ("success",), "flags": ("retained",), "changes": ()},
+    COUNTERFACTUAL_FILE: {"columns": ("step", "harness", "arm"), "first_step": 1, "unique_step": False, "shares": (),
+                          "flags": (), "changes": ("real_train", "real_heldout_tasks", "real_heldout_harness")},
 }
 
 
@@ -214,13 +218,35 @@ def check_steps(path, values, first: int, last: int = MAX_STEPS, column: str = "
         raise table_error(path, column, f"holds {_plain(values[i])!r} (row {i})", f"whole numbers in [{first}, {last}]")
 
 
-def check_shares(path, values, column: str) -> None:
-    """Every value of a share column (success) finite and in [0, 1]."""
+def check_range(path, values, column: str, low: float = 0.0, high: float = 1.0, *, nan: bool = False) -> None:
+    """Every value of `column` finite and in [low, high] (a share of successes by default);
+    `nan`: NaN allowed too (a measurement that was not made)."""
     v = pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(dtype=np.float64)
-    bad = ~np.isfinite(v) | (v < 0) | (v > 1)
+    bad = ~np.isfinite(v) | (v < low) | (v > high)
+    if nan:
+        bad &= ~np.isnan(v)
     if bad.any():
         i = int(np.argmax(bad))
-        raise table_error(path, column, f"holds {_plain(values[i])!r} (row {i})", "finite numbers in [0, 1]")
+        allowed = f"finite numbers in [{low:g}, {high:g}]" if math.isfinite(high) else f"finite numbers >= {low:g}"
+        raise table_error(path, column, f"holds {_plain(values[i])!r} (row {i})", allowed + (" or NaN" if nan else ""))
+
+
+def check_flags(path, values, column: str) -> None:
+    """Every value of a flag column (a group's `retained`) true or false."""
+    bad = ~pd.Series(values).isin([True, False]).to_numpy()
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise table_error(path, column, f"holds {_plain(values[i])!r} (row {i})", "true or false")
+
+
+def check_unique_steps(path, values) -> None:
+    """A table of one row per step (train, SPEC §7): no step number twice."""
+    twice = pd.Series(values).duplicated().to_numpy()
+    if twice.any():
+        i = int(np.argmax(twice))
+        first = int(np.argmax(pd.Series(values).to_numpy() == values[i]))
+        raise table_error(path, "step", f"holds {_plain(values[i])!r} twice (rows {first} and {i})",
+                          "one row per step")
 
 
 def _plain(value):
@@ -232,7 +258,8 @@ def read_table(path) -> pd.DataFrame:
     """The table `path` of a run directory (TRAIN_FILE, EVAL_FILE, GROUPS_FILE,
     COUNTERFACTUAL_FILE), checked against TABLE_SCHEMA before any reader uses it: readable
     parquet, every required column, step numbers whole, finite and in [first step,
-    MAX_STEPS], successes in [0, 1]. The one reader of a run's tables read back (`read_run`:
+    MAX_STEPS] (once each in a train table), successes in [0, 1], flags true or false, a
+    probe's changes of success in [-1, 1] or NaN. The one reader of a run's tables read back (`read_run`:
     `hb sim --out` reuse, `hb twin fit`); anything else is one line naming the file, the
     column and what is allowed (`table_error`)."""
     path = Path(path)
@@ -247,8 +274,15 @@ def read_table(path) -> pd.DataFrame:
         return frame
     check_columns(path, frame, schema["columns"])
     check_steps(path, frame["step"].to_numpy(), schema["first_step"])
+    if schema["unique_step"]:
+        check_unique_steps(path, frame["step"].to_numpy())
     for column in schema["shares"]:
-        check_shares(path, frame[column].to_numpy(), column)
+        check_range(path, frame[column].to_numpy(), column)
+    for column in schema["flags"]:
+        check_flags(path, frame[column].to_numpy(), column)
+    for column in schema["changes"]:
+        if column in frame.columns:
+            check_range(path, frame[column].to_numpy(), column, -1.0, 1.0, nan=True)
     if "size" in schema["columns"]:
         check_steps(path, frame["size"].to_numpy(), 1, MAX_GROUP_SIZE, "size")
     return frame
