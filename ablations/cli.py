@@ -168,9 +168,10 @@ def cmd_status(args) -> int:
     print(f"  done:    {len(done & planned)}" + (f" (+{len(done - planned)} from other grid files)"
                                                   if done - planned else ""))
     print(f"  missing: {len(missing)}")
-    shown = [c for c in cells if c.id in missing]
-    for c in shown[:10]:
-        print(f"    {c.id}: {c.label}, seed {c.seed}")
+    under_way = {c.id: store.running_line(root, c.id) for c in cells if c.id in missing}
+    shown = sorted((c for c in cells if c.id in missing), key=lambda c: not under_way[c.id])
+    for c in shown[:10]:                    # the cells a real grid has under way first, with the step they reached
+        print(f"    {c.id}: {c.label}, seed {c.seed}" + (f"  (under way: {under_way[c.id]})" if under_way[c.id] else ""))
     if len(shown) > 10:
         print(f"    ... and {len(shown) - 10} more (hb grid plan {spec.path} --out {root})")
     print(f"  failed:  {len(failed)}")

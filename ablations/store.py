@@ -16,9 +16,10 @@ from ablations.plan import GridSpec
 from ablations.spec import parse_spec
 from ablations.tune import is_tuned, recorded_test_spec
 from hbsim.contract import atomic, folders, markers
-from hbsim.contract import CELLS, FAILED, GRID_JSON, LOG, TUNE_DIR, TUNE_JSON
+from hbsim.contract import CELL_PROGRESS, CELLS, FAILED, GRID_JSON, LOG, RUNNING, TUNE_DIR, TUNE_JSON
 from hbsim.contract.records import collect_cells, done_ids, missing_line, read_grid_record
 from hbsim.contract.records import missing_cells as records_missing_cells
+from hbsim.contract.shapes import CELL_PROGRESS_RECORD, read_record
 from policies.errors import UserError
 
 
@@ -41,6 +42,20 @@ def failure_reason(root: str | os.PathLike, cell_id: str) -> str:
 
 
 
+
+
+def running_line(root: str | os.PathLike, cell_id: str) -> str:
+    """What a real cell still running (or killed) reached, from DIR/running/<id>/progress.json:
+    'step 7/30, last step 41.2 s, at 2026-12-06 10:31:05' ('' when it has none; a record of
+    the wrong shape is named, never a traceback: status only reports)."""
+    path = Path(root) / RUNNING / cell_id / CELL_PROGRESS
+    if not path.is_file():
+        return ""
+    try:
+        p = read_record(path, CELL_PROGRESS_RECORD, "cell progress record", "it is rewritten at the cell's next step")
+    except UserError:
+        return f"progress unreadable ({path})"
+    return f"step {p['step']}/{p['steps']}, last step {p['seconds_step']:.1f} s, at {p['time']}"
 
 
 def recorded_spec(root: str | os.PathLike) -> GridSpec:

@@ -7,6 +7,11 @@ checkpoint does not lie beyond --steps (`within_steps`), shared by both `hb real
 """
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
+from hbsim.contract import CELL_PROGRESS
+from hbsim.contract.atomic import write_json_atomic
 from policies.errors import UserError
 
 
@@ -33,7 +38,10 @@ def cell_checkpoints(run_dir, config: dict, every: int):
     """A real grid cell's checkpoints in `run_dir` (the grid's DIR/running/<id>/): returns
     (the loop state of its checkpoint, or None to start; the step hook for `run_config` that
     saves one after step 1, every `every` steps and never at the last step, when the cell
-    itself is written). The checkpoint holds what `hb real`'s does (`native.checkpoint`)."""
+    itself is written). The checkpoint holds what `hb real`'s does (`native.checkpoint`).
+    After every step the hook also writes `run_dir/progress.json` (`CELL_PROGRESS_RECORD`:
+    the step, the planned steps, the step's seconds and the time), which `hb grid status`
+    shows for the cells still running."""
     from real_runs.native import checkpoint
 
     saved = checkpoint.load(run_dir)
@@ -46,6 +54,11 @@ def cell_checkpoints(run_dir, config: dict, every: int):
     def hook(loop) -> bool:
         if loop.t < int(config["steps"]) and (loop.t == 1 or loop.t % every == 0):
             checkpoint.save(run_dir, config, loop.state_dict())
+        last = loop.rows[-1] if loop.rows else {}
+        write_json_atomic(Path(run_dir) / CELL_PROGRESS,
+                          {"step": int(loop.t), "steps": int(config["steps"]),
+                           "seconds_step": float(last.get("seconds_step", float("nan"))),
+                           "time": time.strftime("%Y-%m-%d %H:%M:%S")})
         return False
 
     return state, hook

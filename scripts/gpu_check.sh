@@ -34,8 +34,8 @@
 #                           the grid ablations/examples/lm_grid_gpu.toml (6 designs x 3 seeds x 30 steps,
 #                           16 groups x 8 rollouts) and its report against mixed-6; the 98 MB model travels
 #                           in checked parts when the device's Python lacks it (docs/REAL_RUNS.md,
-#                           "SmolLM2 on a GPU"); at most 8 minutes more; cells cut short say the
-#                           step they reached and their seconds per step (their checkpoints)
+#                           "SmolLM2 on a GPU"); at most 8 minutes more; `hb grid status` shows
+#                           the step each cell cut short reached and its last step's seconds
 # GPU_CHECK_PHASES selects phases (default "1 2 3 4 5 6 7 8 9 10"). Phases 1, 6, 9 ran on an H100 on 2026-12-06 (docs/REAL_RUNS.md);
 # phase 10 was cut short there (0 of 18 cells in 390 s, before eval_chunk = 512); 2-5, 7, 8 have not yet run on a GPU.
 # Each phase has a time limit so the whole script stays under 8 minutes; a grid cut short
@@ -282,20 +282,9 @@ PYEOF
     # step of 32 x 200 tokens on a Llama of SmolLM2's shape (H100, 2026-12-06), 78 GiB / 5 leaves room
     PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True} \
     timeout "${GPU_CHECK_LM_TIMEOUT:-480}" $PY -m hbsim.cli grid run "$OUT/lm_grid.toml" --out "$OUT/lm_grid" \
-        --jobs "${GPU_CHECK_LM_JOBS:-5}" --checkpoint-every "${GPU_CHECK_LM_CHECKPOINT_EVERY:-2}" \
+        --jobs "${GPU_CHECK_LM_JOBS:-5}" \
         > "$OUT/lm_grid.txt" 2> "$OUT/lm_grid.log"
     log "(10) SmolLM2 grid rc=$? ($(ls "$OUT/lm_grid/cells" 2>/dev/null | wc -l) cells done; $(grep -c . "$OUT/lm_grid.toml") lines of grid: $OUT/lm_grid.toml)"
-    # cells cut short: how far each got, and its seconds per step, from its last checkpoint
-    $PY - "$OUT/lm_grid" <<'PYEOF' 2>&1 | tee -a "$OUT/summary.txt" >&2
-import sys
-from pathlib import Path
-import torch
-for ckpt in sorted(Path(sys.argv[1]).glob("running/*/checkpoints/last.pt")):
-    loop = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)["loop"]
-    secs = [float(r.get("seconds_step", float("nan"))) for r in loop["rows"]]
-    print(f"    cut short: {ckpt.parts[-3]} {loop['label']} seed {loop['seed']}: step {loop['t']}, "
-          f"seconds per step {', '.join(f'{s:.1f}' for s in secs)}")
-PYEOF
     $PY -m hbsim.cli grid status "$OUT/lm_grid" >> "$OUT/lm_grid.txt" 2>&1
     $PY -m hbsim.cli grid collect "$OUT/lm_grid" >> "$OUT/lm_grid.txt" 2>&1
     tail -n 15 "$OUT/lm_grid.txt" | tee -a "$OUT/summary.txt" >&2

@@ -11,6 +11,7 @@ machine lets us mount one). Every test starts processes, so all are marked slow.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -304,13 +305,18 @@ def reference_real_grid(tmp_path_factory, cache) -> Path:
     return root / "grid"
 
 
-@pytest.mark.parametrize("at, resumed", [(4, 1), (5, 2)])    # after the step-1 checkpoint; after the step-2 one
+# the writes: grid record and marker, then per step the checkpoint (not at the last step) and progress.json
+@pytest.mark.parametrize("at, resumed", [(5, 1), (7, 2)])    # at the step-2 checkpoint; at step 3's progress
 def test_real_grid_killed_mid_cell_continues_from_its_checkpoint(tmp_path, cache, reference_real_grid, at, resumed):
     """`hb grid run` of a real grid: a cell killed mid-run continues from DIR/running/<id>/'s
-    checkpoint (not from step 0) and ends with the uninterrupted grid's tables."""
+    checkpoint (not from step 0) and ends with the uninterrupted grid's tables; meanwhile
+    `hb grid status` shows the step the cell reached."""
     (tmp_path / "g.toml").write_text(REAL_GRID)
     killed(hb(*GRID_REAL, cwd=tmp_path, cache=cache, fault=at))
     assert not done_ids(tmp_path / "grid") and list((tmp_path / "grid" / contract.RUNNING).glob("*/checkpoints/last.pt"))
+    status = ok(hb("grid", "status", "grid", cwd=tmp_path, cache=cache))
+    assert re.search(rf"^    [0-9a-f]{{16}}: uniform, seed 0  \(under way: step {resumed}/3, last step [0-9.]+ s, at "
+                     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\)$", status, re.M), status
     ok(hb(*GRID_REAL, cwd=tmp_path, cache=cache))
     (cell,) = (tmp_path / "grid" / contract.CELLS).iterdir()
     assert f"resumed at step {resumed}," in (cell / contract.LOG).read_text()

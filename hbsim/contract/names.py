@@ -89,6 +89,7 @@ LOG = "log.txt"                 # a cell's or a failure's log
 TUNE_DIR = "tune"               # a tuned grid's tuning cells (DIR/tune/cells/<id>/)
 TUNE_JSON = "tune.json"         # a tuned grid's selection
 RUNNING = "running"             # a real grid's cells while they run: DIR/running/<id>/checkpoints/last.pt
+CELL_PROGRESS = "progress.json"  # ... and DIR/running/<id>/progress.json: the step it reached (CELL_PROGRESS_RECORD)
 TMP_PREFIX = ".tmp-"            # temporary files and folders (hidden: every reader skips them)
 #: a grid of parts (`hb stress`: one part per scenario): the column of the collected tables
 #: naming each row's part, and the suffix its cells' policy labels end in

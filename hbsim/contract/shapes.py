@@ -31,6 +31,8 @@ GRID_SPEC = {"path?": str, "raw?": dict}
 RUN_RECORD = {"config?": dict, "config_hash?": str, "label?": str, "policy?": str, "seed?": int, "grid?": dict}
 RUN_GRID = {"sweep?": dict, "label?": str, "cell_id?": str, "name?": str}
 RUN_CONFIG = {"env?": dict, "policy?": dict}
+#: a running real grid cell's last finished step (`real_runs.resume.cell_checkpoints` writes it)
+CELL_PROGRESS_RECORD = {"step": int, "steps": int, "seconds_step": NUMBER, "time": str}
 TUNE_RECORD = {"seeds": list, "test_seeds": list, "target": str, "knobs": dict, "designs": dict, "rule?": str}
 TUNE_DESIGN = {"setting": dict, "score?": NUMBER, "points?": list}
 
