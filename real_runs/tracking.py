@@ -49,7 +49,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from policies.errors import UserError
+from policies.errors import UserError, require_extra
 from policies.validate import check_name
 
 PREFIX = "hb/"
@@ -151,9 +151,7 @@ def check_tracker(kind: str | None) -> None:
         return
     if kind not in TRACKERS:
         raise UserError(f"--log {kind!r} is not allowed: expected one of {', '.join(TRACKERS)}")
-    import importlib.util
-    if importlib.util.find_spec(TRACKERS[kind]) is None:
-        raise UserError(f"--log {kind} needs the optional extra: pip install 'harnessbandit[{kind}]'")
+    require_extra(TRACKERS[kind], f"--log {kind}", kind)
 
 
 def log_names(kind: str, project: str | None, name: str | None, default_name: str) -> tuple[str, str]:

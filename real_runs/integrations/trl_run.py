@@ -375,10 +375,7 @@ def main(args) -> int:
     label = policy_cfg["label"]
     out = Path(args.out)   # checked by real_runs.cli._check_out before torch was imported
     resume = resume_checkpoint(out) if args.resume else None
-    try:
-        import trl
-    except ImportError:
-        raise UserError("--backend trl needs the optional extra (Python >= 3.11): pip install 'harnessbandit[trl]'") from None
+    import trl                                # installed: real_runs.cli._check_out required the extra
     from real_runs.native.adapter import pick_device
     device = pick_device(args.device or "auto").type   # hb real's --device defaults to None (the preset's)
     t0 = time.perf_counter()
