@@ -42,7 +42,7 @@ from policies.knobs import Knob, Knobs
 from real_runs.command import run_knobs
 from real_runs.native.presets import PRESETS, WHEN_SET_KNOBS
 from real_runs.resume import same_run, within_steps
-from real_runs.tracking import apply_env, hint
+from real_runs.tracking import apply_env, hint, trackio_hint_at_start
 
 SIZES = {"tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                       num_key_value_heads=1),
@@ -362,8 +362,10 @@ def report_to(log: str | None, out: Path, project: str | None = None, name: str 
     extra = {"report_to": [log]}
     if name:
         extra["run_name"] = name
-    if log == "trackio" and project:
-        extra["project"] = project
+    if log == "trackio":
+        trackio_hint_at_start(out)                # its own hint at start names a store without the run
+        if project:
+            extra["project"] = project
     return extra
 
 
