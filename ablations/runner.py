@@ -42,7 +42,7 @@ from hbsim.contract import atomic, folders, lifeline, threads
 from hbsim.contract import markers
 from hbsim.contract import CELLS, PART, RUNNING, TUNE_DIR, TUNE_JSON
 from hbsim.contract.records import config_hash, is_complete, read_meta
-from policies.errors import UserError
+from policies.errors import UserError, require_extra
 from policies.registry import loaded_plugins
 from policies.validate import MAX_JOBS, check_int
 
@@ -92,6 +92,8 @@ def check_run_options(jobs: int | None, backend: str, ray_address: str | None = 
         check_int("--jobs", jobs, 1, MAX_JOBS)
     if backend not in BACKENDS:
         raise UserError(f"--backend {backend!r} is unknown; valid backends: {', '.join(BACKENDS)}")
+    if backend == "ray":
+        require_extra("ray", "--backend ray", "ray")
     if ray_address is not None:
         if backend != "ray":
             raise UserError(f"--ray-address {ray_address!r} is only used with --backend ray; add --backend ray")
@@ -361,10 +363,7 @@ def run_local(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], **_
 # -- ray -----------------------------------------------------------------------------
 def run_ray(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], *,
             ray_address: str | None = None, **_) -> None:
-    try:
-        import ray
-    except ImportError as exc:
-        raise UserError(f"--backend ray needs the ray package (pip install 'harnessbandit[ray]'): {exc}") from None
+    import ray                               # installed: check_run_options required the extra
     kwargs = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False,
               "runtime_env": {"env_vars": {k: os.environ.get(k, v) for k, v in SINGLE_THREAD_ENV.items()}
                               if not threads.user_set() else {k: os.environ[k] for k in threads.WORKER_VARS

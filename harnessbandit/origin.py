@@ -14,9 +14,9 @@ this file lies beside (the installed package, or the checkout of an editable ins
 every import harnessbandit makes, and `from harnessbandit import ...` in user code, gets
 the installed packages whatever the working directory holds. A folder that would have
 shadowed one, or a module of one of these names already imported from elsewhere (which no
-finder can replace in a running interpreter), is named in one line, once per process
-(the `harnessbandit` logger, a warning; not repeated in worker processes, which inherit
-`TOLD_VAR`).
+finder can replace in a running interpreter), is named once per process tree, all of them in
+one line (the `harnessbandit` logger, a warning; not repeated in worker processes, which
+inherit `TOLD_VAR`).
 """
 from __future__ import annotations
 
@@ -69,37 +69,53 @@ def _imported_from(module) -> Path | None:
     return Path(file).resolve() if file else None
 
 
-def shadows() -> list[tuple[str, str]]:
-    """(package, one line) per package whose import would not (or did not) come from `ROOT`:
-    a module of its name imported from elsewhere, or a folder earlier on `sys.path`."""
-    lines = []
+def shadows() -> list[tuple[str, str, Path]]:
+    """(package, how, where) per package whose import would not (or did not) come from `ROOT`:
+    how = "imported" (a module of its name imported from `where`) or "found" (the folder
+    `where`, earlier on `sys.path`)."""
+    out = []
     for name in PACKAGES:
         module = sys.modules.get(name)
         if module is not None:
             where = _imported_from(module)
             if where is not None and where != _home(name):
-                lines.append((name, f"harnessbandit: {name!r} was imported from {where}, not from the installed package "
-                             f"{_home(name)}: a folder of yours has its name; rename it (or start Python in another "
-                             f"folder) and use `from harnessbandit import ...`"))
+                out.append((name, "imported", where))
             continue
         where = _where(importlib.machinery.PathFinder.find_spec(name))
         if where is not None and where != _home(name):
-            lines.append((name, f"harnessbandit: your {where} has the name of harnessbandit's package {name!r}; harnessbandit "
-                         f"imports its own ({_home(name)}), so `import {name}` gives harnessbandit's here: rename "
-                         "yours to import it"))
-    return lines
+            out.append((name, "found", where))
+    return out
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def shadow_line(found: list[tuple[str, str, Path]]) -> str:
+    """The one line that names every shadowing folder of `shadows()`' answer."""
+    parts = [f"{name!r} was imported from {where}, not from the installed package {_home(name)}: a folder of yours has "
+             "its name; rename it (or start Python in another folder) and use `from harnessbandit import ...`"
+             for name, how, where in found if how == "imported"]
+    folders = [(name, where) for name, how, where in found if how == "found"]
+    if folders:
+        one, names = len(folders) == 1, [name for name, _ in folders]
+        parts.append(f"your {_and([str(where) for _, where in folders])} {'has the name' if one else 'have the names'} "
+                     f"of harnessbandit's package{'' if one else 's'} {_and([repr(n) for n in names])}; harnessbandit "
+                     f"imports its own ({_and([str(_home(n)) for n in names])}), so {_and([f'`import {n}`' for n in names])} "
+                     f"{'gives' if one else 'give'} harnessbandit's here: rename yours to import {'it' if one else 'them'}")
+    return "harnessbandit: " + "; ".join(parts)
 
 
 def pin() -> None:
-    """Install the finder once and say, once per package and process, what shadows one."""
+    """Install the finder once and say, in one line, once per package and process tree, what shadows one."""
     if not any(isinstance(f, PinnedFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, PinnedFinder())
     if multiprocessing.parent_process() is not None:    # a worker: its parent said it already
         return
     told = set(filter(None, os.environ.get(TOLD_VAR, "").split(",")))   # a parent process said these
-    for name, line in shadows():
-        if name not in told:
-            told.add(name)
-            LOG.warning(line)
+    new = [found for found in shadows() if found[0] not in told]
+    if new:
+        LOG.warning(shadow_line(new))
+        told |= {name for name, _, _ in new}
     if told:
         os.environ[TOLD_VAR] = ",".join(sorted(told))   # inherited: a forkserver or worker says nothing again

@@ -31,7 +31,7 @@ from hbsim.contract import folders, lifeline, threads
 from hbsim.contract import markers
 from hbsim.contract import CHECKPOINT, RUN_JSON, TRL_CHECKPOINT
 from policies import validate
-from policies.errors import UserError
+from policies.errors import UserError, require_extra
 from real_runs.command import RUN_SETS, add_log_option, check_log, run_knobs
 from real_runs.native.presets import PRESETS, preset_run_keys
 from real_runs.resume import same_run, within_steps
@@ -135,6 +135,10 @@ def _check_out(args) -> None:
     if args.model is not None:
         check_model(args.model)           # a named model's package and GGUF are installed
     check_environment()
+    if trl:                               # the extra of the backend, before its import fails in a traceback
+        require_extra("trl", "--backend trl", "trl", " (Python >= 3.11)")
+    else:
+        require_extra("torch", "hb real", "torch")
     check_log(args)
     if trl:
         from real_runs.integrations.trl_run import settings

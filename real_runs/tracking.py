@@ -24,7 +24,8 @@ data folders, trackio's store, TensorBoard's events), unless the user set the tr
 variable. The project and run name (`log_names`): `--log-project` / `--log-name`, else the
 tracker's own variables (W&B's WANDB_PROJECT / WANDB_NAME; trackio has none), else
 "harnessbandit" and the run folder's name. `hint` is the command that shows the run (trackio's
-own printed hint lacks TRACKIO_DIR, so it is not shown).
+own printed hint lacks TRACKIO_DIR: the native sink hides it, `trackio_hint_at_start` replaces
+it where TRL starts trackio).
 
 Beside the `hb/` scalars, the native backend's sink logs what the run's parquet files hold,
 under their names (`file stem/column[/harness]`):
@@ -49,7 +50,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from policies.errors import UserError
+from policies.errors import UserError, require_extra
 from policies.validate import check_name
 
 PREFIX = "hb/"
@@ -151,9 +152,7 @@ def check_tracker(kind: str | None) -> None:
         return
     if kind not in TRACKERS:
         raise UserError(f"--log {kind!r} is not allowed: expected one of {', '.join(TRACKERS)}")
-    import importlib.util
-    if importlib.util.find_spec(TRACKERS[kind]) is None:
-        raise UserError(f"--log {kind} needs the optional extra: pip install 'harnessbandit[{kind}]'")
+    require_extra(TRACKERS[kind], f"--log {kind}", kind)
 
 
 def log_names(kind: str, project: str | None, name: str | None, default_name: str) -> tuple[str, str]:
@@ -203,6 +202,17 @@ def hint(kind: str, folder, project: str) -> str:
     if os.environ.get("WANDB_MODE", "offline") == "offline":
         return f"wandb sync {q(os.environ.get('WANDB_DIR', str(folder)))}/wandb/offline-run-*"
     return f"the W&B project {project} (online: wandb.ai)"
+
+
+def trackio_hint_at_start(folder) -> None:
+    """trackio prints `trackio show --project P` when a run starts, without the TRACKIO_DIR that
+    holds the run (`tracker_env`: DIR/trackio), so that command shows another store; from now
+    on in this process it prints `hint`'s command instead. For a trackio run that hb does not
+    start itself (TRL's `report_to`); the native `Sink` hides trackio's start-up lines."""
+    import trackio.utils
+    if hasattr(trackio.utils, "print_dashboard_instructions"):
+        trackio.utils.print_dashboard_instructions = lambda project: print(
+            f"* View dashboard by running in your terminal:\n{hint('trackio', folder, project)}")
 
 
 class Sink:
@@ -269,8 +279,10 @@ class Sink:
         if self.kind == "tensorboard":
             self._run.close()
         elif self.kind == "trackio":
+            import trackio
             with contextlib.redirect_stdout(io.StringIO()):   # "Uploading logs to Trackio": it is local
-                self._run.finish()
+                trackio.finish()     # the module's finish forgets the run too: else trackio's exit hook
+                                     # finishes it again and prints that line after the hint
         else:
             self._run.finish()
         for key in self._env:

@@ -82,13 +82,19 @@ shown "^(greedy_l|uniform) "
 test -f plug/greedy_l/seed0/run.json
 hb scenarios --check "$WORK/plug/my_scenario.toml"
 shown "^oracle - uniform"
-# a user's own folder named like a package of the distribution: `from harnessbandit import ...` still works,
-# and one line names the folder
-mkdir -p "$WORK/outside/shadow/policies" && touch "$WORK/outside/shadow/policies/__init__.py"
+# a user's own folders named like packages of the distribution: `from harnessbandit import ...` still works,
+# and one line names the folders
+mkdir -p "$WORK/outside/shadow/policies" "$WORK/outside/shadow/reports"
+touch "$WORK/outside/shadow/policies/__init__.py" "$WORK/outside/shadow/reports/__init__.py"
 (cd "$WORK/outside/shadow" && "$WORK/venv/bin/python" -c "from harnessbandit import POLICIES, build_report; assert len(POLICIES) > 10" \
-    2>"$LOG") || { cat "$LOG" >&2; echo "wheel-smoke: FAILED: from harnessbandit import ... beside a policies/ folder" >&2; exit 1; }
-grep -q "has the name of harnessbandit's package 'policies'" "$LOG" && [ "$(wc -l <"$LOG")" = 1 ] \
-    || { cat "$LOG" >&2; echo "wheel-smoke: FAILED: no one line naming the shadowing folder" >&2; exit 1; }
-step "from harnessbandit import ... beside a folder named policies/: works, one line names the folder"
+    2>"$LOG") || { cat "$LOG" >&2; echo "wheel-smoke: FAILED: from harnessbandit import ... beside policies/ and reports/" >&2; exit 1; }
+grep -q "have the names of harnessbandit's packages 'policies' and 'reports'" "$LOG" && [ "$(wc -l <"$LOG")" = 1 ] \
+    || { cat "$LOG" >&2; echo "wheel-smoke: FAILED: no one line naming the shadowing folders" >&2; exit 1; }
+step "from harnessbandit import ... beside folders named policies/ and reports/: works, one line names them"
+# a command that needs an extra the base install lacks: one line naming it, exit 2, nothing written
+set +e; "$HB" real --preset tiny --steps 1 --out noextra >"$LOG" 2>&1; code=$?; set -e
+[ "$code" = 2 ] && [ "$(cat "$LOG")" = "error: hb real needs the optional extra: pip install 'harnessbandit[torch]'" ] \
+    && [ ! -e noextra ] || { cat "$LOG" >&2; echo "wheel-smoke: FAILED: hb real without the torch extra" >&2; exit 1; }
+step "hb real without the torch extra: one line naming it"
 "$WORK/venv/bin/harnessbandit" policies >"$LOG" 2>&1 || { cat "$LOG" >&2; echo "wheel-smoke: FAILED: harnessbandit policies" >&2; exit 1; }
 step "ok: hb policies, sim, scenarios, grid run/collect, report, demo, a plugin policy and a scenario file ran from the installed wheel"

@@ -76,6 +76,19 @@ def test_a_user_policies_folder_in_the_cwd_is_named_in_one_line_and_changes_noth
 
 
 @pytest.mark.slow
+def test_a_policies_and_a_reports_folder_are_named_together_in_one_line(tmp_path):
+    mine = [_user_folder(tmp_path, "policies"), _user_folder(tmp_path, "reports")]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", origin.TOLD_VAR)}
+    done = subprocess.run([sys.executable, "-m", "hbsim.cli", "policies"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert done.returncode == 0 and "uniform " in done.stdout, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"harnessbandit: your {mine[0]} and {mine[1]} have the names of harnessbandit's packages 'policies' and "
+        f"'reports'; harnessbandit imports its own ({REPO / 'policies'} and {REPO / 'reports'}), so `import policies` "
+        "and `import reports` give harnessbandit's here: rename yours to import them"], done.stderr
+
+
+@pytest.mark.slow
 def test_a_package_imported_from_a_user_folder_first_is_named_in_one_line(tmp_path):
     folder = _user_folder(tmp_path, "reports")
     done = _python("import reports\nimport hbsim\nprint(reports.MINE)", tmp_path)

@@ -272,3 +272,22 @@ def test_the_readme_links_every_docs_page_and_shows_two_pictures():
 def test_the_readme_stays_short():
     lines = README.read_text().count("\n")
     assert lines <= MAX_README_LINES, f"README.md has {lines} lines: move detail into docs/ (at most {MAX_README_LINES})"
+
+
+def test_the_install_pages_name_every_extra_and_the_python_floor():
+    """The README's install section and docs/INSTALL.md's table name every extra of
+    pyproject.toml (no more: each backticked extra-like word there is one) and its Python floor."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:          # Python 3.10: the tomli backport (a dependency there)
+        import tomli as tomllib
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras, floor = set(project["optional-dependencies"]), project["requires-python"].removeprefix(">=")
+    section = README.read_text().split("## Install into your own environment", 1)[1].split("\n## ", 1)[0]
+    prose = section.split("```python", 1)[0]
+    assert extras <= set(re.findall(r"`([a-z]+)`", prose)), extras - set(re.findall(r"`([a-z]+)`", prose))
+    assert f"Python {floor} or newer" in prose
+    table = [line.split("|")[1] for line in (ROOT / "docs" / "INSTALL.md").read_text().splitlines()
+             if line.startswith("| `")]
+    assert set(re.findall(r"`([a-z]+)`", "".join(table))) == extras
+    assert f"Python ≥ {floor}" in (ROOT / "docs" / "INSTALL.md").read_text()

@@ -46,3 +46,32 @@ def test_the_readme_python_block_runs_verbatim(tmp_path):
     assert re.match(r"^0\s+heldout_harness\s+pass@1\b", out[head + 1]) and \
         re.match(r"^1\s+heldout_tasks\s+pass@1\b", out[head + 2]), out[head:head + 3]
     assert os.listdir(tmp_path) == []                    # computed in memory: nothing written
+
+
+#: the distribution's packages a user's code reaches through `harnessbandit` (a folder of the user's
+#: own may carry their names); `real_runs.integrations` is the public home of the trainers' classes
+THROUGH_HARNESSBANDIT = ("policies", "reports", "hbsim", "ablations")
+#: the page of the packages' internal interfaces, for developers of hb itself
+INTERNALS = "ARCHITECTURE.md"
+
+
+def python_blocks(page: Path) -> list[str]:
+    return PYTHON_BLOCK.findall(page.read_text())
+
+
+def test_user_pages_import_the_public_api_from_harnessbandit():
+    """The README's and the docs' Python (the internals page aside) imports policies, reports,
+    hbsim and ablations only through `harnessbandit`, and every name it imports from there exists."""
+    import harnessbandit
+    pages = [ROOT / "README.md", *(p for p in sorted((ROOT / "docs").glob("*.md")) if p.name != INTERNALS)]
+    direct = re.compile(rf"^\s*(?:from|import)\s+({'|'.join(THROUGH_HARNESSBANDIT)})\b"
+                        rf"|\b({'|'.join(THROUGH_HARNESSBANDIT)})\.[a-z_]+\(", re.M)
+    wrong, missing, used = [], [], 0
+    for page in pages:
+        for block in python_blocks(page):
+            wrong += [f"{page.name}: {m.group(0).strip()}" for m in direct.finditer(block)]
+            for names in re.findall(r"^from harnessbandit import (.+)$", block, re.M):
+                used += 1
+                missing += [f"{page.name}: {n}" for n in re.split(r",\s*", names.strip()) if n not in harnessbandit.EXPORTS]
+    assert wrong == [] and missing == [], (wrong, missing)
+    assert used >= 4          # README, EXTENDING.md, POLICIES.md, REAL_RUNS.md

@@ -42,7 +42,7 @@ from policies.knobs import Knob, Knobs
 from real_runs.command import run_knobs
 from real_runs.native.presets import PRESETS, WHEN_SET_KNOBS
 from real_runs.resume import same_run, within_steps
-from real_runs.tracking import apply_env, hint
+from real_runs.tracking import apply_env, hint, trackio_hint_at_start
 
 SIZES = {"tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                       num_key_value_heads=1),
@@ -362,8 +362,10 @@ def report_to(log: str | None, out: Path, project: str | None = None, name: str 
     extra = {"report_to": [log]}
     if name:
         extra["run_name"] = name
-    if log == "trackio" and project:
-        extra["project"] = project
+    if log == "trackio":
+        trackio_hint_at_start(out)                # its own hint at start names a store without the run
+        if project:
+            extra["project"] = project
     return extra
 
 
@@ -375,10 +377,7 @@ def main(args) -> int:
     label = policy_cfg["label"]
     out = Path(args.out)   # checked by real_runs.cli._check_out before torch was imported
     resume = resume_checkpoint(out) if args.resume else None
-    try:
-        import trl
-    except ImportError:
-        raise UserError("--backend trl needs the optional extra (Python >= 3.11): pip install 'harnessbandit[trl]'") from None
+    import trl                                # installed: real_runs.cli._check_out required the extra
     from real_runs.native.adapter import pick_device
     device = pick_device(args.device or "auto").type   # hb real's --device defaults to None (the preset's)
     t0 = time.perf_counter()

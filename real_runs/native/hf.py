@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from policies.errors import UserError
+from policies.errors import UserError, require_extra
 
 
 @dataclass(frozen=True)
@@ -95,10 +95,8 @@ def load_local(path: str, name: str = "model_path", *, unreadable: str | None = 
     downloads. `name`: the option in error messages; `unreadable`: the message (before the
     cause in parentheses) when the folder cannot be loaded (default: "NAME=PATH: not a
     loadable Hugging Face model directory"); `tokenizer_kw`: e.g. padding_side."""
-    try:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-    except ImportError:
-        raise UserError(f"{name}={path!r} needs the optional extra: pip install 'harnessbandit[hf]'") from None
+    require_extra("transformers", f"{name}={path!r}", "hf")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     if not Path(path).is_dir():
         raise UserError(f"{name}={path!r} is not allowed: expected a local Hugging Face model directory")
     try:

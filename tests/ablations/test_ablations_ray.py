@@ -42,3 +42,20 @@ def test_ray_backend_runs_hb_sim_like_local(tmp_path):
     ray_run = hb(*sim, "--backend", "ray", "--jobs", 2, "--out", tmp_path / "ray", check=0)
     assert ray_run.stdout == local.stdout and "4/4 runs" in ray_run.stderr
     assert sorted(p.name for p in (tmp_path / "ray" / "uniform").iterdir()) == ["seed0", "seed1"]
+
+
+@pytest.mark.cli
+def test_ray_backend_without_its_extra_is_one_line_before_any_write(tmp_path, monkeypatch, capsys):
+    """A base install: `--backend ray` names the extra before the grid folder is written (it
+    used to fail after grid.json and cells/ were made, with another wording than every extra's)."""
+    import importlib.util
+
+    from hbsim.cli import main
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real_find_spec(name, *a))
+    grid = write_grid(tmp_path / "g.toml", name="noray", steps=3, seeds=1, policies=[{"name": "uniform"}])
+    for args in (["grid", "run", str(grid), "--out", str(tmp_path / "out")], ["sim", "--steps", "3", "--seeds", "1"],
+                 ["stress", "--quick", "--scenarios", "trap", "--out", str(tmp_path / "out")]):
+        assert main([*args, "--backend", "ray"]) == 2, args
+        assert capsys.readouterr().err.strip() == "error: --backend ray needs the optional extra: pip install 'harnessbandit[ray]'"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.toml"]

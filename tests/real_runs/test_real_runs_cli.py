@@ -233,3 +233,17 @@ def test_counterfactual_flag_is_the_run_knob_a_grid_cell_carries(tmp_path):
     config = real_cli.build_config(args)
     assert config["counterfactual"] == 2 and config == cell.config
     assert "counterfactual" not in real_cli.build_config(parser.parse_args(["--steps", "3", "--out", "x"]))
+
+
+def test_a_backend_without_its_extra_is_one_line_exit_2_before_any_work(tmp_path, monkeypatch, capsys):
+    """A base install (no torch, no TRL): `hb real` names the extra to install, not a traceback."""
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("torch", "trl") else real_find_spec(name, *a))
+    for backend, line in (("native", "hb real needs the optional extra: pip install 'harnessbandit[torch]'"),
+                          ("trl", "--backend trl needs the optional extra (Python >= 3.11): "
+                                  "pip install 'harnessbandit[trl]'")):
+        out = tmp_path / backend
+        assert main(["real", "--preset", "tiny", "--steps", "1", "--out", str(out), "--backend", backend]) == 2
+        assert capsys.readouterr().err.strip() == f"error: {line}"
+        assert not out.exists()

@@ -15,7 +15,7 @@ from policies.errors import UserError
 from real_runs.command import check_log
 from real_runs.tracking import DEFAULT_PROJECT, hint, log_names, tracker_env
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]     # the checkout (tests/real_runs/ is two below it)
 
 
 def test_names_come_from_the_options_then_the_trackers_variables_then_the_defaults(monkeypatch):
@@ -93,7 +93,8 @@ def test_log_trackio_hint_points_at_the_store_that_holds_the_run(tmp_path):
     done = _sink_in_a_fresh_home(tmp_path, "trackio")
     store = tmp_path / "out" / "trackio"
     lines = done.stdout.strip().splitlines()
-    assert f"TRACKIO_DIR={store} trackio show --project proj" in lines
+    assert lines[-1] == f"TRACKIO_DIR={store} trackio show --project proj"    # the last line: trackio's exit
+    assert not any("Uploading logs" in line for line in lines)                  # hook finishes nothing again
     assert not any(line.startswith("* View dashboard") or 'trackio show --project "' in line for line in lines)
     assert (store / "proj.db").is_file() and sorted(p.name for p in (tmp_path / "home").rglob("*")) == []
     read = subprocess.run([sys.executable, "-c", "from trackio.sqlite_storage import SQLiteStorage as S; "
@@ -117,3 +118,19 @@ def test_hb_real_prints_the_command_that_shows_its_run(tmp_path, monkeypatch, ca
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert main(["real", "--preset", "tiny", "--steps", "1", "--out", str(tmp_path / "x"), "--log-name", "a"]) == 2
     assert capsys.readouterr().err.strip() == "error: --log-name: only allowed with --log tensorboard|wandb|trackio"
+
+
+def test_trl_report_to_trackio_replaces_trackios_own_start_hint(tmp_path, monkeypatch, capsys):
+    """TRL starts trackio itself (report_to): the command trackio prints at start is hint's,
+    TRACKIO_DIR included, not `trackio show --project "p"` (another store)."""
+    trackio_utils = pytest.importorskip("trackio.utils")
+    from real_runs.integrations import trl_run
+    monkeypatch.setattr(trackio_utils, "print_dashboard_instructions", trackio_utils.print_dashboard_instructions)
+    monkeypatch.setattr(trackio_utils, "TRACKIO_DIR", tmp_path / "run" / "trackio")   # the store trackio writes to
+    monkeypatch.setenv("TRACKIO_DIR", "unset")
+    monkeypatch.delenv("TRACKIO_DIR")                                       # report_to sets it: restored after
+    assert trl_run.report_to("trackio", tmp_path / "run", "p", "n") == {"report_to": ["trackio"], "run_name": "n",
+                                                                       "project": "p"}
+    trackio_utils.print_dashboard_instructions("p")
+    assert capsys.readouterr().out.splitlines() == ["* View dashboard by running in your terminal:",
+                                                    f"TRACKIO_DIR={tmp_path / 'run' / 'trackio'} trackio show --project p"]
