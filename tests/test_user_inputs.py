@@ -550,6 +550,8 @@ CASES = [
      "which is a grid directory"),
     ("sim-out-inside-sim", lambda w: ([*SIM, "--out", w.sim() / "nested"], w.sim()),
      "which is an `hb sim` folder"),
+    ("sim-out-inside-a-sim-seed", lambda w: ([*SIM, "--out", next(w.sim().glob("*/seed0")) / "x"], w.sim()),
+     "which is a run directory (it holds run.json or a checkpoint); nothing was written"),   # not `hb real`'s
     ("grid-run-out-inside-run", lambda w: ([*GRID_RUN, w.spec, "--out", w.run() / "x"], w.run()),
      "which is a run directory"),
     ("trl-duplicate-harness", lambda w: ([*TRL, "--set", 'harnesses=["json", "json"]', "--out", w.missing()], w.tmp),

@@ -268,6 +268,15 @@ def _hb_kind_here(path: Path) -> str | None:
     return None
 
 
+def _kind_phrase(path: Path, found: str) -> str:
+    """What `_hb_kind_here` found at `path`, in words: KINDS' phrase, except a run directory
+    known only by its run.json or checkpoint (one seed of `hb sim` or `hb validity --study`
+    has no marker of its own), which is not said to be `hb real`'s."""
+    if found == "run" and not (path / KIND_FILE).is_file():
+        return "a run directory (it holds run.json or a checkpoint)"
+    return KINDS[found]
+
+
 #: ioctl FS_IOC_GETFLAGS and its immutable / append-only bits (Linux)
 _GETFLAGS, _IMMUTABLE, _APPEND = 0x80086601, 0x10, 0x20
 
@@ -321,7 +330,7 @@ def check_not_nested(path: str | os.PathLike, kind: str, flag: str = "--out") ->
             return
         if kind == "grid" and depth == 0 and found == "grid" and real.name == TUNE_DIR:
             return
-        raise UserError(f"{flag} {str(path)!r} lies inside {str(parent)!r}, which is {KINDS[found]}; "
+        raise UserError(f"{flag} {str(path)!r} lies inside {str(parent)!r}, which is {_kind_phrase(parent, found)}; "
                         f"nothing was written: choose a path outside it")
 
 
