@@ -199,6 +199,8 @@ CASES = [
     # cause 2: the twin's files under the folder rules
     ("fit-out-dangling-link", lambda w: ([*FIT, w.logs(), "--out", w.link("t.toml", "nowhere.toml")], w.tmp),
      "is a symbolic link"),
+    ("fit-out-under-a-file", lambda w: ([*FIT, w.logs(), "--out", w.text("g.toml", "x = 1\n") / "t.toml"], w.tmp),
+     "g.toml/t.toml' lies under"),
     ("fit-out-in-run-dir", lambda w: ([*FIT, w.logs(), "--out", w.run() / "t.toml"], w.tmp),
      "which is a run directory"),
     ("fit-out-in-cells", lambda w: ([*FIT, w.logs(), "--out", w.cells() / "t.toml"], w.tmp),

@@ -353,6 +353,10 @@ def check_output_file(path: str | os.PathLike, ours, *, force: bool = False, fla
     if _exists(path) and not path.is_file():
         raise UserError(f"{flag} {str(path)!r} is not a regular file (a named pipe, a device or a socket); nothing "
                         "was written: choose another path")
+    above = _existing_ancestor(path.parent)
+    if above.exists() and not above.is_dir():       # the FILE's path names: check_writable would name the folder
+        raise UserError(f"{flag} {str(path)!r} lies under {str(above)!r}, which is a file, not a folder; nothing was "
+                        "written: choose another path")
     check_writable(path.parent, flag)
     check_not_nested(path, "file", flag)
     if not path.exists():
