@@ -74,7 +74,8 @@ def run_dirs(folder: str | Path, flag: str = "--real") -> list[Path]:
     of run directories up to two levels down (`hb sim --out`: <label>/seed<s>/), sorted."""
     root = Path(folder)
     if not root.is_dir():
-        found = "is a file, expected a folder" if root.exists() else "not found"
+        found = ("not found" if not root.exists() else "is a file, expected a folder" if root.is_file()
+                 else "is a named pipe, a device or a socket, expected a folder")
         raise UserError(f"{flag} {str(root)!r}: {found} (a run directory, an hb sim folder or a grid)")
     if is_complete(root):
         return [root]

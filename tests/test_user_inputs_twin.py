@@ -248,6 +248,8 @@ CASES = [
      "eval.parquet' is missing or not a readable parquet table"),
     # cause 10: small message gaps
     ("fit-logs-a-file", lambda w: ([*FIT, w.file(), "--out", w.tmp / "t.toml"], w.tmp), "is a file, expected a folder"),
+    ("fit-logs-a-pipe", lambda w: ([*FIT, w.pipe("p"), "--out", w.tmp / "t.toml"], w.tmp),
+     "is a named pipe, a device or a socket, expected a folder"),
     ("check-real-a-file", lambda w: (["twin", "check", "--twin", w.twin(), "--real", w.file()], w.tmp),
      "is a file, expected a folder"),
     ("real-probe-tasks-without-counterfactual",
