@@ -162,7 +162,12 @@ def _check_paths(args) -> Path:
                         f"{EVAL_FILE}); --part reads the collected tables: run `hb grid collect {args.dir}` or pass "
                         "--recollect")
     if args.recollect and (stale or uncollected):
-        from hbsim.contract.records import collect_cells
+        from hbsim.contract.labels import has_part
+        from hbsim.contract.records import collect_cells, read_grid_record
+        planned = (read_grid_record(args.dir) or {}).get("planned") or []
+        if args.part is not None and planned and not any(has_part(label) for _, label, _ in planned):
+            from reports.load import no_parts    # refused before the collect writes the tables
+            raise no_parts(args.part, f"no cell of grid {args.dir!r} belongs to a part")
         collect_cells(args.dir)
         print(f"report: collected {args.dir} {'again (' + stale + ')' if stale else '(its tables were missing)'}",
               file=sys.stderr)

@@ -129,6 +129,12 @@ def part_names(ev: pd.DataFrame) -> list[str]:
     return sorted(ev[PART].dropna().astype(str).unique())
 
 
+def no_parts(part: str, why: str) -> UserError:
+    """The refusal of `--part` where there are no parts (`why`: what shows it)."""
+    return UserError(f"--part: got {part!r}, but {why}: only a collected grid of parts (hb stress, a grid file with "
+                     "[[parts]]) has parts")
+
+
 def one_part(ev: pd.DataFrame, tr: pd.DataFrame | None, runs: dict, part: str
              ) -> tuple[pd.DataFrame, pd.DataFrame | None, dict]:
     """The rows of part `part` of a grid of parts' raw tables, their policy labels without
@@ -136,8 +142,7 @@ def one_part(ev: pd.DataFrame, tr: pd.DataFrame | None, runs: dict, part: str
     no row of the part fills (the other parts' harnesses) dropped, and its runs' records.
     UserError when the tables have no part column or not this part."""
     if PART not in ev.columns:
-        raise UserError(f"--part: got {part!r}, but the eval table has no {PART!r} column: only a collected grid of "
-                        "parts (hb stress, a grid file with [[parts]]) has parts")
+        raise no_parts(part, f"the eval table has no {PART!r} column")
     names = part_names(ev)
     if part not in names:
         raise UserError(f"--part: got {part!r}, allowed: one of {names}")

@@ -385,3 +385,15 @@ def test_recollect_collects_missing_tables_for_part(tmp_path, hb):
                       "--k", "1", "--recollect")
     assert code == 0, err[-3000:]
     assert "collected" in err and "(its tables were missing)" in err and (tmp_path / "g" / "eval.parquet").is_file()
+
+
+def test_recollect_with_part_on_a_grid_without_parts_is_refused_before_collecting(tmp_path, hb):
+    plain = 'name = "plain"\nsteps = 3\nseeds = 1\n[env]\nkind = "bernoulli"\n[[policies]]\nname = "uniform"\n'
+    (tmp_path / "plain.toml").write_text(plain)
+    assert hb("grid", "run", tmp_path / "plain.toml", "--out", tmp_path / "g", "--jobs", "1")[0] == 0
+    before = tree_hash(tmp_path / "g")
+    code, _, err = hb("report", tmp_path / "g", "--baseline", "uniform", "--part", "a", "--recollect")
+    assert code == 2 and err == (f"error: --part: got 'a', but no cell of grid {str(tmp_path / 'g')!r} belongs to a "
+                                 "part: only a collected grid of parts (hb stress, a grid file with [[parts]]) has "
+                                 "parts\n")
+    assert tree_hash(tmp_path / "g") == before and not (tmp_path / "g" / "eval.parquet").exists()
