@@ -142,6 +142,14 @@ def cell_bound(spec: GridSpec) -> int:
 
 
 # -- cells ---------------------------------------------------------------------------
+def seed_major(cells: list[Cell]) -> list[Cell]:
+    """`cells` in the order a grid runs them: every cell of the first seed (in file order),
+    then of the next seed, ... (seeds in their order of first appearance), so a grid stopped
+    early holds whole seeds of every design, which a paired report can compare."""
+    rank = {seed: i for i, seed in enumerate(dict.fromkeys(c.seed for c in cells))}
+    return sorted(cells, key=lambda c: rank[c.seed])
+
+
 def plan_cells(spec: GridSpec) -> list[Cell]:
     """Policy variants x sweep points x seeds, validated, with stable ids (file order); of a
     grid of parts, its parts' cells. The size bound (`check_cells`) comes first."""

@@ -37,7 +37,7 @@ from typing import Callable
 import ablations.store as store
 import ablations.tune as tune
 import ablations.worker as worker
-from ablations.plan import REAL_KIND, GridSpec
+from ablations.plan import REAL_KIND, GridSpec, seed_major
 from hbsim.contract import atomic, folders, lifeline, threads
 from hbsim.contract import markers
 from hbsim.contract import CELLS, PART, RUNNING, TUNE_DIR, TUNE_JSON
@@ -205,8 +205,9 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
              progress: Callable[[int, int, int], None] | None = None,
              on_done: Callable[[dict], None] | None = None,
              checkpoint_every: int = REAL_CHECKPOINT_EVERY) -> RunReport:
-    """Run every cell of `spec` missing from the grid directory `out`: DIR/cells/<id>/ with
-    log.txt, failures in DIR/failed/ (`run_many`; each answer carries its summary rows). A
+    """Run every cell of `spec` missing from the grid directory `out`, seed-major (`seed_major`):
+    DIR/cells/<id>/ with log.txt, failures in DIR/failed/ (`run_many`; each answer carries its
+    summary rows). A
     real cell (`[env] kind = "real"`) checkpoints into DIR/running/<id>/ after its first step
     and every `checkpoint_every` steps (0: never), and a rerun continues it from there."""
     check_run_options(jobs, backend, ray_address)
@@ -218,7 +219,7 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
               "summary": True, "plugins": spec.plugins, "meta": cell_meta(spec, c),
               **({"resume_dir": str(out / RUNNING / c.id), "checkpoint_every": checkpoint_every}
                  if c.config["env"].get("kind") == REAL_KIND and checkpoint_every else {})}
-             for c in cells]
+             for c in seed_major(cells)]
     report = run_many(tasks, jobs=jobs, backend=backend, ray_address=ray_address, progress=progress, on_done=on_done)
     markers.complete_output_dir(out)        # the marker last, with every file and cell written
     return report

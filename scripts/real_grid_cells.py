@@ -62,6 +62,7 @@ def cell_args(config: dict, out: Path) -> list[str]:
 
 
 def main(argv=None) -> int:
+    from ablations.plan import seed_major
     from ablations.spec import load_spec
     from hbsim.contract import CELLS, CHECKPOINT
     from hbsim.contract.records import config_hash, is_complete
@@ -74,7 +75,7 @@ def main(argv=None) -> int:
     parser.add_argument("--grid", dest="grid_dir", help="also write each complete run as a cell of this grid directory")
     args = parser.parse_args(argv)
     spec = load_spec(args.grid)
-    cells = sorted(spec.cells(), key=lambda c: spec.seeds.index(c.seed))     # stable: the file's order per seed
+    cells = seed_major(spec.cells())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     hb = argparse.ArgumentParser()

@@ -166,3 +166,26 @@ def test_changed_file_adds_only_new_cells_and_names_are_guarded(tmp_path, capsys
     assert sorted(p.name for p in (out / "cells").iterdir()) == before
     hb_in(capsys, "grid", "run", other, "--out", out, "--force-mixed", "--jobs", 1)
     assert json.loads((out / "grid.json").read_text())["names"] == ["grow", "other"]
+
+
+def test_a_grid_runs_seed_major_so_a_stopped_grid_holds_whole_seeds(tmp_path):
+    """`hb grid run` runs every design of a seed before the next seed (plan.seed_major), while
+    `hb grid plan` and grid.json keep the file's order."""
+    from ablations import run_grid
+    from ablations.plan import seed_major
+    from hbsim.contract.records import read_grid_record
+    grid = write_grid(tmp_path / "g.toml", name="order", steps=3, seeds=3, eval_every=3,
+                      policies=[{"name": "uniform"}, {"name": "round_robin"}])
+    spec = load_spec(grid)
+    cells = spec.cells()
+    assert [(c.label, c.seed) for c in cells][:3] == [("uniform", 0), ("uniform", 1), ("uniform", 2)]
+    assert [(c.label, c.seed) for c in seed_major(cells)] == [
+        ("uniform", 0), ("round_robin", 0), ("uniform", 1), ("round_robin", 1), ("uniform", 2), ("round_robin", 2)]
+    seen = []
+    run_grid(spec, tmp_path / "out", jobs=1, on_done=lambda answer: seen.append(answer["id"]))
+    by_id = {c.id: (c.label, c.seed) for c in cells}
+    assert [by_id[i] for i in seen] == [(c.label, c.seed) for c in seed_major(cells)]
+    assert [tuple(p) for p in read_grid_record(tmp_path / "out")["planned"]] == [(c.id, c.label, c.seed) for c in cells]
+    # seeds in their order of first appearance, not sorted
+    shuffled = [c for c in cells if c.seed == 2] + [c for c in cells if c.seed != 2]
+    assert [c.seed for c in seed_major(shuffled)] == [2, 2, 0, 0, 1, 1]
