@@ -134,11 +134,16 @@ class GRPOAdapter:
 
     def _build_model(self, progress=None):
         if self.cfg.model_path:
-            from real_runs.native.lm import freeze_below, load_lm
+            from real_runs.native.lm import add_lora, freeze_below, load_lm
+            if self.cfg.lora_rank and self.cfg.train_layers:
+                raise UserError(f"lora_rank={self.cfg.lora_rank} with train_layers={self.cfg.train_layers} is not "
+                                "allowed: LoRA trains adapters on every block; set one of them")
             model = load_lm(self.cfg.model_path, device=self.device, dtype=self.cfg.dtype, max_len=self.cfg.max_len,
                             block_path=self.cfg.hf_block_path, cache_dir=self.cfg.cache_dir,
                             progress=lambda line: print(line, file=sys.stderr))
             freeze_below(model, self.cfg.train_layers)
+            if self.cfg.lora_rank:
+                add_lora(model, self.cfg.lora_rank, self.cfg.lora_alpha, self.cfg.lora_targets)
             return model, f"hf:{self.cfg.model_path}"
         from real_runs.native.model import ModelConfig, Transformer
         from real_runs.native.warmstart import warm_start, warm_tasks

@@ -34,7 +34,9 @@ import json
 from importlib import metadata
 from pathlib import Path
 
-from policies.errors import UserError
+from policies.errors import UserError, require_extra
+from policies.validate import comma_items
+from real_runs.native.presets import LORA_TARGETS
 
 #: bump when the conversion changes: older cache folders are then ignored (a new folder is made)
 CONVERT_VERSION = 1
@@ -242,3 +244,29 @@ def freeze_below(model, train_layers: int) -> None:
     norm = getattr(getattr(model.hf, "model", None), "norm", None)
     if norm is not None:
         norm.requires_grad_(True)
+
+
+def add_lora(model, rank: int, alpha: float, targets: str) -> None:
+    """LoRA adapters (peft's, injected in place: the module paths, hence `block_path` and the
+    sketch's plan, stay the model's) of rank `rank` on the linear layers whose names end in
+    one of `targets` (comma-separated); every other parameter is frozen, so the optimizer and
+    the sketch see the adapters' matrices only. alpha 0 = 2 x rank. B starts at zero (peft's
+    init), so the adapted model is the model until its first step."""
+    require_extra("peft", "lora_rank", "lm")
+    from peft import LoraConfig, inject_adapter_in_model
+    names = comma_items(targets)
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.hf.named_modules()}
+    missing = [n for n in names if n not in present]
+    if not names or missing:
+        raise UserError(f"lora_targets={targets!r} is not allowed: expected comma-separated names of this model's "
+                        f"linear layers, e.g. {','.join(n for n in LORA_TARGETS if n in present)}"
+                        + (f" ({', '.join(missing)}: no such module)" if missing else ""))
+    config = LoraConfig(r=int(rank), lora_alpha=float(alpha) or 2.0 * int(rank), target_modules=names,
+                        lora_dropout=0.0, bias="none")
+    dtype = next(model.parameters()).dtype
+    model.hf = inject_adapter_in_model(config, model.hf)
+    model.requires_grad_(False)
+    for name, p in model.named_parameters():
+        if "lora_" in name:
+            p.data = p.data.to(dtype)
+            p.requires_grad_(True)

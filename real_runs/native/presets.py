@@ -48,6 +48,8 @@ from policies.knobs import Knob, Knobs
 from policies.validate import comma_items
 from real_runs.world.tasks import MAX_TASKS
 
+#: the linear layers of a Llama-style decoder block: LoRA's default targets (knob lora_targets)
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 #: the values each preset changes (env knobs, and the run-config keys of RUN_KEYS)
 PRESETS: dict[str, dict] = {
     "tiny": dict(batch_groups=2),
@@ -116,6 +118,11 @@ WHEN_SET_KNOBS = {
                              "after every step ('' = the model itself)", choices=("", "bfloat16", "float32")),
     "train_layers": _count(0, "a Hugging Face model: only its last k decoder blocks (and the final norm) are "
                               "trained, the rest frozen (0 = full fine-tuning)", 0),
+    "lora_rank": _count(0, "a Hugging Face model: LoRA adapters of this rank (peft, extra harnessbandit[lm]) on "
+                           "lora_targets are trained, every weight of the model frozen (0 = no LoRA)", 0, 1024),
+    "lora_alpha": Knob(0.0, "LoRA's scaling numerator (the update is alpha / rank x B A; 0 = 2 x lora_rank)", 0,
+                       1e6),
+    "lora_targets": Knob(",".join(LORA_TARGETS), "the linear layers (module names) LoRA adapts, comma-separated"),
 }
 WHEN_SET.update(WHEN_SET_KNOBS)
 #: the knobs of the what-if probes' evaluation: only with --counterfactual (`hb real` refuses them otherwise)
@@ -140,6 +147,9 @@ REAL_KNOBS = Knobs({
     "world": WHEN_SET_KNOBS["world"],
     "dtype": WHEN_SET_KNOBS["dtype"],
     "train_layers": WHEN_SET_KNOBS["train_layers"],
+    "lora_rank": WHEN_SET_KNOBS["lora_rank"],
+    "lora_alpha": WHEN_SET_KNOBS["lora_alpha"],
+    "lora_targets": WHEN_SET_KNOBS["lora_targets"],
     "sample_dtype": WHEN_SET_KNOBS["sample_dtype"],
     "hf_block_path": Knob("model.layers", "module path of the HF model's decoder blocks"),
     # rollouts and dynamic sampling (SPEC §2.2)

@@ -1,6 +1,7 @@
 """The real language model of real runs (real_runs.native.lm, preset smollm2-135m): the named
 model's cache and its refusals, train_layers, and a 2-step `hb real --model smollm2-135m` run
 whose resume continues exactly (the CI smoke of the native backend with this model)."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -123,3 +124,74 @@ def test_no_reference_model_without_a_kl_term():
     adapter.load_state_dict(state)
     assert all(torch.equal(a, b) for a, b in zip(adapter.model.state_dict().values(), state["model"].values()))
     assert real_runs.make_adapter(0, preset="tiny", warm_steps=0, n_train_tasks=6, n_heldout_tasks=1).ref is not None
+
+
+def _tiny_llama(folder: Path) -> Path:
+    """A 2-block Llama checkpoint with a character-level tokenizer (a local Hugging Face model)."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    torch.manual_seed(0)  # test-only: the HF constructor initialises from the global RNG
+    LlamaForCausalLM(LlamaConfig(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                                 num_key_value_heads=2, vocab_size=300, max_position_embeddings=512)
+                     ).save_pretrained(folder)
+    vocab = {chr(i): i for i in range(32, 127)} | {"\n": 10, "[UNK]": 0}
+    raw = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="[UNK]").save_pretrained(folder)
+    return folder
+
+
+LORA = ["--policy", "uniform", "--seed", "1", "--set", "lora_rank=4", "--set", "warm_steps=0",
+        "--set", "n_train_tasks=12", "--set", "n_heldout_tasks=2", "--set", "eval_tasks=1", "--set", "max_new_tokens=8",
+        "--set", "batch_groups=2", "--set", "group_size=4", "--set", "lr=0.05"]
+
+
+@pytest.mark.skipif(not (importlib.util.find_spec("peft") and importlib.util.find_spec("transformers")),
+                    reason="extra harnessbandit[lm] (peft, transformers) not installed")
+@pytest.mark.slow
+def test_lora_trains_only_the_adapters_and_resumes_exactly(tmp_path):
+    import torch
+
+    import real_runs
+    from real_runs.native import checkpoint
+    model = _tiny_llama(tmp_path / "llama")
+    adapter = real_runs.make_adapter(1, preset="tiny", model_path=str(model), lora_rank=4, warm_steps=0,
+                                     n_train_tasks=6, n_heldout_tasks=1)
+    trainable = [n for n, p in adapter.model.named_parameters() if p.requires_grad]
+    assert len(trainable) == 2 * 7 * 2 and all(".lora_A." in n or ".lora_B." in n for n in trainable)  # 2 blocks x 7 x A,B
+    assert adapter.sketch.names and all("lora_" in n for n in adapter.sketch.names)      # T reads the adapters
+    assert [len(g["params"]) for g in adapter.optimizer.param_groups] == [len(trainable)]
+    # one optimizer step through the adapted model: the adapters move, every base weight stays
+    before = {n: p.detach().clone() for n, p in adapter.model.named_parameters()}
+    tokens = torch.tensor([[40, 41, 42, 43, 44, 45]])
+    adapter.model(tokens, torch.arange(6)[None], torch.ones(1, 6, dtype=torch.bool)).logsumexp(-1).sum().backward()
+    assert adapter.sketch.grad().abs().sum() > 0
+    adapter.optimizer.step()
+    changed = {n for n, p in adapter.model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and changed <= set(trainable) and any(".lora_B." in n for n in changed)
+    with pytest.raises(UserError, match="lora_rank=4 with train_layers=1 is not allowed"):
+        real_runs.make_adapter(1, preset="tiny", model_path=str(model), lora_rank=4, train_layers=1, warm_steps=0)
+    with pytest.raises(UserError, match=r"lora_targets='q_proj,qkv' is not allowed: .* \(qkv: no such module\)"):
+        real_runs.make_adapter(1, preset="tiny", model_path=str(model), lora_rank=4, lora_targets="q_proj,qkv",
+                               warm_steps=0)
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    straight = hb("--model", str(model), *LORA, "--steps", "2", "--checkpoint-every", "1", "--out", str(a))
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    first = hb("--model", str(model), *LORA, "--steps", "1", "--out", str(b))
+    assert first.returncode == 0, first.stderr[-3000:]
+    resumed = hb("--model", str(model), *LORA, "--steps", "2", "--out", str(b), "--resume")
+    assert resumed.returncode == 0 and "resumed" in resumed.stderr, resumed.stderr[-3000:]
+    ta, tb = pd.read_parquet(a / "train.parquet"), pd.read_parquet(b / "train.parquet")
+    timing = [c for c in ta.columns if c.startswith("seconds_") or c == "overhead_frac"]
+    pd.testing.assert_frame_equal(ta.drop(columns=timing), tb.drop(columns=timing))
+    assert json.loads((a / "run.json").read_text())["config"]["env"]["lora_rank"] == 4
+    # the checkpoint holds the adapters beside the model's own weights, which it leaves as they were
+    saved = checkpoint.load(a)["loop"]["adapter"]["model"]
+    from transformers import LlamaForCausalLM
+    base = LlamaForCausalLM.from_pretrained(model).state_dict()
+    assert sum(".lora_" in name for name in saved) == len(trainable)
+    for name, value in saved.items():
+        if ".lora_" not in name:
+            assert torch.equal(value, base[name.removeprefix("hf.").replace(".base_layer.", ".")]), name
