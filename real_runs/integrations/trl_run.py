@@ -37,7 +37,7 @@ from hbsim.contract.folders import check_resume_dir, checkpoint_step
 from hbsim.contract.markers import claim_output_dir, complete_output_dir
 from hbsim.sampling import FILTER_KNOBS, WHEN_SET, GroupFilter, when_set
 from policies import validate
-from policies.errors import UserError
+from policies.errors import UserError, require_extra
 from policies.knobs import Knob, Knobs
 from real_runs.command import run_knobs
 from real_runs.native.presets import PRESETS, WHEN_SET_KNOBS
@@ -69,14 +69,10 @@ _MAX = validate.MAX_BATCH_GROUPS
 #: TRL's own knobs of the model's training, recorded in a run config only when set (older
 #: configs hash as before): LoRA (peft) and TRL's gradient checkpointing
 TRL_WHEN_SET = {
-    "lora_rank": Knob(0, "LoRA rank r (peft; 0 = no LoRA: the trainable parameters themselves train)", 0, 4096),
-    "lora_alpha": Knob(32.0, "LoRA alpha (the update is scaled by alpha / r)", 0.0, 1e6, low_open=True),
     "gradient_checkpointing": Knob(True, "TRL's gradient checkpointing (recompute activations in the backward "
                                          "pass: less memory, more CPU)"),
 }
 WHEN_SET.update(TRL_WHEN_SET)
-#: the modules LoRA adapts (Llama / Qwen2 projections)
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 TRL_KNOBS = Knobs({
     "harnesses": Knob(("json", "xml", "func", "shell", "sexp", "kv"), "the training harnesses (arms)",
@@ -101,6 +97,9 @@ TRL_KNOBS = Knobs({
     "world": WHEN_SET_KNOBS["world"],
     "dtype": WHEN_SET_KNOBS["dtype"],
     "train_layers": WHEN_SET_KNOBS["train_layers"],
+    "lora_rank": WHEN_SET_KNOBS["lora_rank"],
+    "lora_alpha": WHEN_SET_KNOBS["lora_alpha"],
+    "lora_targets": WHEN_SET_KNOBS["lora_targets"],
     **TRL_WHEN_SET,
 }, scope="trl", owner="--backend trl")
 
@@ -312,12 +311,10 @@ def build(cfg, *, policy_cfg: dict, seed: int, steps: int, out: str, device: str
         freeze_below(HFCausalLM(model, tok, cfg.block_path, max_len=1024), cfg.train_layers)
     peft_config = None
     if cfg.lora_rank:
-        try:
-            from peft import LoraConfig
-        except ImportError:
-            raise UserError(f"trl.lora_rank={cfg.lora_rank} needs peft: pip install peft") from None
+        require_extra("peft", "lora_rank", "lm")
+        from peft import LoraConfig
         peft_config = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
-                                 target_modules=list(LORA_TARGETS), task_type="CAUSAL_LM")
+                                 target_modules=validate.comma_items(cfg.lora_targets), task_type="CAUSAL_LM")
     data = harness_dataset(train_tasks, harnesses, cfg.world)
     knobs = {k: v for k, v in policy_cfg.items() if k not in ("name", "label")}
     policy = make(policy_cfg["name"], n_arms=len(harnesses), seed=seed, **knobs)

@@ -249,9 +249,9 @@ def freeze_below(model, train_layers: int) -> None:
 def add_lora(model, rank: int, alpha: float, targets: str) -> None:
     """LoRA adapters (peft's, injected in place: the module paths, hence `block_path` and the
     sketch's plan, stay the model's) of rank `rank` on the linear layers whose names end in
-    one of `targets` (comma-separated); every other parameter is frozen, so the optimizer and
-    the sketch see the adapters' matrices only. alpha 0 = 2 x rank. B starts at zero (peft's
-    init), so the adapted model is the model until its first step."""
+    one of `targets` (comma-separated), scaled by alpha / rank; every other parameter is
+    frozen, so the optimizer and the sketch see the adapters' matrices only. B starts at zero
+    (peft's init), so the adapted model is the model until its first step."""
     require_extra("peft", "lora_rank", "lm")
     from peft import LoraConfig, inject_adapter_in_model
     names = comma_items(targets)
@@ -261,7 +261,7 @@ def add_lora(model, rank: int, alpha: float, targets: str) -> None:
         raise UserError(f"lora_targets={targets!r} is not allowed: expected comma-separated names of this model's "
                         f"linear layers, e.g. {','.join(n for n in LORA_TARGETS if n in present)}"
                         + (f" ({', '.join(missing)}: no such module)" if missing else ""))
-    config = LoraConfig(r=int(rank), lora_alpha=float(alpha) or 2.0 * int(rank), target_modules=names,
+    config = LoraConfig(r=int(rank), lora_alpha=float(alpha), target_modules=names,
                         lora_dropout=0.0, bias="none")
     dtype = next(model.parameters()).dtype
     model.hf = inject_adapter_in_model(config, model.hf)

@@ -118,10 +118,9 @@ WHEN_SET_KNOBS = {
                              "after every step ('' = the model itself)", choices=("", "bfloat16", "float32")),
     "train_layers": _count(0, "a Hugging Face model: only its last k decoder blocks (and the final norm) are "
                               "trained, the rest frozen (0 = full fine-tuning)", 0),
-    "lora_rank": _count(0, "a Hugging Face model: LoRA adapters of this rank (peft, extra harnessbandit[lm]) on "
-                           "lora_targets are trained, every weight of the model frozen (0 = no LoRA)", 0, 1024),
-    "lora_alpha": Knob(0.0, "LoRA's scaling numerator (the update is alpha / rank x B A; 0 = 2 x lora_rank)", 0,
-                       1e6),
+    "lora_rank": _count(0, "a Hugging Face model: LoRA rank r (peft, extra harnessbandit[lm]): adapters on "
+                           "lora_targets train, every weight of the model frozen (0 = no LoRA)", 0, 4096),
+    "lora_alpha": Knob(32.0, "LoRA alpha (the update is scaled by alpha / r)", 0.0, 1e6, low_open=True),
     "lora_targets": Knob(",".join(LORA_TARGETS), "the linear layers (module names) LoRA adapts, comma-separated"),
 }
 WHEN_SET.update(WHEN_SET_KNOBS)
