@@ -86,8 +86,12 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 RAY_CONNECT_TIMEOUT = 5.0
 
 
-def check_run_options(jobs: int | None, backend: str, ray_address: str | None = None) -> None:
-    """--jobs bounded, --backend known, and a --ray-address that answers (before any write)."""
+def check_run_options(jobs: int | None, backend: str, ray_address: str | None = None, *,
+                      spec: GridSpec | None = None) -> None:
+    """--jobs bounded, --backend known, a --ray-address that answers, and the extra a grid's
+    real cells need (`[env] kind = "real"`: torch) installed (before any write)."""
+    if spec is not None and any(c.config["env"].get("kind") == REAL_KIND for c in spec.cells()):
+        require_extra("torch", f'grid {spec.name!r} (real cells: [env] kind = "real")', "torch")
     if jobs is not None:
         check_int("--jobs", jobs, 1, MAX_JOBS)
     if backend not in BACKENDS:
@@ -210,7 +214,7 @@ def run_grid(spec: GridSpec, out: str | os.PathLike, *, jobs: int | None = None,
     summary rows). A
     real cell (`[env] kind = "real"`) checkpoints into DIR/running/<id>/ after its first step
     and every `checkpoint_every` steps (0: never), and a rerun continues it from there."""
-    check_run_options(jobs, backend, ray_address)
+    check_run_options(jobs, backend, ray_address, spec=spec)
     cells = spec.cells()
     store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=force_mixed,
                     planned=[[c.id, c.label, c.seed] for c in cells])
@@ -238,7 +242,7 @@ def run_tuned(spec: GridSpec, out: str | os.PathLike, **options):
     """A grid with a [tune] table, both phases (`ablations.tune`): the tuning cells into
     DIR/tune/, the selection into DIR/tune.json, then the test phase into DIR/cells/; returns
     (tuning RunReport, test RunReport or None, selection or None). `options`: `run_grid`'s."""
-    check_run_options(options.get("jobs"), options.get("backend", "local"))
+    check_run_options(options.get("jobs"), options.get("backend", "local"), spec=spec)
     out = Path(out)
     recorded = tune.read_selection(out)          # shape checked before any work
     store.open_grid(out, spec.name, {"path": spec.path, "raw": spec.raw}, force_mixed=options.get("force_mixed", False))

@@ -59,3 +59,20 @@ def test_ray_backend_without_its_extra_is_one_line_before_any_write(tmp_path, mo
         assert main([*args, "--backend", "ray"]) == 2, args
         assert capsys.readouterr().err.strip() == "error: --backend ray needs the optional extra: pip install 'harnessbandit[ray]'"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.toml"]
+
+
+@pytest.mark.cli
+def test_a_real_grid_without_torch_is_one_line_before_any_write(tmp_path, monkeypatch, capsys):
+    """A base install: a grid of real cells names the torch extra before the grid folder is
+    written (each cell used to fail on its own with a ModuleNotFoundError)."""
+    import importlib.util
+
+    from hbsim.cli import main
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real_find_spec(name, *a))
+    grid = write_grid(tmp_path / "g.toml", name="notorch", steps=2, seeds=1, policies=[{"name": "uniform"}],
+                      env={"kind": "real", "preset": "tiny"})
+    assert main(["grid", "run", str(grid), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip() == ("error: grid 'notorch' (real cells: [env] kind = \"real\") needs the "
+                                               "optional extra: pip install 'harnessbandit[torch]'")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.toml"]
