@@ -32,6 +32,7 @@ from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from policies.errors import UserError
 from real_runs.integrations.verl_engine_sketch import take_step_sketch, wrap_optimizer_step
+from real_runs.integrations.verl_sampler import harness_settings
 from real_runs.integrations.verl_sketch import ShardedSketch
 
 
@@ -72,6 +73,13 @@ def sketch_worker(plan: dict) -> type:
     """verl's ActorRolloutRefWorker whose actor is a SketchTrainingWorker with `plan`."""
     inner = type("HarnessSketchTrainingWorker", (SketchTrainingWorker,), {"hb_sketch_plan": dict(plan)})
     return type("HarnessActorRolloutRefWorker", (ActorRolloutRefWorker,), {"actor_worker_cls": inner})
+
+
+def install_if_asked(role_worker_mapping: dict, data_config) -> list:
+    """`install_sketch_worker` when verl's `data.harnessbandit.sketch` is true, with the shape
+    and seed of its settings (`sketch_plan`); returns the roles swapped (none without it)."""
+    settings = harness_settings(data_config)
+    return install_sketch_worker(role_worker_mapping, sketch_plan(settings, settings.seed)) if settings.sketch else []
 
 
 def install_sketch_worker(role_worker_mapping: dict, plan: dict) -> list:

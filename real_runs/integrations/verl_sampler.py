@@ -125,6 +125,12 @@ VERL_KNOBS = Knobs({
     "sketch_block_path": Knob("model.layers", "module path of the actor model's transformer blocks"),
     **FILTER_KNOBS,
 }, scope="data.harnessbandit", owner="HarnessCurriculumSampler")
+def harness_settings(data_config):
+    """The settings of verl's `data.harnessbandit` (`VERL_KNOBS`; unset: every default), each
+    checked: what the sampler, the trainers and the sketching worker read."""
+    return VERL_KNOBS.settings(dict(data_config.get("harnessbandit", {}) or {}))
+
+
 #: the knobs of the sketch's shape, read by the actor worker (verl_engine_worker), not the sampler
 SKETCH_SHAPE = ("sketch_dim", "sketch_blocks", "sketch_block_path")
 
@@ -292,7 +298,7 @@ class HarnessCurriculumCore:
         return obj
 
     def _configure(self, data_source, data_config, where: str = "verl") -> None:
-        cfg = VERL_KNOBS.settings(dict(data_config.get("harnessbandit", {}) or {}))
+        cfg = harness_settings(data_config)
         prompts = data_config.get("gen_batch_size", None) or data_config["train_batch_size"]
         self._settle(getattr(data_source, "dataframe", data_source), cfg, VERL_KNOBS, int(prompts), where,
                      "verl's schema has no such key: pass them as +data.harnessbandit.harnesses=[...] "

@@ -16,7 +16,7 @@ which checks the installed verl before importing it.
   3. merges the step's `hb/` scalars (real_runs.tracking.row_metrics) into the metrics verl
      logs, so `trainer.logger=[console,wandb,tensorboard,trackio]` shows them.
   On 0.8-0.9 with `+data.harnessbandit.sketch=true` the actor role's worker becomes the
-  sketching one (`verl_engine_worker.install_sketch_worker`) before verl reads the mapping.
+  sketching one (`verl_engine_worker.install_if_asked`) before verl reads the mapping.
 * `task_runner` and `main`: verl's TaskRunner (0.5-0.8 `main_ppo`, 0.9 `main_ppo_v0`) building
   `HarnessRayPPOTrainer` in its Ray actor, run through verl's own `run_ppo`.
 """
@@ -28,8 +28,8 @@ import numpy as np
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from policies.errors import UserError
-from real_runs.integrations.verl_sampler import (VERL_KNOBS, VERL_SUPPORTED, HarnessCurriculumCore,
-                                                 installed_version, version_tuple)
+from real_runs.integrations.verl_sampler import (VERL_SUPPORTED, HarnessCurriculumCore, installed_version,
+                                                 version_tuple)
 from real_runs.tracking import row_metrics
 
 #: whether this verl's RayPPOTrainer.fit calls `sampler.update(batch=batch)` (0.5-0.7) and builds
@@ -66,10 +66,8 @@ class HarnessRayPPOTrainer(RayPPOTrainer):
 
     def __init__(self, config, tokenizer, role_worker_mapping, *args, **kwargs):
         if not VERL_CALLS_UPDATE:           # 0.8-0.9: verl's engine workers; the sketch is the engine wrap
-            settings = VERL_KNOBS.settings(dict(config.data.get("harnessbandit", {}) or {}))
-            if settings.sketch:
-                from real_runs.integrations.verl_engine_worker import install_sketch_worker, sketch_plan
-                install_sketch_worker(role_worker_mapping, sketch_plan(settings, settings.seed))
+            from real_runs.integrations.verl_engine_worker import install_if_asked
+            install_if_asked(role_worker_mapping, config.data)
         super().__init__(config, tokenizer, role_worker_mapping, *args, **kwargs)
 
     def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler=None, *args, **kwargs):

@@ -44,10 +44,10 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.dataset.rl_dataset import collate_fn
 
 from policies.errors import UserError
-from real_runs.integrations.verl_engine_worker import install_sketch_worker, sketch_plan
-from real_runs.integrations.verl_sampler import (V1_TRAINER_NAME, VERL_KNOBS, HarnessCurriculumCore, harness_names,
-                                                 merge_views, step_view, take_update_sketch, trajectory_rows,
-                                                 v1_problem)
+from real_runs.integrations.verl_engine_worker import install_if_asked
+from real_runs.integrations.verl_sampler import (V1_TRAINER_NAME, HarnessCurriculumCore, harness_names,
+                                                 harness_settings, merge_views, step_view, take_update_sketch,
+                                                 trajectory_rows, v1_problem)
 from real_runs.tracking import row_metrics
 
 TRAINER_NAME = V1_TRAINER_NAME
@@ -104,7 +104,7 @@ class HarnessPPOTrainer(PPOTrainerSync):
         super().__init__(config)
 
     def _init_dataloader(self):
-        steps = VERL_KNOBS.settings(dict(self.config.data.get("harnessbandit", {}) or {})).steps
+        steps = harness_settings(self.config.data).steps
         given = self.config.trainer.get("total_training_steps", None)
         if steps is not None and given is not None and int(given) != steps:
             raise UserError(f"trainer.total_training_steps={given} differs from data.harnessbandit.steps={steps}: "
@@ -124,9 +124,7 @@ class HarnessPPOTrainer(PPOTrainerSync):
 
     def _init_resource_pool_mgr(self):
         super()._init_resource_pool_mgr()
-        settings = VERL_KNOBS.settings(dict(self.config.data.get("harnessbandit", {}) or {}))
-        if settings.sketch:
-            install_sketch_worker(self.role_worker_mapping, sketch_plan(settings, settings.seed))
+        install_if_asked(self.role_worker_mapping, self.config.data)
 
     @property
     def hb_sampler(self) -> HarnessCurriculumCore:
