@@ -71,9 +71,14 @@ def final_truth(name: str, policies: list[dict], seeds: int | None = None, *, st
     tables, starts, harnesses = _runs(name, policies, seeds, steps, jobs, env_overrides)
     out: dict = {"start": starts}
     for i, trains in enumerate(tables):
-        out[i] = np.asarray([[float(target_truth(train, target, harnesses).iloc[-1]) for target in TARGETS]
-                             for train in trains], dtype=np.float64)
+        out[i] = final_of(trains, harnesses)
     return out
+
+
+def final_of(trains: list[pd.DataFrame], harnesses: list[str]) -> np.ndarray:
+    """(seeds, 3): the truth of the three TARGETS after the final step of each train table."""
+    return np.asarray([[float(target_truth(train, target, harnesses).iloc[-1]) for target in TARGETS]
+                       for train in trains], dtype=np.float64)
 
 
 def paired(a: np.ndarray, b: np.ndarray) -> dict:
@@ -98,8 +103,16 @@ def oracle_gap(name: str, seeds: int | None = None, **kw) -> dict:
 def train_tables(name: str, policy: dict, seeds: int | None = None, jobs: int = 1, **env_overrides) -> tuple:
     """(train tables of `policy` on seeds 0..N-1, the training-target truth before training
     per seed (N,), the harness names): the runs `final_truth` makes, with every row kept."""
-    tables, starts, harnesses = _runs(name, [policy], seeds, None, jobs, env_overrides)
+    tables, starts, harnesses = runs(name, [policy], seeds, jobs=jobs, **env_overrides)
     return tables[0], starts[:, 0], harnesses
+
+
+def runs(name: str, policies: list[dict], seeds: int | None = None, *, steps: int | None = None, jobs: int = 1,
+         **env_overrides) -> tuple[list[list], np.ndarray, list[str]]:
+    """The runs of `final_truth` with every row kept: (per policy, its train tables on seeds
+    0..N-1; the truth of the three TARGETS before training per seed (N, 3); the harness
+    names). `final_of(tables[i], harnesses)` is `final_truth(...)[i]`."""
+    return _runs(name, policies, seeds, steps, jobs, env_overrides)
 
 
 #: the fraction of the horizon whose gain `sweep` reports as "late" (its last quarter)

@@ -18,6 +18,9 @@ run.json with the `grid` record `hb grid run` writes), so `hb grid collect DIR` 
 `hb report DIR` read the runs as one grid:
 
     python scripts/real_grid_cells.py ablations/examples/lm_grid.toml --out runs/lm-runs --grid runs/lm-grid
+
+`--only LABEL ...` runs the cells of those policies first (the scheduling designs before the
+fixed arms, say); a later run without it does the rest.
 """
 from __future__ import annotations
 
@@ -73,9 +76,17 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--grid", dest="grid_dir", help="also write each complete run as a cell of this grid directory")
+    parser.add_argument("--only", nargs="+", metavar="LABEL",
+                        help="run only the cells of these policy labels (the grid folder still plans every cell)")
     args = parser.parse_args(argv)
     spec = load_spec(args.grid)
     cells = seed_major(spec.cells())
+    labels = sorted({cell.label for cell in cells})
+    unknown = sorted(set(args.only or ()) - set(labels))
+    if unknown:
+        print(f"error: --only: no policy labelled {', '.join(unknown)} in {args.grid}; its labels are "
+              f"{', '.join(labels)}", file=sys.stderr)
+        return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     hb = argparse.ArgumentParser()
@@ -89,7 +100,7 @@ def main(argv=None) -> int:
             print(f"error: cell {cell.id} ({cell.label}, seed {cell.seed}) does not resolve to the same config "
                   "through hb real", file=sys.stderr)
             return 2
-        if not is_complete(folder):
+        if not is_complete(folder) and (not args.only or cell.label in args.only):
             todo.append((cell, folder, argv_cell))
     grid = None
     if args.grid_dir:
@@ -100,8 +111,9 @@ def main(argv=None) -> int:
         for cell in cells:
             if is_complete(out / f"{cell.label}-s{cell.seed}"):
                 add_cell(grid, spec, cell, out / f"{cell.label}-s{cell.seed}")
-    print(f"{len(cells) - len(todo)} of {len(cells)} cells complete; running {len(todo)}, {args.jobs} at a time",
-          file=sys.stderr)
+    done = sum(is_complete(out / f"{cell.label}-s{cell.seed}") for cell in cells)
+    print(f"{done} of {len(cells)} cells complete; running {len(todo)}"
+          f"{' (--only ' + ' '.join(args.only) + ')' if args.only else ''}, {args.jobs} at a time", file=sys.stderr)
     (out / "logs").mkdir(exist_ok=True)
     running: list[tuple] = []
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}

@@ -47,6 +47,15 @@ import sys
 import pytest
 from _pytest.mark.expression import Expression
 
+from hbsim.contract import threads
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs two workers on two cores: one BLAS / OpenMP / torch thread each (and in every
+    # process a test starts), as the grid runner pins its workers; each worker's numpy and torch
+    # threads spinning against the other worker's cost the suite about a quarter of its time.
+    # A thread variable the user set wins (hbsim.contract.threads).
+    threads.pin_one_thread(this_process=True)
+
 TIERS = ("unit", "roundtrip", "cli", "calibration", "torch")
 CLI_FILES = {"test_user_inputs.py", "test_user_errors.py", "test_user_writes.py", "test_hbsim_cli.py", "test_policies_cli.py", "test_real_runs_cli.py",
              "test_reports_cli.py", "test_ablations_run.py", "test_ablations_resume.py", "test_ablations_demo.py"}

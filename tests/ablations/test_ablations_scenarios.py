@@ -1,6 +1,7 @@
 """The shipped scenario suite (hbsim.scenarios, ablations.scenarios, `hb scenarios`): every
-scenario's claimed structure from the ground truth, the oracle beating uniform by >= 3x the
-paired MDE at the shipped seed count, the table1 pattern, the commands."""
+scenario's claimed structure from the ground truth, the table1 pattern, the commands (the oracle
+beating uniform by >= 3x the paired MDE: tests/hbsim/test_scenario_claims.py, from the runs its
+claims read)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -194,14 +195,6 @@ def test_the_suite_ships_at_least_12_scenarios_each_with_its_claims_and_text():
 def test_scenario_structure_from_the_ground_truth(name):
     for seed in (0, 1):
         WORLD_CHECKS[name](built(name, seed))
-
-
-@pytest.mark.calibration
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_oracle_beats_uniform_by_3_mde_at_the_shipped_seeds(name):
-    gap = measure.oracle_gap(name)
-    assert gap["seeds"] == SCENARIOS[name].seeds
-    assert gap["delta"] >= 3 * gap["mde"] > 0, gap
 
 
 @pytest.mark.calibration

@@ -16,6 +16,7 @@ Simulations of the real runs (ablations.scenarios, in this process): the calibra
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -28,11 +29,25 @@ from hbsim.scenarios import SCENARIOS
 
 pytestmark = pytest.mark.calibration
 
-def visits(name: str, policy: dict, seeds: int = 2, start: int = 0) -> dict[str, float]:
-    """harness -> share of the steps from `start` on that chose it (pure designs), over seeds."""
-    tables, _, harnesses = measure.train_tables(name, policy, seeds)
-    arms = np.concatenate([t["arm"].to_numpy()[start:] for t in tables]).astype(int)
-    return dict(zip(harnesses, np.bincount(arms, minlength=len(harnesses)) / arms.size))
+@functools.cache
+def shipped(name: str) -> dict:
+    """The runs every test of this file reads, made once per scenario: the oracle (aimed at its
+    target), uniform, then the designs its claims name (DESIGN_CLAIMS, PURE for "below-pure"), on
+    the shipped seeds. {"truth": label -> final truth (seeds, 3) of the three TARGETS, "arms":
+    the oracle's and uniform's `arm` columns on seeds 0 and 1, "harnesses"}."""
+    labels = ["oracle", "uniform", *claimed(name)]
+    policies = [measure.oracle_policy(name), {"name": "uniform"}] + [{"name": p} for p in labels[2:]]
+    tables, _, harnesses = measure.runs(name, policies)
+    return {"truth": {label: measure.final_of(t, harnesses) for label, t in zip(labels, tables)},
+            "arms": {label: [t["arm"].to_numpy() for t in tables[k][:2]] for k, label in enumerate(labels[:2])},
+            "harnesses": harnesses}
+
+
+def visits(name: str, label: str, start: int = 0) -> dict[str, float]:
+    """harness -> share of the steps from `start` on that chose it (pure designs), over seeds 0-1."""
+    runs = shipped(name)
+    arms = np.concatenate([a[start:] for a in runs["arms"][label]]).astype(int)
+    return dict(zip(runs["harnesses"], np.bincount(arms, minlength=len(runs["harnesses"])) / arms.size))
 
 
 def role(v: dict[str, float], prefix: str) -> float:
@@ -41,7 +56,7 @@ def role(v: dict[str, float], prefix: str) -> float:
 
 
 def oracle_and_uniform(name: str, start: int = 0):
-    return visits(name, measure.oracle_policy(name), start=start), visits(name, {"name": "uniform"}, start=start)
+    return visits(name, "oracle", start), visits(name, "uniform", start)
 
 
 # -- 1. the oracle's allocation ------------------------------------------------------------
@@ -154,13 +169,36 @@ PURE = ("round_robin", "learnability", "transfer", "harnessbandit")
 DESIGNS = PURE + ("mixed",)
 
 
+def claimed(name: str) -> list[str]:
+    """The designs whose runs the claims of scenario `name` read (PURE too for "below-pure")."""
+    claims = DESIGN_CLAIMS[name]
+    return sorted({p for p, _ in claims} | (set(PURE) if any(c == "below-pure" for _, c in claims) else set()))
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_oracle_beats_uniform_by_3_mde_at_the_shipped_seeds(name):
+    i = TARGETS.index(SCENARIOS[name].target)
+    truth = shipped(name)["truth"]
+    gap = measure.paired(truth["oracle"][:, i], truth["uniform"][:, i])
+    assert gap["seeds"] == SCENARIOS[name].seeds
+    assert gap["delta"] >= 3 * gap["mde"] > 0, gap
+
+
+def test_oracle_gap_is_the_paired_reading_of_the_same_runs():
+    """`measure.oracle_gap` (hb scenarios --check) reads what the test above reads: on seeds 0-1,
+    the same runs (seeds 0-1 of the shipped ones) and the same paired comparison."""
+    i = TARGETS.index(SCENARIOS["dead"].target)
+    truth = shipped("dead")["truth"]
+    gap = measure.oracle_gap("dead", seeds=2)
+    want = measure.paired(truth["oracle"][:2, i], truth["uniform"][:2, i])
+    assert {k: gap[k] for k in want} == want and gap["seeds"] == 2
+    assert gap["oracle"] == truth["oracle"][:2, i].mean() and gap["uniform"] == truth["uniform"][:2, i].mean()
+
+
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_every_win_and_loss_sentence_holds_at_the_shipped_settings(name):
     claims = DESIGN_CLAIMS[name]
-    names = sorted({p for p, _ in claims} | (set(PURE) if any(c == "below-pure" for _, c in claims) else set()))
-    runs = measure.final_truth(name, [measure.oracle_policy(name), {"name": "uniform"}]
-                               + [{"name": p} for p in names])
-    truth = {label: runs[k] for k, label in enumerate(["oracle", "uniform", *names])}   # keyed by position
+    truth = shipped(name)["truth"]                                   # keyed by position, labelled here
     i = TARGETS.index(SCENARIOS[name].target)
     base = truth["uniform"][:, i]
     gap = truth["oracle"][:, i] - base
