@@ -19,7 +19,8 @@ interval over seeds (the same seed resamples for the real runs and the world, pa
 policy minus that of the world's best, >= 0), and the mean absolute error of each policy's
 share of the achievable gain (`reports.readings.references.share_of_gap`, where both sides have one).
 Policies that need the world's ground truth (`oracle`) take part in the shares only, never
-in the ranking. Output: a printed table, and with --out a folder of kind `twin_check`
+in the ranking; so do policies run on fewer seeds than the best-covered one (`complete_labels`:
+the rankings are compared on the same seeds), which the table names. Output: a printed table, and with --out a folder of kind `twin_check`
 holding check.json and check.md.
 """
 from __future__ import annotations
@@ -179,6 +180,26 @@ def ranking_labels(runs: pd.DataFrame) -> list[str]:
     return keep
 
 
+#: the fewest policies a ranking is read on when the real runs' seed counts differ (complete_labels)
+MIN_RANKED = 3
+
+
+def complete_labels(real: pd.DataFrame, labels: list[str]) -> tuple[list[str], dict[str, int], list]:
+    """(the labels ranked, label -> its seed count for those left out, the seeds the ranking is
+    read on): the rankings are compared on the same seeds for every policy (the bootstrap
+    resamples seeds, paired across policies). Where the real runs hold policies on different
+    seeds (fixed arms on 2 seeds beside designs on 3, say), the seeds are the largest set that
+    at least MIN_RANKED policies share (all of them where fewer are rankable), and the policies
+    ranked are those run on every one of those seeds; the others still count in the
+    share-of-gap references. real: (policy, seed, score)."""
+    seeds = {lab: frozenset(real.loc[real["policy"] == lab, "seed"]) for lab in labels}
+    need = min(MIN_RANKED, len(labels))
+    sets = sorted(set(seeds.values()), key=lambda c: (-len(c), sorted(c)))
+    common = next((c for c in sets if sum(c <= own for own in seeds.values()) >= need), frozenset())
+    kept = [lab for lab in labels if common and common <= seeds[lab]]
+    return kept, {lab: len(seeds[lab]) for lab in labels if lab not in kept}, sorted(common)
+
+
 def agreement(real: pd.DataFrame, world: pd.DataFrame, labels: list[str], *, resamples: int, seed: int,
               level: float = 0.95) -> dict:
     """real, world: (policy, seed, score) of one suite. Kendall tau and Spearman rho of the
@@ -271,9 +292,11 @@ def main(args: argparse.Namespace) -> int:
     if args.suite not in suites:
         raise UserError(f"--suite {args.suite!r} is not in the real runs' evaluations; valid: {', '.join(sorted(suites))}")
     table = run_table(r["meta"] for r in runs)
-    labels = ranking_labels(table)
+    labels, fewer, on_seeds = complete_labels(real_scores[real_scores["suite"] == args.suite], ranking_labels(table))
+    real_scores = real_scores[real_scores["seed"].isin(on_seeds) | ~real_scores["policy"].isin(labels)]
     if len(labels) < 2:
-        raise UserError(f"--real {args.real!r}: {len(labels)} rankable policies; expected at least 2")
+        raise UserError(f"--real {args.real!r}: {len(labels)} rankable policies on the same seeds; expected at "
+                        "least 2")
     rows = {}
     for world, env in worlds.items():
         print(f"hb twin check: {world} ({name if world == 'closest' else env['kind']}): {len(runs)} runs", file=sys.stderr)
@@ -291,6 +314,7 @@ def main(args: argparse.Namespace) -> int:
               "worlds": rows, "real_runs": int(len(real_suite[real_suite["policy"].isin(labels)])),
               "real_seeds": {"min": int(per_policy.min()), "max": int(per_policy.max())},
               "chance_tau95": chance_tau(len(labels)), "always_uniform": uniform_baseline(real_suite, labels, table),
+              "not_ranked": fewer,
               "seconds": time.perf_counter() - start}
     text = check_table(record)
     print(text)
@@ -327,11 +351,14 @@ def check_table(record: dict) -> str:
         lines.append(f"the figures rest on {record['real_runs']} real runs: {count} seeds per ranked policy; chance: "
                      f"the 95th percentile of Kendall tau of a random ranking of "
                      f"{next(iter(record['worlds'].values()))['policies']} policies is {record['chance_tau95']:+.2f}")
+        if record.get("not_ranked"):
+            lines.append("not ranked (fewer seeds than the ranked policies): "
+                         + ", ".join(f"{lab} ({n})" for lab, n in record["not_ranked"].items()))
         base = record.get("always_uniform")
         lines.append(f"always pick uniform (no world): top-1 regret {base['top1_regret']:.4f}" if base else
                      "always pick uniform: no built-in uniform among the real runs")
     return "\n".join(lines)
 
 
-__all__ = ["KIND", "agreement", "chance_tau", "closest_scenario", "main", "real_runs", "share_error",
+__all__ = ["KIND", "agreement", "chance_tau", "closest_scenario", "complete_labels", "main", "real_runs", "share_error",
            "uniform_baseline"]

@@ -110,6 +110,21 @@ def test_check_prints_the_agreement_and_writes_its_folder(logs, capsys):
     assert "--suite 'nope' is not in the real runs' evaluations" in capsys.readouterr().err
 
 
+def test_only_policies_on_every_seed_are_ranked():
+    """Fixed arms on seeds 0-1 beside designs on 0-2 (the SmolLM2 grid): the designs are ranked on
+    their 3 seeds (the largest set 3 policies share), the others named with their seed counts; a
+    policy with an extra seed is ranked on the common ones."""
+    rows = [("uniform", s) for s in (0, 1, 2)] + [("hb", s) for s in (0, 1, 2)] + [("arm", s) for s in (0, 1)] \
+        + [("gap", s) for s in (0, 2)] + [("more", s) for s in (0, 1, 2, 3)]
+    real = pd.DataFrame(rows, columns=["policy", "seed"]).assign(score=0.5)
+    assert twin_check.complete_labels(real, ["uniform", "hb", "arm", "gap", "more"]) == (
+        ["uniform", "hb", "more"], {"arm": 2, "gap": 2}, [0, 1, 2])
+    # two designs only: both ranked on the seeds they share
+    assert twin_check.complete_labels(real, ["uniform", "more"]) == (["uniform", "more"], {}, [0, 1, 2])
+    # three policies on seeds 0-1 (arm, uniform, hb) and only uniform and hb on 0-2: 0-1 it is
+    assert twin_check.complete_labels(real, ["uniform", "hb", "arm"]) == (["uniform", "hb", "arm"], {}, [0, 1])
+
+
 def test_chance_tau_is_the_permutation_quantile():
     """3 policies: the 6 orders give tau -1, -1/3, -1/3, 1/3, 1/3, 1; the 95th percentile (a value
     tau takes: the higher neighbour) is 1, the median 1/3; 7 policies: 5040 orders, 0.52."""
