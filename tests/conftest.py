@@ -98,12 +98,16 @@ def pytest_ignore_collect(collection_path, config):
 COLLECTED = pytest.StashKey[tuple]()
 
 
-#: the files that take longest (CPU seconds of the file run alone, docs/PERFORMANCE.md "make test"),
+#: the files that take longest (worker seconds in `pytest -n 2 --dist loadfile --durations=0`,
+#: docs/PERFORMANCE.md "make test"; 2026-12-06: 160 s for the twin's identifiability down to 16 s),
 #: longest first: collected first, so that with `--dist loadfile --no-loadscope-reorder` (the Makefile)
 #: pytest-xdist's workers start on them and the many small files fill in behind. (Its default order,
 #: by number of tests, sent these files, which hold few tests each, to the workers last.)
-LONGEST_FIRST = ("test_fault_injection.py", "test_real_runs_cli.py", "test_real_runs_verl_package.py",
-                 "test_real_runs_trl.py", "test_user_inputs.py", "test_extending.py", "test_reports_cli.py")
+LONGEST_FIRST = ("test_ablations_twin_identify.py", "test_fault_injection.py", "test_real_runs_verl09_package.py",
+                 "test_real_runs_lm.py", "test_real_runs_trl_lm.py", "test_scenario_claims.py",
+                 "test_real_runs_cli.py", "test_real_runs_skyrl_package.py", "test_reports_budget.py",
+                 "test_real_runs_verl_package.py", "test_extending.py", "test_reports_inference.py",
+                 "test_real_runs_adapter.py", "test_reports_cli.py", "test_real_runs_trl.py", "test_user_inputs.py")
 
 
 def _longest_first(items: list) -> None:

@@ -113,3 +113,11 @@ def test_collecting_without_the_torch_files_imports_neither_torch_nor_trl(reques
     collecting the rest loads none of TORCH_MODULES; in a run with the torch files it holds trivially."""
     torch_files, loaded = request.config.stash[COLLECTED]
     assert torch_files or not loaded, f"collecting no torch file imported {loaded}"
+
+
+def test_the_longest_files_named_first_exist():
+    """conftest.LONGEST_FIRST orders the workers' files by measured time: a renamed file would
+    drop out of the order unnoticed."""
+    files = {p.name for p in (ROOT / "tests").rglob("test_*.py")}
+    assert set(conftest.LONGEST_FIRST) <= files, sorted(set(conftest.LONGEST_FIRST) - files)
+    assert len(set(conftest.LONGEST_FIRST)) == len(conftest.LONGEST_FIRST)
