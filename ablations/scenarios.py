@@ -34,11 +34,12 @@ def label_of(policy: dict) -> str:
     return policy.get("label") or policy["name"]
 
 
-def _runs(name: str, policies: list[dict], seeds: int | None, steps: int | None, jobs: int,
-          env_overrides: dict) -> tuple[list[list], np.ndarray, list[str]]:
-    """The runs of `final_truth` and `train_tables`, through the one multi-run path: (per
-    policy, its train tables on seeds 0..N-1; the truth of the three TARGETS before training
-    per seed (N, 3); the harness names)."""
+def runs(name: str, policies: list[dict], seeds: int | None = None, *, steps: int | None = None, jobs: int = 1,
+         **env_overrides) -> tuple[list[list], np.ndarray, list[str]]:
+    """The runs of `final_truth` and `train_tables` with every row kept, through the one
+    multi-run path: (per policy, its train tables on seeds 0..N-1; the truth of the three
+    TARGETS before training per seed (N, 3); the harness names). `final_of(tables[i],
+    harnesses)` is `final_truth(...)[i]`."""
     sc = get(name)
     n = sc.seeds if seeds is None else seeds
     check_cells(len(policies) * n, f"hb scenarios {sc.name}", "runs (policies x seeds)", "--seeds or --policy")
@@ -68,7 +69,7 @@ def final_truth(name: str, policies: list[dict], seeds: int | None = None, *, st
     and after the final step of policies[i] ({"name", "label"?, **knobs}), seeds 0..N-1.
     Keyed by the policy's position, never by its label: a user's `--policy uniform` is a
     policy of its own beside the built-in uniform."""
-    tables, starts, harnesses = _runs(name, policies, seeds, steps, jobs, env_overrides)
+    tables, starts, harnesses = runs(name, policies, seeds, steps=steps, jobs=jobs, **env_overrides)
     out: dict = {"start": starts}
     for i, trains in enumerate(tables):
         out[i] = final_of(trains, harnesses)
@@ -105,14 +106,6 @@ def train_tables(name: str, policy: dict, seeds: int | None = None, jobs: int = 
     per seed (N,), the harness names): the runs `final_truth` makes, with every row kept."""
     tables, starts, harnesses = runs(name, [policy], seeds, jobs=jobs, **env_overrides)
     return tables[0], starts[:, 0], harnesses
-
-
-def runs(name: str, policies: list[dict], seeds: int | None = None, *, steps: int | None = None, jobs: int = 1,
-         **env_overrides) -> tuple[list[list], np.ndarray, list[str]]:
-    """The runs of `final_truth` with every row kept: (per policy, its train tables on seeds
-    0..N-1; the truth of the three TARGETS before training per seed (N, 3); the harness
-    names). `final_of(tables[i], harnesses)` is `final_truth(...)[i]`."""
-    return _runs(name, policies, seeds, steps, jobs, env_overrides)
 
 
 #: the fraction of the horizon whose gain `sweep` reports as "late" (its last quarter)

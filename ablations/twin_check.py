@@ -19,9 +19,9 @@ interval over seeds (the same seed resamples for the real runs and the world, pa
 policy minus that of the world's best, >= 0), and the mean absolute error of each policy's
 share of the achievable gain (`reports.readings.references.share_of_gap`, where both sides have one).
 Policies that need the world's ground truth (`oracle`) take part in the shares only, never
-in the ranking; so do policies run on fewer seeds than the best-covered one (`complete_labels`:
-the rankings are compared on the same seeds), which the table names. Output: a printed table, and with --out a folder of kind `twin_check`
-holding check.json and check.md.
+in the ranking; so do policies run on fewer seeds than the ranked ones (`complete_labels`: the
+rankings are compared on the same seeds), which the table names. Output: a printed table, and
+with --out a folder of kind `twin_check` holding check.json and check.md.
 """
 from __future__ import annotations
 
@@ -294,6 +294,7 @@ def main(args: argparse.Namespace) -> int:
     table = run_table(r["meta"] for r in runs)
     labels, fewer, on_seeds = complete_labels(real_scores[real_scores["suite"] == args.suite], ranking_labels(table))
     real_scores = real_scores[real_scores["seed"].isin(on_seeds) | ~real_scores["policy"].isin(labels)]
+    real_suite = real_scores[real_scores["suite"] == args.suite]
     if len(labels) < 2:
         raise UserError(f"--real {args.real!r}: {len(labels)} rankable policies on the same seeds; expected at "
                         "least 2")
@@ -302,12 +303,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"hb twin check: {world} ({name if world == 'closest' else env['kind']}): {len(runs)} runs", file=sys.stderr)
         results = run_world(world_configs(env, runs), args)
         scores = final_scores(pd.concat([r.eval for r in results], ignore_index=True))
-        row = agreement(real_scores[real_scores["suite"] == args.suite], scores[scores["suite"] == args.suite],
+        row = agreement(real_suite, scores[scores["suite"] == args.suite],
                         labels, resamples=args.resamples, seed=args.seed)
         row["share_error"], row["share_policies"] = share_error(real_scores, scores, table, args.suite)
         row["world"] = name if world == "closest" else ("twin: " + sc.name if world == "twin" else "bernoulli (default)")
         rows[world] = row
-    real_suite = real_scores[real_scores["suite"] == args.suite]
     per_policy = real_suite[real_suite["policy"].isin(labels)].groupby("policy")["seed"].nunique()
     record = {"twin": sc.record(), "real": str(Path(args.real).resolve()), "suite": args.suite,
               "resamples": args.resamples, "seed": args.seed, "closest": name, "distances": distances,
