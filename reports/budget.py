@@ -97,14 +97,16 @@ def select(raw: pd.DataFrame, train: pd.DataFrame | None, unit: str, at: float,
     known = ordinary[["run_id", "step"]].drop_duplicates().merge(costs, on=["run_id", "step"], how="inner")
     in_unit = raw[is_budget & (raw[BUDGET_UNIT] == unit)]
     smaller = in_unit[["run_id", "step", COST_REACHED]].drop_duplicates()
-    by_run = {k: g for k, g in ordinary.groupby("run_id", sort=False)}      # one pass, not one scan per run
+    # one pass each, not one scan per run
+    by_run = {k: g for k, g in ordinary.groupby("run_id", sort=False)}
     budget_by_run = {k: g for k, g in in_unit.groupby("run_id", sort=False)}
+    known_by_run = {k: g for k, g in known[known["cost"] < at].groupby("run_id", sort=False)}
+    smaller_by_run = {k: g for k, g in smaller[smaller[COST_REACHED].astype(float) < at].groupby("run_id", sort=False)}
     rows, uppers, lowers = [], [], []
     for run_id, up in tagged.groupby("run_id", sort=True):
         step_hi, c_hi = int(up["step"].iloc[0]), float(up[COST_REACHED].iloc[0])
-        below = known[(known["run_id"] == run_id) & (known["cost"] < at) & (known["step"] < step_hi)]
-        below_b = smaller[(smaller["run_id"] == run_id) & (smaller[COST_REACHED].astype(float) < at)
-                          & (smaller["step"] < step_hi)]
+        below, below_b = known_by_run.get(run_id, known[:0]), smaller_by_run.get(run_id, smaller[:0])
+        below, below_b = below[below["step"] < step_hi], below_b[below_b["step"] < step_hi]
         row = {"policy": str(up["policy"].iloc[0]), "seed": int(up["seed"].iloc[0]), "run_id": str(run_id),
                "unit": unit, "milestone": at, "step_below": np.nan, "cost_below": np.nan, "step_above": step_hi,
                "cost_above": c_hi, "weight": 1.0, "cost_read": c_hi, "rule": "exact" if c_hi == at else "past"}

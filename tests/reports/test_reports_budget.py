@@ -168,7 +168,8 @@ def _aa_block(rng, n_seeds=8, n_tasks=100, at=20000.0):
     the logit: `A1`, `A2` at 400 tokens a step (evaluated every 15 steps), `B` at 12,800 +- 20%
     a step (every step), each with the evaluation at the crossing of ``at`` and a final one at
     step 60 (A) / 4 (B)."""
-    ev, tr = [], []
+    ev: dict[str, list] = {k: [] for k in ("run_id", "policy", "seed", "step", "success", "tagged", "cost")}
+    tr: dict[str, list] = {k: [] for k in ("run_id", "policy", "seed", "step", "tokens")}
 
     def f(c):
         return 0.2 + 0.5 * (1 - np.exp(-c / 25000.0))
@@ -185,16 +186,24 @@ def _aa_block(rng, n_seeds=8, n_tasks=100, at=20000.0):
                 tagged = isinstance(step, tuple)
                 k = step[1] if tagged else step
                 p = 1 / (1 + np.exp(-(np.log(f(cum[k]) / (1 - f(cum[k]))) + u)))
-                ok = rng.random(n_tasks) < p
-                ev.append(pd.DataFrame({"run_id": run, "policy": pol, "seed": s, "step": k, "suite": "s",
-                                        "task": np.arange(n_tasks).astype(str), "category": "c", "harness": "h",
-                                        "attempt": 0, "success": ok, "reward": ok.astype(float),
-                                        "budget_unit": "tokens" if tagged else None,
-                                        "budget_value": at if tagged else np.nan,
-                                        "cost_reached": cum[k] if tagged else np.nan}))
-            tr.append(pd.DataFrame({"run_id": run, "policy": pol, "seed": s, "step": np.arange(1, last + 1),
-                                    "tokens": cost}))
-    return pd.concat(ev, ignore_index=True), pd.concat(tr, ignore_index=True)
+                for key, value in (("run_id", run), ("policy", pol), ("seed", s), ("step", k), ("tagged", tagged),
+                                   ("cost", cum[k])):
+                    ev[key].append(np.full(n_tasks, value))
+                ev["success"].append(rng.random(n_tasks) < p)
+            for key, value in (("run_id", run), ("policy", pol), ("seed", s)):
+                tr[key].append(np.full(last, value))
+            tr["step"].append(np.arange(1, last + 1))
+            tr["tokens"].append(cost)
+    # one frame of the columns the report reads (as many small frames, one per evaluation, built it)
+    cols = {k: np.concatenate(v) for k, v in ev.items()}
+    ok, tagged = cols.pop("success"), cols.pop("tagged")
+    cost = cols.pop("cost")
+    n = len(ok)
+    raw = pd.DataFrame({**cols, "suite": "s", "task": np.tile(np.arange(n_tasks).astype(str), n // n_tasks),
+                        "category": "c", "harness": "h", "attempt": 0, "success": ok, "reward": ok.astype(float),
+                        "budget_unit": pd.Series(np.where(tagged, "tokens", None), dtype=object),
+                        "budget_value": np.where(tagged, at, np.nan), "cost_reached": np.where(tagged, cost, np.nan)})
+    return raw, pd.DataFrame({k: np.concatenate(v) for k, v in tr.items()})
 
 
 @pytest.mark.calibration
