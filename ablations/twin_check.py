@@ -296,8 +296,8 @@ def main(args: argparse.Namespace) -> int:
     real_scores = real_scores[real_scores["seed"].isin(on_seeds) | ~real_scores["policy"].isin(labels)]
     real_suite = real_scores[real_scores["suite"] == args.suite]
     if len(labels) < 2:
-        raise UserError(f"--real {args.real!r}: {len(labels)} rankable policies on the same seeds; expected at "
-                        "least 2")
+        raise UserError(f"--real {args.real!r}: policies run on the same seeds: {len(labels)} "
+                        f"({', '.join(labels) or 'none'}); expected at least 2 to rank")
     rows = {}
     for world, env in worlds.items():
         print(f"hb twin check: {world} ({name if world == 'closest' else env['kind']}): {len(runs)} runs", file=sys.stderr)

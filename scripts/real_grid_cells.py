@@ -91,9 +91,12 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     hb = argparse.ArgumentParser()
     add_arguments(hb)
+    def folder_of(cell) -> Path:                    # one run folder per cell: LABEL-sSEED
+        return out / f"{cell.label}-s{cell.seed}"
+
     todo = []
     for cell in cells:
-        folder = out / f"{cell.label}-s{cell.seed}"
+        folder = folder_of(cell)
         argv_cell = cell_args(cell.config, folder)
         ns = hb.parse_args(argv_cell)
         if config_hash(build_config(ns)) != cell.id:
@@ -109,9 +112,9 @@ def main(argv=None) -> int:
         store.open_grid(grid, spec.name, {"path": spec.path, "raw": spec.raw},
                         planned=[[c.id, c.label, c.seed] for c in cells])
         for cell in cells:
-            if is_complete(out / f"{cell.label}-s{cell.seed}"):
-                add_cell(grid, spec, cell, out / f"{cell.label}-s{cell.seed}")
-    done = sum(is_complete(out / f"{cell.label}-s{cell.seed}") for cell in cells)
+            if is_complete(folder_of(cell)):
+                add_cell(grid, spec, cell, folder_of(cell))
+    done = sum(is_complete(folder_of(cell)) for cell in cells)
     print(f"{done} of {len(cells)} cells complete; running {len(todo)}"
           f"{' (--only ' + ' '.join(args.only) + ')' if args.only else ''}, {args.jobs} at a time", file=sys.stderr)
     (out / "logs").mkdir(exist_ok=True)

@@ -108,6 +108,10 @@ def test_check_prints_the_agreement_and_writes_its_folder(logs, capsys):
     assert main(["twin", "check", "--twin", str(twin_file), "--real", str(logs / "real"), "--suite", "nope",
                  "--jobs", "1"]) == 2
     assert "--suite 'nope' is not in the real runs' evaluations" in capsys.readouterr().err
+    # one policy (the fit's own uniform runs) is nothing to rank
+    assert main(["twin", "check", "--twin", str(twin_file), "--real", str(logs / "fitlogs"), "--jobs", "1"]) == 2
+    assert capsys.readouterr().err.strip().endswith("policies run on the same seeds: 1 (uniform); expected at "
+                                                    "least 2 to rank")
 
 
 def test_only_policies_on_every_seed_are_ranked():
