@@ -1,7 +1,7 @@
 """The report's "share of the achievable gain" section: per policy and eval suite,
 (policy - uniform) / (reference - uniform) with Fieller's interval, beside the raw delta --
-where the runs include `uniform` and a reference for the suite (the best of the `oracle`
-aimed at it, knob `target`, the best fixed arm where there are `fixed` runs, and `mixed`;
+where the runs include `uniform` and a reference for the suite (the best of those run: the
+`oracle` aimed at it, knob `target`, the best fixed arm where there are `fixed` runs, `mixed`;
 `train`: the training objective, from the synthetic train table). The numbers
 are `reports.readings.references` (the one implementation, also behind the `hb sim` summary); this
 module only reads the data contract (final eval rows, run.json's policy name and knobs)
@@ -42,7 +42,7 @@ def section(doc, result) -> None:
     table = result.tables.get("gap")
     if table is None or table.empty:
         return
-    with doc.details("Share of the achievable gain (clairvoyant references)", 2):
+    with doc.details("Share of the achievable gain (the best reference run)", 2):
         _body(doc, table, result.config.get("budget"))
 
 
@@ -51,8 +51,9 @@ def _body(doc, table, budget: dict | None = None) -> None:
             f"at exactly {budget['unit']} = {budget['at']:g} (the budget milestone; train target: true training "
             "success interpolated there)")
     doc.p(f"share = mean over seeds of (policy - uniform) / mean of (reference - uniform), {when}, paired "
-          "by seed, the reference being the best reachable one of the suite (the `oracle` run aimed at it, knob "
-          "target, the best fixed arm, `mixed`: the largest mean); interval: Fieller's 95% interval of that ratio "
+          "by seed, the reference being the best reachable one of the suite (of the `oracle` run aimed at it, knob "
+          "target, the best fixed arm and `mixed`, those that were run: the largest mean; real runs have no "
+          "oracle); interval: Fieller's 95% interval of that ratio "
           "of means over seeds; no share where the reference's own gap over uniform is not significant; delta: "
           "mean paired difference against uniform with its 95% t half-width. 1 = what the best reference gains.")
     doc.pre("\n".join(references.share_lines(table)))

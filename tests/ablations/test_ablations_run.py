@@ -49,9 +49,11 @@ def test_jobs_1_and_2_give_identical_tables(two_runs):
         assert "cells/s" in procs[jobs].stderr and "ETA" in procs[jobs].stderr
         assert f"{len(cells)} cells, 0 already done, {len(cells)} run, 0 failed" in procs[jobs].stdout
         # the `hb sim` summary table, one row per policy label
-        summary = procs[jobs].stdout.split("results in")[1].splitlines()[1:]
+        summary = procs[jobs].stdout.split("results in")[1].split("\n\n")[0].splitlines()[1:]
         assert summary[0].split()[:2] == ["policy", "seeds"]
         assert {line.split()[0] for line in summary[2:]} == {c.label for c in cells}
+        # then the share block: no oracle was run, so the reference is the best of what was (mixed-2 here)
+        assert "share of the achievable gain" in procs[jobs].stdout and "reference = 'mixed-2" in procs[jobs].stdout
     t1, e1 = load_cells(tmp / "j1")
     t2, e2 = load_cells(tmp / "j2")
     assert_frame_equal(without_wall_clock(t1), without_wall_clock(t2), check_exact=True)
