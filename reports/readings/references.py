@@ -21,7 +21,7 @@ training tasks x training harnesses after the last step, from the synthetic trai
 P, U: final score of the policy and of `uniform`, paired by seed; R the BEST REACHABLE
 REFERENCE of that target: of the candidates that were run -- every `oracle` aimed at the
 target, the best fixed arm (`best_fixed`) and every `mixed` run -- the one with the largest
-mean over the seeds it shares with uniform (the `reference` column names it). Real runs have
+mean gap over uniform on the seeds they all share (the `reference` column names it). Real runs have
 no oracle: their reference is the best fixed arm or mixed, the best a real run can have. So no reference's own
 share exceeds 1 (a design may: it beat every reference). `delta` is mean_s (P_s - U_s) with
 the half-width of its paired 95% t-interval over seeds. The share's interval is FIELLER's on
@@ -133,8 +133,11 @@ def _candidates(labels: pd.DataFrame, scores: pd.DataFrame, suite: str) -> list[
 
 def _reference(labels: pd.DataFrame, scores: pd.DataFrame, suite: str) -> tuple[str | None, str | None]:
     """(uniform label, reference label) of a suite: `uniform` itself if run (else the first
-    label of name uniform); the candidate (`_candidates`) with the largest mean over the seeds
-    it shares with uniform (ties: the first, oracle before best_fixed before mixed)."""
+    label of name uniform); the candidate (`_candidates`) with the largest mean gap over
+    uniform on the seeds that uniform and every candidate share (on the seeds each shares
+    with uniform where no seed is common to all: a candidate run on fewer seeds, fixed arms
+    beside designs, is not chosen for its luck on those); ties: the first, oracle before
+    best_fixed before mixed."""
     uni = labels[labels["name"] == UNIFORM]["label"].tolist()
     uniform = UNIFORM if UNIFORM in uni else (uni[0] if uni else None)
     cands = _candidates(labels, scores, suite)
@@ -143,6 +146,9 @@ def _reference(labels: pd.DataFrame, scores: pd.DataFrame, suite: str) -> tuple[
     wide = scores[scores["suite"] == suite].pivot_table(index="seed", columns="policy", values="score")
     if uniform not in wide:
         return uniform, None
+    common = wide[[uniform, *cands]].dropna()         # compared on the same seeds where they share any
+    if len(common):
+        wide = common
     gaps = {c: float((wide[c] - wide[uniform]).dropna().mean()) for c in cands}
     gaps = {c: v for c, v in gaps.items() if np.isfinite(v)}
     return uniform, (max(gaps, key=lambda c: (gaps[c], -cands.index(c))) if gaps else None)

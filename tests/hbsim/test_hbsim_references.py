@@ -66,6 +66,24 @@ def test_the_reference_is_the_best_reachable_one():
         "best_fixed": 1.0}
 
 
+def test_the_reference_is_chosen_on_the_seeds_every_candidate_has():
+    """Fixed arms on 2 seeds beside mixed on 4 (real runs): on their own seeds the best fixed arm f0 gains
+    0.25 and mixed 0.2, but on the 2 seeds they share mixed gains 0.35: mixed is the reference, and a
+    design's share is read on every seed it shares with uniform and mixed."""
+    runs = pd.concat([RUNS, pd.DataFrame([{"label": "mixed", "name": "mixed", "seed": -1, "arm": -1,
+                                           "target": ""}])], ignore_index=True)
+    scores = _scores({"uniform": [0.5, 0.4, 0.6, 0.5], "mixed": [0.8, 0.8, 0.6, 0.6], "hb": [0.6, 0.5, 0.7, 0.6],
+                      "f0": [0.8, 0.6], "f1": [0.5, 0.5]})
+    table = share_of_gap(scores, runs).set_index("policy")
+    assert set(table["reference"]) == {"mixed"}
+    assert table.loc["hb", "seeds"] == 4 and table.loc["hb", "gap"] == pytest.approx(0.2)
+    assert table.loc["best_fixed", "seeds"] == 2 and table.loc["best_fixed", "gap"] == pytest.approx(0.35)
+    # no seed common to all (f0 only on seeds 4-5): each candidate is read on its own seeds, f0 gains 0.4
+    late = _scores({"uniform": [0.5, 0.4, 0.6, 0.5, 0.5, 0.5], "mixed": [0.8, 0.8, 0.6, 0.6],
+                    "f0": [np.nan] * 4 + [0.9, 0.9], "hb": [0.6] * 6}).dropna()
+    assert set(share_of_gap(late, runs)["reference"]) == {"best_fixed"}
+
+
 def test_no_share_where_the_reference_gap_is_not_significant():
     scores = _scores({"uniform": [0.5, 0.4, 0.6, 0.5], "oracle-hx": [1.0, -0.1, 1.0, 0.2],
                       "hb": [0.6, 0.5, 0.6, 0.7]})
