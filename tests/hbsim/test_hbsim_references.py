@@ -78,6 +78,11 @@ def test_the_reference_is_chosen_on_the_seeds_every_candidate_has():
     assert set(table["reference"]) == {"mixed"}
     assert table.loc["hb", "seeds"] == 4 and table.loc["hb", "gap"] == pytest.approx(0.2)
     assert table.loc["best_fixed", "seeds"] == 2 and table.loc["best_fixed", "gap"] == pytest.approx(0.35)
+    # the summary's reference line gives the gap on the most seeds (4: 0.2), whichever row comes first
+    first_fixed = share_of_gap(scores.sort_values("policy", key=lambda p: ~p.str.startswith("f"), kind="stable"),
+                               runs)
+    assert first_fixed["policy"].iloc[0] == "f0" and first_fixed["gap"].iloc[0] == pytest.approx(0.35)
+    assert "  heldout_harness: reference = 'mixed' (gap +0.200 over 'uniform')" in references.share_lines(first_fixed)
     # no seed common to all (f0 only on seeds 4-5): each candidate is read on its own seeds, f0 gains 0.4
     late = _scores({"uniform": [0.5, 0.4, 0.6, 0.5, 0.5, 0.5], "mixed": [0.8, 0.8, 0.6, 0.6],
                     "f0": [np.nan] * 4 + [0.9, 0.9], "hb": [0.6] * 6}).dropna()
