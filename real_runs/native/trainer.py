@@ -118,23 +118,63 @@ def build_rows(groups: list[Group], kind: str = "loo") -> Rows:
     return rows
 
 
-def pad_rows(rows: Rows, select: list[int], device) -> dict[str, torch.Tensor]:
+def pad_rows(rows: Rows, select: list[int], device, cut: list[int] | None = None) -> dict[str, torch.Tensor]:
     """Tensors of the selected rows: tokens/valid (B, T), and in log-prob space (B, T-1):
-    mask, old_logp, adv (per token)."""
-    tokens, valid = right_pad([rows.tokens[i] for i in select], device)
+    mask, old_logp, adv (per token). cut: per selected row, a number of leading tokens left
+    out (the rows' tails from token cut on; their spans shift by -cut)."""
+    cut = cut or [0] * len(select)
+    tokens, valid = right_pad([rows.tokens[i][c:] for i, c in zip(select, cut)], device)
     B, T = tokens.shape
     mask = torch.zeros(B, T - 1)
     old = torch.zeros(B, T - 1)
     adv = torch.zeros(B, T - 1)
-    for b, i in enumerate(select):
+    for b, (i, c) in enumerate(zip(select, cut)):
         lp, k = rows.old_logp[i], 0
         for s, n in rows.spans[i]:
-            mask[b, s:s + n] = 1.0
-            old[b, s:s + n] = torch.tensor(lp[k:k + n])
-            adv[b, s:s + n] = rows.adv[i]
+            mask[b, s - c:s - c + n] = 1.0
+            old[b, s - c:s - c + n] = torch.tensor(lp[k:k + n])
+            adv[b, s - c:s - c + n] = rows.adv[i]
             k += n
     return {"tokens": tokens, "valid": valid, "mask": mask.to(device), "old_logp": old.to(device),
             "adv": adv.to(device)}
+
+
+def prompt_cut(rows: Rows, i: int) -> int:
+    """Row i's tokens before its last context token: tokens[:cut] are never scored and never
+    followed by a scored position (cut = the log-prob entry of its first trained token)."""
+    return rows.spans[i][0][0] if rows.spans[i] else max(len(rows.tokens[i]) - 1, 0)
+
+
+def shared_prompt_logprobs(model, rows: Rows, select: list[int], cut: list[int], tails: dict) -> torch.Tensor:
+    """Teacher-forced log-probs of the selected rows' tails, each distinct prompt run once.
+
+    A group's G rollouts share one prompt: its tokens before the last (`prompt_cut`) go
+    through the model once per distinct prompt (left-padded, with gradient), the cache rows
+    are repeated for the rollouts, and the tails (the prompt's last token, the completion,
+    any later turns; `pad_rows(..., cut)` = `tails`) run on that cache. Causal attention
+    makes this the same function of the weights as running every row in full, so loss and
+    gradient agree up to float rounding, at (prompt + G x completion) positions per group
+    instead of G x (prompt + completion). Returns (B, Tt-1): entry j scores tail token j+1.
+    """
+    device = tails["tokens"].device
+    prompts = [tuple(rows.tokens[i][:c]) for i, c in zip(select, cut)]
+    unique: dict[tuple[int, ...], int] = {}
+    row_of = [unique.setdefault(p, len(unique)) for p in prompts]
+    P = max(len(p) for p in unique)
+    tokens = torch.zeros(len(unique), P, dtype=torch.long)
+    valid = torch.zeros(len(unique), P, dtype=torch.bool)
+    for p, u in unique.items():
+        tokens[u, P - len(p):] = torch.tensor(p, dtype=torch.long)
+        valid[u, P - len(p):] = True
+    tokens, valid = tokens.to(device), valid.to(device)
+    cache = model.new_cache(len(unique), P + tails["tokens"].shape[1])
+    model(tokens, (valid.long().cumsum(1) - 1).clamp(min=0), valid, cache, 0, keep_last=1)
+    index = torch.tensor(row_of, dtype=torch.long, device=device)
+    cache = model.select_cache(cache, index)          # a copy per rollout (autograd-safe for in-place caches)
+    keys = torch.cat([valid[index], tails["valid"]], dim=1)              # (B, P + Tt)
+    positions = (keys.long().cumsum(1) - 1).clamp(min=0)[:, P:]
+    logits = model(tails["tokens"], positions, keys, cache, P)           # (B, Tt, V)
+    return torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, tails["tokens"][:, 1:, None]).squeeze(-1)
 
 
 def grpo_token_loss(logp, old_logp, ref_logp, adv, mask, *, clip_low: float = 0.2,
@@ -203,21 +243,34 @@ def first_scored(mask: torch.Tensor) -> int:
 
 
 def accumulate_gradients(model, ref, rows: Rows, *, micro_batch: int, n_tokens_global: float,
-                         clip_low: float, clip_high: float, kl_coef: float) -> dict:
+                         clip_low: float, clip_high: float, kl_coef: float, share_prompts: bool = True) -> dict:
     """Micro-batched backward of the token-mean GRPO loss; gradients accumulate in `.grad`.
 
     n_tokens_global: completion tokens of the whole optimizer batch over all ranks.
+    share_prompts: run each distinct prompt of a micro-batch once (`shared_prompt_logprobs`);
+    False: every row in full, scored from the micro-batch's first trained column on.
     """
     device = next(model.parameters()).device
     stats = {"loss": 0.0, "kl_sum": 0.0, "clipped": 0.0, "ratio_sum": 0.0}
     for lo in range(0, len(rows), micro_batch):
-        batch = pad_rows(rows, list(range(lo, min(lo + micro_batch, len(rows)))), device)
-        keep_from = first_scored(batch["mask"])     # the prompt before it needs no vocabulary projection
-        logp = token_logprobs(model, batch["tokens"], batch["valid"], keep_from)  # (B, T-1)
+        select = list(range(lo, min(lo + micro_batch, len(rows))))
+        cut = [prompt_cut(rows, i) for i in select]
+        if share_prompts and min(cut) > 0:
+            batch = pad_rows(rows, select, device, cut)
+
+            def score(m):
+                return shared_prompt_logprobs(m, rows, select, cut, batch)
+        else:
+            batch = pad_rows(rows, select, device)
+            keep_from = first_scored(batch["mask"])     # the prompt before it needs no vocabulary projection
+
+            def score(m):
+                return token_logprobs(m, batch["tokens"], batch["valid"], keep_from)  # (B, T-1)
+        logp = score(model)
         ref_logp = None
         if kl_coef:
             with torch.no_grad():
-                ref_logp = token_logprobs(ref, batch["tokens"], batch["valid"], keep_from)
+                ref_logp = score(ref)
         loss_sum, s = grpo_token_loss(logp, batch["old_logp"], ref_logp, batch["adv"], batch["mask"],
                                       clip_low=clip_low, clip_high=clip_high, kl_coef=kl_coef)
         (loss_sum / n_tokens_global).backward()

@@ -143,6 +143,19 @@ def _tiny_llama(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.skipif(not importlib.util.find_spec("transformers"), reason="extra harnessbandit[lm] not installed")
+def test_shared_prompts_keep_loss_and_gradient_of_a_hugging_face_model(tmp_path):
+    """The shared-prompt backward through transformers' DynamicCache (repeated rows, left
+    padding inside the key mask) gives the gradient of running every row in full."""
+    from test_real_runs_trainer import check_shared_prompts, sampled_rows
+
+    from real_runs.native.hf import load_hf_model
+    model = load_hf_model(str(_tiny_llama(tmp_path / "llama")), "model.layers", "cpu")
+    rows = sampled_rows(model, model.tokenizer.encode, model.tokenizer.stop_id("\n"))
+    check_shared_prompts(model, rows, micro_batch=3)
+    check_shared_prompts(model, rows, micro_batch=8)
+
+
 LORA = ["--policy", "uniform", "--seed", "1", "--set", "lora_rank=4", "--set", "warm_steps=0",
         "--set", "n_train_tasks=12", "--set", "n_heldout_tasks=2", "--set", "eval_tasks=1", "--set", "max_new_tokens=8",
         "--set", "batch_groups=2", "--set", "group_size=4", "--set", "lr=0.05"]

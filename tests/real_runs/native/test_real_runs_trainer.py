@@ -10,7 +10,7 @@ from hbsim.grpo import advantages, learnability
 from real_runs.native.model import ByteTokenizer, ModelConfig, Transformer, sample
 from real_runs.native.sketch import ParamSketch
 from real_runs.native.trainer import (Group, Turn, accumulate_gradients, apply_update, build_rows, grpo_token_loss,
-                               pad_rows, token_learnability)
+                                      pad_rows, prompt_cut, token_learnability)
 
 
 def _t(values):
@@ -77,6 +77,13 @@ def test_multi_turn_transcript_shares_one_row_unless_the_context_was_cut():
     b = pad_rows(rows, [0], "cpu")
     assert b["mask"].tolist() == [[0, 1, 1, 0, 1]]
     assert b["old_logp"][0].tolist() == pytest.approx([0, -0.1, -0.2, 0, -0.3])
+    # the tails the shared-prompt backward runs: from the last context token on
+    assert [prompt_cut(rows, i) for i in range(3)] == [1, 3, 1]
+    tail = pad_rows(rows, [0, 1], "cpu", cut=[1, 3])
+    assert tail["tokens"].tolist() == [[2, 3, 4, 9, 5], [8, 6, 6, 0, 0]]
+    assert tail["valid"].sum(1).tolist() == [5, 3]
+    assert tail["mask"].tolist() == [[1, 1, 0, 1], [1, 1, 0, 0]]
+    assert tail["old_logp"].flatten().tolist() == pytest.approx([-0.1, -0.2, 0, -0.3, -0.4, -0.5, 0, 0])
 
 
 def test_rows_carry_loo_advantages_and_masks():
@@ -174,8 +181,8 @@ def test_micro_batching_does_not_change_the_gradient(tiny_batch):
 
 
 def test_skipping_the_prompts_vocabulary_projection_keeps_the_gradient(tiny_batch, monkeypatch):
-    """accumulate_gradients scores only from the micro-batch's first trained column on
-    (`first_scored`): the same loss and gradient as scoring every position."""
+    """Without shared prompts, accumulate_gradients scores only from the micro-batch's first
+    trained column on (`first_scored`): the same loss and gradient as scoring every position."""
     import real_runs.native.trainer as trainer
     model, rows = tiny_batch
     batch = trainer.pad_rows(rows, [0, 1, 2], "cpu")
@@ -187,7 +194,53 @@ def test_skipping_the_prompts_vocabulary_projection_keeps_the_gradient(tiny_batc
         monkeypatch.setattr(trainer, "first_scored", first)
         m = copy.deepcopy(model)
         stats = accumulate_gradients(m, copy.deepcopy(model), rows, micro_batch=3, n_tokens_global=rows.n_tokens,
-                                     clip_low=0.2, clip_high=0.2, kl_coef=0.05)
+                                     clip_low=0.2, clip_high=0.2, kl_coef=0.05, share_prompts=False)
         got[name] = (stats, torch.cat([p.grad.reshape(-1) for p in m.parameters()]))
     assert got["skip"][0] == pytest.approx(got["full"][0], rel=1e-6, abs=1e-9)
     assert torch.allclose(got["skip"][1], got["full"][1], atol=1e-7) and got["full"][1].abs().sum() > 0
+
+
+def sampled_rows(model, encode, stop: int):
+    """Two groups of 4 sampled rollouts whose prompts differ in length (left padding in the
+    shared-prompt pass) and whose completions do (right padding), rewards that give every
+    rollout an advantage."""
+    prompts = [encode("task 1: hi\n> ")] * 4 + [encode("task 22: say hello\n> ")] * 4
+    comps, lps = sample(model, prompts, [stop] * 8, 6, torch.Generator().manual_seed(1))
+    cut = [6 - i % 3 for i in range(8)]            # completions of 6, 5 and 4 tokens
+    comps, lps = [c[:n] for c, n in zip(comps, cut)], [lp[:n] for lp, n in zip(lps, cut)]
+    return build_rows([Group(h, f"t{h}", np.array(r, dtype=float),
+                             [[Turn(prompts[4 * h + i], comps[4 * h + i], lps[4 * h + i])] for i in range(4)], 0)
+                       for h, r in ((0, [1, 0, 0, 1]), (1, [0.5, 0, 1, 0]))])
+
+
+def check_shared_prompts(model, rows, micro_batch: int = 3):
+    """`share_prompts` on and off give the same loss statistics and gradient, and the shared
+    pass runs fewer token positions through the model (each distinct prompt once per micro-batch)."""
+    ref = copy.deepcopy(model).requires_grad_(False)
+    with torch.no_grad():                          # a reference that differs: the KL term is not 0
+        for p in ref.parameters():
+            p.mul_(0.9)
+    got = {}
+    for share in (True, False):
+        m, seen = copy.deepcopy(model), []
+        m.register_forward_pre_hook(lambda mod, args: seen.append(args[0].numel()))
+        stats = accumulate_gradients(m, ref, rows, micro_batch=micro_batch, n_tokens_global=rows.n_tokens,
+                                     clip_low=0.2, clip_high=0.2, kl_coef=0.05, share_prompts=share)
+        got[share] = (stats, torch.cat([p.grad.reshape(-1) for p in m.parameters() if p.grad is not None]), sum(seen))
+    assert got[True][0] == pytest.approx(got[False][0], rel=1e-5, abs=1e-9) and got[False][0]["kl_sum"] > 0
+    scale = got[False][1].abs().max()
+    assert scale > 0 and (got[True][1] - got[False][1]).abs().max() <= 1e-5 * scale
+    full = sum(len(t) for t in rows.tokens)
+    assert got[False][2] >= full > got[True][2], (got[True][2], got[False][2], full)
+    return got
+
+
+def test_shared_prompts_keep_loss_and_gradient():
+    """The shared-prompt backward is the same function of the weights (causal attention):
+    prompts of two lengths, completions of several, micro-batches that split a group."""
+    model = Transformer(ModelConfig(n_layer=2, d_model=32, n_head=2, d_mlp=64, max_len=64),
+                        torch.Generator().manual_seed(0))
+    rows = sampled_rows(model, ByteTokenizer().encode, 10)
+    assert len({len(t) for t in rows.tokens}) == 6
+    check_shared_prompts(model, rows, micro_batch=3)
+    check_shared_prompts(model, rows, micro_batch=8)
