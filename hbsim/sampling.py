@@ -173,8 +173,12 @@ class Sample:
                     "retained": np.zeros(0, dtype=bool), "cost": zeros}
         out = {"arm": np.concatenate([np.full(len(r), h, dtype=np.int64) for h, r, _, _ in parts]),
                "size": np.concatenate([np.full(len(r), np.shape(r)[1], dtype=np.int64) for _, r, _, _ in parts])}
-        stats = [grpo.group_stats(r, advantage) for _, r, _, _ in parts]
-        out.update({k: np.concatenate([s[k] for s in stats]) for k in stats[0]})
+        if len({np.shape(r)[1] for _, r, _, _ in parts}) == 1:     # one call: row-wise, the same numbers
+            out.update(grpo.group_stats(np.concatenate([np.asarray(r, dtype=np.float64) for _, r, _, _ in parts]),
+                                        advantage))
+        else:
+            stats = [grpo.group_stats(r, advantage) for _, r, _, _ in parts]
+            out.update({k: np.concatenate([s[k] for s in stats]) for k in stats[0]})
         out["retained"] = np.concatenate([np.asarray(keep, dtype=bool) for _, _, keep, _ in parts])
         out["cost"] = np.concatenate([c for *_, c in parts])
         return out

@@ -221,11 +221,15 @@ def token_logprobs(model: Transformer, tokens: torch.Tensor, valid: torch.Tensor
 
 @torch.no_grad()
 def sample(model: Transformer, prompts: list[list[int]], stop_ids: list[int], max_new: int,
-           generator: torch.Generator, temperature: float = 1.0):
+           generator: torch.Generator, temperature: float = 1.0, compact: float = 0.75):
     """KV-cached batched sampling.
 
     prompts: B token lists (each shorter than model max_len - max_new; callers truncate).
     stop_ids: per-row token that ends a completion (kept in the completion).
+    compact: once the unfinished rows are at most this share of the rows the model still
+    runs, the finished ones leave the batch (their cache rows dropped; 0 = never). Every row
+    still draws from the generator at every step (a finished row's draw is discarded), so
+    the random stream, and with it the sample, does not depend on it.
     Returns (completions: list of B token lists, logprobs: list of B float lists) where
     logprobs are the policy's log-probs of the sampled tokens (temperature 1 scale).
     """
@@ -253,6 +257,7 @@ def sample(model: Transformer, prompts: list[list[int]], stop_ids: list[int], ma
     stop = torch.tensor(stop_ids, dtype=torch.long, device=device)
     pos = positions[:, -1]
     done = torch.zeros(B, dtype=torch.bool, device=device)
+    running = torch.arange(B, device=device)     # the rows the model still runs, in cache order
     out_tok, out_lp, alive = [], [], []
     for t in range(max_new):
         logp = torch.log_softmax(logits, dim=-1)  # (B, V)
@@ -266,7 +271,13 @@ def sample(model: Transformer, prompts: list[list[int]], stop_ids: list[int], ma
             break
         valid[:, P + t] = True
         pos = pos + 1
-        logits = model(nxt[:, None], pos[:, None], valid[:, :P + t + 1], cache, P + t)[:, -1]
+        live = torch.nonzero(~done).squeeze(1)
+        if len(live) <= compact * len(running):
+            cache = model.select_cache(cache, torch.searchsorted(running, live))
+            running = live
+        # a finished row keeps its last logits: its draws are discarded
+        logits[running] = model(nxt[running, None], pos[running, None], valid[running, :P + t + 1], cache,
+                                P + t)[:, -1]
     toks = torch.stack(out_tok, 1).cpu()
     lps = torch.stack(out_lp, 1).float().cpu()
     keep = torch.stack(alive, 1).cpu()

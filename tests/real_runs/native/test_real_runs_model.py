@@ -107,3 +107,33 @@ def test_a_shared_prompt_is_prefilled_once_and_its_rows_sample_apart(model, monk
         lp = token_logprobs(model, tokens, valid)
     for i, (p, c) in enumerate(zip(prompts, comps)):
         assert torch.allclose(lp[i, len(p) - 1:len(p) - 1 + len(c)], torch.tensor(lps[i]), atol=1e-5)
+
+
+def test_finished_rows_leave_the_batch_and_the_sample_stays(model, monkeypatch):
+    """Once at most `compact` of the running rows are unfinished, the finished ones leave the
+    forward (their cache rows dropped): the tokens drawn are those of the full batch, since
+    every row still draws from the generator at every step."""
+    tok = ByteTokenizer()
+    prompts = [tok.encode(t) for t in ("one", "two words", "three", "four and more")]
+    free, _ = sample(model, prompts, [300] * 4, 12, torch.Generator().manual_seed(3))
+    stops = [free[0][1], free[1][3], 300, 300]           # rows 0 and 1 stop early, rows 2 and 3 run to 12
+    got, widths = {}, {}
+    forward = Transformer.forward
+    for compact in (0.0, 0.75, 1.0):
+        seen = widths.setdefault(compact, [])
+
+        def spy(self, tokens, *args, **kwargs):
+            seen.append(tokens.shape[0])
+            return forward(self, tokens, *args, **kwargs)
+
+        monkeypatch.setattr(Transformer, "forward", spy)
+        got[compact] = sample(model, prompts, stops, 12, torch.Generator().manual_seed(3), compact=compact)
+        monkeypatch.undo()
+    comps, lps = got[0.0]
+    assert [len(c) for c in comps][2:] == [12, 12] and len(comps[0]) <= 2 and len(comps[1]) <= 4
+    assert comps[2:] == free[2:]                        # the stream does not depend on who stopped
+    assert set(widths[0.0]) == {4}                      # never compacted: every step runs 4 rows
+    assert widths[1.0][-1] == 2 and min(widths[0.75]) == 2 and widths[0.75] != widths[0.0]
+    for compact in (0.75, 1.0):
+        assert got[compact][0] == comps
+        assert all(torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-6) for a, b in zip(got[compact][1], lps))
