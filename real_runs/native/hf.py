@@ -45,6 +45,8 @@ class HFTokenizer:
 class HFCausalLM(nn.Module):
     """A Hugging Face causal LM behind the built-in `Transformer`'s interface."""
 
+    middle_padding_ok = True    # keys are read by position and mask alone (`model.prefill`)
+
     def __init__(self, hf_model, tokenizer, block_path: str, max_len: int):
         super().__init__()
         self.hf = hf_model

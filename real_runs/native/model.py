@@ -219,6 +219,52 @@ def token_logprobs(model: Transformer, tokens: torch.Tensor, valid: torch.Tensor
     return logp if keep_from == 0 else torch.cat([logp.new_zeros(tokens.shape[0], keep_from), logp], dim=1)
 
 
+#: the shortest common prefix of a batch's prompts that `prefill` runs once on its own
+MIN_SHARED_PREFIX = 8
+
+
+def common_prefix(prompts: list[tuple[int, ...]]) -> int:
+    """Length of the tokens every prompt starts with, leaving each at least its last token."""
+    first, n = prompts[0], min(len(p) for p in prompts) - 1
+    for other in prompts[1:]:
+        k = 0
+        while k < n and other[k] == first[k]:
+            k += 1
+        n = k
+    return max(n, 0)
+
+
+def prefill(model, prompts: list[tuple[int, ...]], extra: int):
+    """The KV-cached prefill of distinct prompts, only each one's last position projected onto
+    the vocabulary: (logits (U, V), cache with room for `extra` more positions, key mask (U, P)).
+
+    A model that reads keys by position alone (`middle_padding_ok`, e.g. a Hugging Face model;
+    not the built-in one, whose token shift reads the previous column) runs the prompts'
+    common prefix once when it is at least MIN_SHARED_PREFIX tokens (a harness's system
+    prompt for all its tasks), then each prompt's rest on that cache, the padding between the
+    two: row layout [prefix][padding][rest]. Otherwise each prompt is left-padded.
+    """
+    device = next(model.parameters()).device
+    c = common_prefix(prompts) if len(prompts) > 1 and getattr(model, "middle_padding_ok", False) else 0
+    c = c if c >= MIN_SHARED_PREFIX else 0
+    rest = [p[c:] for p in prompts]
+    R = max(len(r) for r in rest)
+    tokens = torch.zeros(len(prompts), R, dtype=torch.long)
+    valid = torch.zeros(len(prompts), c + R, dtype=torch.bool)
+    valid[:, :c] = True
+    for u, r in enumerate(rest):
+        tokens[u, R - len(r):] = torch.tensor(r, dtype=torch.long)
+        valid[u, c + R - len(r):] = True
+    tokens, valid = tokens.to(device), valid.to(device)
+    cache = model.new_cache(1 if c else len(prompts), c + R + extra)
+    if c:
+        head = torch.tensor([prompts[0][:c]], dtype=torch.long, device=device)
+        model(head, torch.arange(c, device=device)[None], valid[:1, :c], cache, 0, keep_last=1)
+        cache = model.select_cache(cache, torch.zeros(len(prompts), dtype=torch.long, device=device))
+    positions = (valid.long().cumsum(1) - 1).clamp(min=0)[:, c:]
+    return model(tokens, positions, valid, cache, c, keep_last=1)[:, -1], cache, valid
+
+
 @torch.no_grad()
 def sample(model: Transformer, prompts: list[list[int]], stop_ids: list[int], max_new: int,
            generator: torch.Generator, temperature: float = 1.0, compact: float = 0.75):
@@ -234,28 +280,19 @@ def sample(model: Transformer, prompts: list[list[int]], stop_ids: list[int], ma
     logprobs are the policy's log-probs of the sampled tokens (temperature 1 scale).
     """
     device = next(model.parameters()).device
-    B, P = len(prompts), max(len(p) for p in prompts)
+    B = len(prompts)
     unique: dict[tuple[int, ...], int] = {}
     row_of = [unique.setdefault(tuple(p), len(unique)) for p in prompts]   # a group's G rows share one prompt
-    tokens = torch.zeros(len(unique), P, dtype=torch.long)
-    valid = torch.zeros(B, P + max_new, dtype=torch.bool)
-    for p, u in unique.items():
-        tokens[u, P - len(p):] = torch.tensor(p, dtype=torch.long)
-    for i, p in enumerate(prompts):
-        valid[i, P - len(p):P] = True
     index = torch.tensor(row_of, dtype=torch.long, device=device)
-    first = torch.tensor([row_of.index(u) for u in range(len(unique))], dtype=torch.long)
-    tokens, valid = tokens.to(device), valid.to(device)
-    positions = (valid[first, :P].long().cumsum(1) - 1).clamp(min=0)  # (U, P)
-    cache = model.new_cache(len(unique), P + max_new)
-    # the prefill runs once per distinct prompt, then its cache rows are repeated; only the
-    # prompt's last position goes through the vocabulary projection
-    logits = model(tokens, positions, valid[first, :P], cache, 0, keep_last=1)[:, -1]  # (U, V)
+    logits, cache, head = prefill(model, list(unique), max_new)            # (U, V), cache, (U, P)
+    P = head.shape[1]
     if len(unique) < B:
         cache = model.select_cache(cache, index)
-    logits, positions = logits[index], positions[index]                  # (B, V), (B, P)
+    valid = torch.zeros(B, P + max_new, dtype=torch.bool, device=device)
+    valid[:, :P] = head[index]
+    logits = logits[index]                                                 # (B, V)
     stop = torch.tensor(stop_ids, dtype=torch.long, device=device)
-    pos = positions[:, -1]
+    pos = valid.long().sum(1) - 1                                          # each row's last prompt position
     done = torch.zeros(B, dtype=torch.bool, device=device)
     running = torch.arange(B, device=device)     # the rows the model still runs, in cache order
     out_tok, out_lp, alive = [], [], []

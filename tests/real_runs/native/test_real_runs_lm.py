@@ -156,6 +156,45 @@ def test_shared_prompts_keep_loss_and_gradient_of_a_hugging_face_model(tmp_path)
     check_shared_prompts(model, rows, micro_batch=8)
 
 
+@pytest.mark.skipif(not importlib.util.find_spec("transformers"), reason="extra harnessbandit[lm] not installed")
+def test_a_common_prefix_is_prefilled_once_and_the_sample_stays(tmp_path, monkeypatch):
+    """A harness's prompts share their system prompt: a Hugging Face model's prefill runs it
+    once (1 row), then each distinct prompt's rest (padding between the two); the tokens drawn
+    are those of a left-padded prefill and score as teacher forcing scores them."""
+    import torch
+
+    from real_runs.native import model as native
+    from real_runs.native.hf import HFCausalLM, load_hf_model
+    m = load_hf_model(str(_tiny_llama(tmp_path / "llama")), "model.layers", "cpu")
+    system = "You answer in one word, on one line.\n"
+    texts = [system + q for q in ("Q: 1+1?\nA:", "Q: the first letter of cat?\nA:", "Q: 9?\nA:")]
+    prompts = [m.tokenizer.encode(t) for t in texts for _ in range(2)]      # groups of 2
+    assert native.common_prefix(sorted({tuple(p) for p in prompts})) == len(m.tokenizer.encode(system)) + 3
+    got, widths = {}, {}
+    forward = HFCausalLM.forward
+    for shared in (True, False):
+        seen = widths.setdefault(shared, [])
+
+        def spy(self, tokens, *args, **kwargs):
+            seen.append(tuple(tokens.shape))
+            return forward(self, tokens, *args, **kwargs)
+
+        monkeypatch.setattr(HFCausalLM, "forward", spy)
+        monkeypatch.setattr(native, "MIN_SHARED_PREFIX", 8 if shared else 10**9)
+        got[shared] = native.sample(m, prompts, [m.tokenizer.stop_id("\n")] * 6, 10, torch.Generator().manual_seed(4))
+        monkeypatch.undo()
+    c = native.common_prefix(sorted({tuple(p) for p in prompts}))
+    rest = max(len(p) for p in prompts) - c
+    assert widths[True][:2] == [(1, c), (3, rest)] and widths[False][0] == (3, c + rest)
+    assert got[True][0] == got[False][0]
+    comps, lps = got[True]
+    tokens, valid = native.right_pad([p + q for p, q in zip(prompts, comps)], "cpu")
+    with torch.no_grad():
+        lp = native.token_logprobs(m, tokens, valid)
+    for i, (p, q) in enumerate(zip(prompts, comps)):
+        assert torch.allclose(lp[i, len(p) - 1:len(p) - 1 + len(q)], torch.tensor(lps[i]), atol=1e-5)
+
+
 LORA = ["--policy", "uniform", "--seed", "1", "--set", "lora_rank=4", "--set", "warm_steps=0",
         "--set", "n_train_tasks=12", "--set", "n_heldout_tasks=2", "--set", "eval_tasks=1", "--set", "max_new_tokens=8",
         "--set", "batch_groups=2", "--set", "group_size=4", "--set", "lr=0.05"]
