@@ -220,7 +220,7 @@ class GRPOAdapter:
             stats = accumulate_gradients(self.model, self.ref, rows, micro_batch=cfg.micro_batch,
                                          n_tokens_global=n_tokens, clip_low=cfg.clip_low,
                                          clip_high=cfg.clip_high, kl_coef=cfg.kl_coef,
-                                         share_prompts=cfg.share_prompts)
+                                         share_prompts=cfg.share_prompts, autocast=cfg.train_autocast)
         learn = self._learnability(rows)
         ledger.seconds["backward"] = time.perf_counter() - t0
         sketch, update, grad_norm, update_norm = None, None, float("nan"), 0.0

@@ -243,12 +243,15 @@ def first_scored(mask: torch.Tensor) -> int:
 
 
 def accumulate_gradients(model, ref, rows: Rows, *, micro_batch: int, n_tokens_global: float,
-                         clip_low: float, clip_high: float, kl_coef: float, share_prompts: bool = True) -> dict:
+                         clip_low: float, clip_high: float, kl_coef: float, share_prompts: bool = True,
+                         autocast: str = "") -> dict:
     """Micro-batched backward of the token-mean GRPO loss; gradients accumulate in `.grad`.
 
     n_tokens_global: completion tokens of the whole optimizer batch over all ranks.
     share_prompts: run each distinct prompt of a micro-batch once (`shared_prompt_logprobs`);
     False: every row in full, scored from the micro-batch's first trained column on.
+    autocast: a dtype name ("bfloat16") to run the forward (and so the backward) under
+    torch.autocast; the log-probs, the loss and every parameter stay float32.
     """
     device = next(model.parameters()).device
     stats = {"loss": 0.0, "kl_sum": 0.0, "clipped": 0.0, "ratio_sum": 0.0}
@@ -266,11 +269,12 @@ def accumulate_gradients(model, ref, rows: Rows, *, micro_batch: int, n_tokens_g
 
             def score(m):
                 return token_logprobs(m, batch["tokens"], batch["valid"], keep_from)  # (B, T-1)
-        logp = score(model)
-        ref_logp = None
-        if kl_coef:
-            with torch.no_grad():
-                ref_logp = score(ref)
+        with torch.autocast(device.type, dtype=getattr(torch, autocast or "bfloat16"), enabled=bool(autocast)):
+            logp = score(model).float()
+            ref_logp = None
+            if kl_coef:
+                with torch.no_grad():
+                    ref_logp = score(ref).float()
         loss_sum, s = grpo_token_loss(logp, batch["old_logp"], ref_logp, batch["adv"], batch["mask"],
                                       clip_low=clip_low, clip_high=clip_high, kl_coef=kl_coef)
         (loss_sum / n_tokens_global).backward()

@@ -244,3 +244,20 @@ def test_shared_prompts_keep_loss_and_gradient():
     assert len({len(t) for t in rows.tokens}) == 6
     check_shared_prompts(model, rows, micro_batch=3)
     check_shared_prompts(model, rows, micro_batch=8)
+
+
+def test_autocast_backward_is_close_and_keeps_float32_gradients(tiny_batch):
+    """train_autocast=bfloat16: the forward and backward run in bfloat16 (the gradient moves
+    off the float32 one, a little), while gradients and weights stay float32."""
+    model, rows = tiny_batch
+    got = {}
+    for autocast in ("", "bfloat16"):
+        m = copy.deepcopy(model)
+        stats = accumulate_gradients(m, copy.deepcopy(model), rows, micro_batch=3, n_tokens_global=rows.n_tokens,
+                                     clip_low=0.2, clip_high=0.2, kl_coef=0.05, autocast=autocast)
+        assert all(p.grad.dtype == torch.float32 and p.dtype == torch.float32 for p in m.parameters())
+        got[autocast] = (stats, torch.cat([p.grad.reshape(-1) for p in m.parameters()]))
+    full, low = got[""][1], got["bfloat16"][1]
+    cosine = float(full @ low / (full.norm() * low.norm()))
+    assert 0.99 < cosine < 1.0 - 1e-7, cosine
+    assert got["bfloat16"][0]["ratio_sum"] == pytest.approx(got[""][0]["ratio_sum"], rel=0.05)
