@@ -80,7 +80,7 @@ class Knob:
         if self.parse is not None:
             text = getattr(self.parse, "allowed", "see its doc")
         elif self.choices is not None:
-            text = f"one of {', '.join(map(str, self.choices))}"
+            text = "one of " + ", ".join("'' (none)" if c == "" else str(c) for c in self.choices)
         elif self.kind is bool:
             text = "true or false"
         elif self.kind in (int, float):

@@ -98,6 +98,8 @@ def test_choice_knob():
         TABLE.check("mode", "c")
     with pytest.raises(UserError, match="expected one of"):
         Knob(1, "n", choices=(1, 2)).check("n", True)
+    with pytest.raises(UserError, match=r"^d='f16' is not allowed: expected one of '' \(none\), bfloat16$"):
+        Knob("", "dtype", choices=("", "bfloat16")).check("d", "f16")
 
 
 def test_optional_knob():
