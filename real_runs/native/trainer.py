@@ -27,6 +27,7 @@ Departures from the paper's recipe (seed note §6), on purpose:
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -35,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 from hbsim.grpo import advantages as group_advantages
-from real_runs.native.model import right_pad, token_logprobs
+from real_runs.native.model import prefill, right_pad, token_logprobs
 from real_runs.native.sketch import ParamSketch, all_reduce_grads, all_reduce_sum
 
 
@@ -149,7 +150,7 @@ def shared_prompt_logprobs(model, rows: Rows, select: list[int], cut: list[int],
     """Teacher-forced log-probs of the selected rows' tails, each distinct prompt run once.
 
     A group's G rollouts share one prompt: its tokens before the last (`prompt_cut`) go
-    through the model once per distinct prompt (left-padded, with gradient), the cache rows
+    through the model once per distinct prompt (`model.prefill`, with gradient), the cache rows
     are repeated for the rollouts, and the tails (the prompt's last token, the completion,
     any later turns; `pad_rows(..., cut)` = `tails`) run on that cache. Causal attention
     makes this the same function of the weights as running every row in full, so loss and
@@ -157,18 +158,10 @@ def shared_prompt_logprobs(model, rows: Rows, select: list[int], cut: list[int],
     instead of G x (prompt + completion). Returns (B, Tt-1): entry j scores tail token j+1.
     """
     device = tails["tokens"].device
-    prompts = [tuple(rows.tokens[i][:c]) for i, c in zip(select, cut)]
     unique: dict[tuple[int, ...], int] = {}
-    row_of = [unique.setdefault(p, len(unique)) for p in prompts]
-    P = max(len(p) for p in unique)
-    tokens = torch.zeros(len(unique), P, dtype=torch.long)
-    valid = torch.zeros(len(unique), P, dtype=torch.bool)
-    for p, u in unique.items():
-        tokens[u, P - len(p):] = torch.tensor(p, dtype=torch.long)
-        valid[u, P - len(p):] = True
-    tokens, valid = tokens.to(device), valid.to(device)
-    cache = model.new_cache(len(unique), P + tails["tokens"].shape[1])
-    model(tokens, (valid.long().cumsum(1) - 1).clamp(min=0), valid, cache, 0, keep_last=1)
+    row_of = [unique.setdefault(tuple(rows.tokens[i][:c]), len(unique)) for i, c in zip(select, cut)]
+    _, cache, valid = prefill(model, list(unique), tails["tokens"].shape[1])   # (U, P) key mask
+    P = valid.shape[1]
     index = torch.tensor(row_of, dtype=torch.long, device=device)
     cache = model.select_cache(cache, index)          # a copy per rollout (autograd-safe for in-place caches)
     keys = torch.cat([valid[index], tails["valid"]], dim=1)              # (B, P + Tt)
@@ -269,7 +262,7 @@ def accumulate_gradients(model, ref, rows: Rows, *, micro_batch: int, n_tokens_g
 
             def score(m):
                 return token_logprobs(m, batch["tokens"], batch["valid"], keep_from)  # (B, T-1)
-        with torch.autocast(device.type, dtype=getattr(torch, autocast or "bfloat16"), enabled=bool(autocast)):
+        with torch.autocast(device.type, dtype=getattr(torch, autocast)) if autocast else contextlib.nullcontext():
             logp = score(model).float()
             ref_logp = None
             if kl_coef:

@@ -145,8 +145,9 @@ def _tiny_llama(folder: Path) -> Path:
 
 @pytest.mark.skipif(not importlib.util.find_spec("transformers"), reason="extra harnessbandit[lm] not installed")
 def test_shared_prompts_keep_loss_and_gradient_of_a_hugging_face_model(tmp_path):
-    """The shared-prompt backward through transformers' DynamicCache (repeated rows, left
-    padding inside the key mask) gives the gradient of running every row in full."""
+    """The shared-prompt backward through transformers' DynamicCache (the prompts' common
+    prefix run once, repeated rows, padding inside the key mask) gives the gradient of running
+    every row in full."""
     from test_real_runs_trainer import check_shared_prompts, sampled_rows
 
     from real_runs.native.hf import load_hf_model

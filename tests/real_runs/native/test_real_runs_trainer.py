@@ -201,10 +201,11 @@ def test_skipping_the_prompts_vocabulary_projection_keeps_the_gradient(tiny_batc
 
 
 def sampled_rows(model, encode, stop: int):
-    """Two groups of 4 sampled rollouts whose prompts differ in length (left padding in the
-    shared-prompt pass) and whose completions do (right padding), rewards that give every
-    rollout an advantage."""
-    prompts = [encode("task 1: hi\n> ")] * 4 + [encode("task 22: say hello\n> ")] * 4
+    """Two groups of 4 sampled rollouts whose prompts share a system line and differ in length
+    (padding in the shared-prompt pass) and whose completions do too (right padding), rewards
+    that give every rollout an advantage."""
+    system = "Answer in one line.\n"                   # a common prefix (a Hugging Face model runs it once)
+    prompts = [encode(system + "task 1: hi\n> ")] * 4 + [encode(system + "task 22: say hello\n> ")] * 4
     comps, lps = sample(model, prompts, [stop] * 8, 6, torch.Generator().manual_seed(1))
     cut = [6 - i % 3 for i in range(8)]            # completions of 6, 5 and 4 tokens
     comps, lps = [c[:n] for c, n in zip(comps, cut)], [lp[:n] for lp, n in zip(lps, cut)]
