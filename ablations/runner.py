@@ -29,7 +29,7 @@ import os
 import socket
 import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -351,13 +351,10 @@ def run_local(tasks: list[dict], jobs: int, on_done: Callable[[dict], None], **_
             with lifeline.interrupts_deferred():    # workers start here: none half started at a Ctrl-C
                 pending_runs.update({pool.submit(worker.execute, t): t for t in tasks})
             while pending_runs:
-                finished, _ = wait(pending_runs, return_when=FIRST_COMPLETED)
-                for fut in finished:
+                for fut, answer, error in lifeline.wait_first(pending_runs):   # a Ctrl-C cannot hang it
                     task = pending_runs.pop(fut)
-                    try:
-                        answer = fut.result()
-                    except Exception as exc:  # noqa: BLE001 - the worker died (segfault, OOM kill): its run fails
-                        reason = f"{type(exc).__name__}: worker process failed ({exc})"
+                    if error is not None:           # the worker died (segfault, OOM kill): its run fails
+                        reason = f"{type(error).__name__}: worker process failed ({error})"
                         answer = worker.failure(task, reason, reason + "\n")
                     on_done(answer)
         except BaseException:

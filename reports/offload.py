@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 from collections import deque
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable
 
@@ -213,7 +213,7 @@ class Helper:
         """Return when ``call`` is done; if the helper died first, do it here (module doc)."""
         if call.done():
             return
-        wait([call, self._death], return_when=FIRST_COMPLETED)
+        lifeline.wait_first([call, self._death])     # a Ctrl-C cannot leave their locks held
         if call.done():
             return
         with self._lock:

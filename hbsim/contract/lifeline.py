@@ -23,6 +23,12 @@ forked helper (`reports.offload`) -- must end when hb ends, however hb ends:
 - `interrupts_deferred()`: a Ctrl-C while hb hands work to its helpers (and so starts
   them) is held until the hand-over is done, then raised, so no helper is left started
   but unknown to the code that stops them.
+- `wait_first(futures)`: `concurrent.futures.wait(..., FIRST_COMPLETED)` that a Ctrl-C
+  cannot break in the middle: `wait` takes every future's lock one by one, and a
+  KeyboardInterrupt raised between two of them left those locks held by hb's main thread,
+  so the executor's manager thread, cancelling or failing those futures at the stop,
+  blocked on them for good and hb never exited (seen in CI: "interrupted", then a hang).
+  It waits in short slices with SIGINT deferred, so a press is raised between slices.
 - `stop_executor(executor)`: a `ProcessPoolExecutor`'s queue cancelled and its workers
   killed now, for a stop (Ctrl-C, an error, a cancelled report) that must not wait for
   their current work.
@@ -49,6 +55,7 @@ import signal
 import sys
 import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, CancelledError, wait
 from multiprocessing import forkserver, resource_tracker
 
 #: how often the fallback watch (no pidfd) looks whether hb is still there, in seconds
@@ -180,6 +187,10 @@ def interrupts_ignored():
         signal.signal(signal.SIGINT, previous)
 
 
+#: the longest a Ctrl-C waits for `wait_first` to raise it, in seconds
+WAIT_SLICE = 0.2
+
+
 @contextlib.contextmanager
 def interrupts_deferred():
     """A Ctrl-C inside the block is held until its end, then raised (KeyboardInterrupt), so
@@ -196,6 +207,27 @@ def interrupts_deferred():
         signal.signal(signal.SIGINT, previous)
     if pressed:
         raise KeyboardInterrupt
+
+
+def wait_first(futures, slice_seconds: float = WAIT_SLICE) -> list[tuple]:
+    """(future, value, exception) for each future of `futures` that is done, once at least
+    one is; `value` is None where `exception` is not. A Ctrl-C is raised between slices of
+    `slice_seconds`, never while a future's lock is held (module doc): the outcomes are read
+    inside the deferral too, as ``result()`` takes the lock. A cancelled future's exception
+    is a `CancelledError`."""
+    while True:
+        with interrupts_deferred():
+            done, _ = wait(futures, timeout=slice_seconds, return_when=FIRST_COMPLETED)
+            outcomes = [_outcome(f) for f in done]
+        if outcomes:
+            return outcomes
+
+
+def _outcome(future) -> tuple:
+    if future.cancelled():
+        return future, None, CancelledError()
+    error = future.exception()
+    return future, None if error is not None else future.result(), error
 
 
 def stop_executor(executor) -> None:

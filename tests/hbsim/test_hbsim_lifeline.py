@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from concurrent.futures import CancelledError, Future
+from concurrent.futures import _base as futures_base
 
 import pytest
 
@@ -43,6 +45,56 @@ def test_a_press_inside_blocked_is_never_lost():
             for _ in range(10 ** 5):                          # give another thread the chance to take it
                 pass
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+
+
+def _free_in_another_thread(lock) -> bool:
+    got = []
+    thread = threading.Thread(target=lambda: got.append(lock.acquire(timeout=2) and (lock.release() or True)))
+    thread.start()
+    thread.join()
+    return got == [True]
+
+
+def test_a_press_while_wait_first_takes_the_futures_locks_leaves_none_held(monkeypatch):
+    """The CI hang: `concurrent.futures.wait` takes each future's lock in turn, and a Ctrl-C
+    between two of them left the first ones held by the main thread for good (the executor's
+    manager thread then blocked on them at the stop). The press here lands after the third
+    lock: it must surface as KeyboardInterrupt with every lock free again."""
+    futures = [Future() for _ in range(6)]
+    taken = futures_base._AcquireFutures.__enter__
+
+    def enter_with_a_press(self):
+        for i, future in enumerate(self.futures):
+            future._condition.acquire()
+            if i == 2:
+                _press()
+    monkeypatch.setattr(futures_base._AcquireFutures, "__enter__", enter_with_a_press)
+    with pytest.raises(KeyboardInterrupt):
+        lifeline.wait_first(futures, slice_seconds=0.01)
+    monkeypatch.setattr(futures_base._AcquireFutures, "__enter__", taken)
+    assert [_free_in_another_thread(f._condition) for f in futures] == [True] * 6
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_wait_first_returns_the_done_futures_with_their_outcomes():
+    value, failed, cancelled, pending = Future(), Future(), Future(), Future()
+    value.set_result(7)
+    error = ValueError("worker died")
+    failed.set_exception(error)
+    cancelled.cancel()
+    cancelled.set_running_or_notify_cancel()       # what an executor does with a cancelled item
+    got = {id(f): (v, e) for f, v, e in lifeline.wait_first([value, failed, cancelled, pending])}
+    assert got[id(value)] == (7, None) and got[id(failed)] == (None, error)
+    assert got[id(cancelled)][0] is None and isinstance(got[id(cancelled)][1], CancelledError)
+    assert id(pending) not in got
+
+
+def test_wait_first_waits_across_slices_for_a_late_result():
+    late = Future()
+    timer = threading.Timer(0.1, late.set_result, args=("done",))
+    timer.start()
+    assert lifeline.wait_first([late], slice_seconds=0.02) == [(late, "done", None)]
+    timer.join()
 
 
 def test_ignored_drops_a_press():
