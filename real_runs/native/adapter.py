@@ -169,7 +169,7 @@ class GRPOAdapter:
         if not jobs:
             return out
         played = play(self.sampling_model(), jobs, generator=self._gen, max_new=self.cfg.max_new_tokens,
-                      temperature=self.cfg.temperature, chunk=self.cfg.eval_chunk)
+                      temperature=self.cfg.temperature, chunk=self.cfg.eval_chunk, sampler=self.cfg.sampler)
         ledger.tokens += played.tokens
         for phase, sec in played.seconds.items():
             ledger.seconds[phase] = ledger.seconds.get(phase, 0.0) + sec
@@ -279,7 +279,8 @@ class GRPOAdapter:
         cfg = self.cfg
         return heldout_eval(self.sampling_model(), self.harnesses, self.heldout_tasks[:cfg.eval_tasks], seed=self.seed,
                             step=self._step, attempts=cfg.eval_attempts, max_new=cfg.max_new_tokens,
-                            temperature=cfg.temperature, chunk=cfg.eval_chunk, world=self.task_world.name)
+                            temperature=cfg.temperature, chunk=cfg.eval_chunk, world=self.task_world.name,
+                            sampler=cfg.sampler)
 
     def probe_means(self, step: int) -> dict[str, float]:
         """The what-if probe's measurement (hbsim.counterfactual.probe_means): mean success of
@@ -295,7 +296,8 @@ class GRPOAdapter:
             return dict.fromkeys(names, float("nan"))
         frame = heldout_eval(self.sampling_model(), self.harnesses, self.heldout_tasks[:cfg.probe_tasks], seed=self.seed,
                              step=step, attempts=cfg.probe_attempts, max_new=cfg.max_new_tokens,
-                             temperature=cfg.temperature, chunk=cfg.eval_chunk, world=self.task_world.name)
+                             temperature=cfg.temperature, chunk=cfg.eval_chunk, world=self.task_world.name,
+                             sampler=cfg.sampler)
         success = frame["success"].astype(np.float64)
         out = {"real_train": float("nan")}
         out.update({f"real_{suite}": float(success[frame["suite"] == suite].mean())

@@ -20,11 +20,13 @@ from real_runs.world.worlds import get_world
 
 
 def heldout_eval(model, harnesses: list[str], tasks: list, *, seed: int, step: int, attempts: int,
-                 max_new: int, temperature: float = 1.0, chunk: int = 512, world: str = "tools") -> pd.DataFrame:
+                 max_new: int, temperature: float = 1.0, chunk: int = 512, world: str = "tools",
+                 sampler: str = "multinomial") -> pd.DataFrame:
     """The eval frame (suite, task, category, harness, attempt, reward, success) of `tasks`
     on the training `harnesses` (names) and the held-out harnesses; `model` speaks the
     `rollout.play` contract and is left in eval mode; `world`: the task world's name
-    (`real_runs.world.worlds`), whose held-out harnesses are played."""
+    (`real_runs.world.worlds`), whose held-out harnesses are played; `sampler`: how a token is
+    drawn (`model.draw`)."""
     w = get_world(world)
     jobs, meta = [], []
     for suite, names in (("heldout_tasks", harnesses), ("heldout_harness", w.heldout)):
@@ -37,7 +39,8 @@ def heldout_eval(model, harnesses: list[str], tasks: list, *, seed: int, step: i
                     meta.append((suite, tid, task.category, name, attempt))
     model.eval()
     gen = torch.Generator(next(model.parameters()).device).manual_seed(streams.torch_seed(seed, streams.EVAL, step))
-    played = play(model, jobs, generator=gen, max_new=max_new, temperature=temperature, chunk=chunk)
+    played = play(model, jobs, generator=gen, max_new=max_new, temperature=temperature, chunk=chunk,
+                  sampler=sampler)
     frame = pd.DataFrame(meta, columns=["suite", "task", "category", "harness", "attempt"])
     frame["reward"] = np.asarray(played.rewards, dtype=np.float64)
     frame["success"] = frame["reward"] >= 1.0

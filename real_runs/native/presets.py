@@ -48,6 +48,9 @@ from policies.knobs import Knob, Knobs
 from policies.validate import comma_items
 from real_runs.world.tasks import MAX_TASKS
 
+#: how a token is drawn from a row's probabilities (the knob `sampler`; real_runs.native.model.draw)
+SAMPLERS = ("multinomial", "inverse_cdf")
+
 #: the linear layers of a Llama-style decoder block: LoRA's default targets (knob lora_targets)
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 #: the values each preset changes (env knobs, and the run-config keys of RUN_KEYS)
@@ -126,6 +129,11 @@ WHEN_SET_KNOBS = {
                                 "completions on its cache (the same loss and gradient up to float rounding; a "
                                 "SmolLM2 step's backward 23.0 -> 13.8 CPU-s); false: every row in full, as the "
                                 "runs in docs/results/lm-smollm2* were trained"),
+    "sampler": Knob("multinomial", "how rollouts and evaluations draw a token from the model's probabilities "
+                                   "(real_runs.native.model.draw): multinomial (torch.multinomial, as every run in "
+                                   "docs/results was sampled) or inverse_cdf (one uniform per row against the "
+                                   "cumulative sum: the same distribution, other draws; 4 against 16 ms a SmolLM2 "
+                                   "decoding step of 16 rows)", choices=SAMPLERS),
     "train_autocast": Knob("", "the training forward and backward under torch.autocast in this dtype ('' = none): "
                                "weights, gradients, the sketch and Adam stay float32, and the rollouts' log-probs "
                                "stay the sampling model's, so a fresh group's PPO ratio is near 1, not 1 (SmolLM2: "
@@ -178,6 +186,7 @@ REAL_KNOBS = Knobs({
     "max_grad_norm": Knob(1.0, "gradient clipping norm (0 = none)", 0.0, 1e6),
     "micro_batch": _count(64, "rows per backward"),
     "share_prompts": WHEN_SET_KNOBS["share_prompts"],
+    "sampler": WHEN_SET_KNOBS["sampler"],
     "train_autocast": WHEN_SET_KNOBS["train_autocast"],
     # gradient sketch (SPEC §2.4)
     "sketch_dim": _count(65536, "sketch coordinates d"),

@@ -33,12 +33,12 @@ class Played:
 
 
 def play(model, jobs: list[tuple[object, object]], *, generator: torch.Generator, max_new: int,
-         temperature: float = 1.0, chunk: int = 512) -> Played:
+         temperature: float = 1.0, chunk: int = 512, sampler: str = "multinomial") -> Played:
     """Run one episode per (harness, task) job to the end and score it.
 
     model: a `Transformer` (or a wrapper with the same `sample` contract and its own
     `tokenizer`); at most `chunk` episodes share one sampling batch. Deterministic given
-    the generator's state.
+    the generator's state. sampler: how a token is drawn (`model.draw`).
     """
     tok = getattr(model, "tokenizer", None) or ByteTokenizer()
     limit = model.cfg.max_len - max_new
@@ -59,7 +59,7 @@ def play(model, jobs: list[tuple[object, object]], *, generator: torch.Generator
             idx = active[lo:lo + chunk]
             t0 = time.perf_counter()
             comps, lps = sample(model, prompts[lo:lo + chunk], [stops[i] for i in idx], max_new,
-                                generator, temperature)
+                                generator, temperature, sampler=sampler)
             out.seconds["rollout"] += time.perf_counter() - t0
             t0 = time.perf_counter()
             for j, i in enumerate(idx):

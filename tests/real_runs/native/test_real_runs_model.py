@@ -6,7 +6,8 @@ import importlib.util
 import pytest
 import torch
 
-from real_runs.native.model import ByteTokenizer, ModelConfig, Transformer, attention_mask, right_pad, sample, token_logprobs
+from real_runs.native.model import (ByteTokenizer, ModelConfig, Transformer, attention_mask, draw, right_pad, sample,
+                                    token_logprobs)
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +138,53 @@ def test_finished_rows_leave_the_batch_and_the_sample_stays(model, monkeypatch):
     for compact in (0.75, 1.0):
         assert got[compact][0] == comps
         assert all(torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-6) for a, b in zip(got[compact][1], lps))
+
+
+def test_inverse_cdf_draws_the_first_token_whose_cumulative_mass_exceeds_u(monkeypatch):
+    """Hand case: rows that do not sum to 1, zeros inside and at the end; the uniforms are
+    those the same generator gives (one float64 per row), and each token is read off the
+    cumulative sums by hand; u = 0 (torch.rand's lowest value) draws each row's first token
+    with mass, never a leading zero."""
+    probs = torch.tensor([[0.0, 0.4, 0.0, 1.0, 0.6, 0.0],      # total 2.0: cum 0, .4, .4, 1.4, 2.0, 2.0
+                          [0.25, 0.25, 0.25, 0.25, 0.0, 0.0],
+                          [0.0, 0.0, 0.0, 0.0, 0.0, 3.0]])
+    u = torch.rand(3, 1, generator=torch.Generator().manual_seed(5), dtype=torch.float64).squeeze(1).tolist()
+    cums = [[0.0, 0.4, 0.4, 1.4, 2.0, 2.0], [0.25, 0.5, 0.75, 1.0, 1.0, 1.0], [0, 0, 0, 0, 0, 3.0]]
+    want = [next(i for i, c in enumerate(cum) if c > x * cum[-1]) for x, cum in zip(u, cums)]
+    got = draw(probs, torch.Generator().manual_seed(5), "inverse_cdf").tolist()
+    assert got == want and got[2] == 5
+    monkeypatch.setattr(torch, "rand", lambda n, _, **kw: torch.zeros(n, 1, dtype=torch.float64))
+    assert draw(probs, torch.Generator(), "inverse_cdf").tolist() == [1, 0, 5]
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="sums to 0"):
+        draw(torch.zeros(1, 4), torch.Generator(), "inverse_cdf")
+
+
+def test_inverse_cdf_has_the_rows_distribution_and_never_a_zero_token():
+    """200,000 draws of one row given as 3 x its probabilities: each token's share within
+    0.004 (3.6 standard errors at p = 0.5) of its probability, and no token of probability 0
+    (inside or at the end)."""
+    row = torch.tensor([0.0, 0.2, 0.0, 0.5, 0.3, 0.0])
+    got = draw(3 * row.repeat(200_000, 1), torch.Generator().manual_seed(1), "inverse_cdf")
+    share = torch.bincount(got, minlength=6).double() / got.numel()
+    assert share[[0, 2, 5]].sum() == 0
+    assert torch.allclose(share, row.double(), atol=0.004), share
+
+
+def test_the_sampler_knob_changes_the_draws_not_their_distribution(model):
+    """`sample(..., sampler=...)`: each sampler is deterministic given the generator, the two
+    draw differently, and the log-probs are the model's for the tokens drawn (teacher forcing)."""
+    tok = ByteTokenizer()
+    prompts = [tok.encode(t) for t in ("one", "two words", "three")]
+    runs = {s: sample(model, prompts, [300] * 3, 10, torch.Generator().manual_seed(2), sampler=s)
+            for s in ("multinomial", "inverse_cdf")}
+    again = sample(model, prompts, [300] * 3, 10, torch.Generator().manual_seed(2), sampler="inverse_cdf")
+    assert again == runs["inverse_cdf"] and runs["inverse_cdf"][0] != runs["multinomial"][0]
+    comps, lps = runs["inverse_cdf"]
+    tokens, valid = right_pad([p + c for p, c in zip(prompts, comps)], "cpu")
+    with torch.no_grad():
+        forced = token_logprobs(model, tokens, valid)
+    for i, (p, c) in enumerate(zip(prompts, comps)):
+        assert torch.allclose(forced[i, len(p) - 1:len(p) - 1 + len(c)], torch.tensor(lps[i]), atol=1e-5)
+    with pytest.raises(ValueError, match="expected one of multinomial, inverse_cdf"):
+        draw(torch.ones(1, 3), torch.Generator(), "gumbel")
