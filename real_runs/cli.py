@@ -190,6 +190,7 @@ def check_run_dir(out, resume: bool, trl: bool = False) -> None:
 def main(args) -> int:
     _check_out(args)
     threads.pin_one_thread(threads.NUMPY_VARS, this_process=True)  # numpy's BLAS vs torch's threads
+    threads.keep_freed_memory()         # freed tensors reused, not unmapped and faulted in again
     if args.backend == "trl":
         from real_runs.integrations.trl_run import main as trl_main
         return trl_main(args)
