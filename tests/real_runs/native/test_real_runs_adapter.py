@@ -237,3 +237,26 @@ def test_probe_tasks_zero_measures_nothing(cache):
     names = [*TRAIN_HARNESSES, *HELDOUT_HARNESSES]
     assert list(means) == ["real_train", "real_heldout_tasks", "real_heldout_harness", *[f"delta_{h}" for h in names]]
     assert all(np.isnan(v) for v in means.values())
+
+
+def test_the_sampler_knob_reaches_rollouts_evaluations_and_probes(cache, monkeypatch):
+    """`sampler=inverse_cdf`: every token of a training step, an evaluation and a what-if
+    probe is drawn by it (a spy on `model.draw`); the default draws by multinomial."""
+    import real_runs.native.model as model_mod
+    used = []
+    real_draw = model_mod.draw
+
+    def spy(probs, generator, sampler="multinomial"):
+        used.append(sampler)
+        return real_draw(probs, generator, sampler)
+
+    monkeypatch.setattr(model_mod, "draw", spy)
+    for knob in ("inverse_cdf", "multinomial"):
+        used.clear()
+        ad = _adapter(cache, **({"sampler": knob} if knob != "multinomial" else {}), probe_tasks=1)
+        ad.train_step(Allocation.pure(1, 6, 1))
+        steps = len(used)
+        ad.evaluate()
+        evaluated = len(used)
+        ad.probe_means(0)
+        assert 0 < steps < evaluated < len(used) and set(used) == {knob}
