@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import platform
 
 import pytest
 
@@ -47,9 +48,10 @@ def test_this_process_sets_the_loaded_openblas(clean_env):
 #: in a fresh interpreter: page faults of allocating and touching 200 MB a second time, after freeing it
 _REFAULT = """
 import resource, sys
+import ctypes
 import numpy as np
 from hbsim.contract import threads
-np._core.multiarray._set_madvise_hugepage(False)    # 4 KiB pages, as torch's tensors get
+ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)   # PR_SET_THP_DISABLE: 4 KiB pages whatever the machine's THP setting
 print(threads.keep_freed_memory() if sys.argv[1] == "keep" else "off")
 a = np.ones(25_000_000); del a
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -69,7 +71,7 @@ def _refaults(how: str, **env) -> tuple[str, int]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="glibc on Linux")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc")
 def test_keep_freed_memory_reuses_a_freed_block_without_page_faults():
     """200 MB freed and allocated again: by default glibc unmaps it and the second touch
     faults in all ~48,800 pages again; with keep_freed_memory it is reused (a few faults).
