@@ -19,7 +19,7 @@ from pathlib import Path
 
 import ablations.store as store
 from ablations.plan import REAL_KIND
-from hbsim.contract import LOG
+from hbsim.contract import LOG, threads
 from hbsim.experiment import run_config
 from hbsim.contract.atomic import write_dir_atomic
 from hbsim.contract.records import fill_run_dir, is_complete
@@ -29,10 +29,12 @@ from policies.registry import load_plugins
 
 
 def adapter_factory(config: dict):
-    """None for synthetic environments (hbsim builds them); real_runs' factory for "real"."""
+    """None for synthetic environments (hbsim builds them); real_runs' factory for "real", in a
+    process whose malloc then keeps freed memory, as `hb real`'s does (`threads.keep_freed_memory`)."""
     if config["env"]["kind"] != REAL_KIND:
         return None
     import real_runs  # lazily: torch is only needed for real runs
+    threads.keep_freed_memory()
     return real_runs.adapter_factory
 
 

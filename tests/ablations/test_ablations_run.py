@@ -191,3 +191,16 @@ def test_a_grid_runs_seed_major_so_a_stopped_grid_holds_whole_seeds(tmp_path):
     # seeds in their order of first appearance, not sorted
     shuffled = [c for c in cells if c.seed == 2] + [c for c in cells if c.seed != 2]
     assert [c.seed for c in seed_major(shuffled)] == [2, 2, 0, 0, 1, 1]
+
+
+@pytest.mark.torch
+def test_a_real_cells_process_keeps_freed_memory_as_hb_real_does(monkeypatch):
+    """A grid's real cell runs where `hb real` would (`threads.keep_freed_memory`); a
+    synthetic cell's process is left as it is."""
+    pytest.importorskip("torch")
+    from ablations import worker
+    from hbsim.contract import threads
+    calls = []
+    monkeypatch.setattr(threads, "keep_freed_memory", lambda: calls.append(1) or True)
+    assert worker.adapter_factory({"env": {"kind": "bernoulli"}}) is None and calls == []
+    assert worker.adapter_factory({"env": {"kind": "real"}}) is not None and calls == [1]
