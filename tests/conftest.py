@@ -2,8 +2,8 @@
 
 Every test gets exactly one tier marker (select with `pytest -m unit` etc.):
 
-* `unit`: in memory, one function or class, no torch: the inner loop (`make test-unit`, about 20 s
-  on a 2-core machine);
+* `unit`: in memory, one function or class, no torch: the inner loop (`make test-unit`: its tests
+  that start no process, about 45 s on one core);
 * `roundtrip`: writes and reads files (run folders, grids, reports, checkpoints, resume);
 * `cli`: drives an `hb` command (in process through hbsim.cli.main, or a subprocess if `slow`);
 * `calibration`: a statistical property by simulation (coverage, A/A level, power at the
@@ -23,7 +23,7 @@ How a test gets its tier:
   a fixture (it writes and reads files);
 * else `unit`.
 
-`make test` runs every tier; `make test-unit` the unit tier, `make test-fast` everything
+`make test` runs every tier; `make test-unit` the unit tier's tests that are not `slow`, `make test-fast` everything
 but `slow`.
 
 `slow` is separate: a test that starts a process (an interpreter, the `hb` console script,
