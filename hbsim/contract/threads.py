@@ -5,7 +5,7 @@ time per step rose from 0.3 ms to 3-9 ms and the step from 241 to 292 ms on 2 co
 A variable the user set wins: with any of USER_VARS in the environment nothing is
 changed. Imports nothing heavy (it runs before numpy is imported where it can).
 
-`keep_freed_memory`, for the same compute-bound processes (`hb real`): glibc's malloc keeps
+`keep_freed_memory`, for the real runs (`hb real`, a grid's real cells): glibc's malloc keeps
 what is freed for the next allocation instead of handing it back to the kernel (a SmolLM2
 step allocates and frees logits of ~190 MB several times; each fresh mapping is paid again
 in page faults: 20 million in a 30-step run, ~40 of its 600 CPU-seconds in the kernel).
