@@ -171,7 +171,7 @@ def test_inverse_cdf_has_the_rows_distribution_and_never_a_zero_token():
     assert torch.allclose(share, row.double(), atol=0.004), share
 
 
-def test_the_sampler_knob_changes_the_draws_not_their_distribution(model):
+def test_the_sampler_knob_changes_the_draws_and_keeps_the_models_log_probs(model):
     """`sample(..., sampler=...)`: each sampler is deterministic given the generator, the two
     draw differently, and the log-probs are the model's for the tokens drawn (teacher forcing)."""
     tok = ByteTokenizer()
