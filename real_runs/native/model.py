@@ -273,7 +273,7 @@ def draw(probs: torch.Tensor, generator: torch.Generator, sampler: str = "multin
     multinomial: `torch.multinomial` (an exponential race: V random numbers per row; 16 ms
     for 16 rows of SmolLM2's 49,152 tokens on one CPU thread). inverse_cdf: one uniform u per
     row and the first token whose cumulative probability (float64) exceeds u times the row's
-    total (4 ms): the same distribution, other draws; a token of probability 0 is never
+    total (6 ms): the same distribution, other draws; a token of probability 0 is never
     drawn. Both take the same number of draws from `generator` whatever the probabilities."""
     if sampler == "multinomial":
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)

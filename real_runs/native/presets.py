@@ -132,7 +132,7 @@ WHEN_SET_KNOBS = {
     "sampler": Knob("multinomial", "how rollouts and evaluations draw a token from the model's probabilities "
                                    "(real_runs.native.model.draw): multinomial (torch.multinomial, as every run in "
                                    "docs/results was sampled) or inverse_cdf (one uniform per row against the "
-                                   "cumulative sum: the same distribution, other draws; 4 against 16 ms a SmolLM2 "
+                                   "cumulative sum: the same distribution, other draws; 6 against 16 ms a SmolLM2 "
                                    "decoding step of 16 rows)", choices=SAMPLERS),
     "train_autocast": Knob("", "the training forward and backward under torch.autocast in this dtype ('' = none): "
                                "weights, gradients, the sketch and Adam stay float32, and the rollouts' log-probs "
